@@ -1,0 +1,172 @@
+"""The GRPO family's math as pure torch functions: the platform's public math API.
+
+    compute_advantages(spec, rewards, group_size, ...) -> advantages (N,) or (N, T)
+    policy_loss(spec, logp, old_logp, advantages, mask, ref_logp=None, ...) -> (loss, stats)
+
+Nothing here imports TRL, MLflow or Optuna; ``grpolab.trainer`` calls these inside TRL's loop.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..spec import MethodSpec
+from . import advantages as adv
+from . import losses as L
+from .advantages import ValueTracker
+from .shaping import soft_overlong_penalty
+
+__all__ = ["compute_advantages", "policy_loss", "entropy_mask", "ValueTracker", "soft_overlong_penalty",
+           "combine_rewards"]
+
+
+def combine_rewards(rewards: torch.Tensor, weights: tuple[float, ...] | None) -> torch.Tensor:
+    """(N, K) components -> (N,) weighted sum; (N,) passes through."""
+    if rewards.dim() == 1:
+        return rewards
+    w = torch.ones(rewards.shape[1], dtype=rewards.dtype) if weights is None else torch.tensor(weights, dtype=rewards.dtype)
+    return (rewards * w.to(rewards.device)).sum(1)
+
+
+def compute_advantages(spec: MethodSpec, rewards: torch.Tensor, group_size: int, *, mask: torch.Tensor | None = None,
+                       token_penalty: torch.Tensor | None = None, prompt_keys: list[str] | None = None,
+                       tracker: ValueTracker | None = None) -> torch.Tensor:
+    """Advantages for N = groups x group_size completions (groups contiguous).
+
+    rewards: (N,) or (N, K) reward components (only ``decoupled`` keeps components apart;
+    the others sum them with ``spec.reward_weights``). mask (N, T) and token_penalty (N, T,
+    beta * KL per token) are needed by the per-token estimators; prompt_keys and tracker by
+    ``value_tracker``. Returns (N,) or, for reinforce_pp*, (N, T)."""
+    G, est, eps, ub = group_size, spec.advantage, spec.adv_eps, spec.std_unbiased
+    if rewards.shape[0] % G:
+        raise ValueError(f"{rewards.shape[0]} rewards do not split into groups of {G}")
+    if est == "decoupled":
+        if rewards.dim() != 2 or rewards.shape[1] < 2:
+            raise ValueError("decoupled advantages need (N, K) rewards with K >= 2 components")
+        K = rewards.shape[1]
+        w = torch.ones(K) if spec.reward_weights is None else torch.tensor(spec.reward_weights)
+        return adv.decoupled(rewards, G, w.to(rewards), eps, ub)
+    r = combine_rewards(rewards, spec.reward_weights)
+    if est == "group_std":
+        return adv.group_std(r, G, eps, ub)
+    if est == "group_mean":
+        return adv.group_mean(r, G)
+    if est == "batch_std":
+        return adv.batch_std(r, G, eps, ub)
+    if est == "leave_one_out":
+        return adv.leave_one_out(r, G)
+    if est in ("reinforce_pp", "reinforce_pp_baseline"):
+        if mask is None:
+            raise ValueError(f"{est} needs the completion mask")
+        if est == "reinforce_pp":
+            return adv.reinforce_pp(r, mask, token_penalty)
+        return adv.reinforce_pp_baseline(r, G, mask, token_penalty)
+    if est == "value_tracker":
+        if tracker is None or prompt_keys is None:
+            raise ValueError("value_tracker needs a ValueTracker and one prompt key per completion")
+        return adv.value_tracker(r, prompt_keys, tracker, eps, ub)
+    raise ValueError(f"unknown advantage estimator {est!r}")
+
+
+def entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, top_quantile: float) -> torch.Tensor:
+    """The top ``top_quantile`` fraction of valid tokens by entropy (the "80/20" rule keeps 0.2):
+    tokens with entropy >= the (1 - top_quantile) quantile over valid tokens."""
+    valid = entropies[mask.bool()].float()
+    if valid.numel() == 0:
+        return torch.zeros_like(mask, dtype=torch.bool)
+    threshold = torch.quantile(valid, 1 - top_quantile)
+    return ((entropies * mask.float()) >= threshold) & mask.bool()
+
+
+def _masked_mean(x: torch.Tensor, m: torch.Tensor) -> float:
+    x = x.expand_as(m) if x.shape != m.shape else x
+    return float((x.float() * m).sum() / m.sum().clamp(min=1.0))
+
+
+def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                mask: torch.Tensor, ref_logp: torch.Tensor | None = None, *, token_normaliser=None,
+                max_completion_length: int | None = None, entropies: torch.Tensor | None = None,
+                entropy_coef: float | None = None, rewards: torch.Tensor | None = None,
+                group_ids: torch.Tensor | None = None, generator: torch.Generator | None = None):
+    """Loss of one micro-batch (before gradient-accumulation scaling) and its statistics.
+
+    logp, old_logp, ref_logp, mask, entropies: (B, T); advantages (B,) or (B, T). The loss is
+    surrogate(ratio) [+ beta * KL when kl_placement == "loss"] aggregated per ``spec.aggregation``
+    [- entropy_coef * mean entropy]. Stats: clip fractions (low: rho < 1 - eps_low with A < 0;
+    high: rho > 1 + eps_high with A > 0; region: either), mean old-policy probability of
+    high-clipped tokens, KL, entropy, and the method's own selection counts."""
+    mask = mask.to(logp.dtype)
+    A = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+    stats: dict[str, float] = {}
+    eff_mask = mask
+    if spec.top_entropy_quantile < 1.0:
+        if entropies is None:
+            raise ValueError("top_entropy_quantile < 1 needs per-token entropies")
+        eff_mask = mask * entropy_mask(entropies.detach(), mask, spec.top_entropy_quantile).to(mask.dtype)
+        stats["entropy/kept_fraction"] = _masked_mean(eff_mask, mask)
+    log_ratio = logp - old_logp
+    if spec.surrogate == "group_dpo":
+        if ref_logp is None or rewards is None or group_ids is None:
+            raise ValueError("group_dpo needs ref_logp, rewards and group_ids")
+        loss, pairs = L.group_dpo_loss(logp, ref_logp, eff_mask, rewards, group_ids, spec.dpo_beta)
+        stats["dpo/pairs"] = float(pairs)
+        coef = torch.exp(log_ratio)
+    else:
+        per_token, coef = _surrogate(spec, logp, log_ratio, A, mask, stats, generator)
+        if ref_logp is not None and spec.kl_coef > 0 and spec.kl_placement == "loss":
+            per_token = per_token + spec.kl_coef * L.kl_estimate(logp, ref_logp, spec.kl_estimator)
+        loss = L.aggregate(per_token, eff_mask, spec.aggregation, token_normaliser, max_completion_length)
+    if ref_logp is not None:
+        stats["kl"] = _masked_mean(L.kl_estimate(logp.detach(), ref_logp, spec.kl_estimator), mask)
+    if entropies is not None:
+        stats["entropy"] = _masked_mean(entropies.detach(), mask)
+        if entropy_coef:
+            loss = loss - entropy_coef * (entropies * eff_mask).sum() / eff_mask.sum().clamp(min=1.0)
+    _clip_stats(spec, coef.detach(), A, old_logp, mask, stats)
+    return loss, stats
+
+
+def _surrogate(spec, logp, log_ratio, A, mask, stats, generator):
+    """Per-token (or per-sequence) surrogate loss and the ratio it used."""
+    if spec.ratio == "geometric":
+        return L.geometric_mean_loss(log_ratio, A, mask, spec.eps_low, spec.eps_high), torch.exp(log_ratio)
+    coef = torch.exp(L.log_importance_weights(log_ratio, mask, spec.ratio))
+    s = spec.surrogate
+    if s == "clip":
+        return L.clip_surrogate(coef, A, spec.eps_low, spec.eps_high), coef
+    if s == "dual_clip":
+        return L.dual_clip_surrogate(coef, A, spec.eps_low, spec.eps_high, spec.dual_clip_c), coef
+    if s == "cispo":
+        return L.cispo_surrogate(coef, A, logp, spec.eps_low, spec.eps_high), coef
+    if s == "sapo":
+        return L.sapo_surrogate(coef, A, spec.sapo_tau_pos, spec.sapo_tau_neg), coef
+    if s == "reinforce":
+        return L.reinforce_surrogate(A, logp), coef
+    if s == "clip_cov":
+        loss, sel = L.clip_cov_loss(coef, A, logp, mask, spec.eps_low, spec.eps_high, spec.cov_fraction,
+                                    spec.cov_low, spec.cov_high, generator)
+        stats["cov/selected_fraction"] = _masked_mean(sel, mask)
+        return loss, coef
+    if s == "kl_cov":
+        loss, sel = L.kl_cov_loss(coef, A, logp, log_ratio, mask, spec.cov_fraction, spec.kl_cov_coef)
+        stats["cov/selected_fraction"] = _masked_mean(sel, mask)
+        return loss, coef
+    raise ValueError(f"unknown surrogate {s!r}")
+
+
+def _clip_stats(spec, coef, A, old_logp, mask, stats) -> None:
+    """Clip fractions over valid tokens (per sequence for a sequence-level ratio, broadcast)."""
+    if spec.ratio == "geometric":
+        low_b, high_b = torch.exp(torch.tensor(-spec.eps_low)), torch.exp(torch.tensor(spec.eps_high))
+    else:
+        low_b, high_b = 1 - spec.eps_low, 1 + spec.eps_high
+    coef = coef.expand_as(mask) if coef.shape != mask.shape else coef
+    A_full = A.expand_as(mask)
+    low = (coef < low_b) & (A_full < 0)
+    high = (coef > high_b) & (A_full > 0)
+    stats["clip/low_fraction"] = _masked_mean(low, mask)
+    stats["clip/high_fraction"] = _masked_mean(high, mask)
+    stats["clip/region_fraction"] = _masked_mean(low | high, mask)
+    high_m = high.to(mask.dtype) * mask
+    n_high = float(high_m.sum())
+    stats["clip/high_old_prob"] = float((torch.exp(old_logp) * high_m).sum() / n_high) if n_high else float("nan")

@@ -1,0 +1,119 @@
+"""Advantage estimators: rewards -> advantages. Pure torch, no TRL.
+
+Shapes: ``rewards`` is (N,) or (N, K) with N = groups x G and each group contiguous;
+``mask`` is (N, T). Every group-relative estimator gives exactly 0 to a zero-variance group.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def _std(x: torch.Tensor, dim: int | None, unbiased: bool, keepdim: bool = False) -> torch.Tensor:
+    if dim is None:
+        return x.std(unbiased=unbiased) if x.numel() > 1 else torch.zeros((), dtype=x.dtype)
+    if x.shape[dim] < 2:
+        return torch.zeros_like(x.mean(dim=dim, keepdim=keepdim))
+    return x.std(dim=dim, unbiased=unbiased, keepdim=keepdim)
+
+
+def group_std(r: torch.Tensor, G: int, eps: float = 1e-4, unbiased: bool = True) -> torch.Tensor:
+    """A_i = (r_i - mean_g r) / (std_g r + eps)   (GRPO; std with N-1 when ``unbiased``)."""
+    g = r.view(-1, G)
+    return ((g - g.mean(1, keepdim=True)) / (_std(g, 1, unbiased, keepdim=True) + eps)).view(-1)
+
+
+def group_mean(r: torch.Tensor, G: int) -> torch.Tensor:
+    """A_i = r_i - mean_g r   (Dr. GRPO: no std, so no question-level difficulty bias)."""
+    g = r.view(-1, G)
+    return (g - g.mean(1, keepdim=True)).view(-1)
+
+
+def batch_std(r: torch.Tensor, G: int, eps: float = 1e-4, unbiased: bool = True) -> torch.Tensor:
+    """A_i = (r_i - mean_g r) / (std over the whole batch + eps)   (Lite PPO; TRL scale_rewards="batch")."""
+    return group_mean(r, G) / (_std(r, None, unbiased) + eps)
+
+
+def leave_one_out(r: torch.Tensor, G: int) -> torch.Tensor:
+    """A_i = r_i - mean_{j != i} r_j = G/(G-1) * (r_i - mean_g r)   (RLOO)."""
+    if G < 2:
+        raise ValueError("leave_one_out needs a group of at least 2")
+    g = r.view(-1, G)
+    return (g - (g.sum(1, keepdim=True) - g) / (G - 1)).view(-1)
+
+
+def decoupled(r: torch.Tensor, G: int, weights: torch.Tensor, eps: float = 1e-4, unbiased: bool = True) -> torch.Tensor:
+    """GDPO (2601.05242): normalise each reward component within its group, sum with weights,
+    then normalise over the batch:
+        a_i^k = (r_i^k - mean_g r^k) / (std_g r^k + eps);  s_i = sum_k w_k a_i^k;
+        A_i = (s_i - mean_batch s) / (std_batch s + eps).
+    Unlike sum-then-normalise, reward combinations such as (1, 0) and (0, 1) stay apart."""
+    N, K = r.shape
+    g = r.view(-1, G, K)
+    per_k = (g - g.mean(1, keepdim=True)) / (_std(g, 1, unbiased, keepdim=True) + eps)
+    s = (per_k.view(N, K) * weights.view(1, K)).sum(1)
+    return (s - s.mean()) / (_std(s, None, unbiased) + eps)
+
+
+def whiten_tokens(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """(x - mean) / (std + eps) over the valid tokens of the whole batch; padding stays 0."""
+    m = mask.to(values.dtype)
+    n = m.sum().clamp(min=1)
+    mean = (values * m).sum() / n
+    var = (((values - mean) * m) ** 2).sum() / (n - 1).clamp(min=1)
+    return (values - mean) / (var.sqrt() + eps) * m
+
+
+def token_returns(seq_reward: torch.Tensor, mask: torch.Tensor, token_penalty: torch.Tensor | None) -> torch.Tensor:
+    """Per-token return with gamma = 1: G_t = r_i * [t <= last] - sum_{s >= t} penalty_s.
+    The outcome reward sits on the last valid token; ``token_penalty`` (beta * KL_t) is per token."""
+    m = mask.to(seq_reward.dtype)
+    step_rewards = -(token_penalty * m) if token_penalty is not None else torch.zeros_like(m)
+    last = (m.cumsum(1) == m.sum(1, keepdim=True)) & (m > 0)
+    step_rewards = step_rewards + last.to(m.dtype) * seq_reward.view(-1, 1)
+    return step_rewards.flip(1).cumsum(1).flip(1) * m
+
+
+def reinforce_pp(r: torch.Tensor, mask: torch.Tensor, token_penalty: torch.Tensor | None = None) -> torch.Tensor:
+    """REINFORCE++ (2501.03262): per-token return with the KL folded into the reward
+    (r_t = -beta*KL_t, plus the outcome reward on the final token), whitened over all valid
+    tokens of the batch. No group baseline. Returns (N, T)."""
+    return whiten_tokens(token_returns(r, mask, token_penalty), mask)
+
+
+def reinforce_pp_baseline(r: torch.Tensor, G: int, mask: torch.Tensor, token_penalty: torch.Tensor | None = None) -> torch.Tensor:
+    """REINFORCE++-baseline: subtract the group mean reward first (r_i - mean_g r), then the
+    per-token return as in reinforce_pp, whitened over all valid tokens. Returns (N, T)."""
+    return whiten_tokens(token_returns(group_mean(r, G), mask, token_penalty), mask)
+
+
+class ValueTracker:
+    """SPO (2509.13232) per-prompt Beta(alpha, beta) tracker of the success probability.
+
+    p_hat(q) = alpha / (alpha + beta), starting from Beta(1, 1) (p_hat = 0.5) for a new prompt.
+    After each reward r in [0, 1]: alpha <- rho * alpha + r, beta <- rho * beta + (1 - r).
+    SPO adapts rho from the policy's KL drift; here rho (``tracker_decay``) is fixed.
+    """
+
+    def __init__(self, decay: float):
+        self.decay = decay
+        self.state: dict[str, tuple[float, float]] = {}
+
+    def predict(self, keys: list[str]) -> torch.Tensor:
+        return torch.tensor([a / (a + b) for a, b in (self.state.get(k, (1.0, 1.0)) for k in keys)])
+
+    def update(self, keys: list[str], rewards: torch.Tensor) -> None:
+        for k, r in zip(keys, rewards.tolist()):
+            a, b = self.state.get(k, (1.0, 1.0))
+            self.state[k] = (self.decay * a + r, self.decay * b + (1.0 - r))
+
+
+def value_tracker(r: torch.Tensor, keys: list[str], tracker: ValueTracker, eps: float = 1e-4, unbiased: bool = True) -> torch.Tensor:
+    """SPO: A_i = r_i - p_hat(q_i) from the tracker *before* this batch updates it, then
+    normalised by the batch std: A_i / (std_batch A + eps). No group is needed, so a prompt's
+    samples do not have to disagree for it to give signal."""
+    if r.min() < 0 or r.max() > 1:
+        raise ValueError("value_tracker needs rewards in [0, 1]")
+    a = r - tracker.predict(keys).to(r.dtype)
+    tracker.update(keys, r)
+    return a / (_std(a, None, unbiased) + eps)

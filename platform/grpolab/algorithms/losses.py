@@ -1,0 +1,167 @@
+"""Ratios, surrogates, aggregation and the KL regulariser. Pure torch, no TRL.
+
+Notation: l_t = log pi_theta(o_t) - log pi_old(o_t), rho_t = exp(l_t), mask m, A advantage
+(broadcast (B, 1) or per token (B, T)). Every function returns per-token losses (B, T) or
+(B, 1); ``aggregate`` turns them into a scalar.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+# --- importance ratio granularity ----------------------------------------------------------
+
+def log_importance_weights(log_ratio: torch.Tensor, mask: torch.Tensor, granularity: str) -> torch.Tensor:
+    """token: l_t, shape (B, T).
+    sequence (GSPO): log s_i = mean_t l_t over valid tokens, shape (B, 1).
+    sequence_token (GSPO-token): value log s_i at every token, gradient per token:
+        log s_i,t = sg(log s_i) + log pi_t - sg(log pi_t), so exp() equals s_i, shape (B, T)."""
+    if granularity == "token":
+        return log_ratio
+    seq = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
+    if granularity == "sequence":
+        return seq
+    if granularity == "sequence_token":
+        return seq.detach() + log_ratio - log_ratio.detach()
+    raise ValueError(f"unknown ratio granularity {granularity!r}")
+
+
+# --- surrogates ----------------------------------------------------------------------------
+
+def clip_surrogate(coef: torch.Tensor, A: torch.Tensor, eps_low: float, eps_high: float) -> torch.Tensor:
+    """PPO clip: max(-A rho, -A clip(rho, 1 - eps_low, 1 + eps_high))."""
+    return -torch.min(coef * A, torch.clamp(coef, 1 - eps_low, 1 + eps_high) * A)
+
+
+def dual_clip_surrogate(coef, A, eps_low: float, eps_high: float, c: float) -> torch.Tensor:
+    """Dual-clip PPO: the clip loss, and for A < 0 also capped at -A * c (c > 1)."""
+    loss = clip_surrogate(coef, A, eps_low, eps_high)
+    return torch.where(A < 0, torch.min(loss, -A * c), loss)
+
+
+def cispo_surrogate(coef, A, logp, eps_low: float, eps_high: float) -> torch.Tensor:
+    """CISPO (MiniMax-M1, 2506.13585): -sg(clip(rho, 1 - eps_low, 1 + eps_high)) * A * log pi.
+    The IS weight is clipped and detached, so no token's gradient is ever dropped."""
+    return -torch.clamp(coef, 1 - eps_low, 1 + eps_high).detach() * A * logp
+
+
+def sapo_surrogate(coef, A, tau_pos: float, tau_neg: float) -> torch.Tensor:
+    """SAPO (2511.20347): -(4 / tau) * sigmoid(tau * (rho - 1)) * A, tau = tau_pos if A > 0 else tau_neg.
+    A smooth gate instead of a hard clip: its gradient at rho = 1 equals the unclipped one."""
+    tau = torch.where(A > 0, torch.full_like(A, tau_pos), torch.full_like(A, tau_neg))
+    return -torch.sigmoid(tau * (coef - 1)) * 4 / tau * A
+
+
+def reinforce_surrogate(A, logp) -> torch.Tensor:
+    """REINFORCE: -A * log pi_theta (no ratio; exact on-policy)."""
+    return -A * logp
+
+
+def geometric_mean_loss(log_ratio, A, mask, eps_low: float, eps_high: float) -> torch.Tensor:
+    """GMPO (2507.20673): sign-aware clipping in log space, then a geometric mean per sequence:
+        l'_t = min(l_t, eps_high) if A > 0 else max(l_t, -eps_low);
+        R_i = exp(mean_t l'_t);  loss_i = -A_i * R_i.   Shape (B, 1)."""
+    clipped = torch.where(A > 0, torch.clamp(log_ratio, max=eps_high), torch.clamp(log_ratio, min=-eps_low))
+    mean_log = (clipped * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
+    A_seq = A if A.shape[-1] == 1 else A[:, :1]
+    return -A_seq * torch.exp(mean_log)
+
+
+def _centered_cov(logp: torch.Tensor, A: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """cov_t = (A_t - mean A) * (log pi_t - mean log pi) over valid tokens (detached)."""
+    valid = mask > 0
+    A_full = A.expand_as(logp).detach()
+    lp = logp.detach()
+    return (A_full - A_full[valid].mean()) * (lp - lp[valid].mean())
+
+
+def clip_cov_loss(coef, A, logp, mask, eps_low, eps_high, fraction, low, high, generator=None):
+    """Clip-Cov (2505.22617, as in verl): among valid tokens the clip did not already bind on,
+    those with covariance in (low, high) are candidates; max(1, fraction * #valid) of them,
+    drawn at random, get a zero gradient. Returns (per-token loss, selected mask)."""
+    A_full = A.expand_as(coef)
+    loss1, loss2 = -A_full * coef, -A_full * torch.clamp(coef, 1 - eps_low, 1 + eps_high)
+    cov = _centered_cov(logp, A, mask)
+    candidate = (cov > low) & (cov < high) & (mask > 0) & ~(loss2 > loss1)
+    idx = candidate.nonzero()
+    n_select = max(int(fraction * mask.sum().item()), 1)
+    selected = torch.zeros_like(candidate)
+    if len(idx):
+        pick = idx[torch.randperm(len(idx), generator=generator)[:n_select]]
+        selected[pick[:, 0], pick[:, 1]] = True
+    return torch.max(loss1, loss2) * (~selected).to(coef.dtype), selected
+
+
+def kl_cov_loss(coef, A, logp, log_ratio, mask, fraction, kl_coef):
+    """KL-Cov (2505.22617, as in verl): -A * rho on every token, plus kl_coef * |l_t| on the
+    top max(1, fraction * #valid) valid tokens by covariance. No clipping. Returns (loss, selected)."""
+    A_full = A.expand_as(coef)
+    loss = -A_full * coef
+    cov = _centered_cov(logp, A, mask).masked_fill(mask <= 0, float("-inf"))
+    n_select = max(int(fraction * mask.sum().item()), 1)
+    flat = cov.flatten().topk(min(n_select, int((mask > 0).sum().item()))).indices
+    selected = torch.zeros(cov.numel(), dtype=torch.bool, device=cov.device)
+    selected[flat] = True
+    selected = selected.view_as(cov)
+    return torch.where(selected, loss + kl_coef * log_ratio.abs(), loss), selected
+
+
+def group_dpo_loss(logp, ref_logp, mask, rewards, group_ids, beta: float):
+    """Group-DPO (seed 000's "GDPO"): in each group, the best (y+) and worst (y-) completions by
+    reward form a pair;  loss = -log sigmoid(beta * ((log pi(y+) - log pi_ref(y+))
+                                                  - (log pi(y-) - log pi_ref(y-)))).
+    log pi(y) sums token log-probs. Groups whose rewards are all equal give no pair.
+    Returns (mean loss over pairs, number of pairs)."""
+    seq = ((logp - ref_logp) * mask).sum(-1)
+    losses = []
+    for g in torch.unique(group_ids):
+        rows = (group_ids == g).nonzero().view(-1)
+        r = rewards[rows]
+        if r.max() - r.min() <= 1e-6:
+            continue
+        best, worst = rows[r.argmax()], rows[r.argmin()]
+        losses.append(-torch.nn.functional.logsigmoid(beta * (seq[best] - seq[worst])))
+    if not losses:
+        return (logp * 0).sum(), 0
+    return torch.stack(losses).mean(), len(losses)
+
+
+# --- KL ------------------------------------------------------------------------------------
+
+def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    """x = log pi_theta - log pi_ref;  k1 = x;  k2 = x^2 / 2;  k3 = exp(-x) - 1 + x."""
+    x = logp - ref_logp
+    if estimator == "k1":
+        return x
+    if estimator == "k2":
+        return 0.5 * x * x
+    if estimator == "k3":
+        return torch.exp(-x) - 1 + x
+    raise ValueError(f"unknown KL estimator {estimator!r}")
+
+
+# --- aggregation ---------------------------------------------------------------------------
+
+def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str,
+              token_normaliser: float | torch.Tensor | None = None, max_completion_length: int | None = None) -> torch.Tensor:
+    """seq_mean_token_mean (GRPO):   (1/B) sum_i sum_t L_it m_it / |o_i|
+    token_mean (DAPO):              sum_it L_it m_it / N_tok, N_tok = ``token_normaliser`` (the
+                                    valid tokens of the global batch per micro-batch; this batch's
+                                    own count if None)
+    seq_mean_token_sum_norm (Dr. GRPO): sum_it L_it m_it / (B * max_completion_length)
+    token_mean_local (TRL "bnpo"):  sum_it L_it m_it / valid tokens of this micro-batch."""
+    per_token = per_token.expand_as(mask) if per_token.shape != mask.shape else per_token
+    masked = per_token * mask
+    if mode == "seq_mean_token_mean":
+        return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    if mode == "token_mean":
+        denom = mask.sum() if token_normaliser is None else token_normaliser
+        return masked.sum() / (denom.clamp(min=1.0) if torch.is_tensor(denom) else max(float(denom), 1.0))
+    if mode == "token_mean_local":
+        return masked.sum() / mask.sum().clamp(min=1.0)
+    if mode == "seq_mean_token_sum_norm":
+        if max_completion_length is None:
+            raise ValueError("seq_mean_token_sum_norm needs max_completion_length")
+        return masked.sum() / (per_token.size(0) * max_completion_length)
+    raise ValueError(f"unknown aggregation {mode!r}")

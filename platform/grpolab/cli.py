@@ -1,0 +1,92 @@
+"""grpolab command line: run | methods | metrics-doc | bench.
+
+Bad input exits with code 2 and a one-line message, before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import warnings
+
+from .errors import ConfigError
+
+
+def _cmd_run(args) -> int:
+    from .config import load_experiment
+    from .runner import run_experiment
+    from .state import state_dir
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = load_experiment(args.experiment, args.overrides)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    result = run_experiment(cfg, state_dir(args.state))
+    summary = {
+        "run_id": result.run_id, "status": result.status, "steps": result.steps,
+        "wall_seconds": round(result.wall_seconds, 1),
+        "eval_start": {k: round(v, 4) for k, v in result.start_eval.items()},
+        "eval_final": {k: round(v, 4) for k, v in result.final_eval.items()},
+        "warm_start_cache_hit": result.warm_start.get("cache_hit"),
+    }
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _cmd_methods(args) -> int:
+    from .tables import methods_table
+    print(methods_table(markdown=args.markdown))
+    return 0
+
+
+def _cmd_metrics_doc(args) -> int:
+    from .metrics import render_doc
+    print(render_doc(), end="")
+    return 0
+
+
+def _cmd_bench(args) -> int:
+    from .bench import main as bench_main
+    return bench_main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grpolab", description=__doc__.splitlines()[0])
+    parser.add_argument("--state", default=None, help="state folder (default $GRPOLAB_STATE or ./grpolab-state)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="train one experiment YAML and record it in MLflow")
+    run.add_argument("experiment", help="path to experiments/<name>.yaml")
+    run.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. train.steps=50 method.eps_high=0.28")
+    run.set_defaults(func=_cmd_run)
+    methods = sub.add_parser("methods", help="print the method registry as a table of methods by axes")
+    methods.add_argument("--markdown", action="store_true", help="GitHub markdown instead of plain text")
+    methods.set_defaults(func=_cmd_methods)
+    doc = sub.add_parser("metrics-doc", help="print the definition of every tracked metric (markdown)")
+    doc.set_defaults(func=_cmd_metrics_doc)
+    bench = sub.add_parser("bench", help="measure tracking overhead and trainer overhead against stock TRL")
+    bench.add_argument("--what", choices=["tracking", "trainer", "all"], default="all")
+    bench.add_argument("--preset", default=None, help="model preset (default: tiny for tracking, small for trainer)")
+    bench.add_argument("--steps", type=int, default=30)
+    bench.add_argument("--repeats", type=int, default=3)
+    bench.set_defaults(func=_cmd_bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        return args.func(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

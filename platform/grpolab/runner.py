@@ -1,0 +1,188 @@
+"""One run: validated RunConfig -> warm-started model -> GrpoLabTrainer -> MLflow run."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback
+
+from .config import RunConfig
+from .state import state_dir as default_state_dir
+from .tracking import RunKilled, RunRecorder, git_commit
+from .world.generation import evaluate
+from .world.models import load_model
+from .world.tasks import make_task
+from .world.warmstart import WarmStartConfig, warm_start
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunResult:
+    run_id: str | None
+    status: str
+    start_eval: dict
+    final_eval: dict
+    steps: int
+    wall_seconds: float
+    warm_start: dict
+
+
+class TrackingCallback(TrainerCallback):
+    """Forwards each log window to the recorder and runs the periodic held-out evaluation."""
+
+    def __init__(self, recorder, evaluate_fn, every: int, samples_keep: int):
+        self.recorder, self.evaluate_fn, self.every = recorder, evaluate_fn, every
+        self.trainer = None
+        self.samples: list[dict] = []
+        self.samples_keep = samples_keep
+        self.train_seconds = 0.0
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.recorder is not None and logs:
+            self.recorder.log_metrics(logs, step=state.global_step)
+        if self.trainer is not None and self.samples_keep:
+            self.samples.extend({"step": state.global_step, **row} for row in self.trainer.last_rollout[: self.samples_keep])
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.every and state.global_step % self.every == 0 and state.global_step < state.max_steps:
+            self.evaluate_fn(state.global_step)
+
+
+def _eval_metrics(result) -> dict:
+    return {"eval/pass@1": result.pass_at_1, "eval/pass@k": result.pass_at_k,
+            "eval/greedy_accuracy": result.greedy_accuracy, "eval/mean_length": result.mean_length}
+
+
+def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
+    if cfg.model.path is not None:
+        return Path(cfg.model.path), {"source": "path"}
+    ws = cfg.warm_start
+    if not ws.enabled:
+        from .world.models import build_model, save_model
+        target = state / "models" / f"{cfg.model.preset}-random-{cfg.seed}"
+        if not (target / "config.json").exists():
+            save_model(*build_model(cfg.model.preset, cfg.seed), target)
+        return target, {"source": "random-init"}
+    wcfg = WarmStartConfig(band=tuple(ws.band), group_size=cfg.train.group_size, learning_rate=ws.learning_rate,
+                           max_steps=ws.max_steps, check_every=ws.check_every)
+    # The warm start's seed is the run seed: different seeds start from different SFT models.
+    return warm_start(cfg.model.preset, task, cfg.seed, wcfg, state / "models")
+
+
+def _grpo_args(cfg: RunConfig, task, output_dir: Path):
+    from trl import GRPOConfig
+    t, s = cfg.train, cfg.spec
+    micro = t.prompts_per_rollout * t.group_size // (t.minibatches * t.grad_accum)
+    return GRPOConfig(
+        output_dir=str(output_dir), report_to="none", logging_steps=1, save_strategy="no",
+        max_steps=t.steps, per_device_train_batch_size=micro, gradient_accumulation_steps=t.grad_accum,
+        steps_per_generation=t.minibatches * t.grad_accum, num_iterations=t.num_iterations,
+        num_generations=t.group_size, max_completion_length=t.max_completion_length or task.max_completion_length,
+        temperature=t.temperature, top_k=0, learning_rate=t.learning_rate, lr_scheduler_type="constant",
+        warmup_steps=0, max_grad_norm=t.max_grad_norm, seed=cfg.seed, data_seed=cfg.seed,
+        # TRL's beta only switches the reference model on; the loss and its KL are grpolab's.
+        beta=s.kl_coef if s.kl_coef > 0 else (1.0 if s.needs_reference else 0.0),
+        loss_type="grpo", scale_rewards="group", mask_truncated_completions=s.overlong_filter,
+        use_cpu=not torch.cuda.is_available(), disable_tqdm=True, log_completions=False,
+        remove_unused_columns=False, bf16=False, fp16=False,
+    )
+
+
+def _reward_funcs(task, examples, spec, max_len: int):
+    def component(name):
+        def fn(prompts, completions, idx, **kwargs):
+            return [task.score(examples[i], c)[name] for i, c in zip(idx, completions)]
+        fn.__name__ = name
+        return fn
+    funcs = [component(n) for n in task.reward_names]
+    if spec.soft_overlong:
+        from .algorithms import soft_overlong_penalty
+
+        def overlong(prompts, completions, completion_ids, **kwargs):
+            lengths = torch.tensor([len(ids) for ids in completion_ids])
+            return soft_overlong_penalty(lengths, max_len, spec.overlong_buffer, spec.overlong_penalty).tolist()
+        funcs.append(overlong)
+    return funcs
+
+
+@contextlib.contextmanager
+def _sigterm_as_killed():
+    def handler(signum, frame):
+        raise RunKilled(f"received signal {signum}")
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str | None = None,
+                   extra_tags: dict | None = None) -> RunResult:
+    """Train one experiment end to end and record it; returns its result (raises on failure,
+    after the MLflow run has been ended FAILED or KILLED)."""
+    import datasets
+    import mlflow
+    import transformers
+    import trl
+
+    from . import __version__
+    from .trainer import GrpoLabTrainer
+
+    state = Path(state or default_state_dir())
+    task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
+    recorder = None
+    if cfg.tracking.enabled:
+        tags = {"grpolab.method": cfg.method_name, "grpolab.spec_hash": cfg.spec.spec_hash(),
+                "grpolab.task": task.name, "grpolab.seed": cfg.seed, "grpolab.git_commit": git_commit(),
+                "grpolab.version": __version__, "grpolab.overrides": "advantage,loss",
+                "versions.torch": torch.__version__, "versions.trl": trl.__version__,
+                "versions.transformers": transformers.__version__, "versions.mlflow": mlflow.__version__,
+                **(extra_tags or {})}
+        recorder = RunRecorder(state, cfg.tracking.experiment, f"{cfg.name}-s{cfg.seed}", tags, cfg.resolved(),
+                               cfg.tracking.flush_every, parent_run_id)
+    started = time.perf_counter()
+    with (recorder or contextlib.nullcontext()), _sigterm_as_killed():
+        if recorder and cfg.warnings:
+            recorder.set_tags({"grpolab.warnings": " | ".join(cfg.warnings)})
+        model_dir, ws_record = _resolve_model(cfg, task, state)
+        model, tokenizer = load_model(model_dir)
+        train, held_out = task.splits(cfg.seed, cfg.train.n_train_prompts, cfg.eval.prompts)
+        dataset = datasets.Dataset.from_dict({"prompt": [e.prompt for e in train], "idx": list(range(len(train)))})
+        max_len = cfg.train.max_completion_length or task.max_completion_length
+        evals: dict[int, dict] = {}
+
+        def run_eval(step: int) -> None:
+            result = evaluate(model, tokenizer, task, held_out, cfg.eval.k, cfg.train.temperature)
+            evals[step] = _eval_metrics(result)
+            if recorder:
+                recorder.log_metrics(evals[step], step=step)
+
+        callback = TrackingCallback(recorder, run_eval, cfg.eval.every, cfg.tracking.samples)
+        trainer = GrpoLabTrainer(
+            model=model, reward_funcs=_reward_funcs(task, train, cfg.spec, max_len),
+            args=_grpo_args(cfg, task, state / "runs" / f"{cfg.name}-s{cfg.seed}"), train_dataset=dataset,
+            processing_class=tokenizer, callbacks=[callback], spec=cfg.spec, task=task, examples=train,
+        )
+        if cfg.spec.needs_reference and trainer.ref_model is None:
+            raise RuntimeError("the method needs a reference model but TRL did not build one")
+        callback.trainer = trainer
+        trainer.remove_callback(PrinterCallback)  # it prints every raw log dict; grpolab prints a summary
+        run_eval(0)
+        trainer.train()
+        run_eval(trainer.state.global_step)
+        if recorder:
+            recorder.log_json({"warm_start": ws_record, "model_dir": str(model_dir)}, "warm_start.json")
+            recorder.log_json(cfg.resolved(), "config.json")
+            recorder.log_json(callback.samples, "samples.json")
+            recorder.set_tags({"grpolab.wall_seconds": round(time.perf_counter() - started, 1)})
+    return RunResult(recorder.run_id if recorder else None, "FINISHED", evals[0], evals[max(evals)],
+                     trainer.state.global_step, time.perf_counter() - started, ws_record)

@@ -1,0 +1,141 @@
+"""The axes of the GRPO family as one validated, hashable dataclass.
+
+A method is a named combination of these axis values (see ``methods.py``); an experiment may
+override any axis. Validation happens here, before any model is loaded, and says what is valid.
+Formulas for each value live in the docstrings of ``grpolab.algorithms``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, fields
+
+from .errors import ConfigError
+
+AXIS_CHOICES: dict[str, tuple[str, ...]] = {
+    "advantage": ("group_std", "group_mean", "batch_std", "leave_one_out", "reinforce_pp",
+                  "reinforce_pp_baseline", "decoupled", "value_tracker"),
+    "ratio": ("token", "sequence", "sequence_token", "geometric"),
+    "surrogate": ("clip", "dual_clip", "cispo", "sapo", "reinforce", "clip_cov", "kl_cov", "group_dpo"),
+    "aggregation": ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm", "token_mean_local"),
+    "kl_estimator": ("k1", "k2", "k3"),
+    "kl_placement": ("loss", "reward"),
+    "sampling": ("static", "dynamic", "zero_variance_filter"),
+    "entropy_mode": ("static", "adaptive"),
+}
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """Every axis of a GRPO-family update. Defaults are neutral; methods set what they use."""
+
+    advantage: str = "group_std"          # rewards -> advantages estimator
+    std_unbiased: bool = True             # std with N-1 (TRL, verl) or N
+    adv_eps: float = 1e-4                 # added to the std before dividing (TRL's value)
+    ratio: str = "token"                  # importance-ratio granularity
+    surrogate: str = "clip"               # per-token surrogate objective
+    eps_low: float = 0.2                  # ratio clipped below at 1 - eps_low
+    eps_high: float = 0.2                 # ratio clipped above at 1 + eps_high
+    dual_clip_c: float = 3.0              # dual-clip cap: loss <= -A * c when A < 0
+    sapo_tau_pos: float = 1.0             # SAPO gate temperature for A > 0
+    sapo_tau_neg: float = 1.05            # SAPO gate temperature for A <= 0
+    cov_fraction: float = 2e-4            # Clip-Cov / KL-Cov: fraction of tokens selected
+    cov_low: float = 1.0                  # Clip-Cov: covariance window lower bound
+    cov_high: float = 5.0                 # Clip-Cov: covariance window upper bound
+    kl_cov_coef: float = 1.0              # KL-Cov: coefficient of |log ratio| on selected tokens
+    dpo_beta: float = 0.1                 # Group-DPO temperature
+    aggregation: str = "seq_mean_token_mean"
+    kl_coef: float = 0.0                  # beta; 0 turns the reference model off
+    kl_estimator: str = "k3"
+    kl_placement: str = "loss"
+    sampling: str = "static"
+    max_sampling_rounds: int = 4          # dynamic sampling: generation rounds per batch at most
+    overlong_filter: bool = False         # mask truncated completions out of the loss
+    soft_overlong: bool = False           # DAPO eq. 13 length penalty added to the reward
+    overlong_buffer: int = 4              # L_cache of eq. 13, in tokens
+    overlong_penalty: float = 1.0         # penalty at the hard cap
+    entropy_coef: float = 0.0             # entropy bonus coefficient (start value if adaptive)
+    entropy_mode: str = "static"
+    entropy_target: float = 0.2           # adaptive: raise the coefficient while entropy is below
+    entropy_coef_step: float = 1e-3       # adaptive: change per optimizer step
+    top_entropy_quantile: float = 1.0     # keep only this top fraction of tokens by entropy (0.2 = 80/20)
+    tracker_decay: float = 0.9            # value_tracker: Beta-tracker forgetting factor
+    reward_weights: tuple[float, ...] | None = None  # per reward component; None = all 1
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def spec_hash(self) -> str:
+        """Short hash of every axis value: equal hashes mean identical update rules."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.kl_coef > 0 or self.surrogate == "group_dpo"
+
+
+SPEC_FIELDS = {f.name: f for f in fields(MethodSpec)}
+_TYPES = {"str": str, "bool": bool, "float": float, "int": int}
+
+
+def _coerce(key: str, value, type_name: str):
+    if key == "reward_weights":
+        if value is None:
+            return None
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            raise ConfigError(f"method.reward_weights: expected a list of numbers, got {value!r}")
+        return tuple(float(v) for v in value)
+    expected = _TYPES[type_name]
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        raise ConfigError(f"method.{key}: expected {type_name}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def build_spec(values: dict) -> MethodSpec:
+    """MethodSpec from a dict, rejecting unknown keys, wrong types and out-of-range values."""
+    clean = {}
+    for key, value in values.items():
+        if key not in SPEC_FIELDS:
+            raise ConfigError(f"method.{key}: unknown axis; valid: {', '.join(SPEC_FIELDS)}")
+        clean[key] = _coerce(key, value, str(SPEC_FIELDS[key].type).split(" ")[0])
+    spec = MethodSpec(**clean)
+    validate_spec(spec)
+    return spec
+
+
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+def validate_spec(spec: MethodSpec) -> None:
+    for axis, choices in AXIS_CHOICES.items():
+        value = getattr(spec, axis)
+        _check(value in choices, f"method.{axis}: unknown value {value!r}; valid: {', '.join(choices)}")
+    _check(0 <= spec.eps_low <= 1, f"method.eps_low: must be in [0, 1], got {spec.eps_low}")
+    _check(spec.eps_high >= 0, f"method.eps_high: must be >= 0, got {spec.eps_high}")
+    if spec.surrogate in ("clip", "dual_clip", "clip_cov") and spec.ratio != "geometric":
+        _check(spec.eps_high >= spec.eps_low,
+               f"method.eps_high ({spec.eps_high}) < method.eps_low ({spec.eps_low}): Clip-Higher needs eps_high >= eps_low")
+    _check(spec.dual_clip_c > 1, f"method.dual_clip_c: must be > 1, got {spec.dual_clip_c}")
+    _check(spec.kl_coef >= 0, f"method.kl_coef: must be >= 0, got {spec.kl_coef}")
+    _check(spec.adv_eps >= 0, f"method.adv_eps: must be >= 0, got {spec.adv_eps}")
+    _check(0 < spec.top_entropy_quantile <= 1, f"method.top_entropy_quantile: must be in (0, 1], got {spec.top_entropy_quantile}")
+    _check(0 < spec.cov_fraction <= 1, f"method.cov_fraction: must be in (0, 1], got {spec.cov_fraction}")
+    _check(0 < spec.tracker_decay <= 1, f"method.tracker_decay: must be in (0, 1], got {spec.tracker_decay}")
+    _check(spec.overlong_buffer >= 1, f"method.overlong_buffer: must be >= 1, got {spec.overlong_buffer}")
+    _check(spec.max_sampling_rounds >= 1, f"method.max_sampling_rounds: must be >= 1, got {spec.max_sampling_rounds}")
+    _check(spec.dpo_beta > 0, f"method.dpo_beta: must be > 0, got {spec.dpo_beta}")
+    if spec.ratio == "geometric":
+        _check(spec.surrogate == "clip", "method.ratio=geometric (GMPO) clips in log space itself: use surrogate=clip")
+    if spec.surrogate == "group_dpo":
+        _check(spec.ratio == "token", "method.surrogate=group_dpo uses sequence log-probs directly: use ratio=token")
+    if spec.advantage in ("reinforce_pp", "reinforce_pp_baseline") or spec.kl_placement == "reward":
+        _check(spec.kl_placement == "reward" or spec.kl_coef == 0 or spec.advantage not in ("reinforce_pp",),
+               "method.advantage=reinforce_pp folds the KL into the reward: set kl_placement=reward")
+    _check(spec.advantage != "value_tracker" or spec.kl_placement == "loss" or spec.kl_coef == 0,
+           "method.advantage=value_tracker: kl_placement=reward is not supported with the tracker; use loss")

@@ -1,0 +1,16 @@
+"""The one state folder: MLflow database and artifacts, Optuna storage, model cache, run outputs.
+
+Default ``./grpolab-state``; ``$GRPOLAB_STATE`` or the CLI's ``--state`` override it.
+``$MLFLOW_TRACKING_URI`` overrides the embedded MLflow store.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def state_dir(override: str | os.PathLike | None = None) -> Path:
+    path = Path(override or os.environ.get("GRPOLAB_STATE") or "grpolab-state")
+    path.mkdir(parents=True, exist_ok=True)
+    return path

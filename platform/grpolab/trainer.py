@@ -1,0 +1,155 @@
+"""The ONE module that touches TRL internals: a GRPOTrainer subclass running grpolab's axes.
+
+Override points (TRL 1.16.0, pinned; tests/test_trl_contract.py fails loudly if they move):
+- ``_calculate_rewards``: keep the gathered reward components, plus correctness and lengths.
+- ``_generate_and_score_completions``: call TRL, then replace its advantages with
+  ``grpolab.algorithms.compute_advantages`` and record the rollout curves.
+- ``_compute_loss``: the per-token log-probs and entropies from TRL's patched forward, then
+  ``grpolab.algorithms.policy_loss``. Scaled for gradient accumulation here, because TRL sets
+  ``loss_is_scaled_for_ga``.
+Native TRL settings used where TRL is exact: ``mask_truncated_completions`` (overlong filter),
+``num_iterations`` / ``steps_per_generation`` (rollout reuse), the reference model (beta != 0).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from accelerate.utils import gather_object
+from trl import GRPOTrainer
+
+from . import algorithms
+from .algorithms.losses import kl_estimate
+from .errors import NonFiniteLossError
+from .metrics import rollout_metrics
+from .spec import MethodSpec
+
+
+class GrpoLabTrainer(GRPOTrainer):
+    def __init__(self, *args, spec: MethodSpec, task, examples, **kwargs):
+        self.spec = spec
+        self.task = task
+        self.examples = examples                  # dataset row idx -> Example (for the verifier)
+        self.tracker = algorithms.ValueTracker(spec.tracker_decay) if spec.advantage == "value_tracker" else None
+        self.entropy_coef_now = spec.entropy_coef
+        self.cumulative_tokens = 0.0
+        self.last_rollout: list[dict] = []        # a few rows of the latest rollout, for the samples artifact
+        self._stash: dict = {}
+        super().__init__(*args, **kwargs)
+        if self.accelerator.num_processes > 1 and spec.advantage in ("reinforce_pp", "reinforce_pp_baseline"):
+            raise NotImplementedError("reinforce_pp whitening over several processes is not implemented yet")
+
+    # -- rewards ------------------------------------------------------------------------
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        eos = self.processing_class.eos_token_id
+        local = [
+            (self.task.is_correct(self.examples[x["idx"]], c), len(ids), (not ids) or ids[-1] != eos, x["prompt"], c)
+            for x, c, ids in zip(inputs, completions, completion_ids_list)
+        ]
+        rows = gather_object(local) if self.accelerator.num_processes > 1 else local
+        self._stash = {"rewards": rewards, "rows": rows}
+        return rewards
+
+    # -- advantages ---------------------------------------------------------------------
+    def _generate_and_score_completions(self, inputs):
+        out = super()._generate_and_score_completions(inputs)
+        if not self.model.training:
+            return out
+        rewards_k, rows = self._stash["rewards"], self._stash["rows"]
+        G, device = self.num_generations, rewards_k.device
+        n_local = out["completion_ids"].size(0)
+        start = self.accelerator.process_index * n_local
+        mask = out["completion_mask"].float()
+        penalty = self._token_kl_penalty(out, mask) if self._kl_in_reward else None
+        rewards_adj = rewards_k
+        if penalty is not None and self.spec.advantage not in ("reinforce_pp", "reinforce_pp_baseline"):
+            seq_pen = self._gather((penalty * mask).sum(-1))
+            total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
+            rewards_adj = (total - seq_pen).unsqueeze(1)
+            self._metrics["train"]["kl_reward_penalty"].append(seq_pen.mean().item())
+        advantages = algorithms.compute_advantages(
+            self.spec, rewards_adj, G, mask=mask, token_penalty=penalty,
+            prompt_keys=[r[3] for r in rows], tracker=self.tracker,
+        )
+        if advantages.dim() == 1:
+            advantages = advantages[start:start + n_local]
+        out["advantages"] = advantages.to(device)
+        total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
+        out["group_ids"] = (torch.arange(total.numel(), device=device) // G)[start:start + n_local]
+        out["seq_rewards"] = total[start:start + n_local]
+        self._record_rollout(total, rows, G)
+        return out
+
+    @property
+    def _kl_in_reward(self) -> bool:
+        return self.spec.kl_coef > 0 and self.spec.kl_placement == "reward"
+
+    def _token_kl_penalty(self, out, mask):
+        """beta * KL_t(pi_old || pi_ref) per token, detached: the reward-side KL (REINFORCE++, RLOO)."""
+        old = out.get("old_per_token_logps")
+        if old is None:  # on-policy: TRL skipped the old log-probs; the current policy is pi_old
+            with torch.no_grad():
+                ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
+                attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
+                old, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, attn, out["completion_ids"].size(1))
+        return self.spec.kl_coef * kl_estimate(old, out["ref_per_token_logps"], self.spec.kl_estimator).detach() * mask
+
+    def _gather(self, t: torch.Tensor) -> torch.Tensor:
+        return self.accelerator.gather(t) if self.accelerator.num_processes > 1 else t
+
+    def _record_rollout(self, total: torch.Tensor, rows: list, G: int) -> None:
+        correct = torch.tensor([r[0] for r in rows])
+        lengths = torch.tensor([r[1] for r in rows], dtype=torch.float32)
+        truncated = torch.tensor([r[2] for r in rows])
+        stats = rollout_metrics(total.float().cpu(), correct, lengths, truncated, G)
+        self.cumulative_tokens += stats["tokens/generated"]
+        stats["tokens/cumulative"] = self.cumulative_tokens
+        stats["override/advantage"] = 1.0
+        for key, value in stats.items():
+            self._metrics["train"][key].append(value)
+        self.last_rollout = [
+            {"prompt": r[3], "completion": r[4], "reward": float(total[i]), "correct": bool(r[0]), "length": r[1]}
+            for i, r in enumerate(rows[: 4 * G])
+        ]
+
+    # -- loss ---------------------------------------------------------------------------
+    def _compute_loss(self, model, inputs):
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
+        need_entropy = True  # entropy is a tracked curve for every method
+        logp, entropies, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=need_entropy)
+        old = inputs.get("old_per_token_logps")
+        old = logp.detach() if old is None else old
+        training = self.model.training
+        spg = self.args.steps_per_generation if training else 1
+        token_normaliser = inputs["num_items_in_batch"] / self.accelerator.num_processes / spg
+        loss, stats = algorithms.policy_loss(
+            self.spec, logp, old, inputs["advantages"], completion_mask, inputs.get("ref_per_token_logps"),
+            token_normaliser=token_normaliser, max_completion_length=self.max_completion_length,
+            entropies=entropies, entropy_coef=self.entropy_coef_now, rewards=inputs.get("seq_rewards"),
+            group_ids=inputs.get("group_ids"),
+        )
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(f"non-finite loss {loss.item()} at step {self.state.global_step}")
+        if training:
+            loss = loss / self.current_gradient_accumulation_steps
+            self._update_entropy_coef(stats.get("entropy"))
+        for key, value in stats.items():
+            if not (isinstance(value, float) and math.isnan(value)):
+                self._metrics["train" if training else "eval"][key].append(value)
+        self._metrics["train"]["override/loss"].append(1.0)
+        return loss
+
+    def _update_entropy_coef(self, entropy: float | None) -> None:
+        """Adaptive entropy bonus: coef += step while entropy < target, else coef -= step (>= 0),
+        applied once per optimizer step (at the accumulation boundary)."""
+        if self.spec.entropy_mode != "adaptive" or entropy is None or not self.accelerator.sync_gradients:
+            return
+        step = self.spec.entropy_coef_step
+        self.entropy_coef_now = self.entropy_coef_now + step if entropy < self.spec.entropy_target else max(
+            self.entropy_coef_now - step, 0.0)
+        self._metrics["train"]["entropy_coef"].append(self.entropy_coef_now)

@@ -1,0 +1,66 @@
+"""Sampling and pass@k scoring shared by the warm start and the held-out evaluation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .tasks import Example, Task
+
+
+@dataclass
+class EvalResult:
+    pass_at_1: float          # mean correctness over all k samples of all prompts (unbiased pass@1)
+    pass_at_k: float          # fraction of prompts with at least one correct sample among k
+    greedy_accuracy: float    # fraction of prompts whose greedy completion is correct
+    mean_length: float        # mean sampled completion length in tokens
+    samples: list[dict]       # a few (prompt, completion, correct) rows for inspection
+
+
+@torch.no_grad()
+def sample(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int,
+           temperature: float = 1.0, greedy: bool = False) -> tuple[list[str], list[int]]:
+    """n completions per prompt (prompt-major order) and their token lengths (EOS counted)."""
+    was_training = model.training
+    model.eval()
+    batch = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
+    batch = {k: v.to(model.device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
+    out = model.generate(
+        **batch, do_sample=not greedy, temperature=temperature if not greedy else None,
+        top_k=0 if not greedy else None, max_new_tokens=max_new_tokens,
+        num_return_sequences=1 if greedy else n, pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    model.train(was_training)
+    completion_ids = out[:, batch["input_ids"].shape[1]:]
+    texts, lengths = [], []
+    for row in completion_ids.tolist():
+        length = len(row)
+        if tokenizer.eos_token_id in row:
+            length = row.index(tokenizer.eos_token_id) + 1
+        lengths.append(length)
+        texts.append(tokenizer.decode(row[:length], skip_special_tokens=True))
+    return texts, lengths
+
+
+def evaluate(model, tokenizer, task: Task, examples: list[Example], k: int,
+             temperature: float = 1.0, batch_prompts: int = 64, keep_samples: int = 8) -> EvalResult:
+    correct_counts, lengths, greedy_hits, samples = [], [], 0, []
+    for start in range(0, len(examples), batch_prompts):
+        chunk = examples[start:start + batch_prompts]
+        prompts = [e.prompt for e in chunk]
+        texts, lens = sample(model, tokenizer, prompts, k, task.max_completion_length, temperature)
+        lengths.extend(lens)
+        for i, ex in enumerate(chunk):
+            hits = [task.is_correct(ex, t) for t in texts[i * k:(i + 1) * k]]
+            correct_counts.append(sum(hits))
+            if len(samples) < keep_samples:
+                samples.append({"prompt": ex.prompt, "answer": ex.answer, "completion": texts[i * k], "correct": hits[0]})
+        greedy_texts, _ = sample(model, tokenizer, prompts, 1, task.max_completion_length, greedy=True)
+        greedy_hits += sum(task.is_correct(ex, t) for ex, t in zip(chunk, greedy_texts))
+    n = max(len(examples), 1)
+    return EvalResult(
+        pass_at_1=sum(correct_counts) / (n * k), pass_at_k=sum(c > 0 for c in correct_counts) / n,
+        greedy_accuracy=greedy_hits / n, mean_length=sum(lengths) / max(len(lengths), 1), samples=samples,
+    )

@@ -1,0 +1,224 @@
+"""Verifiable toy tasks, generated deterministically from a seed.
+
+Every task yields ``Example(prompt, answer, meta)`` and scores a completion into named reward
+components (the first component, or ``correct``, is the verifiable correctness). The held-out
+eval split is drawn first and the train split never contains an eval prompt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Example:
+    prompt: str
+    answer: str
+    meta: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Task:
+    """A task: a generator of examples, an SFT target writer and a verifier."""
+
+    name: str
+    params: dict
+    reward_names: tuple[str, ...]
+    max_completion_length: int
+    _generate: Callable[[random.Random, dict], Example]
+    _target: Callable[[Example, random.Random, dict], str]
+    _score: Callable[[Example, str, dict], dict[str, float]]
+    _correct: Callable[[Example, str], bool]
+
+    def splits(self, seed: int, n_train: int, n_eval: int) -> tuple[list[Example], list[Example]]:
+        """(train, eval): eval drawn first from its own stream, train excludes eval prompts."""
+        eval_rng, train_rng = random.Random(f"{self.name}-eval-{seed}"), random.Random(f"{self.name}-train-{seed}")
+        eval_set = _unique(lambda: self._generate(eval_rng, self.params), n_eval, exclude=set())
+        train_set = _unique(lambda: self._generate(train_rng, self.params), n_train, exclude={e.prompt for e in eval_set})
+        return train_set, eval_set
+
+    def target(self, example: Example, rng: random.Random) -> str:
+        return self._target(example, rng, self.params)
+
+    def score(self, example: Example, completion: str) -> dict[str, float]:
+        return self._score(example, completion, self.params)
+
+    def is_correct(self, example: Example, completion: str) -> bool:
+        return self._correct(example, completion)
+
+
+def _unique(draw, n: int, exclude: set[str]) -> list[Example]:
+    """Up to n examples with distinct prompts; small spaces (2-digit sums) may hold fewer."""
+    seen, out = set(exclude), []
+    for _ in range(n * 50):
+        if len(out) == n:
+            break
+        ex = draw()
+        if ex.prompt not in seen:
+            seen.add(ex.prompt)
+            out.append(ex)
+    return out
+
+
+def _strip(completion: str) -> str:
+    return completion.strip()
+
+
+# --- addition -----------------------------------------------------------------------------
+
+def _carries(a: int, b: int) -> int:
+    carry, count = 0, 0
+    while a or b:
+        carry = 1 if (a % 10 + b % 10 + carry) >= 10 else 0
+        count += carry
+        a, b = a // 10, b // 10
+    return count
+
+
+def _gen_addition(rng: random.Random, p: dict) -> Example:
+    lo, hi = 10 ** (p["digits"] - 1) if p["digits"] > 1 else 0, 10 ** p["digits"] - 1
+    while True:
+        a, b = rng.randint(lo, hi), rng.randint(lo, hi)
+        c = _carries(a, b)
+        if p["min_carries"] <= c <= p["max_carries"]:
+            return Example(f"{a}+{b}=", str(a + b), {"a": a, "b": b, "carries": c})
+
+
+def _answer_after_colon(completion: str) -> str:
+    """The scratchpad task's answer is whatever follows the last ':' (the pad is free text)."""
+    return _strip(completion.rsplit(":", 1)[-1])
+
+
+def _scratch_target(ex: Example, rng: random.Random, p: dict) -> str:
+    """Half the SFT targets show column work, half answer directly: lengths vary by design."""
+    if rng.random() < 0.5:
+        return ex.answer
+    a, b, carry, steps = ex.meta["a"], ex.meta["b"], 0, []
+    while a or b or carry:
+        s = a % 10 + b % 10 + carry
+        steps.append(f"{a % 10}+{b % 10}+{carry}={s}")
+        carry, a, b = s // 10, a // 10, b // 10
+    return ",".join(steps) + ":" + ex.answer
+
+
+def _format_target(ex: Example, rng: random.Random, p: dict) -> str:
+    return f"({ex.answer})" if rng.random() < 0.7 else ex.answer
+
+
+_FORMAT = re.compile(r"^\((\d+)\)$")
+
+
+def _format_score(ex: Example, completion: str, p: dict) -> dict[str, float]:
+    text = _strip(completion)
+    digits = re.sub(r"[()]", "", text)
+    return {"format": float(bool(_FORMAT.match(text))), "correct": float(digits == ex.answer)}
+
+
+def _random_reward(ex: Example, completion: str, p: dict) -> dict[str, float]:
+    """Reward independent of correctness: a fair coin keyed by (salt, prompt, completion)."""
+    h = hashlib.sha256(f"{p['salt']}|{ex.prompt}|{completion}".encode()).digest()
+    return {"random": float(h[0] % 2)}
+
+
+# --- countdown ----------------------------------------------------------------------------
+
+def _gen_countdown(rng: random.Random, p: dict) -> Example:
+    while True:
+        nums = [rng.randint(1, p["max_number"]) for _ in range(p["numbers"])]
+        order = nums[:]
+        rng.shuffle(order)
+        expr = str(order[0])
+        for n in order[1:]:
+            expr += rng.choice("+-*") + str(n)
+        target = eval(expr)  # noqa: S307 - expr is built here from digits and +-* only
+        if 0 < target <= p["max_target"]:
+            return Example(f"C{','.join(map(str, nums))}T{target}=", expr, {"numbers": nums, "target": target})
+
+
+_EXPR = re.compile(r"^\d+([+\-*]\d+)*$")
+
+
+def _countdown_correct(ex: Example, completion: str) -> bool:
+    expr = _strip(completion)
+    if not _EXPR.match(expr):
+        return False
+    used = sorted(int(x) for x in re.findall(r"\d+", expr))
+    pool = list(ex.meta["numbers"])
+    for n in used:  # each given number at most once
+        if n not in pool:
+            return False
+        pool.remove(n)
+    return eval(expr) == ex.meta["target"]  # noqa: S307 - validated by _EXPR
+
+
+# --- sorting ------------------------------------------------------------------------------
+
+def _gen_sorting(rng: random.Random, p: dict) -> Example:
+    nums = [rng.randint(0, p["max_number"]) for _ in range(p["length"])]
+    return Example(f"S{','.join(map(str, nums))}=", ",".join(map(str, sorted(nums))), {"numbers": nums})
+
+
+def _exact(ex: Example, completion: str) -> bool:
+    return _strip(completion) == ex.answer
+
+
+def _correct_only(correct: Callable[[Example, str], bool]):
+    return lambda ex, completion, p: {"correct": float(correct(ex, completion))}
+
+
+def _answer_only(ex: Example, rng: random.Random, p: dict) -> str:
+    return ex.answer
+
+
+def _scratch_correct(ex: Example, completion: str) -> bool:
+    return _answer_after_colon(completion) == ex.answer
+
+
+def _format_correct(ex: Example, completion: str) -> bool:
+    return _format_score(ex, completion, {})["correct"] == 1.0
+
+
+_ADDITION = {"digits": 2, "min_carries": 0, "max_carries": 99}
+# name -> (defaults, reward names, max completion length(params), generate, target, score, correct)
+TASKS: dict[str, tuple] = {
+    "addition": (_ADDITION, ("correct",), lambda p: p["digits"] + 4,
+                 _gen_addition, _answer_only, _correct_only(_exact), _exact),
+    "addition_scratchpad": (_ADDITION, ("correct",), lambda p: 12 * (p["digits"] + 1) + 8,
+                            _gen_addition, _scratch_target, _correct_only(_scratch_correct), _scratch_correct),
+    "addition_format": (_ADDITION, ("format", "correct"), lambda p: p["digits"] + 6,
+                        _gen_addition, _format_target, _format_score, _format_correct),
+    "countdown": ({"numbers": 3, "max_number": 9, "max_target": 99}, ("correct",), lambda p: 4 * p["numbers"] + 4,
+                  _gen_countdown, _answer_only, _correct_only(_countdown_correct), _countdown_correct),
+    "sorting": ({"length": 4, "max_number": 9}, ("correct",), lambda p: 3 * p["length"] + 4,
+                _gen_sorting, _answer_only, _correct_only(_exact), _exact),
+    "random_reward": ({**_ADDITION, "salt": 0}, ("random",), lambda p: p["digits"] + 4,
+                      _gen_addition, _answer_only, _random_reward, _exact),
+}
+
+
+def make_task(name: str, **params) -> Task:
+    """Build a task by name; unknown names or parameters raise ConfigError naming the valid ones."""
+    if name not in TASKS:
+        raise ConfigError(f"task.name: unknown task {name!r}; valid: {', '.join(sorted(TASKS))}")
+    defaults, rewards, max_len, gen, target, score, correct = TASKS[name]
+    unknown = set(params) - set(defaults)
+    if unknown:
+        raise ConfigError(f"task.{sorted(unknown)[0]}: not a parameter of task {name!r}; valid: {', '.join(sorted(defaults))}")
+    merged = {**defaults, **params}
+    for key, value in merged.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ConfigError(f"task.{key}: expected a non-negative integer, got {value!r}")
+    if "digits" in merged and not 1 <= merged["digits"] <= 12:
+        raise ConfigError(f"task.digits: must be between 1 and 12, got {merged['digits']}")
+    if merged.get("min_carries", 0) > merged.get("max_carries", 99):
+        raise ConfigError("task.min_carries: must not exceed task.max_carries")
+    for key in ("numbers", "length", "max_number"):
+        if key in merged and merged[key] < 1:
+            raise ConfigError(f"task.{key}: must be at least 1, got {merged[key]}")
+    return Task(name, merged, rewards, max_len(merged), gen, target, score, correct)
