@@ -50,6 +50,7 @@ class MethodSpec:
     kl_coef: float = 0.0                  # beta; 0 turns the reference model off
     kl_estimator: str = "k3"
     kl_placement: str = "loss"
+    kl_ratio_correction: bool = False     # multiply the in-loss KL by the IS ratio (DeepSeek-V3.2; TRL's default)
     sampling: str = "static"
     max_sampling_rounds: int = 4          # dynamic sampling: generation rounds per batch at most
     overlong_filter: bool = False         # mask truncated completions out of the loss

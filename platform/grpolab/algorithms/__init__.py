@@ -69,7 +69,8 @@ def compute_advantages(spec: MethodSpec, rewards: torch.Tensor, group_size: int,
 
 
 def entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, top_quantile: float) -> torch.Tensor:
-    """The top ``top_quantile`` fraction of valid tokens by entropy (the "80/20" rule keeps 0.2):
+    """The top ``top_quantile`` fraction of valid tokens by entropy (the "80/20" rule, 2506.01939,
+    keeps 0.2; the others get zero loss but stay in the token normaliser):
     tokens with entropy >= the (1 - top_quantile) quantile over valid tokens."""
     valid = entropies[mask.bool()].float()
     if valid.numel() == 0:
@@ -91,7 +92,7 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
     """Loss of one micro-batch (before gradient-accumulation scaling) and its statistics.
 
     logp, old_logp, ref_logp, mask, entropies: (B, T); advantages (B,) or (B, T). The loss is
-    surrogate(ratio) [+ beta * KL when kl_placement == "loss"] aggregated per ``spec.aggregation``
+    surrogate(ratio) [+ beta * KL (times rho if kl_ratio_correction) when kl_placement == "loss"] aggregated per ``spec.aggregation``
     [- entropy_coef * mean entropy]. Stats: clip fractions (low: rho < 1 - eps_low with A < 0;
     high: rho > 1 + eps_high with A > 0; region: either), mean old-policy probability of
     high-clipped tokens, KL, entropy, and the method's own selection counts."""
@@ -114,8 +115,13 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
     else:
         per_token, coef = _surrogate(spec, logp, log_ratio, A, mask, stats, generator)
         if ref_logp is not None and spec.kl_coef > 0 and spec.kl_placement == "loss":
-            per_token = per_token + spec.kl_coef * L.kl_estimate(logp, ref_logp, spec.kl_estimator)
-        loss = L.aggregate(per_token, eff_mask, spec.aggregation, token_normaliser, max_completion_length)
+            kl = L.kl_estimate(logp, ref_logp, spec.kl_estimator)
+            if spec.kl_ratio_correction:  # unbiased reverse-KL gradient off-policy; changes it on-policy too
+                kl = kl * coef
+            per_token = per_token + spec.kl_coef * kl
+        if spec.top_entropy_quantile < 1.0:  # zero low-entropy tokens; the normaliser still counts them
+            per_token = per_token * eff_mask
+        loss = L.aggregate(per_token, mask, spec.aggregation, token_normaliser, max_completion_length)
     if ref_logp is not None:
         stats["kl"] = _masked_mean(L.kl_estimate(logp.detach(), ref_logp, spec.kl_estimator), mask)
     if entropies is not None:
