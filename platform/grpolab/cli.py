@@ -13,6 +13,7 @@ import sys
 import warnings
 
 from .errors import ConfigError
+from .tracking_signals import RunKilled
 
 
 def _cmd_run(args) -> int:
@@ -86,6 +87,12 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted: the run was recorded as KILLED", file=sys.stderr)
+        return 130
+    except RunKilled as exc:
+        print(f"terminated ({exc}): the run was recorded as KILLED", file=sys.stderr)
+        return 143
 
 
 if __name__ == "__main__":

@@ -164,7 +164,11 @@ def build_config(data: dict) -> RunConfig:
     base = get_method(method_raw.get("base")) if isinstance(method_raw, dict) and method_raw.get("base") else (
         METHODS.get(method_raw) if isinstance(method_raw, str) else None)
     train_raw = {**(base.regime if base else {}), **(data.get("train") or {})}
-    sections = {k: _section(cls, train_raw if k == "train" else data.get(k), k) for k, cls in _SECTIONS.items()}
+    model_raw = data.get("model")
+    if isinstance(model_raw, dict) and "path" in model_raw and "preset" not in model_raw:
+        model_raw = {**model_raw, "preset": None}  # a local model replaces the default preset
+    raws = {**data, "train": train_raw, "model": model_raw}
+    sections = {k: _section(cls, raws.get(k), k) for k, cls in _SECTIONS.items()}
     task_raw = data.get("task") or {"name": "addition"}
     if not isinstance(task_raw, dict) or "name" not in task_raw:
         raise ConfigError(f"task: expected a mapping with a name; valid names: {', '.join(TASKS)}")

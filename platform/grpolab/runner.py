@@ -126,7 +126,7 @@ def _sigterm_as_killed():
 
 
 def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str | None = None,
-                   extra_tags: dict | None = None) -> RunResult:
+                   extra_tags: dict | None = None, callbacks: list | None = None) -> RunResult:
     """Train one experiment end to end and record it; returns its result (raises on failure,
     after the MLflow run has been ended FAILED or KILLED)."""
     import datasets
@@ -170,7 +170,7 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
         trainer = GrpoLabTrainer(
             model=model, reward_funcs=_reward_funcs(task, train, cfg.spec, max_len),
             args=_grpo_args(cfg, task, state / "runs" / f"{cfg.name}-s{cfg.seed}"), train_dataset=dataset,
-            processing_class=tokenizer, callbacks=[callback], spec=cfg.spec, task=task, examples=train,
+            processing_class=tokenizer, callbacks=[callback, *(callbacks or [])], spec=cfg.spec, task=task, examples=train,
         )
         if cfg.spec.needs_reference and trainer.ref_model is None:
             raise RuntimeError("the method needs a reference model but TRL did not build one")

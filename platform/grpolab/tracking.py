@@ -23,6 +23,8 @@ import mlflow
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from .tracking_signals import RunKilled
+
 MAX_BATCH = 1000        # MLflow's limit of metrics per log_batch call
 MAX_PARAM_LEN = 6000
 
@@ -145,7 +147,3 @@ class RunRecorder:
         else:
             self.end("FAILED", exc)
         return False
-
-
-class RunKilled(BaseException):
-    """Raised from the SIGTERM handler so the run ends KILLED, not FAILED or RUNNING."""

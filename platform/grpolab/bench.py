@@ -1,0 +1,107 @@
+"""Benchmarks (reported, never enforced by tests).
+
+tracking: the same run with MLflow tracking on and off, alternating; reports the median
+          training seconds per optimizer step of each and the overhead.
+trainer:  grpolab's GrpoLabTrainer (GRPO spec) against stock TRL GRPOTrainer (loss_type grpo,
+          beta 0.04) on the same data and weights, alternating in one process; reports the
+          step-time ratio.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+
+class _StepTimer(TrainerCallback):
+    def __init__(self):
+        self.times, self._t = [], None
+
+    def on_step_begin(self, args, state, control, **kw):
+        self._t = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kw):
+        self.times.append(time.perf_counter() - self._t)
+
+
+def _cfg(preset: str, steps: int, tracked: bool):
+    from .config import build_config
+    return build_config({
+        "name": f"bench-{'tracked' if tracked else 'untracked'}", "method": "grpo",
+        "task": {"name": "addition", "digits": 2}, "model": {"preset": preset},
+        "train": {"steps": steps, "group_size": 8, "prompts_per_rollout": 8},
+        "eval": {"every": 0, "prompts": 8, "k": 1},
+        "tracking": {"enabled": tracked, "experiment": "grpolab-bench", "flush_every": 20},
+    })
+
+
+def bench_tracking(state: Path, preset: str, steps: int, repeats: int) -> dict:
+    from .runner import run_experiment
+    per_step = {True: [], False: []}
+    for _ in range(repeats):
+        for tracked in (False, True):
+            timer = _StepTimer()
+            run_experiment(_cfg(preset, steps, tracked), state, callbacks=[timer])
+            per_step[tracked].append(statistics.median(timer.times[2:]))  # skip warm-up steps
+    off, on = statistics.median(per_step[False]), statistics.median(per_step[True])
+    return {"preset": preset, "steps": steps, "repeats": repeats, "untracked_s_per_step": off,
+            "tracked_s_per_step": on, "overhead_percent": 100 * (on / off - 1)}
+
+
+def bench_trainer(preset: str, steps: int, repeats: int) -> dict:
+    import datasets
+    from trl import GRPOConfig, GRPOTrainer
+
+    from .methods import get_method
+    from .trainer import GrpoLabTrainer
+    from .world.models import build_model, save_model
+    from .world.tasks import make_task
+
+    task = make_task("addition", digits=2)
+    train, _ = task.splits(0, 2000, 8)
+    ds = datasets.Dataset.from_dict({"prompt": [e.prompt for e in train], "idx": list(range(len(train)))})
+    tmp = Path(tempfile.mkdtemp())
+    model_dir = save_model(*build_model(preset, 0), tmp / "model")
+
+    def reward(prompts, completions, idx, **kw):
+        return [task.score(train[i], c)["correct"] for i, c in zip(idx, completions)]
+
+    def make(ours: bool):
+        args = GRPOConfig(output_dir=str(tmp / "out"), report_to="none", max_steps=steps, logging_steps=1,
+                          per_device_train_batch_size=64, num_generations=8, max_completion_length=8,
+                          beta=0.04, loss_type="grpo", use_bias_correction_kl=False, use_cpu=True,
+                          disable_tqdm=True, save_strategy="no", seed=0, top_k=0)
+        kw = dict(model=str(model_dir), reward_funcs=[reward], args=args, train_dataset=ds)
+        if ours:
+            return GrpoLabTrainer(**kw, spec=get_method("grpo").spec(), task=task, examples=train)
+        return GRPOTrainer(**kw)
+
+    times = {True: [], False: []}
+    for _ in range(repeats):
+        for ours in (False, True):
+            trainer = make(ours)
+            timer = _StepTimer()
+            trainer.add_callback(timer)
+            trainer.train()
+            times[ours].append(statistics.median(timer.times[2:]))
+    stock, mine = statistics.median(times[False]), statistics.median(times[True])
+    return {"preset": preset, "steps": steps, "repeats": repeats, "stock_trl_s_per_step": stock,
+            "grpolab_s_per_step": mine, "ratio": mine / stock}
+
+
+def main(args) -> int:
+    import json
+
+    from .state import state_dir
+    out = {}
+    if args.what in ("tracking", "all"):
+        out["tracking"] = bench_tracking(state_dir(args.state), args.preset or "tiny", args.steps, args.repeats)
+        print(json.dumps(out["tracking"], indent=2), flush=True)
+    if args.what in ("trainer", "all"):
+        out["trainer"] = bench_trainer(args.preset or "small", args.steps, args.repeats)
+        print(json.dumps(out["trainer"], indent=2), flush=True)
+    return 0

@@ -1,0 +1,144 @@
+"""Real short runs, read back from the MLflow store: every curve, tags, params, artifacts, and
+honest statuses (FINISHED, FAILED with the reason, KILLED on SIGTERM and SIGINT)."""
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from grpolab.config import build_config
+from grpolab.metrics import DEFINITIONS, REQUIRED_RUN_METRICS, render_doc
+from grpolab.runner import run_experiment
+from grpolab.tracking import clean_metric_name, tracking_uri
+from conftest import REPO
+
+
+def small_cfg(name, **train):
+    data = {"name": name, "method": {"base": "grpo", "eps_low": 0.02, "eps_high": 0.02},
+            "task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"},
+            "train": {"steps": 4, "group_size": 8, "prompts_per_rollout": 8, "minibatches": 2,
+                      "learning_rate": 0.002, **train},
+            "eval": {"every": 2, "prompts": 16, "k": 4}, "tracking": {"flush_every": 2}}
+    return build_config(data)
+
+
+def client(state):
+    return MlflowClient(tracking_uri(state))
+
+
+def runs_named(state, name):
+    c = client(state)
+    exp = c.get_experiment_by_name("grpolab")
+    return c.search_runs([exp.experiment_id], f"attributes.run_name = '{name}'") if exp else []
+
+
+def test_short_run_records_every_curve_tag_param_and_artifact(shared_state):
+    result = run_experiment(small_cfg("readback"), shared_state)
+    c = client(shared_state)
+    run = c.get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    metrics = run.data.metrics
+    for key in REQUIRED_RUN_METRICS:
+        assert clean_metric_name(key) in metrics, key
+    # clipping binds because the second minibatch of each rollout is off-policy
+    history = c.get_metric_history(result.run_id, "clip/region_fraction")
+    assert len(history) == 4 and max(m.value for m in history) > 0
+    assert "clip/high_old_prob" in metrics or "clip/low_fraction" in metrics
+    kl = c.get_metric_history(result.run_id, "kl")
+    assert kl[0].step == 1 and kl[0].value == pytest.approx(0.0, abs=1e-6)  # policy == reference before step 1
+    assert max(m.value for m in kl) > 0 and metrics["entropy"] > 0
+    tokens = c.get_metric_history(result.run_id, "tokens/cumulative")
+    # one rollout per two optimizer steps (minibatches=2): rollout curves are logged when generated
+    assert [m.step for m in tokens] == [1, 3] and tokens[-1].value > tokens[0].value
+    evals = c.get_metric_history(result.run_id, "eval/pass_at_1")
+    assert [m.step for m in evals] == [0, 2, 4]
+    tags = run.data.tags
+    for key in ("grpolab.method", "grpolab.spec_hash", "grpolab.git_commit", "grpolab.seed", "versions.torch",
+                "versions.trl", "versions.transformers", "grpolab.overrides"):
+        assert tags.get(key), key
+    assert tags["grpolab.method"] == "grpo" and tags["versions.trl"] == "1.16.0"
+    assert run.data.params["method.eps_high"] == "0.02" and run.data.params["train.minibatches"] == "2"
+    artifacts = {a.path for a in c.list_artifacts(result.run_id)}
+    assert {"config.json", "samples.json", "warm_start.json"} <= artifacts
+    assert result.final_eval["eval/pass@1"] >= 0 and result.steps == 4
+
+
+def test_reward_function_error_ends_failed_with_reason(shared_state, monkeypatch):
+    from grpolab.world import tasks
+
+    def boom(self, example, completion):
+        raise RuntimeError("reward service exploded")
+    monkeypatch.setattr(tasks.Task, "score", boom)
+    with pytest.raises(RuntimeError, match="exploded"):
+        run_experiment(small_cfg("fails"), shared_state)
+    (run,) = runs_named(shared_state, "fails-s0")
+    assert run.info.status == "FAILED"
+    assert "reward service exploded" in run.data.tags["grpolab.error"]
+
+
+def test_non_finite_loss_stops_the_run_as_failed(shared_state, monkeypatch):
+    from grpolab.world import tasks
+    monkeypatch.setattr(tasks.Task, "score", lambda self, e, c: {"correct": math.nan})
+    from grpolab.errors import NonFiniteLossError
+    with pytest.raises(NonFiniteLossError):
+        run_experiment(small_cfg("nan"), shared_state)
+    (run,) = runs_named(shared_state, "nan-s0")
+    assert run.info.status == "FAILED" and "non-finite loss" in run.data.tags["grpolab.error"]
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_signal_ends_killed(shared_state, tmp_path, sig, code):
+    name = f"kill-{sig.name}"
+    env = {**os.environ, "GRPOLAB_STATE": str(shared_state)}
+    proc = subprocess.Popen([sys.executable, "-m", "grpolab.cli", "run", str(REPO / "experiments/smoke.yaml"),
+                             "train.steps=100000", f"name={name}", "eval.every=0"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 240
+    while time.time() < deadline:
+        runs = runs_named(shared_state, f"{name}-s0") if (shared_state / "mlflow.db").exists() else []
+        if runs and c_metric(shared_state, runs[0].info.run_id):
+            break
+        time.sleep(1)
+    else:
+        proc.kill()
+        pytest.fail("run never started training")
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err[-2000:]
+    (run,) = runs_named(shared_state, f"{name}-s0")
+    assert run.info.status == "KILLED"
+    assert "grpolab.error" in run.data.tags
+
+
+def c_metric(state, run_id):
+    return client(state).get_metric_history(run_id, "tokens/cumulative")
+
+
+def test_metrics_doc_is_generated_and_covers_every_required_metric():
+    doc = (REPO / "docs" / "metrics.md").read_text()
+    assert doc == render_doc(), "docs/metrics.md is stale: run `grpolab metrics-doc > docs/metrics.md`"
+    for key in REQUIRED_RUN_METRICS:
+        assert key in DEFINITIONS
+
+
+def test_platform_is_a_source_root_not_a_package():
+    import platform
+    assert not (REPO / "platform" / "__init__.py").exists()
+    assert platform.system() in ("Linux", "Darwin", "Windows")
+    import grpolab
+    assert "platform/grpolab" in grpolab.__file__.replace(os.sep, "/")
+
+
+def test_readme_commands_are_the_ci_commands():
+    readme = (REPO / "README.md").read_text()
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "make test" in readme and "make run" in readme and "make test" in ci
+    for exp in (REPO / "experiments").glob("*.yaml"):
+        data = yaml.safe_load(exp.read_text())
+        build_config({**data, "name": data.get("name", exp.stem)})  # every shipped experiment validates

@@ -1,0 +1,84 @@
+"""The toy tasks' verifiers and generators."""
+
+import random
+
+import pytest
+
+from grpolab.world.tasks import TASKS, make_task
+
+
+def ex_for(task, prompt):
+    train, _ = task.splits(0, 2000, 50)
+    return next(e for e in train if e.prompt == prompt) if prompt else train[0]
+
+
+def test_addition_verifier_and_carries():
+    t = make_task("addition", digits=2)
+    train, held = t.splits(0, 500, 100)
+    assert not {e.prompt for e in train} & {e.prompt for e in held}  # eval is held out
+    e = train[0]
+    a, b = e.meta["a"], e.meta["b"]
+    assert e.prompt == f"{a}+{b}=" and t.is_correct(e, str(a + b)) and t.is_correct(e, f" {a + b} ")
+    assert not t.is_correct(e, str(a + b + 1)) and not t.is_correct(e, f"{a + b}0")
+    hard = make_task("addition", digits=3, min_carries=2)
+    assert all(x.meta["carries"] >= 2 for x in hard.splits(1, 100, 10)[0])
+    none = make_task("addition", digits=3, max_carries=0)
+    assert all(x.meta["carries"] == 0 for x in none.splits(1, 100, 10)[0])
+
+
+def test_splits_are_deterministic_in_the_seed():
+    t = make_task("countdown")
+    assert [e.prompt for e in t.splits(5, 50, 10)[0]] == [e.prompt for e in t.splits(5, 50, 10)[0]]
+    assert [e.prompt for e in t.splits(5, 50, 10)[0]] != [e.prompt for e in t.splits(6, 50, 10)[0]]
+
+
+def test_scratchpad_is_reward_neutral():
+    t = make_task("addition_scratchpad", digits=2)
+    e = t.splits(0, 10, 5)[0][0]
+    assert t.score(e, e.answer)["correct"] == 1.0
+    assert t.score(e, "whatever work here:" + e.answer)["correct"] == 1.0
+    assert t.score(e, e.answer + ":1")["correct"] == 0.0
+    lengths = {len(t.target(e, random.Random(i))) for i in range(20)}
+    assert len(lengths) > 1  # SFT targets vary in length by design
+
+
+def test_format_task_has_two_components():
+    t = make_task("addition_format")
+    e = t.splits(0, 10, 5)[0][0]
+    assert t.reward_names == ("format", "correct")
+    assert t.score(e, f"({e.answer})") == {"format": 1.0, "correct": 1.0}
+    assert t.score(e, e.answer) == {"format": 0.0, "correct": 1.0}
+    assert t.score(e, "(1)") == {"format": 1.0, "correct": float(e.answer == "1")}
+
+
+def test_countdown_verifier_uses_each_number_at_most_once():
+    t = make_task("countdown", numbers=3)
+    e = t.splits(0, 10, 5)[0][0]
+    assert t.is_correct(e, e.answer)
+    nums, target = e.meta["numbers"], e.meta["target"]
+    assert not t.is_correct(e, "+".join(str(nums[0]) for _ in range(target)))  # reuse forbidden
+    assert not t.is_correct(e, "__import__('os')")
+    assert not t.is_correct(e, str(target) + "+0") or 0 in nums
+
+
+def test_sorting_verifier():
+    t = make_task("sorting", length=4)
+    e = t.splits(0, 10, 5)[0][0]
+    assert t.is_correct(e, ",".join(map(str, sorted(e.meta["numbers"]))))
+    assert not t.is_correct(e, ",".join(map(str, e.meta["numbers"]))) or e.meta["numbers"] == sorted(e.meta["numbers"])
+
+
+def test_random_reward_is_a_fair_coin_independent_of_correctness():
+    t = make_task("random_reward")
+    train = t.splits(0, 400, 10)[0]
+    rewards = [t.score(e, e.answer)["random"] for e in train]
+    assert 0.4 < sum(rewards) / len(rewards) < 0.6
+    assert all(t.is_correct(e, e.answer) for e in train)
+    assert t.score(train[0], "12") == t.score(train[0], "12")  # deterministic
+
+
+def test_every_task_target_is_verified_correct():
+    for name in TASKS:
+        t = make_task(name)
+        for e in t.splits(0, 30, 5)[0]:
+            assert t.is_correct(e, t.target(e, random.Random(0))), name
