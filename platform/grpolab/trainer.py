@@ -64,15 +64,18 @@ class GrpoLabTrainer(GRPOTrainer):
         mask = out["completion_mask"].float()
         penalty = self._token_kl_penalty(out, mask) if self._kl_in_reward else None
         rewards_adj = rewards_k
-        if penalty is not None and self.spec.advantage not in ("reinforce_pp", "reinforce_pp_baseline"):
+        if penalty is not None:
             seq_pen = self._gather((penalty * mask).sum(-1))
-            total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
-            rewards_adj = (total - seq_pen).unsqueeze(1)
             self._metrics["train"]["kl_reward_penalty"].append(seq_pen.mean().item())
+            if self.spec.advantage not in ("reinforce_pp", "reinforce_pp_baseline"):  # those fold it in per token
+                total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
+                rewards_adj = (total - seq_pen).unsqueeze(1)
         advantages = algorithms.compute_advantages(
             self.spec, rewards_adj, G, mask=mask, token_penalty=penalty,
             prompt_keys=[r[3] for r in rows], tracker=self.tracker,
         )
+        if self.tracker is not None:
+            self._metrics["train"]["tracker/prompts"].append(float(len(self.tracker.state)))
         if advantages.dim() == 1:
             advantages = advantages[start:start + n_local]
         out["advantages"] = advantages.to(device)
