@@ -37,7 +37,6 @@ def cfg(**over):
     ({"method": {"base": "grpo", "advantage": "magic"}}, "method.advantage: unknown value 'magic'; valid: group_std"),
     ({"method": {"base": "grpo", "kl_coef": "lots"}}, "method.kl_coef: expected float"),
     ({"method": "gdpo"}, "has 1 component; use e.g. task.name=addition_format"),
-    ({"method": "dapo"}, "sampling=dynamic (DAPO dynamic sampling) is not implemented yet"),
     ({"train__prompts_per_rollout": 3, "train__minibatches": 5}, "must split evenly into minibatches x grad_accum"),
     ({"method": {"base": "group_dpo"}, "train__minibatches": 2}, "group_dpo pairs completions within a group"),
     ({"warm_start__band": [0.7, 0.2]}, "warm_start.band: need 0 <= low < high <= 1"),

@@ -220,9 +220,6 @@ def check_coherence(cfg: RunConfig, n_rewards: int) -> list[str]:
     if s.advantage == "decoupled" and n_rewards < 2:
         raise ConfigError(f"method.advantage=decoupled normalises reward components separately, but task "
                           f"{cfg.task['name']!r} has {n_rewards} component; use e.g. task.name=addition_format")
-    if s.sampling == "dynamic":
-        raise ConfigError("method.sampling=dynamic (DAPO dynamic sampling) is not implemented yet; "
-                          "valid now: static, zero_variance_filter (set method.sampling: static to run without it)")
     if s.surrogate == "group_dpo" and (t.minibatches > 1 or t.grad_accum > 1):
         raise ConfigError("method.surrogate=group_dpo pairs completions within a group, so the whole rollout must be "
                           "one micro-batch: set train.minibatches=1 and train.grad_accum=1")
@@ -231,6 +228,9 @@ def check_coherence(cfg: RunConfig, n_rewards: int) -> list[str]:
     if s.surrogate == "reinforce" and cfg.reuses_rollouts:
         raise ConfigError("method.surrogate=reinforce has no importance ratio, so it is only valid on-policy: "
                           "set train.minibatches=1 and train.num_iterations=1, or use surrogate=clip")
+    max_len = t.max_completion_length or make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"}).max_completion_length
+    if s.soft_overlong and s.overlong_buffer >= max_len:
+        raise ConfigError(f"method.overlong_buffer ({s.overlong_buffer}) must be smaller than the completion cap ({max_len})")
     notes = []
     if not cfg.reuses_rollouts and s.surrogate in ("clip", "dual_clip", "clip_cov", "cispo", "sapo"):
         notes.append("no rollout reuse (train.minibatches = train.num_iterations = 1): the ratio is exactly 1, so "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import signal
 import time
@@ -107,9 +108,11 @@ def _reward_funcs(task, examples, spec, max_len: int):
     if spec.soft_overlong:
         from .algorithms import soft_overlong_penalty
 
+        buffer = spec.overlong_buffer or max(1, math.ceil(0.2 * max_len))
+
         def overlong(prompts, completions, completion_ids, **kwargs):
             lengths = torch.tensor([len(ids) for ids in completion_ids])
-            return soft_overlong_penalty(lengths, max_len, spec.overlong_buffer, spec.overlong_penalty).tolist()
+            return soft_overlong_penalty(lengths, max_len, buffer, spec.overlong_penalty).tolist()
         funcs.append(overlong)
     return funcs
 

@@ -24,6 +24,7 @@ AXIS_CHOICES: dict[str, tuple[str, ...]] = {
     "kl_placement": ("loss", "reward"),
     "sampling": ("static", "dynamic", "zero_variance_filter"),
     "entropy_mode": ("static", "adaptive"),
+    "sampling_cap_policy": ("fill", "fail"),
 }
 
 
@@ -53,9 +54,10 @@ class MethodSpec:
     kl_ratio_correction: bool = False     # multiply the in-loss KL by the IS ratio (DeepSeek-V3.2; TRL's default)
     sampling: str = "static"
     max_sampling_rounds: int = 4          # dynamic sampling: generation rounds per batch at most
+    sampling_cap_policy: str = "fill"     # at the cap: fill with least degenerate groups (warn) | fail
     overlong_filter: bool = False         # mask truncated completions out of the loss
     soft_overlong: bool = False           # DAPO eq. 13 length penalty added to the reward
-    overlong_buffer: int = 4              # L_cache of eq. 13, in tokens
+    overlong_buffer: int = 0              # L_cache of eq. 13 in tokens; 0 = 20% of the cap (DAPO's 4096/20480)
     overlong_penalty: float = 1.0         # penalty at the hard cap
     entropy_coef: float = 0.0             # entropy bonus coefficient (start value if adaptive)
     entropy_mode: str = "static"
@@ -128,8 +130,12 @@ def validate_spec(spec: MethodSpec) -> None:
     _check(0 < spec.top_entropy_quantile <= 1, f"method.top_entropy_quantile: must be in (0, 1], got {spec.top_entropy_quantile}")
     _check(0 < spec.cov_fraction <= 1, f"method.cov_fraction: must be in (0, 1], got {spec.cov_fraction}")
     _check(0 < spec.tracker_decay <= 1, f"method.tracker_decay: must be in (0, 1], got {spec.tracker_decay}")
-    _check(spec.overlong_buffer >= 1, f"method.overlong_buffer: must be >= 1, got {spec.overlong_buffer}")
+    _check(spec.overlong_buffer >= 0, f"method.overlong_buffer: must be >= 0 (0 = 20% of the cap), got {spec.overlong_buffer}")
     _check(spec.max_sampling_rounds >= 1, f"method.max_sampling_rounds: must be >= 1, got {spec.max_sampling_rounds}")
+    if spec.sampling == "zero_variance_filter":
+        _check(spec.aggregation in ("token_mean", "token_mean_local"),
+               "method.sampling=zero_variance_filter drops groups from the token normaliser: use aggregation "
+               "token_mean or token_mean_local")
     _check(spec.dpo_beta > 0, f"method.dpo_beta: must be > 0, got {spec.dpo_beta}")
     if spec.ratio == "geometric":
         _check(spec.surrogate == "clip", "method.ratio=geometric (GMPO) clips in log space itself: use surrogate=clip")

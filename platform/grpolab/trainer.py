@@ -14,12 +14,13 @@ Native TRL settings used where TRL is exact: ``mask_truncated_completions`` (ove
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
-from . import algorithms
+from . import algorithms, sampling
 from .algorithms.losses import kl_estimate
 from .errors import NonFiniteLossError
 from .metrics import rollout_metrics
@@ -36,6 +37,7 @@ class GrpoLabTrainer(GRPOTrainer):
         self.cumulative_tokens = 0.0
         self.last_rollout: list[dict] = []        # a few rows of the latest rollout, for the samples artifact
         self._stash: dict = {}
+        self._sampling_rng: torch.Generator | None = None
         super().__init__(*args, **kwargs)
         if self.accelerator.num_processes > 1 and spec.advantage in ("reinforce_pp", "reinforce_pp_baseline"):
             raise NotImplementedError("reinforce_pp whitening over several processes is not implemented yet")
@@ -54,10 +56,16 @@ class GrpoLabTrainer(GRPOTrainer):
 
     # -- advantages ---------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):
-        out = super()._generate_and_score_completions(inputs)
         if not self.model.training:
-            return out
-        rewards_k, rows = self._stash["rewards"], self._stash["rows"]
+            return super()._generate_and_score_completions(inputs)
+        generated_tokens = None
+        if self.spec.sampling == "dynamic":
+            out, rewards_k, rows, generated_tokens = self._dynamic_sampling(inputs)
+        else:
+            out = super()._generate_and_score_completions(inputs)
+            rewards_k, rows = self._stash["rewards"], self._stash["rows"]
+            if self.spec.sampling == "zero_variance_filter":
+                self._filter_zero_variance(out, rewards_k)
         G, device = self.num_generations, rewards_k.device
         n_local = out["completion_ids"].size(0)
         start = self.accelerator.process_index * n_local
@@ -82,8 +90,86 @@ class GrpoLabTrainer(GRPOTrainer):
         total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
         out["group_ids"] = (torch.arange(total.numel(), device=device) // G)[start:start + n_local]
         out["seq_rewards"] = total[start:start + n_local]
-        self._record_rollout(total, rows, G)
+        self._record_rollout(total, rows, G, generated_tokens)
         return out
+
+    # -- sampling -----------------------------------------------------------------------
+    def _dynamic_sampling(self, inputs):
+        """DAPO dynamic sampling: generate rounds of groups (TRL's own generation and scoring)
+        until the global batch holds ``target`` informative groups or the cap is hit, then
+        rebuild one batch of exactly the configured size. Decisions use the gathered rewards,
+        so every rank keeps the same groups and ends with the same number of rows."""
+        G, n_local, nproc = self.num_generations, len(inputs), self.accelerator.num_processes
+        if n_local % G:
+            raise NotImplementedError("dynamic sampling needs whole groups on each process "
+                                      f"({n_local} rows per process, group size {G})")
+        target = n_local * nproc // G
+        pool, rewards, rows, round_inputs = [], [], [], inputs
+        for round_no in range(1, self.spec.max_sampling_rounds + 1):
+            out = super()._generate_and_score_completions(round_inputs)
+            pool.append(self._gather_rows(out))
+            rewards.append(self._stash["rewards"])
+            rows.extend(self._stash["rows"])
+            total = algorithms.combine_rewards(torch.cat(rewards), self.spec.reward_weights)
+            if int((sampling.group_spread(total, G) > sampling.ZERO_VARIANCE_TOL).sum()) >= target:
+                break
+            round_inputs = self._fresh_inputs(n_local)
+        groups, filled = sampling.select_groups(total, G, target, self.spec.sampling_cap_policy)
+        if filled:
+            warnings.warn(f"dynamic sampling: round cap {self.spec.max_sampling_rounds} reached, "
+                          f"{filled} of {target} groups are zero-variance fill-ins")
+        keep = sampling.rows_of_groups(groups, G)
+        merged = sampling.take_rows(sampling.concat_batches(pool, self.processing_class.pad_token_id), keep)
+        start = self.accelerator.process_index * n_local
+        local = {k: v[start:start + n_local] for k, v in merged.items()}
+        loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1)
+        local["num_items_in_batch"] = loss_mask.sum()   # the whole final batch, all processes
+        local["advantages"] = torch.zeros(n_local, device=merged["completion_mask"].device)
+        lengths = torch.tensor([r[1] for r in rows], dtype=torch.float32)
+        before = rollout_metrics(total.float().cpu(), torch.tensor([r[0] for r in rows]), lengths,
+                                 torch.tensor([r[2] for r in rows]), G)
+        kept = set(keep.tolist())
+        m = self._metrics["train"]
+        m["sampling/rounds"].append(float(round_no))
+        m["sampling/kept_fraction"].append(target / (len(rows) // G))
+        m["sampling/filled_groups"].append(float(filled))
+        m["sampling/all_correct_before"].append(before["groups/all_correct"])
+        m["sampling/all_wrong_before"].append(before["groups/all_wrong"])
+        m["sampling/discarded_tokens"].append(float(sum(r[1] for i, r in enumerate(rows) if i not in kept)))
+        all_rewards = torch.cat(rewards)
+        return local, all_rewards[keep.to(all_rewards.device)], [rows[i] for i in keep.tolist()], float(lengths.sum())
+
+    def _gather_rows(self, out: dict) -> dict:
+        """Row-aligned tensors of every process, padded to a common width, in rank order."""
+        fields = {k: v for k, v in out.items() if k not in sampling.RECOMPUTED}
+        if self.accelerator.num_processes == 1:
+            return fields
+        gathered = {}
+        for key, value in fields.items():
+            left = key in sampling.LEFT_PADDED
+            pad = self.processing_class.pad_token_id if key in ("prompt_ids", "completion_ids") else 0
+            value = self.accelerator.pad_across_processes(value, dim=1, pad_index=pad, pad_first=left)
+            gathered[key] = self.accelerator.gather(value)
+        return gathered
+
+    def _fresh_inputs(self, n_rows: int) -> list[dict]:
+        """n_rows / G fresh prompts from the training set, each repeated G times (rank-seeded)."""
+        if self._sampling_rng is None:
+            self._sampling_rng = torch.Generator().manual_seed(self.args.seed * 7919 + self.accelerator.process_index)
+        picks = torch.randint(len(self.train_dataset), (n_rows // self.num_generations,), generator=self._sampling_rng)
+        return [dict(self.train_dataset[int(i)]) for i in picks for _ in range(self.num_generations)]
+
+    def _filter_zero_variance(self, out: dict, rewards_k: torch.Tensor) -> None:
+        """No refill: zero-variance groups leave the loss and the token normaliser."""
+        G, n_local = self.num_generations, out["completion_ids"].size(0)
+        total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
+        informative = (sampling.group_spread(total, G) > sampling.ZERO_VARIANCE_TOL).repeat_interleave(G)
+        start = self.accelerator.process_index * n_local
+        keep = informative[start:start + n_local].to(out["completion_mask"].device)
+        out["completion_mask"] = out["completion_mask"] * keep.unsqueeze(1).to(out["completion_mask"].dtype)
+        local_items = (out["completion_mask"] * out.get("tool_mask", 1)).sum()
+        out["num_items_in_batch"] = self._gather(local_items.unsqueeze(0)).sum()
+        self._metrics["train"]["sampling/kept_fraction"].append(informative.float().mean().item())
 
     @property
     def _kl_in_reward(self) -> bool:
@@ -102,11 +188,14 @@ class GrpoLabTrainer(GRPOTrainer):
     def _gather(self, t: torch.Tensor) -> torch.Tensor:
         return self.accelerator.gather(t) if self.accelerator.num_processes > 1 else t
 
-    def _record_rollout(self, total: torch.Tensor, rows: list, G: int) -> None:
+    def _record_rollout(self, total: torch.Tensor, rows: list, G: int, generated_tokens: float | None) -> None:
+        """Curves of the batch that is trained on; tokens count everything generated for it."""
         correct = torch.tensor([r[0] for r in rows])
         lengths = torch.tensor([r[1] for r in rows], dtype=torch.float32)
         truncated = torch.tensor([r[2] for r in rows])
         stats = rollout_metrics(total.float().cpu(), correct, lengths, truncated, G)
+        if generated_tokens is not None:
+            stats["tokens/generated"] = generated_tokens
         self.cumulative_tokens += stats["tokens/generated"]
         stats["tokens/cumulative"] = self.cumulative_tokens
         stats["override/advantage"] = 1.0

@@ -1,0 +1,50 @@
+"""Run by tests/test_sampling.py under torch.distributed.run with 2 CPU processes (gloo):
+trains 2 steps with DAPO dynamic sampling and writes each rank's decisions to a JSON file."""
+
+import json
+import sys
+
+import datasets
+import torch
+from trl import GRPOConfig
+
+from grpolab.methods import get_method
+from grpolab.trainer import GrpoLabTrainer
+from grpolab.world.models import load_model
+from grpolab.world.tasks import make_task
+
+model_dir, out_path = sys.argv[1], sys.argv[2]
+task = make_task("addition", digits=2)
+train, _ = task.splits(0, 256, 8)
+ds = datasets.Dataset.from_dict({"prompt": [e.prompt for e in train], "idx": list(range(len(train)))})
+
+
+def reward(prompts, completions, idx, **kw):
+    # even prompts: rewards alternate inside the group (informative); odd prompts: constant
+    return [float(j % 2) if i % 2 == 0 else 1.0 for j, i in enumerate(idx)]
+
+
+args = GRPOConfig(output_dir=out_path + ".out", report_to="none", max_steps=2, per_device_train_batch_size=8,
+                  num_generations=4, max_completion_length=5, use_cpu=True, disable_tqdm=True, save_strategy="no",
+                  seed=0, top_k=0, logging_steps=1)
+_, tok = load_model(model_dir)
+spec = get_method("dapo").spec({"soft_overlong": False, "overlong_filter": False, "max_sampling_rounds": 6})
+trainer = GrpoLabTrainer(model=model_dir, reward_funcs=[reward], args=args, train_dataset=ds, processing_class=tok,
+                         spec=spec, task=task, examples=train)
+decisions = []
+original = trainer._dynamic_sampling
+
+
+def record(inputs):
+    local, rewards, rows, tokens = original(inputs)
+    decisions.append({"prompts": [r[3] for r in rows], "local_rows": int(local["completion_ids"].size(0)),
+                      "num_items": int(local["num_items_in_batch"]), "rank": trainer.accelerator.process_index,
+                      "world": trainer.accelerator.num_processes,
+                      "spread_min": float((rewards.view(-1, 4).max(1).values - rewards.view(-1, 4).min(1).values).min())})
+    return local, rewards, rows, tokens
+
+
+trainer._dynamic_sampling = record
+trainer.train()
+with open(f"{out_path}.rank{trainer.accelerator.process_index}.json", "w") as f:
+    json.dump(decisions, f)

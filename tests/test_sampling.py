@@ -1,0 +1,124 @@
+"""Dynamic sampling and zero-variance filtering: cap policy, re-padding, normaliser, 2 processes."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from conftest import REPO, tiny_dataset
+from grpolab import sampling
+from grpolab.methods import get_method
+from grpolab.spec import build_spec
+
+
+def test_select_groups_informative_first_then_cap_policies():
+    r = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0])  # groups: mixed, all-1, all-0, mixed
+    groups, filled = sampling.select_groups(r, 2, 2, "fail")
+    assert groups.tolist() == [0, 3] and filled == 0
+    groups, filled = sampling.select_groups(r, 2, 3, "fill")
+    assert groups.tolist() == [0, 3, 1] and filled == 1
+    with pytest.raises(sampling.SamplingCapError, match="found 2 informative groups of 3"):
+        sampling.select_groups(r, 2, 3, "fail")
+    assert sampling.rows_of_groups(torch.tensor([0, 3]), 2).tolist() == [0, 1, 6, 7]
+
+
+def test_concat_repads_prompts_left_and_completions_right():
+    a = {"prompt_ids": torch.tensor([[5, 6]]), "prompt_mask": torch.tensor([[1, 1]]),
+         "completion_ids": torch.tensor([[7, 8, 2]]), "completion_mask": torch.tensor([[1, 1, 1]]),
+         "num_items_in_batch": torch.tensor(3), "advantages": torch.zeros(1)}
+    b = {"prompt_ids": torch.tensor([[5, 6, 7]]), "prompt_mask": torch.tensor([[1, 1, 1]]),
+         "completion_ids": torch.tensor([[2]]), "completion_mask": torch.tensor([[1]]),
+         "num_items_in_batch": torch.tensor(1), "advantages": torch.zeros(1)}
+    m = sampling.concat_batches([a, b], pad_token_id=0)
+    assert m["prompt_ids"].tolist() == [[0, 5, 6], [5, 6, 7]] and m["prompt_mask"].tolist() == [[0, 1, 1], [1, 1, 1]]
+    assert m["completion_ids"].tolist() == [[7, 8, 2], [2, 0, 0]]
+    assert m["completion_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    only_b = sampling.take_rows(m, torch.tensor([1]))
+    assert only_b["completion_ids"].tolist() == [[2]] and only_b["prompt_ids"].tolist() == [[5, 6, 7]]
+
+
+def _trainer(tiny_model_dir, tmp_path, spec, reward, **kw):
+    from trl import GRPOConfig
+
+    from grpolab.trainer import GrpoLabTrainer
+    from grpolab.world.models import load_model
+    task, train, ds = tiny_dataset(128)
+    args = GRPOConfig(output_dir=str(tmp_path), report_to="none", per_device_train_batch_size=8, num_generations=4,
+                      max_completion_length=5, use_cpu=True, disable_tqdm=True, top_k=0, seed=0, **kw)
+    _, tok = load_model(tiny_model_dir)
+    t = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=[reward], args=args, train_dataset=ds,
+                       processing_class=tok, spec=spec, task=task, examples=train)
+    t.model.train()
+    return t, train
+
+
+def _even_informative(prompts, completions, idx, **kw):
+    return [float(j % 2) if i % 2 == 0 else 1.0 for j, i in enumerate(idx)]
+
+
+def test_dynamic_sampling_fills_batch_with_informative_groups_and_recounts_tokens(tiny_model_dir, tmp_path):
+    spec = get_method("dapo").spec({"soft_overlong": False, "max_sampling_rounds": 8})
+    t, train = _trainer(tiny_model_dir, tmp_path, spec, _even_informative)
+    batch = [{"prompt": train[i].prompt, "idx": i} for i in (1, 3) for _ in range(4)]  # both degenerate
+    out = t._generate_and_score_completions(batch)
+    assert out["completion_ids"].size(0) == 8                      # exactly the configured rows
+    assert out["num_items_in_batch"].item() == out["completion_mask"].sum().item()
+    m = t._metrics["train"]
+    assert m["sampling/rounds"][-1] >= 2 and m["groups/zero_variance"][-1] == 0.0
+    assert m["sampling/all_wrong_before"][-1] > 0                  # degenerate groups were generated (and dropped)
+    prompts = {e.prompt: i for i, e in enumerate(train)}
+    kept_idx = {prompts[r["prompt"]] for r in t.last_rollout}
+    assert all(i % 2 == 0 for i in kept_idx)
+    assert out["advantages"].abs().sum() > 0 and out["advantages"].shape == (8,)
+
+
+def test_cap_policy_fail_raises_and_fill_warns(tiny_model_dir, tmp_path):
+    constant = lambda prompts, completions, **kw: [1.0] * len(prompts)  # noqa: E731
+    batch_rows = lambda train: [{"prompt": train[i].prompt, "idx": i} for i in (0, 1) for _ in range(4)]  # noqa: E731
+    spec = get_method("dapo").spec({"soft_overlong": False, "max_sampling_rounds": 2, "sampling_cap_policy": "fail"})
+    t, train = _trainer(tiny_model_dir, tmp_path / "a", spec, constant)
+    with pytest.raises(sampling.SamplingCapError):
+        t._generate_and_score_completions(batch_rows(train))
+    spec = get_method("dapo").spec({"soft_overlong": False, "max_sampling_rounds": 2})
+    t, train = _trainer(tiny_model_dir, tmp_path / "b", spec, constant)
+    with pytest.warns(UserWarning, match="2 of 2 groups are zero-variance fill-ins"):
+        out = t._generate_and_score_completions(batch_rows(train))
+    assert out["completion_ids"].size(0) == 8 and t._metrics["train"]["sampling/filled_groups"][-1] == 2.0
+    assert t._metrics["train"]["sampling/rounds"][-1] == 2.0
+
+
+def test_zero_variance_filter_recomputes_normaliser_by_hand(tiny_model_dir, tmp_path):
+    spec = build_spec({"sampling": "zero_variance_filter", "aggregation": "token_mean"})
+    t, _ = _trainer(tiny_model_dir, tmp_path, spec, _even_informative)
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]])
+    out = {"completion_ids": torch.ones(4, 3, dtype=torch.long), "completion_mask": mask.clone()}
+    t.num_generations = 2
+    t._filter_zero_variance(out, torch.tensor([[1.0], [0.0], [1.0], [1.0]]))  # group 1 is zero-variance
+    assert out["completion_mask"].tolist() == [[1, 1, 1], [1, 1, 0], [0, 0, 0], [0, 0, 0]]
+    assert out["num_items_in_batch"].item() == 5                    # 3 + 2 tokens of the kept group
+    # token_mean loss with that normaliser: sum over kept tokens / 5
+    from grpolab.algorithms import policy_loss
+    logp = torch.full((4, 3), -1.0)
+    loss, _ = policy_loss(build_spec({"surrogate": "reinforce", "aggregation": "token_mean"}), logp, logp,
+                          torch.tensor([1.0, -1.0, 0.0, 0.0]), out["completion_mask"], token_normaliser=5)
+    assert loss.item() == pytest.approx((3 * 1.0 - 2 * 1.0) / 5)
+
+
+def test_two_processes_make_identical_decisions_and_do_not_hang(tiny_model_dir, tmp_path):
+    out = tmp_path / "decisions"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "platform")}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", "29517", str(REPO / "tests/scripts/two_process_dynamic.py"),
+                           str(tiny_model_dir), str(out)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"decisions.rank{r}.json").read_text()) for r in (0, 1)]
+    assert len(ranks[0]) == len(ranks[1]) == 2                      # two generation batches each
+    for d0, d1 in zip(*ranks):
+        assert d0["world"] == d1["world"] == 2
+        assert d0["prompts"] == d1["prompts"]                       # identical global keep decisions
+        assert d0["local_rows"] == d1["local_rows"] == 8            # same rows on every rank
+        assert d0["num_items"] == d1["num_items"]                   # one global token normaliser
+        assert d0["spread_min"] > 0                                 # no zero-variance group trained
