@@ -55,6 +55,33 @@ def _cmd_bench(args) -> int:
     return bench_main(args)
 
 
+def _cmd_study(args) -> int:
+    from .state import state_dir
+    from .studies import run_study
+    if args.workers < 1:
+        raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
+    code = run_study(args.study, state_dir(args.state), args.storage, args.workers, args.retry_failed)
+    if args.table:
+        from .results import study_table
+        print(study_table(args.study, state_dir(args.state), args.storage, "markdown"))
+    return code
+
+
+def _cmd_study_worker(args) -> int:
+    from .state import state_dir
+    from .studies import worker_loop
+    from .study_config import load_study
+    worker_loop(load_study(args.study), args.storage, state_dir(args.state))
+    return 0
+
+
+def _cmd_table(args) -> int:
+    from .results import study_table
+    from .state import state_dir
+    print(study_table(args.study, state_dir(args.state), args.storage, args.format))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="grpolab", description=__doc__.splitlines()[0])
     parser.add_argument("--state", default=None, help="state folder (default $GRPOLAB_STATE or ./grpolab-state)")
@@ -69,6 +96,23 @@ def build_parser() -> argparse.ArgumentParser:
     methods.set_defaults(func=_cmd_methods)
     doc = sub.add_parser("metrics-doc", help="print the definition of every tracked metric (markdown)")
     doc.set_defaults(func=_cmd_metrics_doc)
+    study = sub.add_parser("study", help="run an ablation ladder or search with Optuna (resumable)")
+    study.add_argument("study", help="path to studies/<name>.yaml")
+    study.add_argument("--workers", type=int, default=1, help="worker processes on this machine")
+    study.add_argument("--storage", default=None, help="Optuna storage URL (default: journal file in the state folder; "
+                       "postgresql://... to share rows with workers on other machines)")
+    study.add_argument("--retry-failed", action="store_true", help="re-queue rows that failed with an error")
+    study.add_argument("--table", action="store_true", help="print the results table at the end")
+    study.set_defaults(func=_cmd_study)
+    worker = sub.add_parser("study-worker", help="(internal) one worker process of `grpolab study`")
+    worker.add_argument("study")
+    worker.add_argument("--storage", required=True)
+    worker.set_defaults(func=_cmd_study_worker)
+    table = sub.add_parser("table", help="results table of a study: mean, 95%% CI, paired deltas, published values")
+    table.add_argument("study", help="path to studies/<name>.yaml")
+    table.add_argument("--storage", default=None)
+    table.add_argument("--format", choices=["markdown", "csv", "latex"], default="markdown")
+    table.set_defaults(func=_cmd_table)
     bench = sub.add_parser("bench", help="measure tracking overhead and trainer overhead against stock TRL")
     bench.add_argument("--what", choices=["tracking", "trainer", "all"], default="all")
     bench.add_argument("--preset", default=None, help="model preset (default: tiny for tracking, small for trainer)")
@@ -82,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline clusters: no phoning home
+    warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # TRL's deprecated kwargs
     try:
         return args.func(args)
     except ConfigError as exc:

@@ -30,11 +30,19 @@ log = logging.getLogger(__name__)
 class RunResult:
     run_id: str | None
     status: str
-    start_eval: dict
-    final_eval: dict
+    evals: dict            # step -> held-out metrics (step 0 = the warm start)
+    train_curves: dict     # metric -> values per logged step
     steps: int
     wall_seconds: float
     warm_start: dict
+
+    @property
+    def start_eval(self) -> dict:
+        return self.evals[min(self.evals)]
+
+    @property
+    def final_eval(self) -> dict:
+        return self.evals[max(self.evals)]
 
 
 class TrackingCallback(TrainerCallback):
@@ -45,11 +53,17 @@ class TrackingCallback(TrainerCallback):
         self.trainer = None
         self.samples: list[dict] = []
         self.samples_keep = samples_keep
-        self.train_seconds = 0.0
+        self.tracking_seconds = 0.0   # time spent handing curves to MLflow (buffering + batched writes)
+        self.curves: dict[str, list[float]] = {}
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        start = time.perf_counter()
         if self.recorder is not None and logs:
             self.recorder.log_metrics(logs, step=state.global_step)
+        self.tracking_seconds += time.perf_counter() - start
+        for key, value in (logs or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.curves.setdefault(key, []).append(float(value))
         if self.trainer is not None and self.samples_keep:
             self.samples.extend({"step": state.global_step, **row} for row in self.trainer.last_rollout[: self.samples_keep])
 
@@ -129,7 +143,8 @@ def _sigterm_as_killed():
 
 
 def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str | None = None,
-                   extra_tags: dict | None = None, callbacks: list | None = None) -> RunResult:
+                   extra_tags: dict | None = None, callbacks: list | None = None,
+                   on_trainer=None, eval_hook=None, on_run=None) -> RunResult:
     """Train one experiment end to end and record it; returns its result (raises on failure,
     after the MLflow run has been ended FAILED or KILLED)."""
     import datasets
@@ -152,6 +167,8 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
                 **(extra_tags or {})}
         recorder = RunRecorder(state, cfg.tracking.experiment, f"{cfg.name}-s{cfg.seed}", tags, cfg.resolved(),
                                cfg.tracking.flush_every, parent_run_id)
+    if recorder and on_run is not None:
+        on_run(recorder.run_id)
     started = time.perf_counter()
     with (recorder or contextlib.nullcontext()), _sigterm_as_killed():
         if recorder and cfg.warnings:
@@ -168,6 +185,8 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
             evals[step] = _eval_metrics(result)
             if recorder:
                 recorder.log_metrics(evals[step], step=step)
+            if eval_hook is not None:
+                eval_hook(step, evals[step])  # e.g. Optuna's report / prune
 
         callback = TrackingCallback(recorder, run_eval, cfg.eval.every, cfg.tracking.samples)
         trainer = GrpoLabTrainer(
@@ -178,6 +197,8 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
         if cfg.spec.needs_reference and trainer.ref_model is None:
             raise RuntimeError("the method needs a reference model but TRL did not build one")
         callback.trainer = trainer
+        if on_trainer is not None:
+            on_trainer(trainer)
         trainer.remove_callback(PrinterCallback)  # it prints every raw log dict; grpolab prints a summary
         run_eval(0)
         trainer.train()
@@ -187,5 +208,5 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
             recorder.log_json(cfg.resolved(), "config.json")
             recorder.log_json(callback.samples, "samples.json")
             recorder.set_tags({"grpolab.wall_seconds": round(time.perf_counter() - started, 1)})
-    return RunResult(recorder.run_id if recorder else None, "FINISHED", evals[0], evals[max(evals)],
+    return RunResult(recorder.run_id if recorder else None, "FINISHED", evals, callback.curves,
                      trainer.state.global_step, time.perf_counter() - started, ws_record)

@@ -27,6 +27,9 @@ from .tracking_signals import RunKilled
 
 MAX_BATCH = 1000        # MLflow's limit of metrics per log_batch call
 MAX_PARAM_LEN = 6000
+# TRL keys that duplicate grpolab's curves or mislead: frac_reward_zero_std is a whole-batch flag
+# under batch scaling and miscounts non-dyadic rewards (TRL_NOTES.md); completions/* repeat length/*.
+DROPPED = frozenset({"frac_reward_zero_std", "reward", "reward_std", "num_tokens", "epoch"})
 
 
 def tracking_uri(state_dir: Path) -> str:
@@ -90,6 +93,7 @@ class RunRecorder:
         self.run_id = run.info.run_id
         self.flush_every = flush_every
         self._buffer: list[Metric] = []
+        self._pending: list = []     # futures of asynchronous log_batch calls
         self._last_flush_step = 0
         self.log_seconds = 0.0       # time spent writing to MLflow (reported by the benchmark)
         items = [Param(k, v) for k, v in flatten(params).items()]
@@ -99,17 +103,25 @@ class RunRecorder:
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         now = int(time.time() * 1000)
         for key, value in metrics.items():
+            if key in DROPPED or key.startswith("completions/"):
+                continue
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
                 self._buffer.append(Metric(clean_metric_name(key), float(value), now, step))
         if step - self._last_flush_step >= self.flush_every:
             self.flush()
             self._last_flush_step = step
 
-    def flush(self) -> None:
+    def flush(self, wait: bool = False) -> None:
+        """Hand the buffer to MLflow's asynchronous logging queue (a background thread writes
+        it); ``wait`` blocks until everything queued so far is stored."""
         start = time.perf_counter()
         while self._buffer:
             chunk, self._buffer = self._buffer[:MAX_BATCH], self._buffer[MAX_BATCH:]
-            self.client.log_batch(self.run_id, metrics=chunk)
+            self._pending.append(self.client.log_batch(self.run_id, metrics=chunk, synchronous=False))
+        if wait:
+            for future in self._pending:
+                future.wait()
+            self._pending.clear()
         self.log_seconds += time.perf_counter() - start
 
     def set_tags(self, tags: dict) -> None:
@@ -129,7 +141,7 @@ class RunRecorder:
 
     def end(self, status: str, error: BaseException | None = None) -> None:
         try:
-            self.flush()
+            self.flush(wait=True)
         finally:
             if error is not None:
                 self.set_tags({"grpolab.error": f"{type(error).__name__}: {error}",
@@ -142,6 +154,8 @@ class RunRecorder:
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc is None:
             self.end("FINISHED")
+        elif getattr(exc, "grpolab_status", None):  # e.g. a pruned study trial: KILLED, reason tagged
+            self.end(exc.grpolab_status, exc)
         elif isinstance(exc, (KeyboardInterrupt, RunKilled)):
             self.end("KILLED", exc)
         else:

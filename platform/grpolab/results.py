@@ -1,0 +1,110 @@
+"""Results tables from Optuna storage (never by re-running anything).
+
+Ladder: per rung the mean over seeds with a 95 % t-interval, the paired delta against the
+previous rung (mean of per-seed differences, t-interval over the seeds both rungs completed),
+and the published value beside it. Missing or failed rows are shown, never dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+from optuna.trial import TrialState
+from scipy import stats
+
+from .study_config import StudyConfig, load_study
+
+
+def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
+    """(mean, half-width of the two-sided t-interval); half-width NaN with fewer than 2 values."""
+    n = len(values)
+    if n == 0:
+        return math.nan, math.nan
+    mean = sum(values) / n
+    if n < 2:
+        return mean, math.nan
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return mean, stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
+
+
+def ladder_rows(study, cfg: StudyConfig) -> pd.DataFrame:
+    """One row per (rung, seed) with its latest outcome: value, state and MLflow run id."""
+    from .studies import ROW_ATTR, RUN_ATTR
+    latest = {}
+    for t in study.get_trials(deepcopy=False):
+        key = t.user_attrs.get(ROW_ATTR)
+        if key is not None and (key not in latest or t.state == TrialState.COMPLETE or
+                                latest[key].state != TrialState.COMPLETE):
+            latest[key] = t
+    rows = []
+    for rung, seed in cfg.rows():
+        t = latest.get(f"r{rung}-s{seed}")
+        rows.append({"rung": rung, "seed": seed, "state": t.state.name if t else "MISSING",
+                     "value": t.values[0] if t is not None and t.state == TrialState.COMPLETE else math.nan,
+                     "run_id": t.user_attrs.get(RUN_ATTR, "") if t else "", "trial": t.number if t else None})
+    return pd.DataFrame(rows)
+
+
+def ladder_table(rows: pd.DataFrame, cfg: StudyConfig) -> pd.DataFrame:
+    out = []
+    for i, rung in enumerate(cfg.rungs):
+        mine = rows[(rows.rung == i) & (rows.state == "COMPLETE")].set_index("seed")["value"]
+        mean, half = mean_ci(list(mine))
+        entry = {"rung": rung.name, "n": len(mine), "mean": mean, "ci95": half,
+                 "delta_vs_prev": math.nan, "delta_ci95": math.nan, "published": rung.published,
+                 "missing_or_failed": ", ".join(f"s{s}:{st}" for s, st in
+                                                rows[(rows.rung == i) & (rows.state != "COMPLETE")][["seed", "state"]].values)}
+        if i > 0:
+            prev = rows[(rows.rung == i - 1) & (rows.state == "COMPLETE")].set_index("seed")["value"]
+            common = sorted(set(mine.index) & set(prev.index))
+            entry["delta_vs_prev"], entry["delta_ci95"] = mean_ci([mine[s] - prev[s] for s in common])
+        out.append(entry)
+    return pd.DataFrame(out)
+
+
+def search_table(study, cfg: StudyConfig) -> pd.DataFrame:
+    from .studies import OUTCOME_ATTR, RUN_ATTR
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get(OUTCOME_ATTR) is None and t.state != TrialState.RUNNING:
+            continue
+        row = {"trial": t.number, "state": t.state.name, **t.params, "run_id": t.user_attrs.get(RUN_ATTR, "")}
+        for o, v in zip(cfg.objectives, t.values or [math.nan] * len(cfg.objectives)):
+            row[o.metric] = v
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if not frame.empty:
+        frame = frame.sort_values(cfg.objectives[0].metric, ascending=cfg.objectives[0].direction == "minimize")
+    return frame
+
+
+def load_results(path: str, state: Path, storage_url: str | None):
+    from .studies import create_or_load, default_storage
+    cfg = load_study(path)
+    study = create_or_load(cfg, storage_url or default_storage(state))
+    return cfg, study
+
+
+def render(frame: pd.DataFrame, fmt: str, caption: str = "") -> str:
+    if fmt == "csv":
+        return frame.to_csv(index=False)
+    if fmt == "latex":
+        return frame.style.hide(axis="index").format(precision=3, na_rep="--").to_latex(caption=caption or None)
+    return frame.to_markdown(index=False, floatfmt=".3f")
+
+
+def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "markdown") -> str:
+    cfg, study = load_results(path, state, storage_url)
+    metric = cfg.objectives[0].metric
+    if cfg.kind == "ladder":
+        frame = ladder_table(ladder_rows(study, cfg), cfg)
+        caption = f"{cfg.name}: {metric}, mean over seeds {list(cfg.seeds)} with 95% t-interval"
+        if cfg.published_source:
+            caption += f"; published: {cfg.published_source}"
+    else:
+        frame = search_table(study, cfg)
+        caption = f"{cfg.name}: {len(frame)} trials, objectives {[o.metric for o in cfg.objectives]}"
+    body = render(frame, fmt, caption)
+    return body if fmt != "markdown" else f"{caption}\n\n{body}"

@@ -1,0 +1,305 @@
+"""Optuna driver: ladders (cumulative ablations, every rung x seed exactly once) and searches.
+
+Storage: a journal file in the state folder by default (safe for several local workers;
+SQLite ran fixed rows twice under concurrency, TRACKING_NOTES.md), or any RDB URL
+(PostgreSQL for workers on many machines: same command, same ``--storage``).
+
+Exactly-once ladder rows: the coordinator enqueues each missing (rung, seed) row once; workers
+pop enqueued trials through ``study.ask()``, which claims a WAITING trial atomically in the
+storage. A worker that finds no waiting row stops. Interrupted rows (Ctrl-C, SIGTERM) are
+re-queued when the command is run again; rows that failed with an error only with
+``--retry-failed``; a failed row is never skipped silently (the command exits 1 and lists it).
+
+MLflow: one parent run per study; each trial's run is its child, with the trial number as a
+tag, and the run id stored on the trial (``mlflow_run_id``): linked both ways.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import optuna
+import yaml
+from optuna.trial import TrialState
+
+from .config import apply_overrides, build_config
+from .errors import ConfigError
+from .study_config import StudyConfig, load_study
+from .tracking import RunRecorder
+
+log = logging.getLogger(__name__)
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+ROW_ATTR, OUTCOME_ATTR, RUN_ATTR = "row", "outcome", "mlflow_run_id"
+
+
+def default_storage(state: Path) -> str:
+    return f"journal:{Path(state).resolve() / 'optuna.journal'}"
+
+
+def open_storage(url: str):
+    """An Optuna storage from a URL: ``journal:/path`` or any SQLAlchemy URL."""
+    if url.startswith("journal:"):
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+        path = url[len("journal:"):]
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(path))
+    return optuna.storages.RDBStorage(url)
+
+
+def _sampler(cfg: StudyConfig):
+    name, seed = cfg.sampler.get("name", "tpe"), cfg.sampler.get("seed", 0)
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    raise ConfigError(f"sampler.name: unknown sampler {name!r}; valid: tpe, random, nsga2")
+
+
+def _pruner(cfg: StudyConfig):
+    if not cfg.pruner:
+        return optuna.pruners.NopPruner()
+    kw = {k: v for k, v in cfg.pruner.items() if k != "name"}
+    if cfg.pruner.get("name", "median") != "median":
+        raise ConfigError(f"pruner.name: unknown pruner {cfg.pruner.get('name')!r}; valid: median")
+    return optuna.pruners.MedianPruner(**kw)
+
+
+def create_or_load(cfg: StudyConfig, storage_url: str) -> optuna.Study:
+    directions = [o.direction for o in cfg.objectives] if cfg.kind == "search" else ["maximize"]
+    return optuna.create_study(study_name=cfg.name, storage=open_storage(storage_url), load_if_exists=True,
+                               directions=directions, sampler=_sampler(cfg) if cfg.kind == "search" else None,
+                               pruner=_pruner(cfg) if cfg.kind == "search" else None)
+
+
+def row_key(rung: int, seed: int) -> str:
+    return f"r{rung}-s{seed}"
+
+
+def enqueue_missing_rows(study: optuna.Study, cfg: StudyConfig, retry_failed: bool) -> list[str]:
+    """Enqueue every ladder row that has no complete, running or waiting trial. Interrupted rows
+    are always re-queued; rows that failed with an error only when ``retry_failed``.
+    Returns the rows left failed (not re-queued)."""
+    by_row: dict[str, list] = {}
+    for t in study.get_trials(deepcopy=False):
+        if ROW_ATTR in t.user_attrs:
+            by_row.setdefault(t.user_attrs[ROW_ATTR], []).append(t)
+    left_failed = []
+    for rung, seed in cfg.rows():
+        key = row_key(rung, seed)
+        trials = by_row.get(key, [])
+        if any(t.state in (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING) for t in trials):
+            continue
+        errors = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get(OUTCOME_ATTR) != "interrupted"]
+        if errors and not retry_failed:
+            left_failed.append(key)
+            continue
+        study.enqueue_trial({"rung": rung, "seed": seed}, user_attrs={ROW_ATTR: key})
+    return left_failed
+
+
+def ensure_parent_run(study: optuna.Study, cfg: StudyConfig, state: Path) -> str:
+    parent = study.user_attrs.get("mlflow_parent_run_id")
+    if parent:  # resuming: the parent is live again until the rows are done
+        from mlflow.tracking import MlflowClient
+
+        from .tracking import tracking_uri
+        MlflowClient(tracking_uri(state)).update_run(parent, status="RUNNING")
+        return parent
+    experiment = (cfg.base.get("tracking") or {}).get("experiment", "grpolab")
+    recorder = RunRecorder(state, experiment, cfg.name, {"grpolab.study": cfg.name, "grpolab.study_kind": cfg.kind},
+                           {"study": {"path": cfg.path, "kind": cfg.kind, "seeds": list(cfg.seeds)}})
+    recorder.log_text(Path(cfg.path).read_text(), "study.yaml")
+    study.set_user_attr("mlflow_parent_run_id", recorder.run_id)
+    study.set_user_attr("study_path", cfg.path)
+    return recorder.run_id
+
+
+def objective_values(cfg: StudyConfig, result) -> list[float]:
+    return [metric_value(o.metric, result) for o in cfg.objectives]
+
+
+def metric_value(metric: str, result) -> float:
+    agg, _, key = metric.partition(":")
+    if agg == "final":
+        return result.final_eval[key]
+    if agg == "auc":
+        steps = sorted(result.evals)
+        if len(steps) < 2:
+            return result.evals[steps[0]][key]
+        area = sum((b - a) * (result.evals[a][key] + result.evals[b][key]) / 2 for a, b in zip(steps, steps[1:]))
+        return area / (steps[-1] - steps[0])
+    values = result.train_curves.get(key, [])
+    if not values:
+        raise ConfigError(f"metric {metric!r}: the run logged no {key!r} curve")
+    tail = values[-max(1, len(values) // 4):]
+    return sum(tail) / len(tail)
+
+
+def _trial_experiment(cfg: StudyConfig, trial: optuna.Trial) -> tuple[dict, dict]:
+    """(experiment dict, labels) for the trial: a ladder row or a sampled search point."""
+    if cfg.kind == "ladder":
+        rung = trial.suggest_int("rung", 0, len(cfg.rungs) - 1)
+        seed = trial.suggest_categorical("seed", list(cfg.seeds))
+        return cfg.rung_experiment(rung, seed), {"rung": rung, "rung_name": cfg.rungs[rung].name, "seed": seed}
+    from .search_space import suggest
+    point = suggest(trial, cfg.space)
+    seed = cfg.seeds[trial.number % len(cfg.seeds)]
+    overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in point.items()]
+    data = apply_overrides(cfg.base, overrides + [f"seed={seed}"])
+    data["name"] = f"{cfg.name}-t{trial.number}"
+    return data, {"seed": seed, **{k: v for k, v in point.items()}}
+
+
+class PrunedRun(Exception):
+    """Raised from the eval hook when Optuna prunes: the MLflow run ends KILLED, tagged pruned."""
+    grpolab_status = "KILLED"
+
+
+def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run_id: str) -> bool:
+    """Run one trial; False when a ladder has no waiting row left."""
+    from .runner import run_experiment
+    if cfg.kind == "ladder" and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        return False
+    trial = study.ask()
+    if cfg.kind == "ladder" and ROW_ATTR not in trial.user_attrs:
+        # another worker took the last waiting row between our check and ask(): not a row
+        study.tell(trial, state=TrialState.FAIL)
+        study.set_user_attr(f"spurious_{trial.number}", True)
+        return False
+    try:
+        data, labels = _trial_experiment(cfg, trial)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            exp = build_config(data)
+
+        def report(step: int, metrics: dict) -> None:
+            if cfg.kind == "search" and len(cfg.objectives) == 1 and step > 0:
+                trial.report(metric_value(cfg.objectives[0].metric, _Partial(metrics)), step)
+                if trial.should_prune():
+                    raise PrunedRun(f"pruned at step {step}")
+
+        tags = {"grpolab.study": cfg.name, "optuna.study": cfg.name, "optuna.trial_number": trial.number,
+                **{f"grpolab.{k}": v for k, v in labels.items()}}
+        result = run_experiment(exp, state, parent_run_id=parent_run_id, extra_tags=tags,
+                                eval_hook=report, on_run=lambda run_id: trial.set_user_attr(RUN_ATTR, run_id))
+        values = objective_values(cfg, result)
+        trial.set_user_attr(OUTCOME_ATTR, "complete")
+        study.tell(trial, values if len(values) > 1 else values[0])
+    except PrunedRun:
+        trial.set_user_attr(OUTCOME_ATTR, "pruned")
+        study.tell(trial, state=TrialState.PRUNED)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        trial.set_user_attr(OUTCOME_ATTR, "interrupted")
+        study.tell(trial, state=TrialState.FAIL)
+        raise exc
+    except Exception as exc:  # noqa: BLE001 - recorded on the trial and in MLflow, the study goes on
+        trial.set_user_attr(OUTCOME_ATTR, "error")
+        trial.set_user_attr("error", f"{type(exc).__name__}: {exc}"[:2000])
+        study.tell(trial, state=TrialState.FAIL)
+        log.error("trial %d failed: %s", trial.number, exc)
+    return True
+
+
+class _Partial:
+    """Adapts one eval point to metric_value's RunResult interface (for intermediate reports)."""
+
+    def __init__(self, metrics: dict):
+        self.final_eval, self.evals, self.train_curves = metrics, {0: metrics}, {}
+
+
+def worker_loop(cfg: StudyConfig, storage_url: str, state: Path) -> None:
+    study = create_or_load(cfg, storage_url)
+    parent = study.user_attrs["mlflow_parent_run_id"]
+    while True:
+        if cfg.kind == "search":
+            finished = [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL or
+                        t.user_attrs.get(OUTCOME_ATTR) == "error"]
+            if len(finished) >= cfg.n_trials:
+                return
+        if not run_one_trial(study, cfg, state, parent):
+            return
+
+
+def progress(study: optuna.Study, cfg: StudyConfig, started: float, workers: int) -> dict:
+    trials = [t for t in study.get_trials(deepcopy=False) if cfg.kind == "search" or ROW_ATTR in t.user_attrs]
+    count = {s: sum(t.state == s for t in trials) for s in TrialState}
+    total = len(cfg.rows()) if cfg.kind == "ladder" else cfg.n_trials
+    done = count[TrialState.COMPLETE] + count[TrialState.PRUNED]
+    durations = [(t.datetime_complete - t.datetime_start).total_seconds() for t in trials
+                 if t.state == TrialState.COMPLETE and t.datetime_complete and t.datetime_start]
+    remaining = max(total - done, 0)
+    eta = (sum(durations) / len(durations)) * math.ceil(remaining / max(workers, 1)) if durations else None
+    return {"done": done, "total": total, "running": count[TrialState.RUNNING], "waiting": count[TrialState.WAITING],
+            "failed": sum(t.state == TrialState.FAIL and t.user_attrs.get(OUTCOME_ATTR) == "error" for t in trials),
+            "elapsed": time.time() - started, "eta": eta}
+
+
+def format_progress(p: dict) -> str:
+    eta = "?" if p["eta"] is None else f"{int(p['eta'] // 60)}m{int(p['eta'] % 60):02d}s"
+    return (f"rows {p['done']}/{p['total']} done, {p['running']} running, {p['failed']} failed, "
+            f"elapsed {int(p['elapsed'])}s, ETA {eta}")
+
+
+def run_study(path: str, state: Path, storage_url: str | None, workers: int, retry_failed: bool,
+              echo=print) -> int:
+    """Coordinator: validate, create the study and its parent run, queue rows, run workers,
+    show live progress. Returns the exit code (1 if any row failed)."""
+    cfg = load_study(path)
+    storage_url = storage_url or default_storage(state)
+    study = create_or_load(cfg, storage_url)
+    parent = ensure_parent_run(study, cfg, state)
+    left_failed = enqueue_missing_rows(study, cfg, retry_failed) if cfg.kind == "ladder" else []
+    started = time.time()
+    try:
+        if workers <= 1:
+            worker_loop(cfg, storage_url, state)
+        else:
+            _run_workers(path, storage_url, state, workers,
+                         lambda: echo(format_progress(progress(study, cfg, started, workers))))
+    except BaseException:
+        _close_parent(state, parent, progress(study, cfg, started, workers), interrupted=True)
+        raise
+    final = progress(study, cfg, started, workers)
+    echo(format_progress(final))
+    _close_parent(state, parent, final)
+    failed = final["failed"] + len(left_failed)
+    if failed:
+        echo(f"{failed} row(s) failed; see `grpolab table {cfg.path}` and rerun with --retry-failed")
+    return 1 if failed else 0
+
+
+def _run_workers(path: str, storage_url: str, state: Path, workers: int, tick) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 2) // workers))}
+    cmd = [sys.executable, "-m", "grpolab.cli", "--state", str(state), "study-worker", path, "--storage", storage_url]
+    procs = [subprocess.Popen(cmd, env=env) for _ in range(workers)]
+    try:
+        while any(p.poll() is None for p in procs):
+            tick()
+            time.sleep(5)
+    except KeyboardInterrupt:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=60)
+        raise
+
+
+def _close_parent(state: Path, parent_run_id: str, final: dict, interrupted: bool = False) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from .tracking import tracking_uri
+    client = MlflowClient(tracking_uri(state))
+    status = "KILLED" if interrupted else ("FAILED" if final["failed"] else (
+        "FINISHED" if final["done"] >= final["total"] else "KILLED"))
+    client.set_tag(parent_run_id, "grpolab.rows_done", f"{final['done']}/{final['total']}")
+    client.set_terminated(parent_run_id, status=status)

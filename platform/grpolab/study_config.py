@@ -1,0 +1,164 @@
+"""Study files (studies/*.yaml) -> validated StudyConfig. Two kinds:
+
+ladder: a base experiment and ordered rungs, each adding changes on top of the previous one
+        (cumulative), run for every seed; optionally the published value of each rung.
+search: a space over axes and hyperparameters (conditional via ``when``), a sampler, a pruner,
+        a trial budget and one or several objectives.
+
+Metrics are ``final:<eval key>`` (held-out value at the end), ``auc:<eval key>`` (mean over the
+eval points, the area under the curve per step) or ``tail:<train key>`` (mean of a training
+curve over the last quarter of its points), e.g. ``final:eval/pass@1``, ``tail:length/incorrect``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from .config import apply_overrides, build_config
+from .errors import ConfigError
+
+METRIC_AGGS = ("final", "auc", "tail")
+EVAL_KEYS = ("eval/pass@1", "eval/pass@k", "eval/greedy_accuracy", "eval/mean_length")
+
+
+@dataclass(frozen=True)
+class Rung:
+    name: str
+    changes: dict
+    published: float | None = None
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str
+    direction: str = "maximize"
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    name: str
+    kind: str
+    path: str
+    base: dict
+    seeds: tuple[int, ...]
+    objectives: tuple[Objective, ...]
+    rungs: tuple[Rung, ...] = ()
+    published_source: str = ""
+    description: str = ""
+    space: dict = field(default_factory=dict)
+    n_trials: int = 0
+    sampler: dict = field(default_factory=dict)
+    pruner: dict = field(default_factory=dict)
+
+    def rows(self) -> list[tuple[int, int]]:
+        """(rung index, seed) for every row of a ladder."""
+        return [(r, s) for r in range(len(self.rungs)) for s in self.seeds]
+
+    def rung_experiment(self, rung: int, seed: int) -> dict:
+        """The experiment dict of one ladder row: base + changes of rungs 0..rung, cumulative."""
+        overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}"
+                     for r in self.rungs[: rung + 1] for k, v in r.changes.items()]
+        data = apply_overrides(self.base, overrides + [f"seed={seed}"])
+        data["name"] = f"{self.name}-r{rung}"
+        return data
+
+
+def check_metric(metric: str) -> None:
+    agg, _, key = metric.partition(":")
+    if agg not in METRIC_AGGS or not key:
+        raise ConfigError(f"metric {metric!r}: expected <agg>:<key> with agg in {', '.join(METRIC_AGGS)}, "
+                          "e.g. final:eval/pass@1 or tail:length/incorrect")
+    if agg in ("final", "auc") and key not in EVAL_KEYS:
+        raise ConfigError(f"metric {metric!r}: {agg} needs a held-out key; valid: {', '.join(EVAL_KEYS)}")
+
+
+def _objectives(raw) -> tuple[Objective, ...]:
+    items = raw if isinstance(raw, list) else [raw]
+    out = []
+    for item in items:
+        item = {"metric": item} if isinstance(item, str) else dict(item)
+        unknown = set(item) - {"metric", "direction"}
+        if unknown or "metric" not in item:
+            raise ConfigError(f"objectives: each needs metric (and optional direction), got {item}")
+        check_metric(item["metric"])
+        if item.get("direction", "maximize") not in ("maximize", "minimize"):
+            raise ConfigError(f"objectives.direction: maximize or minimize, got {item['direction']!r}")
+        out.append(Objective(item["metric"], item.get("direction", "maximize")))
+    return tuple(out)
+
+
+_LADDER_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objectives", "budget", "rungs", "published_source"}
+_SEARCH_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objectives", "budget", "space", "n_trials",
+                "sampler", "pruner"}
+
+
+def load_study(path: str | Path) -> StudyConfig:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"study file {str(path)!r} does not exist")
+    data = yaml.safe_load(path.read_text()) or {}
+    kind = data.get("kind")
+    if kind not in ("ladder", "search"):
+        raise ConfigError(f"kind: expected ladder or search, got {kind!r}")
+    valid = _LADDER_KEYS if kind == "ladder" else _SEARCH_KEYS
+    unknown = set(data) - valid
+    if unknown:
+        raise ConfigError(f"{sorted(unknown)[0]}: unknown key for a {kind} study; valid: {', '.join(sorted(valid))}")
+    base = data.get("base")
+    if isinstance(base, str):
+        base = yaml.safe_load((path.parent / base).read_text()) if (path.parent / base).exists() else None
+    if not isinstance(base, dict):
+        raise ConfigError("base: expected an experiment mapping (or a path to an experiment YAML)")
+    budget = data.get("budget") or {}
+    base = apply_overrides(base, [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in budget.items()])
+    seeds = tuple(data.get("seeds") or [0])
+    if not all(isinstance(s, int) and s >= 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds: expected distinct non-negative integers, got {list(seeds)}")
+    objectives = _objectives(data.get("objectives") or data.get("metric") or "final:eval/pass@1")
+    name = data.get("name") or path.stem
+    common = dict(name=name, kind=kind, path=str(path), base=base, seeds=seeds, objectives=objectives,
+                  description=data.get("description", ""))
+    if kind == "ladder":
+        study = StudyConfig(**common, rungs=_rungs(data.get("rungs")), published_source=data.get("published_source", ""))
+        for rung in range(len(study.rungs)):  # every rung must validate before anything runs
+            _validate_experiment(study.rung_experiment(rung, seeds[0]), f"rungs[{rung}]")
+        return study
+    if len(objectives) > 1 and data.get("pruner"):
+        raise ConfigError("pruner: Optuna cannot prune multi-objective studies; remove the pruner or keep one objective")
+    from .search_space import check_space
+    space = check_space(data.get("space") or {})
+    n_trials = data.get("n_trials", 8)
+    if not isinstance(n_trials, int) or n_trials < 1:
+        raise ConfigError(f"n_trials: expected a positive integer, got {n_trials!r}")
+    return StudyConfig(**common, space=space, n_trials=n_trials, sampler=data.get("sampler") or {"name": "tpe", "seed": 0},
+                       pruner=data.get("pruner") or {})
+
+
+def _rungs(raw) -> tuple[Rung, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError("rungs: expected a non-empty list of {name, changes, published}")
+    out = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or "name" not in item:
+            raise ConfigError(f"rungs[{i}]: expected a mapping with name, changes and optional published")
+        unknown = set(item) - {"name", "changes", "published"}
+        if unknown:
+            raise ConfigError(f"rungs[{i}].{sorted(unknown)[0]}: unknown key; valid: name, changes, published")
+        changes = item.get("changes") or {}
+        if i > 0 and not changes:
+            raise ConfigError(f"rungs[{i}] ({item['name']}): a rung after the first must change something")
+        out.append(Rung(item["name"], changes, item.get("published")))
+    return tuple(out)
+
+
+def _validate_experiment(data: dict, where: str):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return build_config(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None

@@ -1,0 +1,205 @@
+"""Optuna-driven studies: ladders end to end, exactly-once rows under concurrent workers (journal
+file and a real PostgreSQL server on loopback), resume, a pruned search, table statistics."""
+
+import glob
+import re
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+
+from conftest import REPO
+from grpolab.results import ladder_rows, ladder_table, load_results, mean_ci, study_table
+from grpolab.studies import create_or_load, default_storage, run_study
+from grpolab.study_config import load_study
+from grpolab.tracking import tracking_uri
+
+BASE = {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
+        "model": {"preset": "tiny"}, "train": {"group_size": 8, "prompts_per_rollout": 4, "learning_rate": 0.0005},
+        "eval": {"prompts": 8, "k": 2}}
+
+
+def ladder_file(tmp_path, name, steps=2, seeds=(0, 1), rungs=2):
+    data = {"kind": "ladder", "name": name, "base": BASE, "budget": {"train.steps": steps, "eval.every": 0},
+            "seeds": list(seeds), "metric": "final:eval/pass@1",
+            "rungs": [{"name": "base", "published": 30},
+                      {"name": "+ clip higher", "changes": {"method.eps_high": 0.28}, "published": 38},
+                      {"name": "+ token mean", "changes": {"method.aggregation": "token_mean"}}][:rungs]}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def row_counts(study):
+    counts = {}
+    for t in study.get_trials(deepcopy=False):
+        if "row" in t.user_attrs and t.state == TrialState.COMPLETE:
+            counts[t.user_attrs["row"]] = counts.get(t.user_attrs["row"], 0) + 1
+    return counts
+
+
+def test_ladder_runs_end_to_end_and_links_mlflow_both_ways(tmp_path, shared_state):
+    path = ladder_file(tmp_path, "ladder_e2e")
+    lines = []
+    assert run_study(str(path), shared_state, None, 1, False, echo=lines.append) == 0
+    assert "rows 4/4 done, 0 running, 0 failed" in lines[-1]
+    cfg, study = load_results(str(path), shared_state, None)
+    rows = ladder_rows(study, cfg)
+    assert len(rows) == 4 and (rows.state == "COMPLETE").all()
+    assert row_counts(study) == {"r0-s0": 1, "r0-s1": 1, "r1-s0": 1, "r1-s1": 1}
+    client = MlflowClient(tracking_uri(shared_state))
+    parent = study.user_attrs["mlflow_parent_run_id"]
+    assert client.get_run(parent).info.status == "FINISHED"
+    for _, row in rows.iterrows():
+        run = client.get_run(row.run_id)                                   # trial -> run
+        assert run.data.tags["mlflow.parentRunId"] == parent
+        assert int(run.data.tags["optuna.trial_number"]) == row.trial     # run -> trial
+        assert run.data.metrics["eval/pass_at_1"] == pytest.approx(row.value)
+        assert run.data.tags["grpolab.rung"] == str(row.rung)
+    eps = {r: client.get_run(rows[rows.rung == r].run_id.iloc[0]).data.params["method.eps_high"] for r in (0, 1)}
+    assert eps == {0: "0.2", 1: "0.28"}                                     # cumulative change applied
+    table = study_table(str(path), shared_state, None, "markdown")
+    assert "+ clip higher" in table and re.search(r"\|\s+38(\.0+)?\s+\|", table)
+    # on-policy (no rollout reuse) eps_high cannot change anything: the paired delta is exactly 0
+    assert re.search(r"\+ clip higher \|\s+2 \|[^|]+\|[^|]+\|\s+0\.000 \|", table)
+    assert "rung,n,mean" in study_table(str(path), shared_state, None, "csv")
+    assert "\\begin{tabular}" in study_table(str(path), shared_state, None, "latex")
+
+
+def test_table_statistics_match_hand_computation():
+    mean, half = mean_ci([0.2, 0.4, 0.3])
+    # mean 0.3, sd 0.1, t(0.975, 2) = 4.302653 -> half-width 4.302653 * 0.1 / sqrt(3)
+    assert mean == pytest.approx(0.3) and half == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-5)
+    import pandas as pd
+    from grpolab.study_config import Rung, StudyConfig
+    cfg = StudyConfig(name="x", kind="ladder", path="x", base={}, seeds=(0, 1, 2), objectives=(),
+                      rungs=(Rung("a", {}, 30.0), Rung("b", {"k": 1}, 36.0)))
+    rows = pd.DataFrame([{"rung": r, "seed": s, "state": "COMPLETE", "value": v}
+                         for r, s, v in [(0, 0, .1), (0, 1, .2), (0, 2, .3), (1, 0, .2), (1, 1, .4), (1, 2, .3)]])
+    t = ladder_table(rows, cfg)
+    assert t.loc[0, "mean"] == pytest.approx(0.2) and t.loc[1, "mean"] == pytest.approx(0.3)
+    # paired deltas (0.1, 0.2, 0.0): mean 0.1, sd 0.1
+    assert t.loc[1, "delta_vs_prev"] == pytest.approx(0.1)
+    assert t.loc[1, "delta_ci95"] == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-5)
+    assert t.loc[1, "published"] == 36.0 and t.loc[0, "n"] == 3
+    rows.loc[5, "state"] = "FAIL"
+    t = ladder_table(rows, cfg)
+    assert t.loc[1, "n"] == 2 and "s2:FAIL" in t.loc[1, "missing_or_failed"]
+
+
+def _workers_exactly_once(tmp_path, state, storage):
+    path = ladder_file(tmp_path, f"two_workers_{abs(hash(storage)) % 10000}", steps=1, seeds=(0, 1, 2), rungs=2)
+    start = time.time()
+    assert run_study(str(path), state, storage, 2, False, echo=lambda s: None) == 0
+    cfg, study = load_results(str(path), state, storage)
+    counts = row_counts(study)
+    assert sorted(counts) == sorted(f"r{r}-s{s}" for r, s in cfg.rows())   # no missing row
+    assert set(counts.values()) == {1}                                    # no duplicated row
+    return time.time() - start
+
+
+def test_two_workers_exactly_once_on_journal_storage(tmp_path, shared_state):
+    _workers_exactly_once(tmp_path, shared_state, default_storage(tmp_path))
+
+
+@pytest.fixture(scope="module")
+def postgres_url(tmp_path_factory):
+    """A real PostgreSQL server started on 127.0.0.1 for this test module, then stopped."""
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+    if not bins:
+        pytest.fail("PostgreSQL is not installed: `make test` installs it (apt-get install postgresql)")
+    bin_dir = Path(bins[-1])
+    root = Path(tempfile.mkdtemp(prefix="grpolab-pg-"))  # pytest's tmp dirs are 0700 root: postgres can't enter
+    data, sock = root / "data", root / "sock"
+    sock.mkdir()
+    as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_pg:
+        shutil.chown(root, "postgres")
+        shutil.chown(sock, "postgres")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    subprocess.run(as_pg + [str(bin_dir / "initdb"), "-D", str(data), "-U", "grpolab", "--auth=trust"], check=True,
+                   capture_output=True)
+    subprocess.run(as_pg + [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-w", "-o",
+                            f"-p {port} -k {sock} -c listen_addresses=127.0.0.1", "start"], check=True, capture_output=True)
+    subprocess.run(as_pg + [str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "grpolab", "optuna"],
+                   check=True, capture_output=True)
+    yield f"postgresql+psycopg2://grpolab@127.0.0.1:{port}/optuna"
+    subprocess.run(as_pg + [str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"], capture_output=True)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_two_workers_exactly_once_on_postgresql(tmp_path, shared_state, postgres_url):
+    _workers_exactly_once(tmp_path, shared_state, postgres_url)
+
+
+def test_interrupted_study_resumes_without_redoing_rows(tmp_path, shared_state):
+    path = ladder_file(tmp_path, "resume_me", steps=400, seeds=(0,), rungs=2)
+    env = {**os.environ, "GRPOLAB_STATE": str(shared_state)}
+    proc = subprocess.Popen([sys.executable, "-m", "grpolab.cli", "study", str(path)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    storage = default_storage(shared_state)
+    cfg = load_study(path)
+    deadline = time.time() + 240
+    while time.time() < deadline:  # wait until the first row is training
+        time.sleep(2)
+        if (shared_state / "optuna.journal").exists():
+            study = create_or_load(cfg, storage)
+            if any(t.state == TrialState.RUNNING and t.user_attrs.get("mlflow_run_id")
+                   for t in study.get_trials(deepcopy=False)):
+                time.sleep(3)
+                break
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=120)
+    study = create_or_load(cfg, storage)
+    interrupted = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("outcome") == "interrupted"]
+    assert len(interrupted) == 1 and not row_counts(study)
+    # resume with a smaller budget file of the same study: the interrupted row is re-queued and done
+    data = yaml.safe_load(path.read_text())
+    data["budget"]["train.steps"] = 1
+    path.write_text(yaml.safe_dump(data))
+    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None) == 0
+    study = create_or_load(cfg, storage)
+    assert row_counts(study) == {"r0-s0": 1, "r1-s0": 1}
+
+
+def test_search_with_median_pruning_on_a_real_objective(tmp_path, shared_state):
+    data = {"kind": "search", "name": "search_prune", "base": {**BASE, "method": {"base": "grpo", "kl_coef": 0.0}},
+            "budget": {"train.steps": 4, "eval.every": 1}, "seeds": [0],
+            "objectives": [{"metric": "final:eval/pass@1", "direction": "maximize"}],
+            "space": {"train.learning_rate": {"type": "float", "low": 1e-4, "high": 3e-3, "log": True},
+                      "method.surrogate": {"type": "categorical", "choices": ["clip", "dual_clip"]},
+                      "method.dual_clip_c": {"type": "float", "low": 2.0, "high": 5.0,
+                                             "when": {"method.surrogate": "dual_clip"}}},
+            "n_trials": 6, "sampler": {"name": "tpe", "seed": 0},
+            "pruner": {"name": "median", "n_startup_trials": 1, "n_warmup_steps": 0}}
+    path = tmp_path / "search.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None) == 0
+    cfg, study = load_results(str(path), shared_state, None)
+    trials = study.get_trials(deepcopy=False)
+    states = [t.state for t in trials]
+    assert len(trials) == 6 and TrialState.COMPLETE in states
+    for t in trials:   # the conditional parameter exists exactly when its parent says so
+        assert ("method.dual_clip_c" in t.params) == (t.params["method.surrogate"] == "dual_clip")
+        if t.state == TrialState.COMPLETE:
+            assert sorted(t.intermediate_values) == [1, 2, 3, 4]
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    client = MlflowClient(tracking_uri(shared_state))
+    for t in pruned:
+        assert client.get_run(t.user_attrs["mlflow_run_id"]).info.status == "KILLED"
+    table = study_table(str(path), shared_state, None, "markdown")
+    assert "final:eval/pass@1" in table and "train.learning_rate" in table
+    assert pruned, "median pruning never pruned a trial in 6"
