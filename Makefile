@@ -11,12 +11,16 @@ install:
 	$(PIP) install -q torch==2.13.0
 	$(PIP) install -q -e .
 
+# Tests need real servers: Debian's chromium (dashboard page tests) and PostgreSQL (multi-worker
+# study storage); installed here when missing (root on these machines).
 install-test: install
 	$(PIP) install -q -e ".[test]"
+	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql >/dev/null)
 
-# The main job on the embedded defaults.
+# The main job on the embedded defaults: the toy DAPO Table 1 ladder, its table and dashboard.
 run: install
-	$(PYTHON) -m grpolab.cli --state $(STATE) run experiments/addition_grpo.yaml
+	$(PYTHON) -m grpolab.cli --state $(STATE) study studies/dapo_table1.yaml --table --dashboard
 
 test: install-test
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests

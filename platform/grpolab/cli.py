@@ -1,4 +1,4 @@
-"""grpolab command line: run | methods | metrics-doc | bench.
+"""grpolab command line: run | study | table | dashboard | methods | metrics-doc | bench.
 
 Bad input exits with code 2 and a one-line message, before any model is loaded.
 """
@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import warnings
+from pathlib import Path
 
 from .errors import ConfigError
 from .tracking_signals import RunKilled
@@ -64,6 +65,10 @@ def _cmd_study(args) -> int:
     if args.table:
         from .results import study_table
         print(study_table(args.study, state_dir(args.state), args.storage, "markdown"))
+    if args.dashboard:
+        from .dashboards import build_dashboard
+        out = state_dir(args.state) / "dashboards" / f"{Path(args.study).stem}.html"
+        print(f"dashboard: {build_dashboard(state_dir(args.state), out, args.study, storage_url=args.storage).resolve()}")
     return code
 
 
@@ -79,6 +84,18 @@ def _cmd_table(args) -> int:
     from .results import study_table
     from .state import state_dir
     print(study_table(args.study, state_dir(args.state), args.storage, args.format))
+    return 0
+
+
+def _cmd_dashboard(args) -> int:
+    from .dashboards import build_dashboard
+    from .state import state_dir
+    state = state_dir(args.state)
+    run_ids = [r for r in (args.runs or "").split(",") if r]
+    name = Path(args.study).stem if args.study else "runs"
+    out = Path(args.out) if args.out else state / "dashboards" / f"{name}.html"
+    path = build_dashboard(state, out, args.study, run_ids, args.layout, args.storage)
+    print(f"dashboard: {path.resolve()}")
     return 0
 
 
@@ -103,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "postgresql://... to share rows with workers on other machines)")
     study.add_argument("--retry-failed", action="store_true", help="re-queue rows that failed with an error")
     study.add_argument("--table", action="store_true", help="print the results table at the end")
+    study.add_argument("--dashboard", action="store_true", help="write the study's HTML dashboard at the end")
     study.set_defaults(func=_cmd_study)
     worker = sub.add_parser("study-worker", help="(internal) one worker process of `grpolab study`")
     worker.add_argument("study")
@@ -113,6 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--storage", default=None)
     table.add_argument("--format", choices=["markdown", "csv", "latex"], default="markdown")
     table.set_defaults(func=_cmd_table)
+    dash = sub.add_parser("dashboard", help="write an offline HTML dashboard of a study or of chosen runs")
+    dash.add_argument("study", nargs="?", help="path to studies/<name>.yaml (or use --runs)")
+    dash.add_argument("--runs", help="comma-separated MLflow run ids to compare instead of a study")
+    dash.add_argument("--layout", help="dashboards/<layout>.yaml (default: the built-in layout)")
+    dash.add_argument("--out", help="output HTML path (default: <state>/dashboards/<study>.html)")
+    dash.add_argument("--storage", default=None, help="Optuna storage URL of the study")
+    dash.set_defaults(func=_cmd_dashboard)
     bench = sub.add_parser("bench", help="measure tracking overhead and trainer overhead against stock TRL")
     bench.add_argument("--what", choices=["tracking", "trainer", "all"], default="all")
     bench.add_argument("--preset", default=None, help="model preset (default: tiny for tracking, small for trainer)")

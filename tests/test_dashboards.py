@@ -1,0 +1,112 @@
+"""Dashboards: extraction tested on real stored runs, figures built from it, and the HTML report
+opened in headless Chromium: no console errors, every panel holds data, a screenshot is saved."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from conftest import REPO
+from grpolab import dashboard_data as data
+from grpolab.dashboards import build_dashboard, curve_figure, load_layout
+from grpolab.errors import ConfigError
+from grpolab.studies import run_study
+from grpolab.tracking import tracking_uri
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--disable-quic", "--virtual-time-budget=8000"]
+
+
+@pytest.fixture(scope="module")
+def ladder(tmp_path_factory, shared_state):
+    tmp = tmp_path_factory.mktemp("dash")
+    study = {"kind": "ladder", "name": "dash_ladder", "seeds": [0, 1], "metric": "final:eval/pass@1",
+             "base": {"method": {"base": "grpo"}, "task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"},
+                      "train": {"group_size": 8, "prompts_per_rollout": 4, "minibatches": 2, "learning_rate": 0.002},
+                      "eval": {"prompts": 8, "k": 2}},
+             "budget": {"train.steps": 4, "eval.every": 2},
+             "rungs": [{"name": "GRPO", "published": 30}, {"name": "+ Clip-Higher", "changes": {"method.eps_high": 0.28},
+                                                          "published": 38}]}
+    path = tmp / "dash_ladder.yaml"
+    path.write_text(yaml.safe_dump(study, sort_keys=False))
+    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None) == 0
+    return path
+
+
+def test_extraction_matches_mlflow_histories(ladder, shared_state):
+    runs = data.study_runs(shared_state, "dash_ladder")
+    assert len(runs) == 4 and set(runs.label) == {"GRPO", "+ Clip-Higher"}
+    curves = data.metric_curves(shared_state, runs, ["entropy", "eval/pass@1"])
+    client = MlflowClient(tracking_uri(shared_state))
+    rid = runs.run_id.iloc[0]
+    stored = [(m.step, m.value) for m in client.get_metric_history(rid, "entropy")]
+    mine = curves[(curves.run_id == rid) & (curves.metric == "entropy")][["step", "value"]]
+    assert sorted(stored) == sorted(map(tuple, mine.values.tolist()))
+    summary = data.band_summary(curves)
+    row = summary[(summary.label == "GRPO") & (summary.metric == "entropy") & (summary.step == 1)].iloc[0]
+    vals = curves[(curves.label == "GRPO") & (curves.metric == "entropy") & (curves.step == 1)].value
+    assert row["mean"] == pytest.approx(vals.mean()) and row.low == vals.min() and row.high == vals.max() and row.n == 2
+    fig = curve_figure(summary, "entropy", "Entropy")
+    assert len(fig.data) == 4 and {t.name for t in fig.data if t.showlegend is not False} == {"GRPO", "+ Clip-Higher"}
+
+
+def test_layout_validation():
+    assert load_layout(None)["panels"][0]["metric"] == "eval/pass@1"
+    assert load_layout(str(REPO / "dashboards/length_and_entropy.yaml"))["title"] == "Length and entropy"
+    with pytest.raises(ConfigError, match="unknown key 'colour'"):
+        bad = REPO / "tests" / "_bad_layout.yaml"
+        try:
+            bad.write_text("colour: red\n")
+            load_layout(str(bad))
+        finally:
+            bad.unlink()
+
+
+def _chromium():
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.fail("chromium is not installed: `make test` installs Debian's chromium package")
+    return exe
+
+
+def test_report_in_headless_chromium(ladder, shared_state, tmp_path):
+    out = build_dashboard(shared_state, tmp_path / "report.html", str(ladder))
+    page = out.read_text()
+    assert re.search(r"<script[^>]+src=", page) is None       # no external script: plotly.js is embedded
+    assert len(page) > 3_000_000
+    profile = tmp_path / "profile"
+    dom = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr",
+                          "--v=0", "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120)
+    check = json.loads(re.search(r'<pre id="grpolab-self-check">([^<]*)</pre>', dom.stdout).group(1))
+    console_errors = [l for l in dom.stderr.splitlines() if "CONSOLE" in l and ("Uncaught" in l or "Error" in l)]
+    assert console_errors == [] and check["errors"] == []
+    panels = {p["panel"]: p for p in check["panels"]}
+    for name in ("Ablation table", "Held-out pass@1", "Policy entropy", "Length of incorrect completions",
+                 "Clip fraction (either bound binds)", "All-wrong groups (zero variance)", "KL to the reference"):
+        assert name in panels, name
+    for p in check["panels"]:
+        assert p["rendered"] and p["traces"] > 0 and p["points"] > 0, p
+    shot = tmp_path / "dashboard.png"
+    subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile2'}", "--window-size=1400,2400",
+                    f"--screenshot={shot}", out.as_uri()], capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 50_000
+    keep = os.environ.get("GRPOLAB_ARTIFACTS")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(keep) / "dashboard.png")
+
+
+def test_dashboard_of_chosen_runs_and_no_runs_error(ladder, shared_state, tmp_path):
+    runs = data.study_runs(shared_state, "dash_ladder")
+    out = build_dashboard(shared_state, tmp_path / "runs.html", run_ids=runs.run_id.tolist()[:2],
+                          layout_path=str(REPO / "dashboards/length_and_entropy.yaml"))
+    meta = json.loads(out.with_suffix(".json").read_text())
+    assert "Policy entropy" in meta["panels"] and len(meta["runs"]) == 2
+    with pytest.raises(ConfigError, match="give a study file or --runs"):
+        build_dashboard(shared_state, tmp_path / "x.html")
