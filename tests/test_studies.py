@@ -203,3 +203,22 @@ def test_search_with_median_pruning_on_a_real_objective(tmp_path, shared_state):
     table = study_table(str(path), shared_state, None, "markdown")
     assert "final:eval/pass@1" in table and "train.learning_rate" in table
     assert pruned, "median pruning never pruned a trial in 6"
+
+
+def test_threshold_metrics_steps_and_tokens_to_reach():
+    from grpolab.errors import ConfigError
+    from grpolab.runner import RunResult
+    from grpolab.studies import metric_value
+    from grpolab.study_config import check_metric
+    evals = {0: {"eval/pass@1": 0.2}, 10: {"eval/pass@1": 0.28}, 20: {"eval/pass@1": 0.31}, 30: {"eval/pass@1": 0.29}}
+    curves = {"tokens/cumulative": [(s, 100.0 * s) for s in range(1, 31)], "entropy": [(s, float(s)) for s in range(1, 9)]}
+    r = RunResult("x", "FINISHED", evals, curves, 30, 1.0, {})
+    assert metric_value("steps_to:eval/pass@1>=0.3", r) == 20.0
+    assert metric_value("tokens_to:eval/pass@1>=0.3", r) == 2000.0
+    assert metric_value("steps_to:eval/pass@1>=0.5", r) == math.inf
+    assert metric_value("final:eval/pass@1", r) == 0.29
+    assert metric_value("auc:eval/pass@1", r) == pytest.approx((0.24 + 0.295 + 0.30) * 10 / 30)
+    assert metric_value("tail:entropy", r) == pytest.approx(7.5)   # last quarter of 8 points
+    for bad in ("steps_to:eval/pass@1", "steps_to:entropy>=1", "best:eval/pass@1", "final:entropy"):
+        with pytest.raises(ConfigError):
+            check_metric(bad)

@@ -83,7 +83,7 @@ def _cmd_study_worker(args) -> int:
 def _cmd_table(args) -> int:
     from .results import study_table
     from .state import state_dir
-    print(study_table(args.study, state_dir(args.state), args.storage, args.format))
+    print(study_table(args.study, state_dir(args.state), args.storage, args.format, args.metric))
     return 0
 
 
@@ -130,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("study", help="path to studies/<name>.yaml")
     table.add_argument("--storage", default=None)
     table.add_argument("--format", choices=["markdown", "csv", "latex"], default="markdown")
+    table.add_argument("--metric", default=None, help="which objective of the study (default: the first)")
     table.set_defaults(func=_cmd_table)
     dash = sub.add_parser("dashboard", help="write an offline HTML dashboard of a study or of chosen runs")
     dash.add_argument("study", nargs="?", help="path to studies/<name>.yaml (or use --runs)")

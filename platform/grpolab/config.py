@@ -45,6 +45,7 @@ class WarmStartCfg:
     learning_rate: float = 3e-3
     max_steps: int = 4000
     check_every: int = 50
+    seed: int = -1                     # warm-start seed; -1 = the run seed (set it to share one warm start)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import pandas as pd
 from optuna.trial import TrialState
 from scipy import stats
 
+from .errors import ConfigError
 from .study_config import StudyConfig, load_study
 
 
@@ -29,7 +30,7 @@ def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
     return mean, stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
 
 
-def ladder_rows(study, cfg: StudyConfig) -> pd.DataFrame:
+def ladder_rows(study, cfg: StudyConfig, objective: int = 0) -> pd.DataFrame:
     """One row per (rung, seed) with its latest outcome: value, state and MLflow run id."""
     from .studies import ROW_ATTR, RUN_ATTR
     latest = {}
@@ -42,7 +43,7 @@ def ladder_rows(study, cfg: StudyConfig) -> pd.DataFrame:
     for rung, seed in cfg.rows():
         t = latest.get(f"r{rung}-s{seed}")
         rows.append({"rung": rung, "seed": seed, "state": t.state.name if t else "MISSING",
-                     "value": t.values[0] if t is not None and t.state == TrialState.COMPLETE else math.nan,
+                     "value": t.values[objective] if t is not None and t.state == TrialState.COMPLETE else math.nan,
                      "run_id": t.user_attrs.get(RUN_ATTR, "") if t else "", "trial": t.number if t else None})
     return pd.DataFrame(rows)
 
@@ -95,11 +96,15 @@ def render(frame: pd.DataFrame, fmt: str, caption: str = "") -> str:
     return frame.to_markdown(index=False, floatfmt=".3f")
 
 
-def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "markdown") -> str:
+def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "markdown", metric: str | None = None) -> str:
     cfg, study = load_results(path, state, storage_url)
-    metric = cfg.objectives[0].metric
+    names = [o.metric for o in cfg.objectives]
+    if metric is not None and metric not in names:
+        raise ConfigError(f"--metric: {metric!r} is not an objective of {cfg.name}; valid: {', '.join(names)}")
+    index = names.index(metric) if metric else 0
+    metric = names[index]
     if cfg.kind == "ladder":
-        frame = ladder_table(ladder_rows(study, cfg), cfg)
+        frame = ladder_table(ladder_rows(study, cfg, index), cfg)
         caption = f"{cfg.name}: {metric}, mean over seeds {list(cfg.seeds)} with 95% t-interval"
         if cfg.published_source:
             caption += f"; published: {cfg.published_source}"

@@ -31,7 +31,7 @@ class RunResult:
     run_id: str | None
     status: str
     evals: dict            # step -> held-out metrics (step 0 = the warm start)
-    train_curves: dict     # metric -> values per logged step
+    train_curves: dict     # metric -> [(step, value)] per logged step
     steps: int
     wall_seconds: float
     warm_start: dict
@@ -54,7 +54,7 @@ class TrackingCallback(TrainerCallback):
         self.samples: list[dict] = []
         self.samples_keep = samples_keep
         self.tracking_seconds = 0.0   # time spent handing curves to MLflow (buffering + batched writes)
-        self.curves: dict[str, list[float]] = {}
+        self.curves: dict[str, list[tuple[int, float]]] = {}   # metric -> (step, value)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         start = time.perf_counter()
@@ -63,7 +63,7 @@ class TrackingCallback(TrainerCallback):
         self.tracking_seconds += time.perf_counter() - start
         for key, value in (logs or {}).items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.curves.setdefault(key, []).append(float(value))
+                self.curves.setdefault(key, []).append((state.global_step, float(value)))
         if self.trainer is not None and self.samples_keep:
             self.samples.extend({"step": state.global_step, **row} for row in self.trainer.last_rollout[: self.samples_keep])
 
@@ -89,8 +89,9 @@ def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
         return target, {"source": "random-init"}
     wcfg = WarmStartConfig(band=tuple(ws.band), group_size=cfg.train.group_size, learning_rate=ws.learning_rate,
                            max_steps=ws.max_steps, check_every=ws.check_every)
-    # The warm start's seed is the run seed: different seeds start from different SFT models.
-    return warm_start(cfg.model.preset, task, cfg.seed, wcfg, state / "models")
+    # By default the warm start's seed is the run seed (different seeds, different SFT models);
+    # warm_start.seed pins one shared warm start, e.g. to compare methods from the same model.
+    return warm_start(cfg.model.preset, task, ws.seed if ws.seed >= 0 else cfg.seed, wcfg, state / "models")
 
 
 def _grpo_args(cfg: RunConfig, task, output_dir: Path):

@@ -31,7 +31,7 @@ from optuna.trial import TrialState
 
 from .config import apply_overrides, build_config
 from .errors import ConfigError
-from .study_config import StudyConfig, load_study
+from .study_config import StudyConfig, load_study, parse_threshold
 from .tracking import RunRecorder
 
 log = logging.getLogger(__name__)
@@ -75,7 +75,7 @@ def _pruner(cfg: StudyConfig):
 
 
 def create_or_load(cfg: StudyConfig, storage_url: str) -> optuna.Study:
-    directions = [o.direction for o in cfg.objectives] if cfg.kind == "search" else ["maximize"]
+    directions = [o.direction for o in cfg.objectives]
     return optuna.create_study(study_name=cfg.name, storage=open_storage(storage_url), load_if_exists=True,
                                directions=directions, sampler=_sampler(cfg) if cfg.kind == "search" else None,
                                pruner=_pruner(cfg) if cfg.kind == "search" else None)
@@ -138,7 +138,16 @@ def metric_value(metric: str, result) -> float:
             return result.evals[steps[0]][key]
         area = sum((b - a) * (result.evals[a][key] + result.evals[b][key]) / 2 for a, b in zip(steps, steps[1:]))
         return area / (steps[-1] - steps[0])
-    values = result.train_curves.get(key, [])
+    if agg in ("steps_to", "tokens_to"):
+        name, threshold = parse_threshold(key)
+        reached = [step for step in sorted(result.evals) if result.evals[step][name] >= threshold]
+        if not reached:
+            return math.inf
+        if agg == "steps_to":
+            return float(reached[0])
+        tokens = [v for step, v in result.train_curves.get("tokens/cumulative", []) if step <= reached[0]]
+        return tokens[-1] if tokens else 0.0
+    values = [v for _, v in result.train_curves.get(key, [])]
     if not values:
         raise ConfigError(f"metric {metric!r}: the run logged no {key!r} curve")
     tail = values[-max(1, len(values) // 4):]

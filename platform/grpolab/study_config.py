@@ -6,8 +6,10 @@ search: a space over axes and hyperparameters (conditional via ``when``), a samp
         a trial budget and one or several objectives.
 
 Metrics are ``final:<eval key>`` (held-out value at the end), ``auc:<eval key>`` (mean over the
-eval points, the area under the curve per step) or ``tail:<train key>`` (mean of a training
-curve over the last quarter of its points), e.g. ``final:eval/pass@1``, ``tail:length/incorrect``.
+eval points, the area under the curve per step), ``tail:<train key>`` (mean of a training
+curve over the last quarter of its points), or ``steps_to:<eval key>>=<x>`` /
+``tokens_to:<eval key>>=<x>`` (optimizer steps / generated tokens until the held-out value first
+reaches x; inf if never), e.g. ``final:eval/pass@1``, ``tail:length/incorrect``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import yaml
 from .config import apply_overrides, build_config
 from .errors import ConfigError
 
-METRIC_AGGS = ("final", "auc", "tail")
+METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")
 EVAL_KEYS = ("eval/pass@1", "eval/pass@k", "eval/greedy_accuracy", "eval/mean_length")
 
 
@@ -67,12 +69,25 @@ class StudyConfig:
         return data
 
 
+def parse_threshold(key: str) -> tuple[str, float]:
+    """'eval/pass@1>=0.35' -> ('eval/pass@1', 0.35)."""
+    name, sep, value = key.partition(">=")
+    try:
+        return name, float(value) if sep else float("nan")
+    except ValueError:
+        raise ConfigError(f"metric key {key!r}: expected <eval key>>=<number>, e.g. eval/pass@1>=0.35") from None
+
+
 def check_metric(metric: str) -> None:
     agg, _, key = metric.partition(":")
     if agg not in METRIC_AGGS or not key:
         raise ConfigError(f"metric {metric!r}: expected <agg>:<key> with agg in {', '.join(METRIC_AGGS)}, "
-                          "e.g. final:eval/pass@1 or tail:length/incorrect")
-    if agg in ("final", "auc") and key not in EVAL_KEYS:
+                          "e.g. final:eval/pass@1, tail:length/incorrect or steps_to:eval/pass@1>=0.35")
+    if agg in ("steps_to", "tokens_to"):
+        name, threshold = parse_threshold(key)
+        if name not in EVAL_KEYS or threshold != threshold:
+            raise ConfigError(f"metric {metric!r}: {agg} needs <held-out key>>=<threshold>; keys: {', '.join(EVAL_KEYS)}")
+    elif agg in ("final", "auc") and key not in EVAL_KEYS:
         raise ConfigError(f"metric {metric!r}: {agg} needs a held-out key; valid: {', '.join(EVAL_KEYS)}")
 
 
