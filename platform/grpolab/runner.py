@@ -132,6 +132,20 @@ def _reward_funcs(task, examples, spec, max_len: int):
     return funcs
 
 
+def _run_tags(cfg: RunConfig, task) -> dict:
+    """What a run is (method, spec hash, task, seed) and what built it (commit, library versions)."""
+    import mlflow
+    import transformers
+    import trl
+
+    from . import __version__
+    return {"grpolab.method": cfg.method_name, "grpolab.spec_hash": cfg.spec.spec_hash(),
+            "grpolab.task": task.name, "grpolab.seed": cfg.seed, "grpolab.git_commit": git_commit(),
+            "grpolab.version": __version__, "grpolab.overrides": "advantage,loss",
+            "versions.torch": torch.__version__, "versions.trl": trl.__version__,
+            "versions.transformers": transformers.__version__, "versions.mlflow": mlflow.__version__}
+
+
 @contextlib.contextmanager
 def _sigterm_as_killed():
     def handler(signum, frame):
@@ -149,24 +163,15 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
     """Train one experiment end to end and record it; returns its result (raises on failure,
     after the MLflow run has been ended FAILED or KILLED)."""
     import datasets
-    import mlflow
-    import transformers
-    import trl
 
-    from . import __version__
     from .trainer import GrpoLabTrainer
 
     state = Path(state or default_state_dir())
     task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
     recorder = None
     if cfg.tracking.enabled:
-        tags = {"grpolab.method": cfg.method_name, "grpolab.spec_hash": cfg.spec.spec_hash(),
-                "grpolab.task": task.name, "grpolab.seed": cfg.seed, "grpolab.git_commit": git_commit(),
-                "grpolab.version": __version__, "grpolab.overrides": "advantage,loss",
-                "versions.torch": torch.__version__, "versions.trl": trl.__version__,
-                "versions.transformers": transformers.__version__, "versions.mlflow": mlflow.__version__,
-                **(extra_tags or {})}
-        recorder = RunRecorder(state, cfg.tracking.experiment, f"{cfg.name}-s{cfg.seed}", tags, cfg.resolved(),
+        recorder = RunRecorder(state, cfg.tracking.experiment, f"{cfg.name}-s{cfg.seed}",
+                               {**_run_tags(cfg, task), **(extra_tags or {})}, cfg.resolved(),
                                cfg.tracking.flush_every, parent_run_id)
     if recorder and on_run is not None:
         on_run(recorder.run_id)

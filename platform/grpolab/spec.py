@@ -141,8 +141,8 @@ def validate_spec(spec: MethodSpec) -> None:
         _check(spec.surrogate == "clip", "method.ratio=geometric (GMPO) clips in log space itself: use surrogate=clip")
     if spec.surrogate == "group_dpo":
         _check(spec.ratio == "token", "method.surrogate=group_dpo uses sequence log-probs directly: use ratio=token")
-    if spec.advantage in ("reinforce_pp", "reinforce_pp_baseline") or spec.kl_placement == "reward":
-        _check(spec.kl_placement == "reward" or spec.kl_coef == 0 or spec.advantage not in ("reinforce_pp",),
-               "method.advantage=reinforce_pp folds the KL into the reward: set kl_placement=reward")
+    if spec.advantage == "reinforce_pp" and spec.kl_coef > 0:
+        _check(spec.kl_placement == "reward", "method.advantage=reinforce_pp folds the KL into the reward: "
+                                              "set kl_placement=reward (or kl_coef=0)")
     _check(spec.advantage != "value_tracker" or spec.kl_placement == "loss" or spec.kl_coef == 0,
            "method.advantage=value_tracker: kl_placement=reward is not supported with the tracker; use loss")

@@ -1,0 +1,35 @@
+"""Fail loudly when TRL changes under us: grpolab.trainer overrides private GRPOTrainer methods."""
+
+import inspect
+
+import trl
+from trl import GRPOConfig, GRPOTrainer
+
+
+def _params(fn):
+    return list(inspect.signature(fn).parameters)
+
+
+def test_trl_is_the_pinned_version():
+    assert trl.__version__ == "1.16.0", "grpolab.trainer is written against TRL 1.16.0 internals; re-check them"
+
+
+def test_private_override_points_keep_their_signatures():
+    assert _params(GRPOTrainer._calculate_rewards) == ["self", "inputs", "prompts", "completions", "completion_ids_list"]
+    assert _params(GRPOTrainer._generate_and_score_completions) == ["self", "inputs"]
+    assert _params(GRPOTrainer._compute_loss) == ["self", "model", "inputs"]
+    logps = _params(GRPOTrainer._get_per_token_logps_and_entropies)
+    assert logps[:5] == ["self", "model", "input_ids", "attention_mask", "logits_to_keep"] and "compute_entropy" in logps
+
+
+def test_behaviours_the_trainer_relies_on():
+    src = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    for needle in ('"num_items_in_batch": num_items_in_batch', "self._calculate_rewards(", "mask_truncated_completions",
+                   'output["old_per_token_logps"]', 'output["ref_per_token_logps"]'):
+        assert needle in src, needle
+    prep = inspect.getsource(GRPOTrainer._prepare_inputs)
+    assert "shuffle_sequence_dict" in prep and "split_tensor_dict" in prep  # rows are shuffled, then split
+    assert GRPOTrainer.loss_is_scaled_for_ga is True  # so grpolab divides by gradient accumulation itself
+    cfg = GRPOConfig(output_dir="/tmp/x", use_cpu=True, report_to="none")
+    assert cfg.use_bias_correction_kl is True  # TRL's default KL gradient differs from the GRPO paper's
+    assert cfg.loss_type == "dapo" and cfg.beta == 0.0  # defaults a "naive GRPO" row must override
