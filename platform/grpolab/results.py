@@ -2,7 +2,9 @@
 
 Ladder: per rung the mean over seeds with a 95 % t-interval, the paired delta against the
 previous rung (mean of per-seed differences, t-interval over the seeds both rungs completed),
-and the published value beside it. Missing or failed rows are shown, never dropped.
+and the published value beside it. Missing or failed rows are shown, never dropped. ``finite``
+counts seeds with a finite value: a threshold metric that was never reached is inf, and then
+the mean is inf and no interval or delta is claimed.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
     n = len(values)
     if n == 0:
         return math.nan, math.nan
+    if not all(math.isfinite(v) for v in values):   # e.g. a threshold never reached (censored)
+        return (math.inf if any(v == math.inf for v in values) else math.nan), math.nan
     mean = sum(values) / n
     if n < 2:
         return mean, math.nan
@@ -53,14 +57,16 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig) -> pd.DataFrame:
     for i, rung in enumerate(cfg.rungs):
         mine = rows[(rows.rung == i) & (rows.state == "COMPLETE")].set_index("seed")["value"]
         mean, half = mean_ci(list(mine))
-        entry = {"rung": rung.name, "n": len(mine), "mean": mean, "ci95": half,
+        entry = {"rung": rung.name, "n": len(mine), "finite": int(sum(math.isfinite(v) for v in mine)),
+                 "mean": mean, "ci95": half,
                  "delta_vs_prev": math.nan, "delta_ci95": math.nan, "published": rung.published,
                  "missing_or_failed": ", ".join(f"s{s}:{st}" for s, st in
                                                 rows[(rows.rung == i) & (rows.state != "COMPLETE")][["seed", "state"]].values)}
         if i > 0:
             prev = rows[(rows.rung == i - 1) & (rows.state == "COMPLETE")].set_index("seed")["value"]
             common = sorted(set(mine.index) & set(prev.index))
-            entry["delta_vs_prev"], entry["delta_ci95"] = mean_ci([mine[s] - prev[s] for s in common])
+            deltas = [mine[s] - prev[s] for s in common]
+            entry["delta_vs_prev"], entry["delta_ci95"] = mean_ci(deltas) if all(map(math.isfinite, deltas)) else (math.nan, math.nan)
         out.append(entry)
     return pd.DataFrame(out)
 
