@@ -11,6 +11,7 @@ determines it; a second request with the same key loads the cache instead of ret
 from __future__ import annotations
 
 import copy
+import fcntl
 import hashlib
 import json
 import logging
@@ -56,14 +57,18 @@ def warm_start(preset: str, task: Task, seed: int, cfg: WarmStartConfig, cache_d
     """Return (model directory, warm-start record); trains only on a cache miss."""
     target = Path(cache_dir) / f"{preset}-{task.name}-{cache_key(preset, task, seed, cfg)}"
     marker = target / DONE_MARKER
-    if marker.exists():
-        record = json.loads(marker.read_text())
-        record["cache_hit"] = True
-        return target, record
-    model, tokenizer = build_model(preset, seed)
-    record = _train_to_band(model, tokenizer, task, seed, cfg)
-    save_model(model, tokenizer, target)
-    marker.write_text(json.dumps(record, indent=2))  # written last: its presence means complete
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Study workers may ask for the same warm start at once: one trains, the others wait and load.
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.exists():
+            record = json.loads(marker.read_text())
+            record["cache_hit"] = True
+            return target, record
+        model, tokenizer = build_model(preset, seed)
+        record = _train_to_band(model, tokenizer, task, seed, cfg)
+        save_model(model, tokenizer, target)
+        marker.write_text(json.dumps(record, indent=2))  # written last: its presence means complete
     record["cache_hit"] = False
     return target, record
 
