@@ -92,3 +92,33 @@ def test_every_registered_method_trains(key, shared_state):
 def test_planned_methods_raise(key):
     with pytest.raises(ConfigError, match="not implemented yet"):
         method_cfg(key)
+
+
+def _quick(method, train=None, task="random_reward"):
+    train = {"steps": 3, "group_size": 4, "prompts_per_rollout": 4, "learning_rate": 0.001, **(train or {})}
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return build_config({"name": "quick", "method": method, "task": {"name": task}, "model": {"preset": "tiny"},
+                             "warm_start": {"enabled": False}, "train": train,
+                             "eval": {"every": 0, "prompts": 4, "k": 1}, "tracking": {"enabled": False}})
+
+
+def test_adaptive_entropy_coefficient_moves_by_its_step(shared_state):
+    cfg = _quick({"base": "grpo", "entropy_mode": "adaptive", "entropy_coef": 0.0, "entropy_target": 100.0,
+                  "entropy_coef_step": 0.01})
+    cap = Capture()
+    run_experiment(cfg, shared_state, callbacks=[cap])
+    # entropy is always below a target of 100 nats: +0.01 per optimizer step
+    assert [round(l["entropy_coef"], 6) for l in cap.logs] == [0.01, 0.02, 0.03]
+
+
+def test_dynamic_sampling_with_kl_reuse_and_sequence_aggregation(shared_state):
+    cfg = _quick({"base": "dapo", "kl_coef": 0.04, "aggregation": "seq_mean_token_mean", "soft_overlong": False},
+                 {"num_iterations": 2, "minibatches": 2, "steps": 4})
+    cap = Capture()
+    run_experiment(cfg, shared_state, callbacks=[cap])
+    rollout_logs = [l for l in cap.logs if "groups/zero_variance" in l]
+    assert len(rollout_logs) == 1 and rollout_logs[0]["groups/zero_variance"] == 0.0   # one rollout, reused 4x
+    assert all(math.isfinite(l["loss"]) for l in cap.logs) and max(l["kl"] for l in cap.logs) > 0
+    assert "sampling/rounds" in rollout_logs[0]

@@ -82,3 +82,23 @@ def test_every_task_target_is_verified_correct():
         t = make_task(name)
         for e in t.splits(0, 30, 5)[0]:
             assert t.is_correct(e, t.target(e, random.Random(0))), name
+
+
+def test_local_jsonl_dataset_task(tmp_path):
+    import json
+    from grpolab.errors import ConfigError
+    path = tmp_path / "data.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": f"{i}*2=", "answer": str(2 * i)}) for i in range(40)))
+    t = make_task("local_dataset", path=str(path), eval_fraction=0.25)
+    train, held = t.splits(0, 1000, 999)
+    assert len(held) == 10 and len(train) == 30
+    assert not {e.prompt for e in train} & {e.prompt for e in held}
+    e = train[0]
+    assert t.is_correct(e, e.answer) and not t.is_correct(e, e.answer + "1")
+    assert t.target(e, random.Random(0)) == e.answer and t.max_completion_length == 2 + 4
+    with pytest.raises(ConfigError, match="needs string fields prompt and answer"):
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text('{"question": "x"}\n' * 5)
+        make_task("local_dataset", path=str(bad))
+    with pytest.raises(ConfigError, match="cannot read"):
+        make_task("local_dataset", path=str(tmp_path / "missing.jsonl"))
