@@ -154,6 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline clusters: no phoning home
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # TRL's deprecated kwargs
+    if not args.verbose:  # per-load progress bars and store-migration chatter drown the study progress
+        import transformers
+        transformers.utils.logging.disable_progress_bar()
+        transformers.utils.logging.set_verbosity_error()
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
     try:
         return args.func(args)
     except ConfigError as exc:

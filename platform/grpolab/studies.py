@@ -226,10 +226,12 @@ class _Partial:
         self.final_eval, self.evals, self.train_curves = metrics, {0: metrics}, {}
 
 
-def worker_loop(cfg: StudyConfig, storage_url: str, state: Path) -> None:
+def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=None) -> None:
     study = create_or_load(cfg, storage_url)
     parent = study.user_attrs["mlflow_parent_run_id"]
     while True:
+        if after_trial is not None:
+            after_trial()
         if cfg.kind == "search":
             finished = [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL or
                         t.user_attrs.get(OUTCOME_ATTR) == "error"]
@@ -271,7 +273,7 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int, ret
     started = time.time()
     try:
         if workers <= 1:
-            worker_loop(cfg, storage_url, state)
+            worker_loop(cfg, storage_url, state, lambda: echo(format_progress(progress(study, cfg, started, 1))))
         else:
             _run_workers(path, storage_url, state, workers,
                          lambda: echo(format_progress(progress(study, cfg, started, workers))))
