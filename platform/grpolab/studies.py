@@ -275,8 +275,15 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int, ret
         if workers <= 1:
             worker_loop(cfg, storage_url, state, lambda: echo(format_progress(progress(study, cfg, started, 1))))
         else:
-            _run_workers(path, storage_url, state, workers,
-                         lambda: echo(format_progress(progress(study, cfg, started, workers))))
+            last = {}
+
+            def tick():  # print when rows change state, not every poll
+                p = progress(study, cfg, started, workers)
+                key = (p["done"], p["running"], p["failed"])
+                if last.get("key") != key:
+                    last["key"] = key
+                    echo(format_progress(p))
+            _run_workers(path, storage_url, state, workers, tick)
     except BaseException:
         _close_parent(state, parent, progress(study, cfg, started, workers), interrupted=True)
         raise
