@@ -142,3 +142,17 @@ def test_readme_commands_are_the_ci_commands():
     for exp in (REPO / "experiments").glob("*.yaml"):
         data = yaml.safe_load(exp.read_text())
         build_config({**data, "name": data.get("name", exp.stem)})  # every shipped experiment validates
+
+
+def test_local_model_directory_and_local_dataset(shared_state, tiny_model_dir, tmp_path):
+    import json
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(60)))
+    cfg = build_config({"name": "local", "method": "dr_grpo", "task": {"name": "local_dataset", "path": str(rows)},
+                        "model": {"path": str(tiny_model_dir)},
+                        "train": {"steps": 2, "group_size": 4, "prompts_per_rollout": 4},
+                        "eval": {"every": 0, "prompts": 6, "k": 2}})
+    result = run_experiment(cfg, shared_state)
+    run = client(shared_state).get_run(result.run_id)
+    assert run.info.status == "FINISHED" and result.warm_start == {"source": "path"}
+    assert run.data.params["model.path"] == str(tiny_model_dir) and run.data.params["task.name"] == "local_dataset"
