@@ -144,5 +144,8 @@ def validate_spec(spec: MethodSpec) -> None:
     if spec.advantage == "reinforce_pp" and spec.kl_coef > 0:
         _check(spec.kl_placement == "reward", "method.advantage=reinforce_pp folds the KL into the reward: "
                                               "set kl_placement=reward (or kl_coef=0)")
+    _check(spec.advantage != "decoupled" or spec.kl_placement == "loss" or spec.kl_coef == 0,
+           "method.advantage=decoupled normalises reward components separately; a reward-side KL would be one "
+           "more component: use kl_placement=loss")
     _check(spec.advantage != "value_tracker" or spec.kl_placement == "loss" or spec.kl_coef == 0,
            "method.advantage=value_tracker: kl_placement=reward is not supported with the tracker; use loss")
