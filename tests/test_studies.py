@@ -222,3 +222,17 @@ def test_threshold_metrics_steps_and_tokens_to_reach():
     for bad in ("steps_to:eval/pass@1", "steps_to:entropy>=1", "best:eval/pass@1", "final:entropy"):
         with pytest.raises(ConfigError):
             check_metric(bad)
+
+
+def test_every_shipped_study_validates():
+    names = set()
+    for path in sorted((REPO / "studies").glob("*.yaml")):
+        cfg = load_study(path)      # every rung of a ladder is built and validated here
+        names.add(cfg.name)
+    assert {"dapo_table1", "dr_grpo_length", "clip_higher_entropy", "search_clip_lr",
+            "dynamic_sampling_efficiency"} <= names
+    dapo = load_study(REPO / "studies/dapo_table1.yaml")
+    assert [r.published for r in dapo.rungs] == [30, 36, 38, 41, 42, 50]
+    last = dapo.rung_experiment(5, 0)["method"]     # cumulative: the last rung holds every change
+    assert last["overlong_filter"] and last["eps_high"] == 0.28 and last["soft_overlong"]
+    assert last["aggregation"] == "token_mean" and last["sampling"] == "dynamic"
