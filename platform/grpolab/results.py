@@ -77,6 +77,7 @@ def search_table(study, cfg: StudyConfig) -> pd.DataFrame:
     for t in study.get_trials(deepcopy=False):
         if t.user_attrs.get(OUTCOME_ATTR) is None and t.state != TrialState.RUNNING:
             continue
+        # a pruned trial's value is its last intermediate report (Optuna's convention)
         row = {"trial": t.number, "state": t.state.name, **t.params, "run_id": t.user_attrs.get(RUN_ATTR, "")}
         for o, v in zip(cfg.objectives, t.values or [math.nan] * len(cfg.objectives)):
             row[o.metric] = v
@@ -99,7 +100,7 @@ def render(frame: pd.DataFrame, fmt: str, caption: str = "") -> str:
         return frame.to_csv(index=False)
     if fmt == "latex":
         return frame.style.hide(axis="index").format(precision=3, na_rep="--").to_latex(caption=caption or None)
-    return frame.to_markdown(index=False, floatfmt=".3f")
+    return frame.to_markdown(index=False, floatfmt=".4g")
 
 
 def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "markdown", metric: str | None = None) -> str:
