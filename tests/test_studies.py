@@ -170,7 +170,10 @@ def test_interrupted_study_resumes_without_redoing_rows(tmp_path, shared_state):
     data = yaml.safe_load(path.read_text())
     data["budget"]["train.steps"] = 1
     path.write_text(yaml.safe_dump(data))
-    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None) == 0
+    from grpolab.errors import ConfigError
+    with pytest.raises(ConfigError, match="different definition"):   # a changed study is refused by default
+        run_study(str(path), shared_state, None, 1, False, echo=lambda s: None)
+    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None, accept_changed=True) == 0
     study = create_or_load(cfg, storage)
     assert row_counts(study) == {"r0-s0": 1, "r1-s0": 1}
 

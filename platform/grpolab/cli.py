@@ -61,7 +61,8 @@ def _cmd_study(args) -> int:
     from .studies import run_study
     if args.workers < 1:
         raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
-    code = run_study(args.study, state_dir(args.state), args.storage, args.workers, args.retry_failed)
+    code = run_study(args.study, state_dir(args.state), args.storage, args.workers, args.retry_failed,
+                     accept_changed=args.accept_changed)
     if args.table:
         from .results import study_table
         print(study_table(args.study, state_dir(args.state), args.storage, "markdown"))
@@ -119,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     study.add_argument("--storage", default=None, help="Optuna storage URL (default: journal file in the state folder; "
                        "postgresql://... to share rows with workers on other machines)")
     study.add_argument("--retry-failed", action="store_true", help="re-queue rows that failed with an error")
+    study.add_argument("--accept-changed", action="store_true",
+                       help="go on although the study file changed since its rows were made (keeps the old rows)")
     study.add_argument("--table", action="store_true", help="print the results table at the end")
     study.add_argument("--dashboard", action="store_true", help="write the study's HTML dashboard at the end")
     study.set_defaults(func=_cmd_study)

@@ -16,6 +16,8 @@ tag, and the run id stored on the trial (``mlflow_run_id``): linked both ways.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
 import os
@@ -106,6 +108,23 @@ def enqueue_missing_rows(study: optuna.Study, cfg: StudyConfig, retry_failed: bo
             continue
         study.enqueue_trial({"rung": rung, "seed": seed}, user_attrs={ROW_ATTR: key})
     return left_failed
+
+
+def definition_hash(cfg: StudyConfig) -> str:
+    """Hash of everything that decides a row's result: base, budget, rungs or space, seeds, metrics."""
+    payload = {"base": cfg.base, "rungs": [(r.name, r.changes) for r in cfg.rungs], "space": cfg.space,
+               "seeds": list(cfg.seeds), "objectives": [(o.metric, o.direction) for o in cfg.objectives]}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def check_definition(study: optuna.Study, cfg: StudyConfig, accept_changed: bool) -> None:
+    """A study keeps its rows across runs of the command; mixing rows made under another
+    definition (budget, rungs, seeds) into one table would be silent, so it is refused."""
+    stored, current = study.user_attrs.get("definition_hash"), definition_hash(cfg)
+    if stored is not None and stored != current and not accept_changed:
+        raise ConfigError(f"study {cfg.name!r} already holds rows made from a different definition of {cfg.path}; "
+                          "give the study a new name, or pass --accept-changed to keep the old rows and go on")
+    study.set_user_attr("definition_hash", current)
 
 
 def ensure_parent_run(study: optuna.Study, cfg: StudyConfig, state: Path) -> str:
@@ -263,12 +282,13 @@ def format_progress(p: dict) -> str:
 
 
 def run_study(path: str, state: Path, storage_url: str | None, workers: int, retry_failed: bool,
-              echo=print) -> int:
+              echo=print, accept_changed: bool = False) -> int:
     """Coordinator: validate, create the study and its parent run, queue rows, run workers,
     show live progress. Returns the exit code (1 if any row failed)."""
     cfg = load_study(path)
     storage_url = storage_url or default_storage(state)
     study = create_or_load(cfg, storage_url)
+    check_definition(study, cfg, accept_changed)
     parent = ensure_parent_run(study, cfg, state)
     left_failed = enqueue_missing_rows(study, cfg, retry_failed) if cfg.kind == "ladder" else []
     started = time.time()
