@@ -1,6 +1,7 @@
 """Dynamic sampling and zero-variance filtering: cap policy, re-padding, normaliser, 2 processes."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -107,14 +108,29 @@ def test_zero_variance_filter_recomputes_normaliser_by_hand(tiny_model_dir, tmp_
     assert loss.item() == pytest.approx((3 * 1.0 - 2 * 1.0) / 5)
 
 
-def test_two_processes_make_identical_decisions_and_do_not_hang(tiny_model_dir, tmp_path):
+def _two_processes(tiny_model_dir, tmp_path, method, port):
     out = tmp_path / "decisions"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "platform")}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                           "--master_port", "29517", str(REPO / "tests/scripts/two_process_dynamic.py"),
-                           str(tiny_model_dir), str(out)], env=env, capture_output=True, text=True, timeout=300)
+                           "--master_port", str(port), str(REPO / "tests/scripts/two_process_dynamic.py"),
+                           str(tiny_model_dir), str(out), method], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    ranks = [json.loads((tmp_path / f"decisions.rank{r}.json").read_text()) for r in (0, 1)]
+    return [json.loads((tmp_path / f"decisions.rank{r}.json").read_text()) for r in (0, 1)]
+
+
+def test_reinforce_pp_whitens_over_both_processes(tiny_model_dir, tmp_path):
+    ranks = _two_processes(tiny_model_dir, tmp_path, "reinforce_pp", 29518)
+    assert ranks[0]["world"] == 2
+    for a, b in zip(ranks[0]["token_stats"], ranks[1]["token_stats"]):
+        total, total_sq, n = (x + y for x, y in zip(a, b))
+        mean = total / n
+        assert abs(mean) < 1e-4                                      # zero mean over the global batch
+        assert math.sqrt((total_sq - n * mean * mean) / (n - 1)) == pytest.approx(1.0, abs=1e-3)
+        assert abs(a[0] / a[2]) > 1e-3 or abs(b[0] / b[2]) > 1e-3      # not whitened per rank
+
+
+def test_two_processes_make_identical_decisions_and_do_not_hang(tiny_model_dir, tmp_path):
+    ranks = [r["sampling"] for r in _two_processes(tiny_model_dir, tmp_path, "dapo", 29517)]
     assert len(ranks[0]) == len(ranks[1]) == 2                      # two generation batches each
     for d0, d1 in zip(*ranks):
         assert d0["world"] == d1["world"] == 2

@@ -96,7 +96,7 @@ def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
 
 def _grpo_args(cfg: RunConfig, task, output_dir: Path):
     from trl import GRPOConfig
-    t, s = cfg.train, cfg.spec
+    t = cfg.train
     micro = t.prompts_per_rollout * t.group_size // (t.minibatches * t.grad_accum)
     return GRPOConfig(
         output_dir=str(output_dir), report_to="none", logging_steps=1, save_strategy="no",
@@ -105,9 +105,8 @@ def _grpo_args(cfg: RunConfig, task, output_dir: Path):
         num_generations=t.group_size, max_completion_length=t.max_completion_length or task.max_completion_length,
         temperature=t.temperature, top_k=0, learning_rate=t.learning_rate, lr_scheduler_type="constant",
         warmup_steps=0, max_grad_norm=t.max_grad_norm, seed=cfg.seed, data_seed=cfg.seed,
-        # TRL's beta only switches the reference model on; the loss and its KL are grpolab's.
-        beta=s.kl_coef if s.kl_coef > 0 else (1.0 if s.needs_reference else 0.0),
-        loss_type="grpo", scale_rewards="group", mask_truncated_completions=s.overlong_filter,
+        # beta and mask_truncated_completions are set from the spec by GrpoLabTrainer itself.
+        loss_type="grpo", scale_rewards="group",
         use_cpu=not torch.cuda.is_available(), disable_tqdm=True, log_completions=False,
         remove_unused_columns=False, bf16=False, fp16=False,
     )

@@ -38,9 +38,11 @@ class GrpoLabTrainer(GRPOTrainer):
         self.last_rollout: list[dict] = []        # a few rows of the latest rollout, for the samples artifact
         self._stash: dict = {}
         self._sampling_rng: torch.Generator | None = None
+        grpo_args = kwargs.get("args")
+        if grpo_args is not None:  # TRL settings the spec decides: TRL's beta only switches the reference on
+            grpo_args.beta = spec.kl_coef if spec.kl_coef > 0 else (1.0 if spec.needs_reference else 0.0)
+            grpo_args.mask_truncated_completions = spec.overlong_filter
         super().__init__(*args, **kwargs)
-        if self.accelerator.num_processes > 1 and spec.advantage in ("reinforce_pp", "reinforce_pp_baseline"):
-            raise NotImplementedError("reinforce_pp whitening over several processes is not implemented yet")
 
     # -- rewards ------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -78,9 +80,10 @@ class GrpoLabTrainer(GRPOTrainer):
             if self.spec.advantage not in ("reinforce_pp", "reinforce_pp_baseline"):  # those fold it in per token
                 total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
                 rewards_adj = (total - seq_pen).unsqueeze(1)
+        reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.accelerator.num_processes > 1 else None
         advantages = algorithms.compute_advantages(
-            self.spec, rewards_adj, G, mask=mask, token_penalty=penalty,
-            prompt_keys=[r[3] for r in rows], tracker=self.tracker,
+            self.spec, rewards_adj, G, mask=mask, token_penalty=penalty, prompt_keys=[r[3] for r in rows],
+            tracker=self.tracker, local_rows=slice(start, start + n_local), reduce=reduce,
         )
         if self.tracker is not None:
             self._metrics["train"]["tracker/prompts"].append(float(len(self.tracker.state)))

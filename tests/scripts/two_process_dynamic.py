@@ -1,5 +1,6 @@
-"""Run by tests/test_sampling.py under torch.distributed.run with 2 CPU processes (gloo):
-trains 2 steps with DAPO dynamic sampling and writes each rank's decisions to a JSON file."""
+"""Run by tests under torch.distributed.run with 2 CPU processes (gloo): trains 2 steps with a
+method (DAPO dynamic sampling by default) and writes each rank's decisions and advantage token
+statistics to a JSON file."""
 
 import json
 import sys
@@ -14,6 +15,7 @@ from grpolab.world.models import load_model
 from grpolab.world.tasks import make_task
 
 model_dir, out_path = sys.argv[1], sys.argv[2]
+method = sys.argv[3] if len(sys.argv) > 3 else "dapo"
 task = make_task("addition", digits=2)
 train, _ = task.splits(0, 256, 8)
 ds = datasets.Dataset.from_dict({"prompt": [e.prompt for e in train], "idx": list(range(len(train)))})
@@ -28,7 +30,10 @@ args = GRPOConfig(output_dir=out_path + ".out", report_to="none", max_steps=2, p
                   num_generations=4, max_completion_length=5, use_cpu=True, disable_tqdm=True, save_strategy="no",
                   seed=0, top_k=0, logging_steps=1)
 _, tok = load_model(model_dir)
-spec = get_method("dapo").spec({"soft_overlong": False, "overlong_filter": False, "max_sampling_rounds": 6})
+if method == "dapo":
+    spec = get_method("dapo").spec({"soft_overlong": False, "overlong_filter": False, "max_sampling_rounds": 6})
+else:
+    spec = get_method(method).spec()
 trainer = GrpoLabTrainer(model=model_dir, reward_funcs=[reward], args=args, train_dataset=ds, processing_class=tok,
                          spec=spec, task=task, examples=train)
 decisions = []
@@ -44,7 +49,22 @@ def record(inputs):
     return local, rewards, rows, tokens
 
 
+generate = trainer._generate_and_score_completions
+token_stats = []
+
+
+def record_advantages(inputs):
+    out = generate(inputs)
+    if trainer.model.training:
+        adv, mask = out["advantages"], out["completion_mask"].float()
+        adv = adv.unsqueeze(1).expand_as(mask) if adv.dim() == 1 else adv
+        token_stats.append([float((adv * mask).sum()), float((adv * adv * mask).sum()), float(mask.sum())])
+    return out
+
+
 trainer._dynamic_sampling = record
+trainer._generate_and_score_completions = record_advantages
 trainer.train()
+decisions = {"sampling": decisions, "token_stats": token_stats, "world": trainer.accelerator.num_processes}
 with open(f"{out_path}.rank{trainer.accelerator.process_index}.json", "w") as f:
     json.dump(decisions, f)

@@ -30,13 +30,18 @@ def combine_rewards(rewards: torch.Tensor, weights: tuple[float, ...] | None) ->
 
 def compute_advantages(spec: MethodSpec, rewards: torch.Tensor, group_size: int, *, mask: torch.Tensor | None = None,
                        token_penalty: torch.Tensor | None = None, prompt_keys: list[str] | None = None,
-                       tracker: ValueTracker | None = None) -> torch.Tensor:
+                       tracker: ValueTracker | None = None, local_rows: slice | None = None,
+                       reduce=None) -> torch.Tensor:
     """Advantages for N = groups x group_size completions (groups contiguous).
 
     rewards: (N,) or (N, K) reward components (only ``decoupled`` keeps components apart;
     the others sum them with ``spec.reward_weights``). mask (N, T) and token_penalty (N, T,
     beta * KL per token) are needed by the per-token estimators; prompt_keys and tracker by
-    ``value_tracker``. Returns (N,) or, for reinforce_pp*, (N, T)."""
+    ``value_tracker``. Returns (N,) or, for reinforce_pp*, (N, T).
+
+    Several processes: rewards are the gathered (global) batch; for the per-token estimators
+    ``mask``/``token_penalty`` are this process's rows ``local_rows`` of it, ``reduce`` sums
+    tensors across processes, and the result is this process's rows only."""
     G, est, eps, ub = group_size, spec.advantage, spec.adv_eps, spec.std_unbiased
     if rewards.shape[0] % G:
         raise ValueError(f"{rewards.shape[0]} rewards do not split into groups of {G}")
@@ -58,9 +63,9 @@ def compute_advantages(spec: MethodSpec, rewards: torch.Tensor, group_size: int,
     if est in ("reinforce_pp", "reinforce_pp_baseline"):
         if mask is None:
             raise ValueError(f"{est} needs the completion mask")
-        if est == "reinforce_pp":
-            return adv.reinforce_pp(r, mask, token_penalty)
-        return adv.reinforce_pp_baseline(r, G, mask, token_penalty)
+        if est == "reinforce_pp_baseline":  # REINFORCE++-baseline: group-centre first, then as REINFORCE++
+            r = adv.group_mean(r, G)
+        return adv.reinforce_pp(r if local_rows is None else r[local_rows], mask, token_penalty, reduce)
     if est == "value_tracker":
         if tracker is None or prompt_keys is None:
             raise ValueError("value_tracker needs a ValueTracker and one prompt key per completion")

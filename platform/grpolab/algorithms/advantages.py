@@ -55,12 +55,17 @@ def decoupled(r: torch.Tensor, G: int, weights: torch.Tensor, eps: float = 1e-4,
     return (s - s.mean()) / (_std(s, None, unbiased) + eps)
 
 
-def whiten_tokens(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
-    """(x - mean) / (std + eps) over the valid tokens of the whole batch; padding stays 0."""
+def whiten_tokens(values: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8, reduce=None) -> torch.Tensor:
+    """(x - mean) / (std + eps) over the valid tokens of the whole batch; padding stays 0.
+    ``reduce`` sums (sum, sum of squares, count) across processes, so every rank whitens with
+    the statistics of the global batch (std with N-1)."""
     m = mask.to(values.dtype)
-    n = m.sum().clamp(min=1)
-    mean = (values * m).sum() / n
-    var = (((values - mean) * m) ** 2).sum() / (n - 1).clamp(min=1)
+    stats = torch.stack([(values * m).sum(), (values * values * m).sum(), m.sum()])
+    if reduce is not None:
+        stats = reduce(stats)
+    total, total_sq, n = stats[0], stats[1], stats[2].clamp(min=1)
+    mean = total / n
+    var = ((total_sq - n * mean * mean) / (n - 1).clamp(min=1)).clamp(min=0)
     return (values - mean) / (var.sqrt() + eps) * m
 
 
@@ -74,17 +79,12 @@ def token_returns(seq_reward: torch.Tensor, mask: torch.Tensor, token_penalty: t
     return step_rewards.flip(1).cumsum(1).flip(1) * m
 
 
-def reinforce_pp(r: torch.Tensor, mask: torch.Tensor, token_penalty: torch.Tensor | None = None) -> torch.Tensor:
+def reinforce_pp(r: torch.Tensor, mask: torch.Tensor, token_penalty: torch.Tensor | None = None,
+                 reduce=None) -> torch.Tensor:
     """REINFORCE++ (2501.03262): per-token return with the KL folded into the reward
     (r_t = -beta*KL_t, plus the outcome reward on the final token), whitened over all valid
     tokens of the batch. No group baseline. Returns (N, T)."""
-    return whiten_tokens(token_returns(r, mask, token_penalty), mask)
-
-
-def reinforce_pp_baseline(r: torch.Tensor, G: int, mask: torch.Tensor, token_penalty: torch.Tensor | None = None) -> torch.Tensor:
-    """REINFORCE++-baseline: subtract the group mean reward first (r_i - mean_g r), then the
-    per-token return as in reinforce_pp, whitened over all valid tokens. Returns (N, T)."""
-    return whiten_tokens(token_returns(group_mean(r, G), mask, token_penalty), mask)
+    return whiten_tokens(token_returns(r, mask, token_penalty), mask, reduce=reduce)
 
 
 class ValueTracker:
