@@ -319,3 +319,24 @@ def test_every_registered_runnable_method_builds_a_valid_spec():
             continue
         s = method.spec()
         assert isinstance(s, MethodSpec) and len(s.spec_hash()) == 12, key
+
+
+def test_gae_by_hand_and_vapo_length_adaptive_lambda():
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    values = torch.tensor([[0.5, 0.6, 0.7], [0.2, 0.1, 9.0]])     # the padded value must not leak
+    A, R = adv.gae(torch.tensor([1.0, 0.0]), values, mask, 1.0, 0.5, 1.0)
+    # row 0: deltas (0.1, 0.1, 0.3) -> A = (0.1 + .5 * 0.25, 0.1 + .5 * 0.3, 0.3)
+    assert A.flatten().tolist() == pytest.approx([0.225, 0.25, 0.3, -0.15, -0.1, 0.0], abs=1e-6)
+    assert R.flatten().tolist() == pytest.approx([1.0, 1.0, 1.0, 0.0, 0.0, 0.0], abs=1e-6)  # lambda_critic = 1: MC
+    A1, _ = adv.gae(torch.tensor([1.0, 0.0]), values, mask, 1.0, 1.0, 1.0)
+    assert A1[0].tolist() == pytest.approx([0.5, 0.4, 0.3], abs=1e-6)                       # lambda 1: R - V
+    pen = torch.full((2, 3), 0.1)
+    A2, R2 = adv.gae(torch.tensor([1.0, 0.0]), values, mask, 1.0, 1.0, 1.0, token_penalty=pen)
+    assert R2[0].tolist() == pytest.approx([0.7, 0.8, 0.9], abs=1e-6)                       # KL-in-reward per token
+    lam = adv.length_adaptive_lambda(torch.ones(2, 40)[:, :40] * torch.tensor([[1.0], [1.0]]), 0.05)
+    assert lam.flatten().tolist() == pytest.approx([1 - 1 / (0.05 * 40)] * 2)
+    from grpolab.algorithms import gae_advantages
+    s = spec(advantage="gae", gae_length_alpha=0.05)
+    A3, _ = gae_advantages(s, torch.tensor([1.0, 0.0]), values, mask)
+    lam0 = 1 - 1 / (0.05 * 3)   # negative for |o| = 3 -> floored at 0: A_t = delta_t
+    assert lam0 < 0 and A3[0].tolist() == pytest.approx([0.1, 0.1, 0.3], abs=1e-6)

@@ -29,6 +29,8 @@ DISTINGUISHING = {
     "clip_cov": ("cov/selected_fraction", lambda v: v > 0),
     "kl_cov": ("cov/selected_fraction", lambda v: v > 0),
     "dapo": ("groups/zero_variance", lambda v: v == 0),
+    "ppo": ("critic/value_loss", lambda v: v > 0),
+    "vapo": ("critic/value_loss", lambda v: v > 0),
     "clip_dapo": ("groups/zero_variance", lambda v: v == 0),
 }
 TASK_FOR = {"gdpo": {"name": "addition_format"}}

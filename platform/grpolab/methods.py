@@ -99,9 +99,16 @@ METHODS: dict[str, Method] = {m.key: m for m in [
            dict(advantage="batch_std", ratio="token", surrogate="clip", eps_low=0.2, eps_high=0.2,
                 aggregation="token_mean", **_NO_KL)),
     Method("vapo", "VAPO", "Yue et al. 2025, VAPO, arXiv:2504.05118",
-           missing="needs a learned value head with GAE (critic axis), not built yet"),
+           dict(advantage="gae", gae_gamma=1.0, gae_lambda_critic=1.0, gae_length_alpha=0.05, critic_warmup=20, ratio="token",
+                surrogate="clip", eps_low=0.2, eps_high=0.28, aggregation="token_mean", **_NO_KL),
+           note="value model initialised from the warm-started policy and pretrained for 20 steps with the "
+                "policy frozen; decoupled GAE (critic lambda 1), length-adaptive policy lambda (alpha 0.05 is "
+                "tuned for long CoT: with toy lengths of ~4 tokens lambda floors at 0), Clip-Higher, token-level loss"),
     Method("ppo", "PPO", "Schulman et al. 2017; Ouyang et al. 2022",
-           missing="needs a learned value head with GAE (critic axis), not built yet"),
+           dict(advantage="gae", gae_gamma=1.0, gae_lambda=0.95, gae_lambda_critic=0.95, ratio="token",
+                surrogate="clip", eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_mean", kl_coef=0.05,
+                kl_estimator="k1", kl_placement="reward"),
+           note="per-token KL to the reference folded into the reward, as in RLHF PPO"),
     Method("gigpo", "GiGPO", "Feng et al. 2025, Group-in-Group Policy Optimization, arXiv:2505.10978 (seed 002)",
            missing="needs multi-turn agent episodes with step-level groups; the toy world is single-turn"),
 ]}

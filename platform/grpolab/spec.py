@@ -16,7 +16,7 @@ from .errors import ConfigError
 
 AXIS_CHOICES: dict[str, tuple[str, ...]] = {
     "advantage": ("group_std", "group_mean", "batch_std", "leave_one_out", "reinforce_pp",
-                  "reinforce_pp_baseline", "decoupled", "value_tracker"),
+                  "reinforce_pp_baseline", "decoupled", "value_tracker", "gae"),
     "ratio": ("token", "sequence", "sequence_token", "geometric"),
     "surrogate": ("clip", "dual_clip", "cispo", "sapo", "reinforce", "clip_cov", "kl_cov", "group_dpo"),
     "aggregation": ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm", "token_mean_local"),
@@ -65,6 +65,12 @@ class MethodSpec:
     entropy_coef_step: float = 1e-3       # adaptive: change per optimizer step
     top_entropy_quantile: float = 1.0     # keep only this top fraction of tokens by entropy (0.2 = 80/20)
     tracker_decay: float = 0.9            # value_tracker: Beta-tracker forgetting factor
+    gae_gamma: float = 1.0                # critic (gae): discount
+    gae_lambda: float = 0.95              # critic: lambda for policy advantages
+    gae_lambda_critic: float = 1.0        # critic: lambda for value targets (1 = Monte-Carlo return)
+    gae_length_alpha: float = 0.0         # VAPO length-adaptive lambda = 1 - 1/(alpha |o|); 0 = fixed lambda
+    critic_lr: float = 5e-4               # critic: learning rate of the value model
+    critic_warmup: int = 0                # critic: optimizer steps that train only the critic (VAPO's value pretraining)
     reward_weights: tuple[float, ...] | None = None  # per reward component; None = all 1
 
     def to_dict(self) -> dict:
@@ -147,5 +153,9 @@ def validate_spec(spec: MethodSpec) -> None:
     _check(spec.advantage != "decoupled" or spec.kl_placement == "loss" or spec.kl_coef == 0,
            "method.advantage=decoupled normalises reward components separately; a reward-side KL would be one "
            "more component: use kl_placement=loss")
+    _check(0 < spec.gae_gamma <= 1 and 0 <= spec.gae_lambda <= 1 and 0 <= spec.gae_lambda_critic <= 1,
+           "method.gae_gamma must be in (0, 1], gae_lambda and gae_lambda_critic in [0, 1]")
+    _check(spec.gae_length_alpha >= 0 and spec.critic_lr > 0 and spec.critic_warmup >= 0,
+           "method.gae_length_alpha >= 0, critic_lr > 0 and critic_warmup >= 0 required")
     _check(spec.advantage != "value_tracker" or spec.kl_placement == "loss" or spec.kl_coef == 0,
            "method.advantage=value_tracker: kl_placement=reward is not supported with the tracker; use loss")

@@ -43,6 +43,9 @@ class GrpoLabTrainer(GRPOTrainer):
             grpo_args.beta = spec.kl_coef if spec.kl_coef > 0 else (1.0 if spec.needs_reference else 0.0)
             grpo_args.mask_truncated_completions = spec.overlong_filter
         super().__init__(*args, **kwargs)
+        self.critic = self.critic_opt = None
+        if spec.advantage == "gae":
+            self._build_critic()
 
     # -- rewards ------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -77,14 +80,18 @@ class GrpoLabTrainer(GRPOTrainer):
         if penalty is not None:
             seq_pen = self._gather((penalty * mask).sum(-1))
             self._metrics["train"]["kl_reward_penalty"].append(seq_pen.mean().item())
-            if self.spec.advantage not in ("reinforce_pp", "reinforce_pp_baseline"):  # those fold it in per token
+            if self.spec.advantage not in ("reinforce_pp", "reinforce_pp_baseline", "gae"):  # those fold it in per token
                 total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
                 rewards_adj = (total - seq_pen).unsqueeze(1)
         reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.accelerator.num_processes > 1 else None
-        advantages = algorithms.compute_advantages(
-            self.spec, rewards_adj, G, mask=mask, token_penalty=penalty, prompt_keys=[r[3] for r in rows],
-            tracker=self.tracker, local_rows=slice(start, start + n_local), reduce=reduce,
-        )
+        if self.critic is not None:
+            advantages, out["returns"] = algorithms.gae_advantages(
+                self.spec, rewards_adj[start:start + n_local], self._critic_values(out, grad=False), mask, penalty)
+        else:
+            advantages = algorithms.compute_advantages(
+                self.spec, rewards_adj, G, mask=mask, token_penalty=penalty, prompt_keys=[r[3] for r in rows],
+                tracker=self.tracker, local_rows=slice(start, start + n_local), reduce=reduce,
+            )
         if self.tracker is not None:
             self._metrics["train"]["tracker/prompts"].append(float(len(self.tracker.state)))
         if advantages.dim() == 1:
@@ -233,11 +240,45 @@ class GrpoLabTrainer(GRPOTrainer):
         if training:
             loss = loss / self.current_gradient_accumulation_steps
             self._update_entropy_coef(stats.get("entropy"))
+            if self.critic is not None:
+                stats["critic/value_loss"] = self._train_critic(inputs)
+                if self._critic_micro_steps <= self.spec.critic_warmup * self.current_gradient_accumulation_steps:
+                    loss = loss * 0.0   # value pretraining: the policy waits until the critic has learned
+                    stats["critic/warmup"] = 1.0
         for key, value in stats.items():
             if not (isinstance(value, float) and math.isnan(value)):
                 self._metrics["train" if training else "eval"][key].append(value)
         self._metrics["train"]["override/loss"].append(1.0)
         return loss
+
+    # -- critic (PPO, VAPO) -------------------------------------------------------------
+    def _build_critic(self) -> None:
+        from .critic import ValueModel
+        if self.accelerator.num_processes > 1:
+            raise NotImplementedError("the critic axis (gae) is single-process for now: its value model is not "
+                                      "wrapped for data parallelism")
+        self.critic = ValueModel(self.model.config._name_or_path).to(self.accelerator.device)
+        self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=self.spec.critic_lr)
+        self._critic_micro_steps = 0
+
+    def _critic_values(self, batch: dict, grad: bool) -> torch.Tensor:
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
+        attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
+        with torch.set_grad_enabled(grad):
+            return self.critic(ids, attn, batch["completion_ids"].size(1))
+
+    def _train_critic(self, inputs: dict) -> float:
+        """One micro-batch of value regression to the GAE targets; the critic's own optimizer
+        steps once per gradient-accumulation window."""
+        from .critic import value_loss
+        loss = value_loss(self._critic_values(inputs, grad=True), inputs["returns"], inputs["completion_mask"])
+        (loss / self.current_gradient_accumulation_steps).backward()
+        self._critic_micro_steps += 1
+        if self._critic_micro_steps % self.current_gradient_accumulation_steps == 0:
+            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.args.max_grad_norm)
+            self.critic_opt.step()
+            self.critic_opt.zero_grad(set_to_none=True)
+        return loss.item()
 
     def _update_entropy_coef(self, entropy: float | None) -> None:
         """Adaptive entropy bonus: coef += step while entropy < target, else coef -= step (>= 0),

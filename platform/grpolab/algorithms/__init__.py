@@ -16,8 +16,8 @@ from . import losses as L
 from .advantages import ValueTracker
 from .shaping import soft_overlong_penalty
 
-__all__ = ["compute_advantages", "policy_loss", "entropy_mask", "ValueTracker", "soft_overlong_penalty",
-           "combine_rewards"]
+__all__ = ["compute_advantages", "gae_advantages", "policy_loss", "entropy_mask", "ValueTracker",
+           "soft_overlong_penalty", "combine_rewards"]
 
 
 def combine_rewards(rewards: torch.Tensor, weights: tuple[float, ...] | None) -> torch.Tensor:
@@ -66,11 +66,23 @@ def compute_advantages(spec: MethodSpec, rewards: torch.Tensor, group_size: int,
         if est == "reinforce_pp_baseline":  # REINFORCE++-baseline: group-centre first, then as REINFORCE++
             r = adv.group_mean(r, G)
         return adv.reinforce_pp(r if local_rows is None else r[local_rows], mask, token_penalty, reduce)
+    if est == "gae":
+        raise ValueError("gae advantages need a critic's values: use grpolab.algorithms.gae_advantages")
     if est == "value_tracker":
         if tracker is None or prompt_keys is None:
             raise ValueError("value_tracker needs a ValueTracker and one prompt key per completion")
         return adv.value_tracker(r, prompt_keys, tracker, eps, ub)
     raise ValueError(f"unknown advantage estimator {est!r}")
+
+
+def gae_advantages(spec: MethodSpec, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
+                   token_penalty: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Critic axis: (per-token advantages, value targets) for rows whose critic values are
+    ``values`` (N, T); rewards (N,) or (N, K) summed with the reward weights. VAPO's
+    length-adaptive lambda when ``spec.gae_length_alpha`` > 0, else ``spec.gae_lambda``."""
+    r = combine_rewards(rewards, spec.reward_weights)
+    lam = adv.length_adaptive_lambda(mask, spec.gae_length_alpha) if spec.gae_length_alpha > 0 else spec.gae_lambda
+    return adv.gae(r, values, mask, spec.gae_gamma, lam, spec.gae_lambda_critic, token_penalty)
 
 
 def entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, top_quantile: float) -> torch.Tensor:

@@ -117,3 +117,42 @@ def value_tracker(r: torch.Tensor, keys: list[str], tracker: ValueTracker, eps: 
     a = r - tracker.predict(keys).to(r.dtype)
     tracker.update(keys, r)
     return a / (_std(a, None, unbiased) + eps)
+
+
+def gae(seq_reward: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamma: float, lam_policy,
+        lam_critic: float, token_penalty: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over completion tokens (PPO; VAPO decouples the lambdas).
+
+    Per-token rewards: the outcome on the last valid token, minus ``token_penalty`` (beta * KL_t).
+        delta_t = r_t + gamma * V_{t+1} - V_t   (V after the last token is 0)
+        A_t = sum_l (gamma * lambda)^l delta_{t+l}
+    Advantages use ``lam_policy`` (a float, or (N, 1) per sequence, e.g. VAPO's length-adaptive
+    1 - 1 / (alpha * |o|)); value targets use ``lam_critic``: R_t = A_t(lam_critic) + V_t
+    (lam_critic = 1 gives the Monte-Carlo return). Returns (advantages, returns), both (N, T)."""
+    m = mask.to(values.dtype)
+    last = (m.cumsum(1) == m.sum(1, keepdim=True)) & (m > 0)
+    rewards = last.to(m.dtype) * seq_reward.view(-1, 1)
+    if token_penalty is not None:
+        rewards = rewards - token_penalty * m
+    values = values.detach() * m
+    next_values = torch.cat([values[:, 1:], torch.zeros_like(values[:, :1])], dim=1)
+    delta = (rewards + gamma * next_values - values) * m
+
+    def discounted(lam) -> torch.Tensor:
+        lam = torch.as_tensor(lam, dtype=m.dtype).reshape(-1, 1).expand(m.size(0), 1)
+        out, running = torch.zeros_like(delta), torch.zeros_like(delta[:, :1])
+        for t in reversed(range(delta.size(1))):   # padding is only at the end, where delta = 0
+            running = delta[:, t:t + 1] + gamma * lam * running
+            out[:, t:t + 1] = running
+        return out * m
+
+    advantages = discounted(lam_policy)
+    returns = discounted(lam_critic) + values
+    return advantages, returns * m
+
+
+def length_adaptive_lambda(mask: torch.Tensor, alpha: float) -> torch.Tensor:
+    """VAPO (2504.05118): lambda_policy = 1 - 1 / (alpha * |o|) per sequence, shape (N, 1),
+    floored at 0 for very short completions."""
+    lengths = mask.sum(1, keepdim=True).clamp(min=1).to(torch.float32)
+    return (1 - 1 / (alpha * lengths)).clamp(min=0.0)
