@@ -61,6 +61,8 @@ def method_cfg(key):
     method = key
     if key == "clip_cov":  # toy-scale covariances sit far below the paper's (1, 5) window
         method = {"base": key, "cov_low": -1.0, "cov_fraction": 0.05}
+    if key == "vapo":      # value pretraining for 1 of the 2 steps, so the policy moves in step 2
+        method = {"base": key, "critic_warmup": 1}
     return build_config({"name": f"contract-{key}", "method": method, "task": task, "model": {"preset": "tiny"},
                          "warm_start": {"enabled": warm}, "train": train,
                          "eval": {"every": 0, "prompts": 4, "k": 1}, "tracking": {"enabled": False}})
@@ -124,3 +126,11 @@ def test_dynamic_sampling_with_kl_reuse_and_sequence_aggregation(shared_state):
     assert len(rollout_logs) == 1 and rollout_logs[0]["groups/zero_variance"] == 0.0   # one rollout, reused 4x
     assert all(math.isfinite(l["loss"]) for l in cap.logs) and max(l["kl"] for l in cap.logs) > 0
     assert "sampling/rounds" in rollout_logs[0]
+
+
+def test_critic_warmup_freezes_the_policy_while_the_critic_learns(shared_state):
+    cfg = _quick({"base": "vapo", "critic_warmup": 5}, {"steps": 2})
+    cap = Capture()
+    run_experiment(cfg, shared_state, callbacks=[cap])
+    assert all(torch.equal(a, b) for a, b in zip(cap.before, cap.after))       # policy untouched
+    assert all(l["critic/warmup"] == 1.0 and l["critic/value_loss"] > 0 for l in cap.logs)
