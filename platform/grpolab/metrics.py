@@ -20,7 +20,7 @@ def rollout_metrics(rewards: torch.Tensor, correct: torch.Tensor, lengths: torch
     lengths = lengths.float()
     g_r = rewards.view(-1, group_size)
     g_c = correct.view(-1, group_size)
-    zero_var = (g_r.max(1).values - g_r.min(1).values) <= ZERO_VARIANCE_TOL
+    zero_var = (g_r.max(1).values - g_r.min(1).values) <= ZERO_VARIANCE_TOL  # = not sampling.group_spread > tol
     out = {
         "reward/mean": rewards.mean().item(),
         "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-ZERO_VARIANCE_TOL = 1e-6
+from .metrics import ZERO_VARIANCE_TOL  # one definition of a zero-variance group
 
 # Row-aligned tensors and how to pad them when batches of different widths are joined.
 LEFT_PADDED = ("prompt_ids", "prompt_mask")

@@ -5,9 +5,6 @@ from __future__ import annotations
 import pandas as pd
 
 from .methods import METHODS
-from .spec import MethodSpec
-
-_DEFAULT = MethodSpec()
 
 
 def _describe(method) -> dict:

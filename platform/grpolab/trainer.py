@@ -221,9 +221,8 @@ class GrpoLabTrainer(GRPOTrainer):
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
-        need_entropy = True  # entropy is a tracked curve for every method
-        logp, entropies, _ = self._get_per_token_logps_and_entropies(
-            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=need_entropy)
+        logp, entropies, _ = self._get_per_token_logps_and_entropies(  # entropy: a tracked curve for every method
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True)
         old = inputs.get("old_per_token_logps")
         old = logp.detach() if old is None else old
         training = self.model.training

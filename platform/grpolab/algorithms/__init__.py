@@ -128,19 +128,19 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
             raise ValueError("group_dpo needs ref_logp, rewards and group_ids")
         loss, pairs = L.group_dpo_loss(logp, ref_logp, eff_mask, rewards, group_ids, spec.dpo_beta)
         stats["dpo/pairs"] = float(pairs)
+        stats["kl"] = _masked_mean(L.kl_estimate(logp.detach(), ref_logp, spec.kl_estimator), mask)
         coef = torch.exp(log_ratio)
     else:
         per_token, coef = _surrogate(spec, logp, log_ratio, A, mask, stats, generator)
-        if ref_logp is not None and spec.kl_coef > 0 and spec.kl_placement == "loss":
-            kl = L.kl_estimate(logp, ref_logp, spec.kl_estimator)
-            if spec.kl_ratio_correction:  # unbiased reverse-KL gradient off-policy; changes it on-policy too
-                kl = kl * coef
-            per_token = per_token + spec.kl_coef * kl
+        kl = L.kl_estimate(logp, ref_logp, spec.kl_estimator) if ref_logp is not None else None
+        if kl is not None and spec.kl_coef > 0 and spec.kl_placement == "loss":
+            # the ratio correction gives the unbiased reverse-KL gradient off-policy; it changes it on-policy too
+            per_token = per_token + spec.kl_coef * (kl * coef if spec.kl_ratio_correction else kl)
         if spec.top_entropy_quantile < 1.0:  # zero low-entropy tokens; the normaliser still counts them
             per_token = per_token * eff_mask
         loss = L.aggregate(per_token, mask, spec.aggregation, token_normaliser, max_completion_length)
-    if ref_logp is not None:
-        stats["kl"] = _masked_mean(L.kl_estimate(logp.detach(), ref_logp, spec.kl_estimator), mask)
+        if kl is not None:
+            stats["kl"] = _masked_mean(kl.detach(), mask)
     if entropies is not None:
         stats["entropy"] = _masked_mean(entropies.detach(), mask)
         if entropy_coef:
