@@ -182,7 +182,7 @@ def build_config(data: dict) -> RunConfig:
         raise ConfigError(f"name: expected a non-empty string, got {name!r}")
     cfg = RunConfig(name=name, method_name=method_name, method_overrides=overrides, spec=spec,
                     task={"name": task_obj.name, **task_obj.params}, seed=seed, **sections)
-    notes = check_coherence(cfg, len(task_obj.reward_names))
+    notes = check_coherence(cfg, task_obj)
     for note in notes:
         warnings.warn(note, stacklevel=2)
     return dataclasses.replace(cfg, warnings=tuple(notes))
@@ -193,7 +193,7 @@ def _positive(key: str, value, minimum=1) -> None:
         raise ConfigError(f"{key}: must be >= {minimum}, got {value}")
 
 
-def check_coherence(cfg: RunConfig, n_rewards: int) -> list[str]:
+def check_coherence(cfg: RunConfig, task) -> list[str]:
     """Reject incoherent combinations; return warnings for settings without effect."""
     t, s, m = cfg.train, cfg.spec, cfg.model
     for key in ("steps", "prompts_per_rollout", "minibatches", "num_iterations", "grad_accum", "n_train_prompts"):
@@ -218,6 +218,7 @@ def check_coherence(cfg: RunConfig, n_rewards: int) -> list[str]:
         raise ConfigError(f"warm_start.band: need 0 <= low < high <= 1, got {list(cfg.warm_start.band)}")
     if cfg.eval.every < 0 or cfg.eval.prompts < 1 or cfg.eval.k < 1:
         raise ConfigError("eval: every >= 0, prompts >= 1 and k >= 1 are required")
+    n_rewards = len(task.reward_names)
     if s.advantage == "decoupled" and n_rewards < 2:
         raise ConfigError(f"method.advantage=decoupled normalises reward components separately, but task "
                           f"{cfg.task['name']!r} has {n_rewards} component; use e.g. task.name=addition_format")
@@ -229,7 +230,7 @@ def check_coherence(cfg: RunConfig, n_rewards: int) -> list[str]:
     if s.surrogate == "reinforce" and cfg.reuses_rollouts:
         raise ConfigError("method.surrogate=reinforce has no importance ratio, so it is only valid on-policy: "
                           "set train.minibatches=1 and train.num_iterations=1, or use surrogate=clip")
-    max_len = t.max_completion_length or make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"}).max_completion_length
+    max_len = t.max_completion_length or task.max_completion_length
     if s.soft_overlong and s.overlong_buffer >= max_len:
         raise ConfigError(f"method.overlong_buffer ({s.overlong_buffer}) must be smaller than the completion cap ({max_len})")
     notes = []

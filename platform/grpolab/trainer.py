@@ -76,12 +76,12 @@ class GrpoLabTrainer(GRPOTrainer):
         start = self.accelerator.process_index * n_local
         mask = out["completion_mask"].float()
         penalty = self._token_kl_penalty(out, mask) if self._kl_in_reward else None
+        total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
         rewards_adj = rewards_k
         if penalty is not None:
             seq_pen = self._gather((penalty * mask).sum(-1))
             self._metrics["train"]["kl_reward_penalty"].append(seq_pen.mean().item())
             if self.spec.advantage not in ("reinforce_pp", "reinforce_pp_baseline", "gae"):  # those fold it in per token
-                total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
                 rewards_adj = (total - seq_pen).unsqueeze(1)
         reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.accelerator.num_processes > 1 else None
         if self.critic is not None:
@@ -97,7 +97,6 @@ class GrpoLabTrainer(GRPOTrainer):
         if advantages.dim() == 1:
             advantages = advantages[start:start + n_local]
         out["advantages"] = advantages.to(device)
-        total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
         out["group_ids"] = (torch.arange(total.numel(), device=device) // G)[start:start + n_local]
         out["seq_rewards"] = total[start:start + n_local]
         self._record_rollout(total, rows, G, generated_tokens)
