@@ -68,6 +68,8 @@ class EvalCfg:
     every: int = 50                    # optimizer steps between held-out evaluations (0: start and end only)
     prompts: int = 64
     k: int = 4                         # samples per prompt for pass@k
+    max_completion_length: int = 0     # 0: the run's training cap (train.max_completion_length or the task's);
+                                       # resolved at load time, so the logged param is the cap used
 
 
 @dataclass(frozen=True)
@@ -183,6 +185,9 @@ def build_config(data: dict) -> RunConfig:
     cfg = RunConfig(name=name, method_name=method_name, method_overrides=overrides, spec=spec,
                     task={"name": task_obj.name, **task_obj.params}, seed=seed, **sections)
     notes = check_coherence(cfg, task_obj)
+    if cfg.eval.max_completion_length == 0:  # evaluate at the cap the run trains with (issue 10)
+        train_cap = cfg.train.max_completion_length or task_obj.max_completion_length
+        cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, max_completion_length=train_cap))
     for note in notes:
         warnings.warn(note, stacklevel=2)
     return dataclasses.replace(cfg, warnings=tuple(notes))
@@ -218,6 +223,8 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
         raise ConfigError(f"warm_start.band: need 0 <= low < high <= 1, got {list(cfg.warm_start.band)}")
     if cfg.eval.every < 0 or cfg.eval.prompts < 1 or cfg.eval.k < 1:
         raise ConfigError("eval: every >= 0, prompts >= 1 and k >= 1 are required")
+    if cfg.eval.max_completion_length < 0:
+        raise ConfigError(f"eval.max_completion_length: must be >= 0 (0 = the training cap), got {cfg.eval.max_completion_length}")
     n_rewards = len(task.reward_names)
     if s.advantage == "decoupled" and n_rewards < 2:
         raise ConfigError(f"method.advantage=decoupled normalises reward components separately, but task "

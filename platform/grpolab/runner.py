@@ -186,7 +186,8 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
         evals: dict[int, dict] = {}
 
         def run_eval(step: int) -> None:
-            result = evaluate(model, tokenizer, task, held_out, cfg.eval.k, cfg.train.temperature)
+            result = evaluate(model, tokenizer, task, held_out, cfg.eval.k, cfg.train.temperature,
+                              max_new_tokens=cfg.eval.max_completion_length)
             evals[step] = _eval_metrics(result)
             if recorder:
                 recorder.log_metrics(evals[step], step=step)

@@ -45,19 +45,24 @@ def sample(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int,
 
 
 def evaluate(model, tokenizer, task: Task, examples: list[Example], k: int,
-             temperature: float = 1.0, batch_prompts: int = 64, keep_samples: int = 8) -> EvalResult:
+             temperature: float = 1.0, batch_prompts: int = 64, keep_samples: int = 8,
+             max_new_tokens: int | None = None) -> EvalResult:
+    """pass@1, pass@k, greedy accuracy and mean length on ``examples``. ``max_new_tokens`` is the
+    completion cap; a trained run passes its own training cap so that it is judged on completions
+    of the length it learned to produce (default: the task's own limit, e.g. for the warm start)."""
+    cap = max_new_tokens or task.max_completion_length
     correct_counts, lengths, greedy_hits, samples = [], [], 0, []
     for start in range(0, len(examples), batch_prompts):
         chunk = examples[start:start + batch_prompts]
         prompts = [e.prompt for e in chunk]
-        texts, lens = sample(model, tokenizer, prompts, k, task.max_completion_length, temperature)
+        texts, lens = sample(model, tokenizer, prompts, k, cap, temperature)
         lengths.extend(lens)
         for i, ex in enumerate(chunk):
             hits = [task.is_correct(ex, t) for t in texts[i * k:(i + 1) * k]]
             correct_counts.append(sum(hits))
             if len(samples) < keep_samples:
                 samples.append({"prompt": ex.prompt, "answer": ex.answer, "completion": texts[i * k], "correct": hits[0]})
-        greedy_texts, _ = sample(model, tokenizer, prompts, 1, task.max_completion_length, greedy=True)
+        greedy_texts, _ = sample(model, tokenizer, prompts, 1, cap, greedy=True)
         greedy_hits += sum(task.is_correct(ex, t) for ex, t in zip(chunk, greedy_texts))
     n = max(len(examples), 1)
     return EvalResult(
