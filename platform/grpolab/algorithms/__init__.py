@@ -132,12 +132,13 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
         coef = torch.exp(log_ratio)
     else:
         per_token, coef = _surrogate(spec, logp, log_ratio, A, mask, stats, generator)
+        if spec.top_entropy_quantile < 1.0:  # the policy-gradient term only; the normaliser still counts them
+            per_token = per_token * eff_mask
         kl = L.kl_estimate(logp, ref_logp, spec.kl_estimator) if ref_logp is not None else None
         if kl is not None and spec.kl_coef > 0 and spec.kl_placement == "loss":
+            # on every valid token, also when top-entropy selection masks the policy gradient (as TRL);
             # the ratio correction gives the unbiased reverse-KL gradient off-policy; it changes it on-policy too
             per_token = per_token + spec.kl_coef * (kl * coef if spec.kl_ratio_correction else kl)
-        if spec.top_entropy_quantile < 1.0:  # zero low-entropy tokens; the normaliser still counts them
-            per_token = per_token * eff_mask
         loss = L.aggregate(per_token, mask, spec.aggregation, token_normaliser, max_completion_length)
         if kl is not None:
             stats["kl"] = _masked_mean(kl.detach(), mask)
