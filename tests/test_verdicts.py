@@ -109,3 +109,29 @@ def test_seed_fits_give_intervals_that_cover_the_truth_with_r0_pinned():
 def test_too_few_points_give_no_fit():
     assert fit_curve([10, 20, 30], [0.1, 0.2, 0.3]) is None
     assert fit_seeds({0: ([0, 10], [0.1, 0.2])}).fitted == 0
+
+
+def test_ladder_table_verdict_column_tests_the_published_direction_per_rung():
+    import pandas as pd
+
+    from grpolab.results import ladder_table
+    from grpolab.study_config import Objective, Rung, StudyConfig
+    cfg = StudyConfig(name="x", kind="ladder", path="x", base={}, seeds=tuple(range(6)),
+                      objectives=(Objective("final:eval/pass@1"),), smallest_effect=0.02,
+                      rungs=(Rung("a", {}, 30.0), Rung("b", {"k": 1}, 36.0), Rung("c", {"k": 2}, 20.0),
+                             Rung("d", {"k": 3}, None)))
+    base = [0.1, 0.3, 0.2, 0.25, 0.15, 0.35]                 # big seed-to-seed spread, shared by all rungs
+    bump = [0.09, 0.11, 0.10, 0.12, 0.08, 0.10]              # rung b: a clear +0.1 on every seed
+    wobble = [0.05, -0.04, 0.03, -0.05, 0.04, -0.03]         # rung c vs b: no effect either way
+    values = {0: base, 1: [b + d for b, d in zip(base, bump)]}
+    values[2] = [v + w for v, w in zip(values[1], wobble)]
+    values[3] = values[2][:4] + [math.nan, math.nan]
+    rows = pd.DataFrame([{"rung": r, "seed": s, "state": "COMPLETE" if math.isfinite(v) else "FAIL", "value": v}
+                         for r, vs in values.items() for s, v in enumerate(vs)])
+    t = ladder_table(rows, cfg)
+    assert t.loc[1, "verdict_vs_prev"] == "reproduced"
+    # published 36 -> 20 is a drop: tested as a drop, and the data show neither a drop nor a rise
+    assert t.loc[2, "verdict_vs_prev"] == "inconclusive (tested: drop)"
+    assert t.loc[3, "verdict_vs_prev"] == "inconclusive (underpowered)"       # 4 paired seeds
+    low, high = map(float, t.loc[1, "delta_bca95"].strip("[]").split(","))
+    assert 0 < low < 0.1 < high

@@ -67,6 +67,11 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig) -> pd.DataFrame:
             common = sorted(set(mine.index) & set(prev.index))
             deltas = [mine[s] - prev[s] for s in common]
             entry["delta_vs_prev"], entry["delta_ci95"] = mean_ci(deltas) if all(map(math.isfinite, deltas)) else (math.nan, math.nan)
+            from .verdicts import ladder_step   # "this rung improves on the previous one", paired seeds, BCa
+            verdict, direction = ladder_step(rows, cfg, i)
+            entry["delta_bca95"] = f"[{verdict.low:.3g}, {verdict.high:.3g}]" if verdict.n > 1 else "--"
+            entry["verdict_vs_prev"] = verdict.verdict + ("" if direction == "increase" else " (tested: drop)")
+            entry["seeds_for_power"] = verdict.seeds_needed
         out.append(entry)
     return pd.DataFrame(out)
 
@@ -112,7 +117,9 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
     metric = names[index]
     if cfg.kind == "ladder":
         frame = ladder_table(ladder_rows(study, cfg, index), cfg)
-        caption = f"{cfg.name}: {metric}, mean over seeds {list(cfg.seeds)} with 95% t-interval"
+        caption = (f"{cfg.name}: {metric}, mean over seeds {list(cfg.seeds)} with 95% t-interval; verdict_vs_prev: "
+                   f"does this rung improve on the previous one (paired seeds, 95% BCa bootstrap of the paired "
+                   f"difference, smallest effect {cfg.smallest_effect:g}, < 5 seeds = underpowered)")
         if cfg.published_source:
             caption += f"; published: {cfg.published_source}"
     else:

@@ -50,6 +50,7 @@ class StudyConfig:
     objectives: tuple[Objective, ...]
     rungs: tuple[Rung, ...] = ()
     published_source: str = ""
+    smallest_effect: float = 0.0    # ladders: the smallest rung-to-rung difference that matters (verdicts)
     description: str = ""
     space: dict = field(default_factory=dict)
     n_trials: int = 0
@@ -106,7 +107,8 @@ def _objectives(raw) -> tuple[Objective, ...]:
     return tuple(out)
 
 
-_LADDER_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objectives", "budget", "rungs", "published_source"}
+_LADDER_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objectives", "budget", "rungs", "published_source",
+                "smallest_effect"}
 _SEARCH_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objectives", "budget", "space", "n_trials",
                 "sampler", "pruner"}
 
@@ -138,7 +140,11 @@ def load_study(path: str | Path) -> StudyConfig:
     common = dict(name=name, kind=kind, path=str(path), base=base, seeds=seeds, objectives=objectives,
                   description=data.get("description", ""))
     if kind == "ladder":
-        study = StudyConfig(**common, rungs=_rungs(data.get("rungs")), published_source=data.get("published_source", ""))
+        delta = data.get("smallest_effect", 0.0)
+        if not isinstance(delta, (int, float)) or delta < 0:
+            raise ConfigError(f"smallest_effect: expected a non-negative number, got {delta!r}")
+        study = StudyConfig(**common, rungs=_rungs(data.get("rungs")), published_source=data.get("published_source", ""),
+                            smallest_effect=float(delta))
         for rung in range(len(study.rungs)):  # every rung must validate before anything runs
             _validate_experiment(study.rung_experiment(rung, seeds[0]), f"rungs[{rung}]")
         return study

@@ -119,3 +119,21 @@ def paired_verdict(differences: dict, direction: str, smallest_effect: float, le
     if n < MIN_SEEDS:
         verdict, reason = UNDERPOWERED, f"{n} < {MIN_SEEDS} paired seeds ({verdict} at face value: {reason})"
     return Verdict(verdict, reason + note, n, n_resamples, mean, low, high, sd, needed, finite, level)
+
+
+def ladder_step(rows, cfg, rung: int, objective_direction: str | None = None) -> tuple[Verdict, str]:
+    """Verdict that rung ``rung`` improves on rung ``rung - 1`` of a ladder, paired by seed.
+
+    The direction is the published one when both rungs carry a published value (a published
+    drop is tested as a drop), otherwise the study objective's (maximize -> increase)."""
+    now, prev = cfg.rungs[rung], cfg.rungs[rung - 1]
+    if now.published is not None and prev.published is not None and now.published != prev.published:
+        direction = "increase" if now.published > prev.published else "decrease"
+    else:
+        objective = objective_direction or cfg.objectives[0].direction
+        direction = "increase" if objective == "maximize" else "decrease"
+    done = rows[rows.state == "COMPLETE"]
+    mine = done[done.rung == rung].set_index("seed")["value"]
+    before = done[done.rung == rung - 1].set_index("seed")["value"]
+    diffs = {int(s): float(mine[s] - before[s]) for s in sorted(set(mine.index) & set(before.index))}
+    return paired_verdict(diffs, direction, float(getattr(cfg, "smallest_effect", 0.0) or 0.0)), direction
