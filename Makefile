@@ -4,6 +4,8 @@
 PYTHON ?= python3
 PIP = $(PYTHON) -m pip
 STATE ?= grpolab-state
+# Study worker processes for `make run` (each pins torch to its share of the cores).
+WORKERS ?= 2
 
 .PHONY: install install-test run test bench
 
@@ -20,7 +22,7 @@ install-test: install
 
 # The main job on the embedded defaults: the toy DAPO Table 1 ladder, its table and dashboard.
 run: install
-	$(PYTHON) -m grpolab.cli --state $(STATE) study studies/dapo_table1.yaml --table --dashboard
+	$(PYTHON) -m grpolab.cli --state $(STATE) study studies/dapo_table1.yaml --workers $(WORKERS) --table --dashboard
 
 test: install-test
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests

@@ -114,4 +114,8 @@ def main(args) -> int:
     if args.what in ("trainer", "all"):
         out["trainer"] = bench_trainer(args.preset or "small", args.steps, args.repeats)
         print(json.dumps(out["trainer"], indent=2), flush=True)
+    if args.what in ("workers", "all"):
+        from .bench_workers import bench_workers
+        out["workers"] = bench_workers(state_dir(args.state), rows=8, steps=args.steps, repeats=max(1, args.repeats // 2))
+        print(json.dumps(out["workers"], indent=2), flush=True)
     return 0

@@ -51,6 +51,11 @@ def _cmd_metrics_doc(args) -> int:
     return 0
 
 
+def _cmd_verdicts(args) -> int:
+    from .claim_runs import verdicts_command
+    return verdicts_command(args)
+
+
 def _cmd_bench(args) -> int:
     from .bench import main as bench_main
     return bench_main(args)
@@ -142,8 +147,15 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--out", help="output HTML path (default: <state>/dashboards/<study>.html)")
     dash.add_argument("--storage", default=None, help="Optuna storage URL of the study")
     dash.set_defaults(func=_cmd_dashboard)
-    bench = sub.add_parser("bench", help="measure tracking overhead and trainer overhead against stock TRL")
-    bench.add_argument("--what", choices=["tracking", "trainer", "all"], default="all")
+    verdicts = sub.add_parser("verdicts", help="judge published claims on paired seeds (runs missing rows first)")
+    verdicts.add_argument("claims", nargs="*", help="claim names (studies/claims/<name>.yaml) or claim files; default: all")
+    verdicts.add_argument("--workers", type=int, default=1, help="worker processes for the missing rows")
+    verdicts.add_argument("--storage", default=None, help="Optuna storage URL of the claims' studies")
+    verdicts.add_argument("--format", choices=["markdown", "csv"], default="markdown")
+    verdicts.add_argument("--no-run", action="store_true", help="judge only the rows already run; run nothing")
+    verdicts.set_defaults(func=_cmd_verdicts)
+    bench = sub.add_parser("bench", help="measure tracking and trainer overhead against stock TRL, and 2-worker study throughput")
+    bench.add_argument("--what", choices=["tracking", "trainer", "workers", "all"], default="all")
     bench.add_argument("--preset", default=None, help="model preset (default: tiny for tracking, small for trainer)")
     bench.add_argument("--steps", type=int, default=30)
     bench.add_argument("--repeats", type=int, default=3)

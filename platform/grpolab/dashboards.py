@@ -164,6 +164,8 @@ def build_dashboard(state: Path, out: Path, study_path: str | None = None, run_i
         sections.append(("Ablation table", ablation_figure(table, cfg.objectives[0].metric)))
         tables.append(f"<h2>Ablation table</h2><p>{html.escape(cfg.published_source)}</p>"
                       + table.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="--"))
+        from .verdict_report import ladder_sections   # rung verdicts: effect + BCa CI, and per-seed differences
+        sections.extend(ladder_sections(state, study_path, storage_url))
     for panel in layout["panels"]:
         if summary[summary.metric == panel["metric"]].empty:
             notes.append(f"{panel['metric']}: not logged by these runs (e.g. KL off, or no clipped token)")

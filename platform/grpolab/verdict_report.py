@@ -1,0 +1,131 @@
+"""Verdicts as a table and as figures: claims (``grpolab verdicts``) and ladder rungs.
+
+The verdict panel puts every claim on one axis by expressing its effect in units of its own
+smallest effect that matters (effect / delta), so claims on entropy, tokens and pass@1 can sit
+side by side; the zero line and the +-1 lines (delta) are drawn, and the published direction is
+marked with a triangle. The per-seed panel shows the paired differences themselves.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import plotly.graph_objects as go
+
+ARROW = {"increase": "treatment > control", "decrease": "treatment < control", "none": "no difference"}
+
+
+def _fmt(x: float) -> str:
+    return "nan" if x is None or not math.isfinite(x) else f"{x:.4g}"
+
+
+def verdict_frame(results) -> pd.DataFrame:
+    rows = []
+    for r in results:
+        c, v = r.claim, r.verdict
+        control = c.control.rung if c.control.rung else f"{c.control.value:g}"
+        effect = f"{_fmt(v.mean)} [{_fmt(v.low)}, {_fmt(v.high)}]"
+        extra = [f"{m}: {_fmt(d)} (n={n})" for m, (d, n) in r.report.items()]
+        if r.censored:
+            extra.append(f"{r.censored} run(s) never reached the threshold (counted at the budget)")
+        if r.regime_value is not None:
+            extra.append(f"regime {c.regime_check['metric']} = {_fmt(r.regime_value)}")
+        rows.append({
+            "claim": c.name, "statement": c.statement, "source": c.source,
+            "published": f"{ARROW[c.direction]}" + (f"; {c.published}" if c.published else ""),
+            "toy comparison": f"{c.treatment.rung} vs {control} on {c.metric}",
+            "toy effect [95% BCa CI]": effect, "smallest effect": f"{c.smallest_effect:g}",
+            "seeds (resamples)": f"{v.n} ({v.n_resamples})", "verdict": v.verdict,
+            "seeds for 80% power": v.seeds_needed if v.seeds_needed is not None else "--",
+            "why": v.reason, "beside": "; ".join(extra)})
+    return pd.DataFrame(rows)
+
+
+def render_verdicts(results, fmt: str = "markdown") -> str:
+    frame = verdict_frame(results)
+    if fmt == "csv":
+        return frame.to_csv(index=False)
+    return frame.to_markdown(index=False)
+
+
+def verdict_figure(labels: list[str], means, lows, highs, deltas, directions, verdicts, title: str) -> go.Figure:
+    """Effect and CI per item in units of its smallest effect; zero line; published direction marked."""
+    scale = [d if d and d > 0 else 1.0 for d in deltas]
+    x = [m / s for m, s in zip(means, scale)]
+    err_hi = [(h - m) / s for h, m, s in zip(highs, means, scale)]
+    err_lo = [(m - lo) / s for lo, m, s in zip(lows, means, scale)]
+    text = [f"{v}<br>effect {_fmt(m)} [{_fmt(lo)}, {_fmt(h)}], delta {d:g}"
+            for v, m, lo, h, d in zip(verdicts, means, lows, highs, scale)]
+    fig = go.Figure(go.Scatter(x=x, y=labels, mode="markers", name="toy effect / delta (95% BCa CI)",
+                               error_x={"type": "data", "array": err_hi, "arrayminus": err_lo, "visible": True},
+                               marker={"size": 10, "color": "#1f77b4"}, hovertext=text, hoverinfo="text"))
+    marks = {"increase": ("triangle-right", 1.0), "decrease": ("triangle-left", -1.0), "none": ("diamond", 0.0)}
+    fig.add_trace(go.Scatter(x=[marks[d][1] for d in directions], y=labels, mode="markers", name="published direction",
+                             marker={"symbol": [marks[d][0] for d in directions], "size": 12, "color": "#d62728"}))
+    fig.add_vline(x=0, line={"color": "black", "width": 1})
+    for edge in (-1, 1):
+        fig.add_vline(x=edge, line={"color": "#999", "dash": "dot", "width": 1})
+    fig.update_layout(title=title, xaxis_title="paired difference / smallest effect that matters",
+                      height=120 + 40 * len(labels), margin={"l": 220, "r": 30, "t": 40, "b": 50})
+    return fig
+
+
+def seed_figure(labels: list[str], differences: list[dict], deltas, title: str) -> go.Figure:
+    """One point per seed: the paired difference (in units of the smallest effect)."""
+    fig = go.Figure()
+    for label, diffs, delta in zip(labels, differences, deltas):
+        scale = delta if delta and delta > 0 else 1.0
+        seeds = sorted(diffs)
+        fig.add_trace(go.Scatter(x=[diffs[s] / scale for s in seeds], y=[label] * len(seeds), mode="markers",
+                                 name=label, text=[f"seed {s}: {diffs[s]:.4g}" for s in seeds], hoverinfo="text",
+                                 marker={"size": 8, "opacity": 0.75}, showlegend=False))
+    fig.add_vline(x=0, line={"color": "black", "width": 1})
+    fig.update_layout(title=title, xaxis_title="per-seed paired difference / smallest effect",
+                      height=120 + 40 * len(labels), margin={"l": 220, "r": 30, "t": 40, "b": 50})
+    return fig
+
+
+def claim_sections(results) -> list[tuple[str, go.Figure]]:
+    labels = [r.claim.name for r in results]
+    v = [r.verdict for r in results]
+    deltas = [r.claim.smallest_effect for r in results]
+    return [("Verdicts", verdict_figure(labels, [x.mean for x in v], [x.low for x in v], [x.high for x in v], deltas,
+                                        [r.claim.direction for r in results], [x.verdict for x in v],
+                                        "Claims: toy effect with 95% BCa CI (red: published direction)")),
+            ("Per-seed paired differences", seed_figure(labels, [x.differences for x in v], deltas,
+                                                       "Per-seed paired differences (treatment - control)"))]
+
+
+def write_claims_dashboard(results, out) -> str:
+    from pathlib import Path
+
+    from .dashboards import render_page
+    table = verdict_frame(results).to_html(index=False, na_rep="--")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render_page("grpolab verdicts on published claims", claim_sections(results), [],
+                               [f"<h2>Verdicts</h2>{table}"]))
+    return str(out)
+
+
+def ladder_sections(state, study_path: str, storage_url: str | None) -> list[tuple[str, go.Figure]]:
+    """Rung verdict panels for a ladder dashboard: each rung vs the previous one, paired by seed
+    (the same numbers as the table's verdict_vs_prev column)."""
+    from .results import ladder_rows, load_results
+    from .verdicts import ladder_step
+    cfg, study = load_results(study_path, state, storage_url)
+    rows = ladder_rows(study, cfg)
+    steps = [ladder_step(rows, cfg, i) for i in range(1, len(cfg.rungs))]
+    if not steps:
+        return []
+    labels = [r.name for r in cfg.rungs[1:]]
+    deltas = [cfg.smallest_effect] * len(steps)
+    verdicts = [v for v, _ in steps]
+    return [("Rung verdicts", verdict_figure(labels, [v.mean for v in verdicts], [v.low for v in verdicts],
+                                             [v.high for v in verdicts], deltas, [d for _, d in steps],
+                                             [v.verdict for v in verdicts],
+                                             "Each rung vs the previous: paired difference, 95% BCa CI "
+                                             "(units of the smallest effect; red: published direction)")),
+            ("Per-seed rung differences", seed_figure(labels, [v.differences for v in verdicts], deltas,
+                                                     "Per-seed paired difference vs the previous rung"))]

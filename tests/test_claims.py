@@ -1,0 +1,86 @@
+"""Claims as data: every shipped claim validates and cites its source; bad claims are refused
+before anything runs; one small real end-to-end verdict through the study driver."""
+
+import math
+import re
+
+import pytest
+import yaml
+
+from conftest import REPO
+from grpolab.claims import CLAIMS_DIR, claim_files, load_claim
+from grpolab.errors import ConfigError
+
+CITATION = re.compile(r"arXiv:\d{4}\.\d{5}\).*(Section|Table|Figure)")
+
+
+def test_at_least_eight_shipped_claims_each_cited_and_in_a_regime():
+    claims = [load_claim(p) for p in claim_files(None)]      # loads and checks every referenced study and rung
+    assert len(claims) >= 8 and len({c.name for c in claims}) == len(claims)
+    for c in claims:
+        assert CITATION.search(c.source), c.source
+        assert c.statement and c.regime and c.smallest_effect > 0
+    sources = " ".join(c.source for c in claims)
+    assert "DAPO" in sources and "Dr. GRPO" in sources and "GSPO" in sources
+    assert {"rollout_reuse", "free_length", "cold_start"} <= {r for c in claims for r in c.requires}
+
+
+def _claim(tmp_path, **changes):
+    data = yaml.safe_load((CLAIMS_DIR / "clip_higher_entropy.yaml").read_text())
+    data.update(changes)
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"colour": 1}, "colour: unknown key"),
+    ({"treatment": {"rung": "eps_high 9"}}, "treatment.rung: 'eps_high 9' is not a rung of clip_higher_entropy"),
+    ({"direction": "up"}, "direction: 'up'; valid: increase, decrease, none"),
+    ({"metric": "tail"}, "metric"),
+    ({"smallest_effect": 0}, "smallest_effect: expected a positive number"),
+    ({"requires": ["free_length"]}, "requires free_length, but rung"),
+    ({"requires": ["magic"]}, "requires: unknown 'magic'"),
+    ({"control": {"value": 0.2, "rung": "eps_high 0.2"}}, "control: expected"),
+])
+def test_bad_claims_are_refused_naming_the_key(tmp_path, changes, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_claim(_claim(tmp_path, study=str(REPO / "studies/clip_higher_entropy.yaml"), **changes))
+
+
+def test_unknown_claim_name_lists_the_shipped_ones():
+    with pytest.raises(ConfigError, match="shipped claims: .*clip_higher_entropy"):
+        claim_files(["no_such_claim"])
+
+
+def test_verdict_end_to_end_reads_the_same_values_the_study_table_holds(tmp_path, shared_state):
+    """Two rungs x 5 seeds, 1 step each, run through the study driver; the claim's paired
+    differences must equal the differences of the Optuna trial values (the same objective)."""
+    from grpolab.claim_runs import run_claims
+    from grpolab.results import ladder_rows, load_results
+    study = {"kind": "ladder", "name": "claim_e2e", "seeds": [0, 1, 2, 3, 4], "metric": "final:eval/pass@1",
+             "base": {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
+                      "model": {"preset": "tiny"}, "warm_start": {"seed": 0},
+                      "train": {"group_size": 4, "prompts_per_rollout": 4, "learning_rate": 0.0005},
+                      "eval": {"prompts": 8, "k": 2}},
+             "budget": {"train.steps": 1, "eval.every": 0},
+             "rungs": [{"name": "a"}, {"name": "b", "changes": {"train.learning_rate": 0.002}}]}
+    (tmp_path / "claim_e2e.yaml").write_text(yaml.safe_dump(study))
+    claim = {"source": "test (arXiv:0000.00000), Section 1", "statement": "b beats a", "study": "claim_e2e.yaml",
+             "treatment": {"rung": "b"}, "control": {"rung": "a"}, "metric": "final:eval/pass@1",
+             "direction": "increase", "smallest_effect": 0.05, "regime": "none needed"}
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / "b_beats_a.yaml").write_text(yaml.safe_dump(claim))
+    [result] = run_claims([str(tmp_path / "claims" / "b_beats_a.yaml")], shared_state, None, 1, echo=lambda s: None)
+    cfg, optuna_study = load_results(str(tmp_path / "claim_e2e.yaml"), shared_state, None)
+    rows = ladder_rows(optuna_study, cfg)
+    value = {(r.rung, r.seed): r.value for r in rows.itertuples()}
+    expected = {s: value[(1, s)] - value[(0, s)] for s in range(5)}
+    assert result.verdict.differences == pytest.approx(expected)
+    assert result.verdict.n == 5 and result.verdict.n_resamples == 9999
+    assert result.verdict.verdict in ("reproduced", "contradicted", "inconclusive")
+    assert result.verdict.low <= result.verdict.mean <= result.verdict.high or math.isnan(result.verdict.low)
+    # a second call runs nothing new: rows stay exactly once
+    run_claims([str(tmp_path / "claims" / "b_beats_a.yaml")], shared_state, None, 1, echo=lambda s: None)
+    _, again = load_results(str(tmp_path / "claim_e2e.yaml"), shared_state, None)
+    assert len([t for t in again.get_trials() if "row" in t.user_attrs]) == 10
