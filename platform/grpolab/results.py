@@ -126,4 +126,7 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
         frame = search_table(study, cfg)
         caption = f"{cfg.name}: {len(frame)} trials, objectives {[o.metric for o in cfg.objectives]}"
     body = render(frame, fmt, caption)
+    if fmt == "markdown" and cfg.kind == "ladder":
+        from .scaling import scaling_section   # asymptote A and efficiency C_mid beside the table
+        body += scaling_section(state, path, storage_url)
     return body if fmt != "markdown" else f"{caption}\n\n{body}"

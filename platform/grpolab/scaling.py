@@ -84,3 +84,50 @@ def fit_seeds(curves: dict, pin_r0: bool = True, level: float = 0.95) -> SeedFit
             half = stats.t.ppf(0.5 + level / 2, len(xs) - 1) * xs.std(ddof=1) / math.sqrt(len(xs))
             params[name] = (float(xs.mean()), float(half))
     return SeedFit(params, len(fits), len(curves))
+
+
+def scaling_frame(state, study_path: str, storage_url: str | None, metric: str = "eval/pass@1"):
+    """Per rung of a ladder: the saturating fit of ``metric`` against generated tokens
+    (tokens/cumulative at each eval step; the step-0 eval is R0), one fit per seed. None when
+    the runs have too few eval points for a fit (fewer than 4 after step 0)."""
+    import pandas as pd
+    from mlflow.tracking import MlflowClient
+
+    from .claim_runs import run_history
+    from .results import ladder_rows, load_results
+    from .tracking import tracking_uri
+    cfg, study = load_results(study_path, state, storage_url)
+    if cfg.kind != "ladder":
+        return None
+    rows = ladder_rows(study, cfg)
+    client, out = MlflowClient(tracking_uri(state)), []
+    for i, rung in enumerate(cfg.rungs):
+        curves = {}
+        for row in rows[(rows.rung == i) & (rows.state == "COMPLETE")].itertuples():
+            h = run_history(client, row.run_id, set())
+            tokens = h.train_curves.get("tokens/cumulative", [])
+
+            def tokens_at(step: int) -> float:   # generated up to and including this optimizer step
+                seen = [v for s, v in tokens if s <= step]
+                return seen[-1] if seen else math.nan
+            steps = sorted(s for s in h.evals if s == 0 or math.isfinite(tokens_at(s)))
+            if len(steps) < 5:
+                return None
+            curves[row.seed] = ([0.0 if s == 0 else tokens_at(s) for s in steps], [h.evals[s][metric] for s in steps])
+        fit = fit_seeds(curves)
+        entry = {"rung": rung.name, "fitted/seeds": f"{fit.fitted}/{fit.seeds}"}
+        for name in ("A", "C_mid", "B"):
+            mean, half = fit.params[name]
+            entry[name], entry[f"{name} ci95"] = mean, half
+        out.append(entry)
+    return pd.DataFrame(out)
+
+
+def scaling_section(state, study_path: str, storage_url: str | None) -> str:
+    """Markdown shown beside a ladder's table, or '' when no fit is possible."""
+    frame = scaling_frame(state, study_path, storage_url)
+    if frame is None or frame.empty:
+        return ""
+    return ("\nCompute scaling (ScaleRL-style): R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), C = generated tokens, "
+            "R = held-out pass@1, R0 = the step-0 value; one fit per seed, mean and 95% t-interval over seeds\n\n"
+            + frame.to_markdown(index=False, floatfmt=".4g"))
