@@ -58,3 +58,214 @@ def test_top_entropy_mask_keeps_the_in_loss_kl_on_every_token():
     policy_loss(s, lp, lp.detach(), torch.tensor([0.0]), mask, ref, entropies=ent)[0].backward()
     assert lp.grad.flatten().tolist() == pytest.approx([0.025] * 4, abs=1e-6)
     assert stats["entropy/kept_fraction"] == pytest.approx(0.5)
+
+
+# -- trainer helpers ------------------------------------------------------------------------------
+
+def _trainer(model, tmp_path, spec, rewards, task=None, **kw):
+    from trl import GRPOConfig
+
+    from conftest import tiny_dataset
+    from grpolab.trainer import GrpoLabTrainer
+    from grpolab.world.models import load_model
+    base_task, train, ds = tiny_dataset(128)
+    args = GRPOConfig(output_dir=str(tmp_path), report_to="none", per_device_train_batch_size=8, num_generations=4,
+                      max_completion_length=5, use_cpu=True, disable_tqdm=True, top_k=0, seed=0, **kw)
+    _, tok = load_model(model if isinstance(model, str) else model.config._name_or_path)
+    t = GrpoLabTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=ds, processing_class=tok,
+                       spec=spec, task=task or base_task, examples=train)
+    t.model.train()
+    return t, train
+
+
+# -- 4. reward weights are applied once when the KL goes into the reward --------------------------
+
+def test_weighted_rewards_with_kl_in_reward_match_hand_computed_advantages(tiny_model_dir, tmp_path):
+    from grpolab.spec import build_spec
+    from grpolab.world.models import load_model
+    model, _ = load_model(tiny_model_dir)
+    with torch.no_grad():   # the policy drifts from the reference (re-loaded from disk): the KL is not 0
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p, generator=torch.Generator().manual_seed(p.numel())))
+
+    def first(prompts, completions, idx, **kw):
+        return [float(j % 3) for j in range(len(prompts))]
+
+    def second(prompts, completions, idx, **kw):
+        return [float(len(c) % 2) for c in completions]
+    spec = build_spec({"advantage": "group_mean", "surrogate": "clip", "kl_coef": 0.1, "kl_estimator": "k1",
+                       "kl_placement": "reward", "reward_weights": [1.0, 0.5]})
+    t, train = _trainer(model, tmp_path, spec, [first, second])
+    penalties = []
+    original = t._token_kl_penalty
+    t._token_kl_penalty = lambda out, mask: penalties.append(original(out, mask)) or penalties[-1]
+    out = t._generate_and_score_completions([{"prompt": train[i].prompt, "idx": i} for i in (0, 1) for _ in range(4)])
+    r = t._stash["rewards"]                                   # (8, 2) components, as TRL gathered them
+    seq_pen = (penalties[0] * out["completion_mask"]).sum(-1)
+    assert seq_pen.abs().max() > 1e-3                          # the reward-side KL is really there
+    total = r[:, 0] * 1.0 + r[:, 1] * 0.5 - seq_pen
+    expected = (total.view(2, 4) - total.view(2, 4).mean(1, keepdim=True)).view(-1)
+    assert out["advantages"].tolist() == pytest.approx(expected.tolist(), abs=1e-5)
+    assert expected.abs().max() > 0.1
+
+
+# -- 2. dynamic sampling filters on accuracy (DAPO), or on the reward when asked ------------------
+
+class _ParityTask:
+    """Correct on every other completion of even-indexed prompts, never on odd ones."""
+
+    def __init__(self, base, train):
+        self.base, self.index, self.calls = base, {e.prompt: i for i, e in enumerate(train)}, 0
+
+    def __getattr__(self, name):
+        return getattr(self.base, name)
+
+    def is_correct(self, example, completion):
+        self.calls += 1
+        return self.index[example.prompt] % 2 == 0 and self.calls % 2 == 0
+
+
+def _shaped(prompts, completions, idx, **kw):
+    # correctness plus a length-like shaping term that differs inside every group
+    return [0.01 * j for j in range(len(prompts))]
+
+
+@pytest.mark.parametrize("filter_metric", ["accuracy", "reward"])
+def test_dynamic_sampling_filters_on_accuracy_by_default(filter_metric, tiny_model_dir, tmp_path):
+    from grpolab.methods import get_method
+    overrides = {"soft_overlong": False, "overlong_filter": False, "max_sampling_rounds": 12}
+    if filter_metric == "reward":
+        overrides["sampling_filter"] = "reward"
+    spec = get_method("dapo").spec(overrides)
+    t, train = _trainer(str(tiny_model_dir), tmp_path, spec, [_shaped])
+    t.task = _ParityTask(t.task, train)
+    t._generate_and_score_completions([{"prompt": train[i].prompt, "idx": i} for i in (0, 1) for _ in range(4)])
+    kept = [t.task.index[r["prompt"]] for r in t.last_rollout]
+    m = t._metrics["train"]
+    if filter_metric == "accuracy":
+        assert len(kept) == 8 and all(i % 2 == 0 for i in kept)     # the all-wrong group is dropped
+        assert m["trained/groups/all_wrong"][-1] == 0.0 and m["trained/groups/all_correct"][-1] == 0.0
+        assert m["groups/all_wrong"][-1] > 0                          # generated, then dropped
+        assert m["sampling/rounds"][-1] >= 2
+    else:                                                             # verl: the shaped reward varies
+        assert sorted(set(kept)) == [0, 1] and m["sampling/rounds"][-1] == 1.0
+        assert m["trained/groups/all_wrong"][-1] == 0.5               # from correctness, not the reward
+        assert m["groups/zero_variance"][-1] == 0.0
+    assert spec.sampling_filter == filter_metric
+
+
+def test_group_curves_count_correctness_whatever_the_shaping():
+    from grpolab.metrics import rollout_metrics
+    rewards = torch.tensor([0.0, -0.2, -0.5, 0.0, 1.0, 1.0, 1.0, 0.9])   # shaped: no group is zero-variance
+    correct = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]).bool()
+    stats = rollout_metrics(rewards, correct, torch.full((8,), 3.0), torch.zeros(8).bool(), 4)
+    assert stats["groups/zero_variance"] == 0.0
+    assert stats["groups/all_wrong"] == 0.5 and stats["groups/all_correct"] == 0.5
+
+
+# -- 9. one objective function for the table, the trial value and the pruner ----------------------
+
+def test_objectives_by_hand_on_full_and_partial_histories():
+    from grpolab.objectives import objective_value
+    evals = {0: {"eval/pass@1": 0.2}, 10: {"eval/pass@1": 0.28}, 20: {"eval/pass@1": 0.31}, 30: {"eval/pass@1": 0.29}}
+    curves = {"tokens/cumulative": [(s, 100.0 * s) for s in (1, 3, 5, 7, 9, 11, 13, 15, 17, 19)],
+              "entropy": [(2, 1.0), (4, 2.0), (6, 3.0), (8, float("nan")), (10, 5.0), (12, 6.0), (14, 7.0), (16, 8.0)]}
+    upto20 = {s: v for s, v in evals.items() if s <= 20}
+    assert objective_value("auc:eval/pass@1", upto20, curves) == pytest.approx((0.24 + 0.295) * 10 / 20)
+    assert objective_value("steps_to:eval/pass@1>=0.3", {0: evals[0], 10: evals[10]}, curves) == math.inf
+    assert objective_value("steps_to:eval/pass@1>=0.3", evals, curves) == 20.0
+    assert objective_value("tokens_to:eval/pass@1>=0.3", evals, curves) == 1900.0   # last point at or before 20
+    # tail: finite points at steps > 3/4 of the last step (16 -> steps 14, 16), NaN skipped
+    assert objective_value("tail:entropy", evals, curves) == pytest.approx(7.5)
+    partial = {k: [(s, v) for s, v in pts if s <= 10] for k, pts in curves.items()}
+    assert objective_value("tail:entropy", upto20, partial) == pytest.approx(5.0)   # steps > 7.5: just 10
+
+
+def test_search_on_tail_entropy_completes_and_prunes_on_the_same_function(tmp_path, shared_state):
+    import yaml
+    from optuna.trial import TrialState
+
+    from grpolab.objectives import objective_value
+    from grpolab.results import load_results
+    from grpolab.studies import run_study
+    base = {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
+            "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
+            "train": {"group_size": 4, "prompts_per_rollout": 4}, "eval": {"prompts": 4, "k": 2}}
+    data = {"kind": "search", "name": "search_tail_entropy", "base": base,
+            "budget": {"train.steps": 4, "eval.every": 2}, "seeds": [0],
+            "objectives": [{"metric": "tail:entropy", "direction": "maximize"}],
+            "space": {"train.learning_rate": {"type": "float", "low": 1e-4, "high": 3e-3, "log": True}},
+            "n_trials": 2, "sampler": {"name": "random", "seed": 0},
+            "pruner": {"name": "median", "n_startup_trials": 1, "n_warmup_steps": 0}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None) == 0
+    _, study = load_results(str(path), shared_state, None)
+    trials = study.get_trials(deepcopy=False)
+    assert len(trials) == 2 and all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
+    client = MlflowClient(tracking_uri(shared_state))
+    first = trials[0]
+    assert first.state == TrialState.COMPLETE
+    history = sorted((m.step, m.value) for m in client.get_metric_history(first.user_attrs["mlflow_run_id"], "entropy"))
+    assert first.value == pytest.approx(objective_value("tail:entropy", {}, {"entropy": history}), rel=1e-6)
+    # the pruner saw the same function over the curve logged before each eval step
+    assert first.intermediate_values[2] == pytest.approx(
+        objective_value("tail:entropy", {}, {"entropy": [p for p in history if p[0] < 2]}), rel=1e-6)
+
+
+# -- 3. every axis value declares what it needs; inert settings are warned, tagged and marked -----
+
+def test_inert_settings_are_warned_once_and_named():
+    from grpolab.regime import inert_settings
+    with pytest.warns(UserWarning) as record:
+        on_policy = build_config({"name": "k", "method": {"base": "kl_cov"}, "train": {"minibatches": 1}})
+    msgs = [str(w.message) for w in record if "inert" in str(w.message)]
+    assert msgs == ["method.surrogate=kl_cov needs rollout reuse (off-policy updates) and is inert in this run: "
+                    "on-policy the ratio is exactly 1 (eps_low/eps_high have no effect, clip fractions stay 0); "
+                    "set train.minibatches > 1 or train.num_iterations > 1"]
+    assert inert_settings(on_policy) == ["surrogate=kl_cov"]
+    reused = build_config({"name": "k", "method": {"base": "kl_cov"}, "train": {"minibatches": 2}})
+    assert inert_settings(reused) == [] and not any("inert" in w for w in reused.warnings)
+    grpo = build_config({"name": "g", "method": {"base": "grpo", "eps_high": 0.28, "kl_coef": 0.0,
+                                                  "kl_estimator": "k1", "overlong_buffer": 3}})
+    assert inert_settings(grpo) == ["surrogate=clip", "eps_high=0.28", "kl_estimator=k1", "overlong_buffer=3"]
+
+
+def _inert_ladder(tmp_path):
+    import yaml
+    data = {"kind": "ladder", "name": "inert_ladder", "seeds": [0], "metric": "final:eval/pass@1",
+            "base": {"method": {"name": "g", "advantage": "group_std", "surrogate": "clip", "kl_coef": 0.0},
+                     "task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"},
+                     "warm_start": {"enabled": False}, "train": {"group_size": 4, "prompts_per_rollout": 4},
+                     "eval": {"prompts": 4, "k": 2}},
+            "budget": {"train.steps": 1, "eval.every": 0},
+            "rungs": [{"name": "base"}, {"name": "+ clip higher", "changes": {"method.eps_high": 0.28}},
+                      {"name": "+ same again", "changes": {"method.eps_high": 0.28}}]}
+    path = tmp_path / "inert.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_ladder_marks_inert_and_identical_rungs_before_running(tmp_path, shared_state):
+    from grpolab.regime import ladder_notes
+    from grpolab.studies import run_study
+    from grpolab.study_config import load_study
+    from conftest import REPO
+    path = _inert_ladder(tmp_path)
+    notes = ladder_notes(load_study(path))
+    assert notes == [
+        "rung 1 (+ clip higher): its change method.eps_high=0.28 is inert here: it needs a clipping surrogate with "
+        "rollout reuse (use surrogate clip/dual_clip/clip_cov/cispo and train.minibatches > 1 or num_iterations > 1)",
+        "rung 2 (+ same again): its change method.eps_high=0.28 is inert here: it needs a clipping surrogate with "
+        "rollout reuse (use surrogate clip/dual_clip/clip_cov/cispo and train.minibatches > 1 or num_iterations > 1)",
+        "rung 2 (+ same again) runs exactly the same experiment as rung 1 (+ clip higher)"]
+    assert ladder_notes(load_study(REPO / "studies/dapo_table1.yaml")) == []   # reuses rollouts: every rung acts
+    lines = []
+    assert run_study(str(path), shared_state, None, 1, False, echo=lines.append) == 0
+    assert lines[0] == "ladder check: 3 finding(s)" and lines[1:4] == [f"  ! {n}" for n in notes]
+    assert lines[4].startswith("rows 0/3")                      # the check comes before any row runs
+    client = MlflowClient(tracking_uri(shared_state))
+    exp = client.get_experiment_by_name("grpolab")
+    tags = {r.data.tags.get("grpolab.rung_name"): r.data.tags.get("grpolab.inert")
+            for r in client.search_runs([exp.experiment_id], "tags.`grpolab.study` = 'inert_ladder'")}
+    assert tags["+ clip higher"] == "surrogate=clip,eps_high=0.28" and tags["base"] == "surrogate=clip"

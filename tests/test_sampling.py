@@ -61,15 +61,15 @@ def _even_informative(prompts, completions, idx, **kw):
 
 
 def test_dynamic_sampling_fills_batch_with_informative_groups_and_recounts_tokens(tiny_model_dir, tmp_path):
-    spec = get_method("dapo").spec({"soft_overlong": False, "max_sampling_rounds": 8})
+    spec = get_method("dapo").spec({"soft_overlong": False, "max_sampling_rounds": 8, "sampling_filter": "reward"})
     t, train = _trainer(tiny_model_dir, tmp_path, spec, _even_informative)
     batch = [{"prompt": train[i].prompt, "idx": i} for i in (1, 3) for _ in range(4)]  # both degenerate
     out = t._generate_and_score_completions(batch)
     assert out["completion_ids"].size(0) == 8                      # exactly the configured rows
     assert out["num_items_in_batch"].item() == out["completion_mask"].sum().item()
     m = t._metrics["train"]
-    assert m["sampling/rounds"][-1] >= 2 and m["groups/zero_variance"][-1] == 0.0
-    assert m["sampling/all_wrong_before"][-1] > 0                  # degenerate groups were generated (and dropped)
+    assert m["sampling/rounds"][-1] >= 2 and m["trained/groups/zero_variance"][-1] == 0.0
+    assert m["groups/zero_variance"][-1] > 0                       # degenerate groups were generated (and dropped)
     prompts = {e.prompt: i for i, e in enumerate(train)}
     kept_idx = {prompts[r["prompt"]] for r in t.last_rollout}
     assert all(i % 2 == 0 for i in kept_idx)
@@ -79,11 +79,12 @@ def test_dynamic_sampling_fills_batch_with_informative_groups_and_recounts_token
 def test_cap_policy_fail_raises_and_fill_warns(tiny_model_dir, tmp_path):
     constant = lambda prompts, completions, **kw: [1.0] * len(prompts)  # noqa: E731
     batch_rows = lambda train: [{"prompt": train[i].prompt, "idx": i} for i in (0, 1) for _ in range(4)]  # noqa: E731
-    spec = get_method("dapo").spec({"soft_overlong": False, "max_sampling_rounds": 2, "sampling_cap_policy": "fail"})
+    spec = get_method("dapo").spec({"soft_overlong": False, "max_sampling_rounds": 2, "sampling_cap_policy": "fail",
+                                    "sampling_filter": "reward"})
     t, train = _trainer(tiny_model_dir, tmp_path / "a", spec, constant)
     with pytest.raises(sampling.SamplingCapError):
         t._generate_and_score_completions(batch_rows(train))
-    spec = get_method("dapo").spec({"soft_overlong": False, "max_sampling_rounds": 2})
+    spec = get_method("dapo").spec({"soft_overlong": False, "max_sampling_rounds": 2, "sampling_filter": "reward"})
     t, train = _trainer(tiny_model_dir, tmp_path / "b", spec, constant)
     with pytest.warns(UserWarning, match="2 of 2 groups are zero-variance fill-ins"):
         out = t._generate_and_score_completions(batch_rows(train))
@@ -92,12 +93,13 @@ def test_cap_policy_fail_raises_and_fill_warns(tiny_model_dir, tmp_path):
 
 
 def test_zero_variance_filter_recomputes_normaliser_by_hand(tiny_model_dir, tmp_path):
-    spec = build_spec({"sampling": "zero_variance_filter", "aggregation": "token_mean"})
+    spec = build_spec({"sampling": "zero_variance_filter", "aggregation": "token_mean", "sampling_filter": "reward"})
     t, _ = _trainer(tiny_model_dir, tmp_path, spec, _even_informative)
     mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]])
     out = {"completion_ids": torch.ones(4, 3, dtype=torch.long), "completion_mask": mask.clone()}
     t.num_generations = 2
-    t._filter_zero_variance(out, torch.tensor([[1.0], [0.0], [1.0], [1.0]]))  # group 1 is zero-variance
+    rows = [(False, 1, False, "p", "c")] * 4
+    t._filter_zero_variance(out, torch.tensor([[1.0], [0.0], [1.0], [1.0]]), rows)  # group 1 is zero-variance
     assert out["completion_mask"].tolist() == [[1, 1, 1], [1, 1, 0], [0, 0, 0], [0, 0, 0]]
     assert out["num_items_in_batch"].item() == 5                    # 3 + 2 tokens of the kept group
     # token_mean loss with that normaliser: sum over kept tokens / 5

@@ -241,11 +241,8 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     if s.soft_overlong and s.overlong_buffer >= max_len:
         raise ConfigError(f"method.overlong_buffer ({s.overlong_buffer}) must be smaller than the completion cap ({max_len})")
     notes = []
-    if not cfg.reuses_rollouts and s.surrogate in ("clip", "dual_clip", "clip_cov", "cispo", "sapo"):
-        notes.append("no rollout reuse (train.minibatches = train.num_iterations = 1): the ratio is exactly 1, so "
-                     "eps_low/eps_high have no effect and clip fractions stay 0")
-    if s.kl_coef == 0 and s.kl_estimator != "k3":
-        notes.append("method.kl_estimator is set but method.kl_coef = 0: the KL is off")
+    from .regime import inert_notes
+    notes += inert_notes(cfg)   # each axis value declares one requirement (regime.py); unmet: inert, warned once
     return notes
 
 

@@ -14,14 +14,18 @@ ZERO_VARIANCE_TOL = 1e-6   # a group is zero-variance when max(r) - min(r) <= th
 
 def rollout_metrics(rewards: torch.Tensor, correct: torch.Tensor, lengths: torch.Tensor,
                     truncated: torch.Tensor, group_size: int) -> dict[str, float]:
-    """rewards (N,) total reward; correct (N,) bool; lengths (N,) completion tokens incl. EOS;
-    truncated (N,) bool (hit the length cap without EOS). Groups are contiguous blocks of G."""
+    """Curves of one population of completions (groups contiguous blocks of G).
+
+    rewards (N,) total reward; correct (N,) bool from the task verifier; lengths (N,) completion
+    tokens incl. EOS; truncated (N,) bool (hit the length cap without EOS). ``groups/zero_variance``
+    is about the reward (no policy gradient); ``groups/all_correct`` and ``groups/all_wrong`` are
+    about correctness only, whatever the reward shaping adds."""
     correct = correct.bool()
     lengths = lengths.float()
     g_r = rewards.view(-1, group_size)
     g_c = correct.view(-1, group_size)
     zero_var = (g_r.max(1).values - g_r.min(1).values) <= ZERO_VARIANCE_TOL  # = not sampling.group_spread > tol
-    out = {
+    return {
         "reward/mean": rewards.mean().item(),
         "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
         "accuracy": correct.float().mean().item(),
@@ -30,50 +34,93 @@ def rollout_metrics(rewards: torch.Tensor, correct: torch.Tensor, lengths: torch
         "length/incorrect": lengths[~correct].mean().item() if (~correct).any() else float("nan"),
         "length/truncated_fraction": truncated.float().mean().item(),
         "groups/zero_variance": zero_var.float().mean().item(),
-        "groups/all_correct": (zero_var & g_c.all(1)).float().mean().item(),
-        "groups/all_wrong": (zero_var & ~g_c.any(1)).float().mean().item(),
+        "groups/all_correct": g_c.all(1).float().mean().item(),
+        "groups/all_wrong": (~g_c.any(1)).float().mean().item(),
         "tokens/generated": lengths.sum().item(),
     }
+
+
+def trained_metrics(rewards: torch.Tensor, correct: torch.Tensor, lengths: torch.Tensor, trained: torch.Tensor,
+                    group_size: int) -> dict[str, float]:
+    """The same curves over the trained population: the groups the sampling axis kept (all rows
+    of the update batch), and, for per-row curves, only rows whose loss mask is not empty
+    (``trained``; overlong filtering empties truncated rows). Prefixed ``trained/``."""
+    base = rollout_metrics(rewards, correct, lengths, torch.zeros_like(correct, dtype=torch.bool), group_size)
+    out = {f"trained/{k}": base[k] for k in ("groups/zero_variance", "groups/all_correct", "groups/all_wrong")}
+    trained, correct, lengths = trained.bool(), correct.bool(), lengths.float()
+    if trained.any():
+        rows = rollout_metrics(rewards[trained], correct[trained], lengths[trained], trained[trained], 1)
+        for key in ("reward/mean", "accuracy", "length/mean", "length/correct", "length/incorrect"):
+            out[f"trained/{key}"] = rows[key]
+    out["trained/rows_fraction"] = trained.float().mean().item()
     return out
 
 
 # name -> definition; rendered into docs/metrics.md by `grpolab metrics-doc` and checked by tests.
+# Populations: unprefixed rollout curves are over EVERY completion generated for a generation batch
+# (all dynamic-sampling rounds, before any filter), so their meaning does not change across rungs;
+# ``trained/`` curves are over what the update uses. Loss-side curves are reduced over every
+# micro-batch of a generation batch (fresh and reused passes) and every process, logged once per
+# generation batch.
 DEFINITIONS: dict[str, str] = {
-    "reward/mean": "mean total reward (all components, weighted, shaping included) over the rollout batch",
-    "reward/std": "std (N-1) of the total reward over the rollout batch",
-    "accuracy": "fraction of rollout completions the task verifier marks correct (independent of reward shaping)",
-    "length/mean": "mean completion length in tokens, EOS included",
-    "length/correct": "mean length of correct completions (NaN when none)",
-    "length/incorrect": "mean length of incorrect completions (NaN when none)",
-    "length/truncated_fraction": "fraction of completions that hit max_completion_length without EOS",
-    "groups/zero_variance": "fraction of groups whose rewards all agree within 1e-6 (no policy gradient)",
-    "groups/all_correct": "fraction of groups that are zero-variance and all correct",
-    "groups/all_wrong": "fraction of groups that are zero-variance and all incorrect",
-    "tokens/generated": "completion tokens generated for this rollout batch",
+    "reward/mean": "generated: mean total reward (all components, weighted, shaping included)",
+    "reward/std": "generated: std (N-1) of the total reward",
+    "accuracy": "generated: fraction of completions the task verifier marks correct (independent of reward shaping)",
+    "entropy": "generated: mean per-token entropy (nats) of the sampling policy over every generated completion "
+               "token, truncated completions included (one no-grad forward per generation round)",
+    "length/mean": "generated: mean completion length in tokens, EOS included",
+    "length/correct": "generated: mean length of correct completions (NaN when none)",
+    "length/incorrect": "generated: mean length of incorrect completions (NaN when none)",
+    "length/truncated_fraction": "generated: fraction of completions that hit the length cap without EOS",
+    "groups/zero_variance": "generated: fraction of groups whose total rewards all agree within 1e-6 (no policy gradient)",
+    "groups/all_correct": "generated: fraction of groups whose completions are all correct (verifier)",
+    "groups/all_wrong": "generated: fraction of groups whose completions are all incorrect (verifier)",
+    "tokens/generated": "completion tokens generated for this generation batch (every round, discarded ones included)",
     "tokens/cumulative": "completion tokens generated since the run started",
-    "entropy": "mean per-token policy entropy over valid completion tokens (nats)",
-    "clip/low_fraction": "fraction of valid tokens with ratio < 1 - eps_low and A < 0 (lower clip binds)",
-    "clip/high_fraction": "fraction of valid tokens with ratio > 1 + eps_high and A > 0 (upper clip binds)",
-    "clip/region_fraction": "fraction of valid tokens where either clip binds",
-    "clip/high_old_prob": "mean old-policy probability of tokens clipped at the upper bound (NaN when none)",
-    "kl": "mean per-token KL estimate to the reference (method's estimator), when a reference exists",
-    "kl_reward_penalty": "mean per-sequence beta * sum_t KL_t(pi_old || pi_ref) subtracted from the reward (kl_placement=reward)",
-    "cov/selected_fraction": "Clip-Cov / KL-Cov: fraction of valid tokens selected by covariance",
-    "dpo/pairs": "Group-DPO: (best, worst) pairs formed in the micro-batch (groups with unequal rewards)",
+    "trained/reward/mean": "trained: mean total reward of the rows with a non-empty loss mask",
+    "trained/accuracy": "trained: fraction correct among rows with a non-empty loss mask",
+    "trained/length/mean": "trained: mean length of rows with a non-empty loss mask",
+    "trained/length/correct": "trained: mean length of correct rows with a non-empty loss mask (NaN when none)",
+    "trained/length/incorrect": "trained: mean length of incorrect rows with a non-empty loss mask (NaN when none)",
+    "trained/groups/zero_variance": "trained: fraction of the update batch's groups with equal total rewards",
+    "trained/groups/all_correct": "trained: fraction of the update batch's groups that are all correct",
+    "trained/groups/all_wrong": "trained: fraction of the update batch's groups that are all incorrect",
+    "trained/rows_fraction": "trained: fraction of the update batch's rows with a non-empty loss mask "
+                             "(overlong filtering and the zero-variance filter empty rows)",
+    "trained/entropy": "trained: mean per-token entropy of the current policy over trained tokens (loss mask), "
+                       "over every pass of the generation batch",
+    "clip/low_fraction": "trained: fraction of token updates a lower clip changed (PPO-family: ratio < 1 - eps_low "
+                         "with A < 0; CISPO: IS weight truncated below, any A); over every pass of the generation batch",
+    "clip/high_fraction": "trained: fraction of token updates an upper clip changed (PPO-family: ratio > 1 + eps_high "
+                          "with A > 0; CISPO: IS weight truncated above, any A)",
+    "clip/dual_fraction": "trained: dual-clip: fraction of token updates with A < 0 and ratio > c (loss capped)",
+    "clip/region_fraction": "trained: fraction of token updates any clip changed (low, high or dual)",
+    "clip/high_old_prob": "trained: mean old-policy probability of the upper-clipped tokens (absent when none)",
+    "sapo/gate_mean": "trained: SAPO: mean soft-gate weight 4 s (1 - s), s = sigmoid(tau (ratio - 1)), on the "
+                      "unclipped gradient (1 at ratio 1)",
+    "sapo/gate_below_half": "trained: SAPO: fraction of token updates whose gate weight is below 0.5",
+    "kl": "trained: mean per-token KL estimate to the reference (method's estimator), when a reference exists",
+    "kl_reward_penalty": "generated batch: mean per-sequence beta * sum_t KL_t(pi_old || pi_ref) subtracted from the "
+                         "reward (kl_placement=reward)",
+    "cov/selected_fraction": "trained: Clip-Cov / KL-Cov: fraction of trained tokens selected by covariance",
+    "dpo/pairs": "trained: Group-DPO: (best, worst) pairs per micro-step over all processes (groups with unequal rewards)",
     "tracker/prompts": "SPO: prompts the value tracker has seen",
-    "entropy/kept_fraction": "top-entropy tokens: fraction of valid tokens kept in the loss",
-    "entropy_coef": "adaptive entropy bonus: the coefficient after this optimizer step",
+    "entropy/kept_fraction": "trained: top-entropy tokens: fraction of trained tokens that carry the policy gradient",
+    "entropy_coef": "adaptive entropy bonus: the coefficient after this optimizer step (from the step's trained/entropy "
+                    "over every process)",
+    "critic/value_loss": "trained: critic (gae): mean 0.5 (V - R)^2 over trained tokens",
+    "critic/warmup": "critic (gae): 1 while the policy is frozen for value pretraining",
     "sampling/rounds": "dynamic sampling: generation rounds used to fill this batch",
     "sampling/kept_fraction": "dynamic sampling: trained groups / generated groups; filter mode: informative groups / groups",
-    "sampling/filled_groups": "dynamic sampling: zero-variance groups used as fill-ins at the round cap",
-    "sampling/all_correct_before": "dynamic sampling: all-correct zero-variance fraction of generated groups, before filtering",
-    "sampling/all_wrong_before": "dynamic sampling: all-wrong zero-variance fraction of generated groups, before filtering",
+    "sampling/filled_groups": "dynamic sampling: groups without variance used as fill-ins at the round cap",
     "sampling/discarded_tokens": "dynamic sampling: completion tokens generated but dropped (included in tokens/*)",
-    "loss": "the optimised loss as reported by the trainer",
+    "loss": "the optimised loss of the optimizer step (TRL's report, averaged over processes)",
+    "grad_norm": "gradient norm before clipping at the optimizer step (TRL's report)",
+    "learning_rate": "learning rate at the optimizer step",
     "step_time": "seconds per optimizer step (generation included)",
     "override/advantage": "1 when the platform's advantage estimator replaced TRL's for this rollout",
     "override/loss": "1 when the platform's policy loss ran for this micro-batch",
-    "eval/pass@1": "held-out: mean correctness over k samples per prompt at the training temperature",
+    "eval/pass@1": "held-out: mean correctness over k samples per prompt at the training temperature and cap",
     "eval/pass@k": "held-out: fraction of prompts with at least one correct sample among k",
     "eval/greedy_accuracy": "held-out: fraction of prompts whose greedy completion is correct",
     "eval/mean_length": "held-out: mean sampled completion length in tokens",

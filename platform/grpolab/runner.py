@@ -178,6 +178,9 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
     with (recorder or contextlib.nullcontext()), _sigterm_as_killed():
         if recorder and cfg.warnings:
             recorder.set_tags({"grpolab.warnings": " | ".join(cfg.warnings)})
+        if recorder:
+            from .regime import inert_settings
+            recorder.set_tags({"grpolab.inert": ",".join(inert_settings(cfg)) or "none"})
         model_dir, ws_record = _resolve_model(cfg, task, state)
         model, tokenizer = load_model(model_dir)
         train, held_out = task.splits(cfg.seed, cfg.train.n_train_prompts, cfg.eval.prompts)

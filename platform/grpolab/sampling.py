@@ -29,6 +29,18 @@ def group_spread(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return g.max(1).values - g.min(1).values
 
 
+def filter_values(metric: str, total_reward: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
+    """What a group must disagree on to be kept, per ``method.sampling_filter``:
+    ``accuracy`` (DAPO, eq. 11: 0 < #correct < G) filters on verifier correctness, so length
+    shaping cannot rescue an all-wrong group; ``reward`` (verl's newer default) on the total
+    shaped reward."""
+    if metric == "accuracy":
+        return correct.to(total_reward.device, torch.float32)
+    if metric == "reward":
+        return total_reward
+    raise ValueError(f"unknown sampling filter {metric!r}; valid: accuracy, reward")
+
+
 def select_groups(rewards: torch.Tensor, group_size: int, target: int, policy: str) -> tuple[torch.Tensor, int]:
     """Indices of ``target`` groups to train on, and how many of them are degenerate fill-ins.
 

@@ -25,6 +25,7 @@ AXIS_CHOICES: dict[str, tuple[str, ...]] = {
     "sampling": ("static", "dynamic", "zero_variance_filter"),
     "entropy_mode": ("static", "adaptive"),
     "sampling_cap_policy": ("fill", "fail"),
+    "sampling_filter": ("accuracy", "reward"),
 }
 
 
@@ -55,6 +56,7 @@ class MethodSpec:
     sampling: str = "static"
     max_sampling_rounds: int = 4          # dynamic sampling: generation rounds per batch at most
     sampling_cap_policy: str = "fill"     # at the cap: fill with least degenerate groups (warn) | fail
+    sampling_filter: str = "accuracy"     # dynamic / zero-variance filter keeps groups whose accuracy (DAPO) or reward (verl) varies
     overlong_filter: bool = False         # mask truncated completions out of the loss
     soft_overlong: bool = False           # DAPO eq. 13 length penalty added to the reward
     overlong_buffer: int = 0              # L_cache of eq. 13 in tokens; 0 = 20% of the cap (DAPO's 4096/20480)

@@ -149,29 +149,10 @@ def objective_values(cfg: StudyConfig, result) -> list[float]:
 
 
 def metric_value(metric: str, result) -> float:
-    agg, _, key = metric.partition(":")
-    if agg == "final":
-        return result.final_eval[key]
-    if agg == "auc":
-        steps = sorted(result.evals)
-        if len(steps) < 2:
-            return result.evals[steps[0]][key]
-        area = sum((b - a) * (result.evals[a][key] + result.evals[b][key]) / 2 for a, b in zip(steps, steps[1:]))
-        return area / (steps[-1] - steps[0])
-    if agg in ("steps_to", "tokens_to"):
-        name, threshold = parse_threshold(key)
-        reached = [step for step in sorted(result.evals) if result.evals[step][name] >= threshold]
-        if not reached:
-            return math.inf
-        if agg == "steps_to":
-            return float(reached[0])
-        tokens = [v for step, v in result.train_curves.get("tokens/cumulative", []) if step <= reached[0]]
-        return tokens[-1] if tokens else 0.0
-    values = [v for _, v in result.train_curves.get(key, [])]
-    if not values:
-        raise ConfigError(f"metric {metric!r}: the run logged no {key!r} curve")
-    tail = values[-max(1, len(values) // 4):]
-    return sum(tail) / len(tail)
+    """The study metric of a finished (or partial) run: ``objectives.objective_value``, the one
+    function behind tables, trial values and the pruner."""
+    from .objectives import objective_value
+    return objective_value(metric, result.evals, result.train_curves)
 
 
 def _trial_experiment(cfg: StudyConfig, trial: optuna.Trial) -> tuple[dict, dict]:
@@ -211,16 +192,26 @@ def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run
             warnings.simplefilter("ignore")
             exp = build_config(data)
 
+        seen: dict[int, dict] = {}   # the history so far, for the pruner
+        trainers: list = []
+
+        def curves_so_far() -> dict:
+            from .runner import TrackingCallback
+            callbacks = trainers[0].callback_handler.callbacks if trainers else []
+            return next((cb.curves for cb in callbacks if isinstance(cb, TrackingCallback)), {})
+
         def report(step: int, metrics: dict) -> None:
-            if cfg.kind == "search" and len(cfg.objectives) == 1 and step > 0:
-                trial.report(metric_value(cfg.objectives[0].metric, _Partial(metrics)), step)
+            seen[step] = metrics
+            value = _partial_value(cfg.objectives[0].metric, seen, curves_so_far) if cfg.kind == "search" else None
+            if cfg.kind == "search" and len(cfg.objectives) == 1 and step > 0 and value is not None:
+                trial.report(value, step)
                 if trial.should_prune():
                     raise PrunedRun(f"pruned at step {step}")
 
         tags = {"grpolab.study": cfg.name, "optuna.study": cfg.name, "optuna.trial_number": trial.number,
                 **{f"grpolab.{k}": v for k, v in labels.items()}}
         result = run_experiment(exp, state, parent_run_id=parent_run_id, extra_tags=tags,
-                                eval_hook=report, on_run=lambda run_id: trial.set_user_attr(RUN_ATTR, run_id))
+                                eval_hook=report, on_trainer=trainers.append, on_run=lambda run_id: trial.set_user_attr(RUN_ATTR, run_id))
         values = objective_values(cfg, result)
         trial.set_user_attr(OUTCOME_ATTR, "complete")
         study.tell(trial, values if len(values) > 1 else values[0])
@@ -239,11 +230,14 @@ def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run
     return True
 
 
-class _Partial:
-    """Adapts one eval point to metric_value's RunResult interface (for intermediate reports)."""
-
-    def __init__(self, metrics: dict):
-        self.final_eval, self.evals, self.train_curves = metrics, {0: metrics}, {}
+def _partial_value(metric: str, evals: dict, curves_fn) -> float | None:
+    """The objective over the history up to an eval step (training curves logged before it);
+    None while it is not defined yet (e.g. no tail: point logged), so nothing is reported."""
+    from .objectives import objective_value
+    try:
+        return objective_value(metric, evals, curves_fn())
+    except ConfigError:
+        return None
 
 
 def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=None) -> None:
@@ -287,6 +281,13 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int, ret
     """Coordinator: validate, create the study and its parent run, queue rows, run workers,
     show live progress. Returns the exit code (1 if any row failed)."""
     cfg = load_study(path)
+    if cfg.kind == "ladder":   # before anything runs: rungs that cannot act, rungs that repeat another
+        from .regime import ladder_notes
+        notes = ladder_notes(cfg)
+        echo("ladder check: " + ("every rung's change can act in its regime and no two rungs are identical"
+                                 if not notes else f"{len(notes)} finding(s)"))
+        for note in notes:
+            echo(f"  ! {note}")
     storage_url = storage_url or default_storage(state)
     study = create_or_load(cfg, storage_url)
     check_definition(study, cfg, accept_changed)

@@ -23,7 +23,8 @@ from trl import GRPOTrainer
 from . import algorithms, sampling
 from .algorithms.losses import kl_estimate
 from .errors import NonFiniteLossError
-from .metrics import rollout_metrics
+from .loss_stats import WindowStats, weighted
+from .metrics import rollout_metrics, trained_metrics
 from .spec import MethodSpec
 
 
@@ -38,6 +39,7 @@ class GrpoLabTrainer(GRPOTrainer):
         self.last_rollout: list[dict] = []        # a few rows of the latest rollout, for the samples artifact
         self._stash: dict = {}
         self._sampling_rng: torch.Generator | None = None
+        self._window, self._step_entropy = WindowStats(), WindowStats()   # loss-side curves (loss_stats.py)
         grpo_args = kwargs.get("args")
         if grpo_args is not None:  # TRL settings the spec decides: TRL's beta only switches the reference on
             grpo_args.beta = spec.kl_coef if spec.kl_coef > 0 else (1.0 if spec.needs_reference else 0.0)
@@ -63,14 +65,14 @@ class GrpoLabTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:
             return super()._generate_and_score_completions(inputs)
-        generated_tokens = None
         if self.spec.sampling == "dynamic":
-            out, rewards_k, rows, generated_tokens = self._dynamic_sampling(inputs)
+            out, rewards_k, rows, generated = self._dynamic_sampling(inputs)
         else:
             out = super()._generate_and_score_completions(inputs)
             rewards_k, rows = self._stash["rewards"], self._stash["rows"]
+            generated = {"rewards": rewards_k, "rows": rows, "entropy": self._entropy_sums(out)}
             if self.spec.sampling == "zero_variance_filter":
-                self._filter_zero_variance(out, rewards_k)
+                self._filter_zero_variance(out, rewards_k, rows)
         G, device = self.num_generations, rewards_k.device
         n_local = out["completion_ids"].size(0)
         start = self.accelerator.process_index * n_local
@@ -82,7 +84,7 @@ class GrpoLabTrainer(GRPOTrainer):
             seq_pen = self._gather((penalty * mask).sum(-1))
             self._metrics["train"]["kl_reward_penalty"].append(seq_pen.mean().item())
             if self.spec.advantage not in ("reinforce_pp", "reinforce_pp_baseline", "gae"):  # those fold it in per token
-                rewards_adj = (total - seq_pen).unsqueeze(1)
+                rewards_adj = total - seq_pen   # (N,): the weights are already in ``total``, never applied twice
         reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.accelerator.num_processes > 1 else None
         if self.critic is not None:
             advantages, out["returns"] = algorithms.gae_advantages(
@@ -99,31 +101,41 @@ class GrpoLabTrainer(GRPOTrainer):
         out["advantages"] = advantages.to(device)
         out["group_ids"] = (torch.arange(total.numel(), device=device) // G)[start:start + n_local]
         out["seq_rewards"] = total[start:start + n_local]
-        self._record_rollout(total, rows, G, generated_tokens)
+        trained_rows = self._gather((out["completion_mask"].sum(1) > 0).float()).bool().cpu()
+        self._record_rollout(total, rows, trained_rows, generated, G)
         return out
 
     # -- sampling -----------------------------------------------------------------------
+    def _keep_values(self, rewards_k: torch.Tensor, rows: list) -> torch.Tensor:
+        """Per-row values a group must disagree on to be kept (``method.sampling_filter``)."""
+        total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
+        return sampling.filter_values(self.spec.sampling_filter, total, torch.tensor([bool(r[0]) for r in rows]))
+
     def _dynamic_sampling(self, inputs):
         """DAPO dynamic sampling: generate rounds of groups (TRL's own generation and scoring)
-        until the global batch holds ``target`` informative groups or the cap is hit, then
-        rebuild one batch of exactly the configured size. Decisions use the gathered rewards,
-        so every rank keeps the same groups and ends with the same number of rows."""
+        until the global batch holds ``target`` groups whose accuracy (or reward, per
+        ``sampling_filter``) varies, or the cap is hit, then rebuild one batch of exactly the
+        configured size. Decisions use gathered values, so every rank keeps the same groups and
+        ends with the same number of rows. Returns the local batch, the kept rows' rewards and
+        rows, and the generated population (every round) for the curves."""
         G, n_local, nproc = self.num_generations, len(inputs), self.accelerator.num_processes
         if n_local % G:
             raise NotImplementedError("dynamic sampling needs whole groups on each process "
                                       f"({n_local} rows per process, group size {G})")
         target = n_local * nproc // G
         pool, rewards, rows, round_inputs = [], [], [], inputs
+        entropy = torch.zeros(2, dtype=torch.float64)
         for round_no in range(1, self.spec.max_sampling_rounds + 1):
             out = super()._generate_and_score_completions(round_inputs)
+            entropy += self._entropy_sums(out)
             pool.append(self._gather_rows(out))
             rewards.append(self._stash["rewards"])
             rows.extend(self._stash["rows"])
-            total = algorithms.combine_rewards(torch.cat(rewards), self.spec.reward_weights)
-            if int((sampling.group_spread(total, G) > sampling.ZERO_VARIANCE_TOL).sum()) >= target:
+            values = self._keep_values(torch.cat(rewards), rows)
+            if int((sampling.group_spread(values, G) > sampling.ZERO_VARIANCE_TOL).sum()) >= target:
                 break
             round_inputs = self._fresh_inputs(n_local)
-        groups, filled = sampling.select_groups(total, G, target, self.spec.sampling_cap_policy)
+        groups, filled = sampling.select_groups(values, G, target, self.spec.sampling_cap_policy)
         if filled:
             warnings.warn(f"dynamic sampling: round cap {self.spec.max_sampling_rounds} reached, "
                           f"{filled} of {target} groups are zero-variance fill-ins")
@@ -134,19 +146,15 @@ class GrpoLabTrainer(GRPOTrainer):
         loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1)
         local["num_items_in_batch"] = loss_mask.sum()   # the whole final batch, all processes
         local["advantages"] = torch.zeros(n_local, device=merged["completion_mask"].device)
-        lengths = torch.tensor([r[1] for r in rows], dtype=torch.float32)
-        before = rollout_metrics(total.float().cpu(), torch.tensor([r[0] for r in rows]), lengths,
-                                 torch.tensor([r[2] for r in rows]), G)
         kept = set(keep.tolist())
         m = self._metrics["train"]
         m["sampling/rounds"].append(float(round_no))
         m["sampling/kept_fraction"].append(target / (len(rows) // G))
         m["sampling/filled_groups"].append(float(filled))
-        m["sampling/all_correct_before"].append(before["groups/all_correct"])
-        m["sampling/all_wrong_before"].append(before["groups/all_wrong"])
         m["sampling/discarded_tokens"].append(float(sum(r[1] for i, r in enumerate(rows) if i not in kept)))
         all_rewards = torch.cat(rewards)
-        return local, all_rewards[keep.to(all_rewards.device)], [rows[i] for i in keep.tolist()], float(lengths.sum())
+        generated = {"rewards": all_rewards, "rows": rows, "entropy": entropy}
+        return local, all_rewards[keep.to(all_rewards.device)], [rows[i] for i in keep.tolist()], generated
 
     def _gather_rows(self, out: dict) -> dict:
         """Row-aligned tensors of every process, padded to a common width, in rank order."""
@@ -168,11 +176,11 @@ class GrpoLabTrainer(GRPOTrainer):
         picks = torch.randint(len(self.train_dataset), (n_rows // self.num_generations,), generator=self._sampling_rng)
         return [dict(self.train_dataset[int(i)]) for i in picks for _ in range(self.num_generations)]
 
-    def _filter_zero_variance(self, out: dict, rewards_k: torch.Tensor) -> None:
-        """No refill: zero-variance groups leave the loss and the token normaliser."""
+    def _filter_zero_variance(self, out: dict, rewards_k: torch.Tensor, rows: list) -> None:
+        """No refill: groups whose accuracy (or reward) does not vary leave the loss and the normaliser."""
         G, n_local = self.num_generations, out["completion_ids"].size(0)
-        total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
-        informative = (sampling.group_spread(total, G) > sampling.ZERO_VARIANCE_TOL).repeat_interleave(G)
+        values = self._keep_values(rewards_k, rows)
+        informative = (sampling.group_spread(values, G) > sampling.ZERO_VARIANCE_TOL).repeat_interleave(G)
         start = self.accelerator.process_index * n_local
         keep = informative[start:start + n_local].to(out["completion_mask"].device)
         out["completion_mask"] = out["completion_mask"] * keep.unsqueeze(1).to(out["completion_mask"].dtype)
@@ -197,14 +205,38 @@ class GrpoLabTrainer(GRPOTrainer):
     def _gather(self, t: torch.Tensor) -> torch.Tensor:
         return self.accelerator.gather(t) if self.accelerator.num_processes > 1 else t
 
-    def _record_rollout(self, total: torch.Tensor, rows: list, G: int, generated_tokens: float | None) -> None:
-        """Curves of the batch that is trained on; tokens count everything generated for it."""
-        correct = torch.tensor([r[0] for r in rows])
-        lengths = torch.tensor([r[1] for r in rows], dtype=torch.float32)
-        truncated = torch.tensor([r[2] for r in rows])
-        stats = rollout_metrics(total.float().cpu(), correct, lengths, truncated, G)
-        if generated_tokens is not None:
-            stats["tokens/generated"] = generated_tokens
+    @torch.no_grad()
+    def _entropy_sums(self, out: dict) -> torch.Tensor:
+        """(sum of per-token entropy, tokens) of pi_old over every generated completion token of
+        this process's rows, truncated ones included (one no-grad forward per generation round):
+        the ``entropy`` curve, whose population no filter changes."""
+        ids = out["completion_ids"]
+        T = ids.size(1)
+        is_eos = torch.isin(ids, torch.tensor(self.eos_token_ids, device=ids.device))
+        first = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full_like(ids[:, 0], T))
+        valid = (torch.arange(T, device=ids.device).unsqueeze(0) <= first.unsqueeze(1)).to(out["prompt_mask"].dtype)
+        _, ent, _ = self._get_per_token_logps_and_entropies(
+            self.model, torch.cat([out["prompt_ids"], ids], 1), torch.cat([out["prompt_mask"], valid], 1), T,
+            compute_entropy=True)
+        return torch.stack([(ent.double() * valid).sum(), valid.double().sum()]).cpu()
+
+    def _record_rollout(self, total: torch.Tensor, rows: list, trained_rows: torch.Tensor, generated: dict,
+                        G: int) -> None:
+        """Curves once per generation batch, in two populations: unprefixed over every completion
+        generated for it (all dynamic-sampling rounds, before any filter), ``trained/`` over the
+        rows the update uses (``metrics.trained_metrics``)."""
+        gen_rows = generated["rows"]
+        gen_total = algorithms.combine_rewards(generated["rewards"], self.spec.reward_weights)
+        stats = rollout_metrics(gen_total.float().cpu(), torch.tensor([bool(r[0]) for r in gen_rows]),
+                                torch.tensor([r[1] for r in gen_rows], dtype=torch.float32),
+                                torch.tensor([bool(r[2]) for r in gen_rows]), G)
+        stats.update(trained_metrics(total.float().cpu(), torch.tensor([bool(r[0]) for r in rows]),
+                                     torch.tensor([r[1] for r in rows], dtype=torch.float32), trained_rows, G))
+        ent = generated["entropy"]
+        if self.accelerator.num_processes > 1:
+            ent = self.accelerator.reduce(ent.to(self.accelerator.device), reduction="sum").cpu()
+        if ent[1] > 0:
+            stats["entropy"] = float(ent[0] / ent[1])
         self.cumulative_tokens += stats["tokens/generated"]
         stats["tokens/cumulative"] = self.cumulative_tokens
         stats["override/advantage"] = 1.0
@@ -231,23 +263,52 @@ class GrpoLabTrainer(GRPOTrainer):
             self.spec, logp, old, inputs["advantages"], completion_mask, inputs.get("ref_per_token_logps"),
             token_normaliser=token_normaliser, max_completion_length=self.max_completion_length,
             entropies=entropies, entropy_coef=self.entropy_coef_now, rewards=inputs.get("seq_rewards"),
-            group_ids=inputs.get("group_ids"),
+            group_ids=inputs.get("group_ids"), gather=self._gather_valid if self.accelerator.num_processes > 1 else None,
         )
         if not torch.isfinite(loss):
             raise NonFiniteLossError(f"non-finite loss {loss.item()} at step {self.state.global_step}")
+        stats["trained/entropy"] = stats.pop("entropy", float("nan"))
         if training:
             loss = loss / self.current_gradient_accumulation_steps
-            self._update_entropy_coef(stats.get("entropy"))
             if self.critic is not None:
                 stats["critic/value_loss"] = self._train_critic(inputs)
                 if self._critic_micro_steps <= self.spec.critic_warmup * self.current_gradient_accumulation_steps:
                     loss = loss * 0.0   # value pretraining: the policy waits until the critic has learned
                     stats["critic/warmup"] = 1.0
-        for key, value in stats.items():
-            if not (isinstance(value, float) and math.isnan(value)):
-                self._metrics["train" if training else "eval"][key].append(value)
+            self._accumulate_loss_stats(stats, float(completion_mask.sum()))
+        else:
+            for key, value in stats.items():
+                if not (isinstance(value, float) and math.isnan(value)):
+                    self._metrics["eval"][key].append(value)
         self._metrics["train"]["override/loss"].append(1.0)
         return loss
+
+    def _accumulate_loss_stats(self, stats: dict, tokens: float) -> None:
+        """Loss-side curves reduced over every micro-batch of a generation batch (all its passes,
+        fresh and reused) and over every process, logged once per generation batch; the adaptive
+        entropy coefficient reads the trained-token entropy of each optimizer step, also global."""
+        stats = {k: v for k, v in stats.items() if not (k == "trained/entropy" and math.isnan(v))}
+        pairs = weighted(stats, tokens, self.accelerator.num_processes)
+        self._window.add(pairs)
+        if "trained/entropy" in pairs:
+            self._step_entropy.add({"trained/entropy": pairs["trained/entropy"]})
+        reduce_sum = self._reduce_sum if self.accelerator.num_processes > 1 else None
+        if self.accelerator.sync_gradients:
+            self._update_entropy_coef(self._step_entropy.emit(reduce_sum).get("trained/entropy"))
+        if (self._step + 1) % (self.args.steps_per_generation * self.num_iterations) == 0:
+            for key, value in self._window.emit(reduce_sum).items():
+                self._metrics["train"][key].append(value)
+
+    def _reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
+        return self.accelerator.reduce(t.to(self.accelerator.device), reduction="sum").cpu()
+
+    def _gather_valid(self, values: torch.Tensor) -> torch.Tensor:
+        """A 1-D tensor of different length on each process -> all of them, on every process."""
+        sizes = self.accelerator.gather(torch.tensor([values.numel()], device=values.device))
+        padded = torch.full((int(sizes.max()),), float("nan"), dtype=values.dtype, device=values.device)
+        padded[:values.numel()] = values
+        gathered = self.accelerator.gather(padded)
+        return gathered[~torch.isnan(gathered)]
 
     # -- critic (PPO, VAPO) -------------------------------------------------------------
     def _build_critic(self) -> None:
@@ -280,8 +341,9 @@ class GrpoLabTrainer(GRPOTrainer):
 
     def _update_entropy_coef(self, entropy: float | None) -> None:
         """Adaptive entropy bonus: coef += step while entropy < target, else coef -= step (>= 0),
-        applied once per optimizer step (at the accumulation boundary)."""
-        if self.spec.entropy_mode != "adaptive" or entropy is None or not self.accelerator.sync_gradients:
+        applied once per optimizer step (at the accumulation boundary), from the entropy of the
+        step's trained tokens over every process."""
+        if self.spec.entropy_mode != "adaptive" or entropy is None:
             return
         step = self.spec.entropy_coef_step
         self.entropy_coef_now = self.entropy_coef_now + step if entropy < self.spec.entropy_target else max(

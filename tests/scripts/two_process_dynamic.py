@@ -31,7 +31,8 @@ args = GRPOConfig(output_dir=out_path + ".out", report_to="none", max_steps=2, p
                   seed=0, top_k=0, logging_steps=1)
 _, tok = load_model(model_dir)
 if method == "dapo":
-    spec = get_method("dapo").spec({"soft_overlong": False, "overlong_filter": False, "max_sampling_rounds": 6})
+    spec = get_method("dapo").spec({"soft_overlong": False, "overlong_filter": False, "max_sampling_rounds": 6,
+                                    "sampling_filter": "reward"})
 else:
     spec = get_method(method).spec()
 trainer = GrpoLabTrainer(model=model_dir, reward_funcs=[reward], args=args, train_dataset=ds, processing_class=tok,
@@ -41,12 +42,12 @@ original = trainer._dynamic_sampling
 
 
 def record(inputs):
-    local, rewards, rows, tokens = original(inputs)
+    local, rewards, rows, generated = original(inputs)
     decisions.append({"prompts": [r[3] for r in rows], "local_rows": int(local["completion_ids"].size(0)),
                       "num_items": int(local["num_items_in_batch"]), "rank": trainer.accelerator.process_index,
                       "world": trainer.accelerator.num_processes,
                       "spread_min": float((rewards.view(-1, 4).max(1).values - rewards.view(-1, 4).min(1).values).min())})
-    return local, rewards, rows, tokens
+    return local, rewards, rows, generated
 
 
 generate = trainer._generate_and_score_completions

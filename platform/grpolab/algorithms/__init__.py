@@ -8,6 +8,8 @@ Nothing here imports TRL, MLflow or Optuna; ``grpolab.trainer`` calls these insi
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..spec import MethodSpec
@@ -21,9 +23,12 @@ __all__ = ["compute_advantages", "gae_advantages", "policy_loss", "entropy_mask"
 
 
 def combine_rewards(rewards: torch.Tensor, weights: tuple[float, ...] | None) -> torch.Tensor:
-    """(N, K) components -> (N,) weighted sum; (N,) passes through."""
+    """(N, K) components -> (N,) weighted sum; (N,) passes through (already combined: weights
+    are applied exactly once)."""
     if rewards.dim() == 1:
         return rewards
+    if weights is not None and len(weights) != rewards.shape[1]:
+        raise ValueError(f"method.reward_weights has {len(weights)} weights for {rewards.shape[1]} reward components")
     w = torch.ones(rewards.shape[1], dtype=rewards.dtype) if weights is None else torch.tensor(weights, dtype=rewards.dtype)
     return (rewards * w.to(rewards.device)).sum(1)
 
@@ -85,11 +90,14 @@ def gae_advantages(spec: MethodSpec, rewards: torch.Tensor, values: torch.Tensor
     return adv.gae(r, values, mask, spec.gae_gamma, lam, spec.gae_lambda_critic, token_penalty)
 
 
-def entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, top_quantile: float) -> torch.Tensor:
+def entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, top_quantile: float, gather=None) -> torch.Tensor:
     """The top ``top_quantile`` fraction of valid tokens by entropy (the "80/20" rule, 2506.01939,
-    keeps 0.2; the others get zero loss but stay in the token normaliser):
-    tokens with entropy >= the (1 - top_quantile) quantile over valid tokens."""
+    keeps 0.2; the others get zero policy-gradient loss but stay in the token normaliser):
+    tokens with entropy >= the (1 - top_quantile) quantile over valid tokens. ``gather`` maps
+    this process's valid entropies to those of every process, so the quantile is global."""
     valid = entropies[mask.bool()].float()
+    if gather is not None:
+        valid = gather(valid)
     if valid.numel() == 0:
         return torch.zeros_like(mask, dtype=torch.bool)
     threshold = torch.quantile(valid, 1 - top_quantile)
@@ -105,7 +113,7 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
                 mask: torch.Tensor, ref_logp: torch.Tensor | None = None, *, token_normaliser=None,
                 max_completion_length: int | None = None, entropies: torch.Tensor | None = None,
                 entropy_coef: float | None = None, rewards: torch.Tensor | None = None,
-                group_ids: torch.Tensor | None = None, generator: torch.Generator | None = None):
+                group_ids: torch.Tensor | None = None, generator: torch.Generator | None = None, gather=None):
     """Loss of one micro-batch (before gradient-accumulation scaling) and its statistics.
 
     logp, old_logp, ref_logp, mask, entropies: (B, T); advantages (B,) or (B, T). The loss is
@@ -120,7 +128,7 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
     if spec.top_entropy_quantile < 1.0:
         if entropies is None:
             raise ValueError("top_entropy_quantile < 1 needs per-token entropies")
-        eff_mask = mask * entropy_mask(entropies.detach(), mask, spec.top_entropy_quantile).to(mask.dtype)
+        eff_mask = mask * entropy_mask(entropies.detach(), mask, spec.top_entropy_quantile, gather).to(mask.dtype)
         stats["entropy/kept_fraction"] = _masked_mean(eff_mask, mask)
     log_ratio = logp - old_logp
     if spec.surrogate == "group_dpo":
@@ -178,19 +186,48 @@ def _surrogate(spec, logp, log_ratio, A, mask, stats, generator):
     raise ValueError(f"unknown surrogate {s!r}")
 
 
+CLIPPING_SURROGATES = ("clip", "dual_clip", "clip_cov", "cispo")
+
+
 def _clip_stats(spec, coef, A, old_logp, mask, stats) -> None:
-    """Clip fractions over valid tokens (per sequence for a sequence-level ratio, broadcast)."""
-    if spec.ratio == "geometric":
-        low_b, high_b = torch.exp(torch.tensor(-spec.eps_low)), torch.exp(torch.tensor(spec.eps_high))
-    else:
-        low_b, high_b = 1 - spec.eps_low, 1 + spec.eps_high
+    """Fractions of valid (trained) tokens whose update a clip changed, one meaning for every
+    surrogate that clips (per sequence for a sequence-level ratio, broadcast):
+      PPO clip / Clip-Cov / GSPO / GMPO (log space): low = rho < 1 - eps_low with A < 0,
+        high = rho > 1 + eps_high with A > 0 (the gradient is cut);
+      dual-clip: also dual = rho > c with A < 0 (the loss is capped), counted in the region;
+      CISPO: the IS weight is truncated whatever the sign of A (as verl counts it):
+        low = rho < 1 - eps_low, high = rho > 1 + eps_high.
+    region = low | high | dual. SAPO applies no clip: its soft gate is reported instead
+    (gate weight w = 4 s (1 - s), s = sigmoid(tau (rho - 1)), the factor on the unclipped
+    gradient: ``sapo/gate_mean`` and ``sapo/gate_below_half``). REINFORCE, KL-Cov and
+    Group-DPO clip nothing and report no clip fraction."""
     coef = coef.expand_as(mask) if coef.shape != mask.shape else coef
     A_full = A.expand_as(mask)
-    low = (coef < low_b) & (A_full < 0)
-    high = (coef > high_b) & (A_full > 0)
+    if spec.surrogate == "sapo":
+        tau = torch.where(A_full > 0, torch.full_like(A_full, spec.sapo_tau_pos), torch.full_like(A_full, spec.sapo_tau_neg))
+        gate = torch.sigmoid(tau * (coef - 1))
+        weight = 4 * gate * (1 - gate)
+        stats["sapo/gate_mean"] = _masked_mean(weight, mask)
+        stats["sapo/gate_below_half"] = _masked_mean(weight < 0.5, mask)
+        return
+    if spec.surrogate not in CLIPPING_SURROGATES:
+        return
+    if spec.ratio == "geometric":
+        low_b, high_b = math.exp(-spec.eps_low), math.exp(spec.eps_high)
+    else:
+        low_b, high_b = 1 - spec.eps_low, 1 + spec.eps_high
+    if spec.surrogate == "cispo":
+        low, high = coef < low_b, coef > high_b
+    else:
+        low, high = (coef < low_b) & (A_full < 0), (coef > high_b) & (A_full > 0)
+    region = low | high
+    if spec.surrogate == "dual_clip":
+        dual = (coef > spec.dual_clip_c) & (A_full < 0)
+        stats["clip/dual_fraction"] = _masked_mean(dual, mask)
+        region = region | dual
     stats["clip/low_fraction"] = _masked_mean(low, mask)
     stats["clip/high_fraction"] = _masked_mean(high, mask)
-    stats["clip/region_fraction"] = _masked_mean(low | high, mask)
+    stats["clip/region_fraction"] = _masked_mean(region, mask)
     high_m = high.to(mask.dtype) * mask
     n_high = float(high_m.sum())
     stats["clip/high_old_prob"] = float((torch.exp(old_logp) * high_m).sum() / n_high) if n_high else float("nan")

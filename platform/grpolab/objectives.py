@@ -1,0 +1,60 @@
+"""The one objective function: a study metric of one run's history, so the results table, the
+trial value Optuna stores and the pruner's intermediate reports can never disagree.
+
+A history is the held-out evals so far ``{step: {eval key: value}}`` and the training curves so
+far ``{key: [(step, value), ...]}``. With the whole run it gives the trial value (what tables
+show); with the history up to an eval step it gives the intermediate value the pruner compares
+across trials at that step:
+
+    final:<eval key>            value at the latest eval step
+    auc:<eval key>              trapezoid area under the eval curve / its step span
+                                (the step-weighted mean; one eval point: that value)
+    tail:<train key>            mean of the curve's finite points in the last quarter of the
+                                steps seen, i.e. at steps > 3/4 of the latest step (at least the
+                                latest point)
+    steps_to:<eval key>>=<x>    first eval step whose value is >= x; inf if none yet (censored)
+    tokens_to:<eval key>>=<x>   tokens/cumulative at that step (the last point logged at or
+                                before it; 0 if none); inf if not reached
+"""
+
+from __future__ import annotations
+
+import math
+
+from .errors import ConfigError
+from .study_config import parse_threshold
+
+
+def objective_value(metric: str, evals: dict[int, dict], curves: dict[str, list]) -> float:
+    agg, _, key = metric.partition(":")
+    if agg in ("final", "auc", "steps_to", "tokens_to") and not evals:
+        raise ConfigError(f"metric {metric!r}: the run has no held-out evaluation yet")
+    steps = sorted(evals)
+    if agg == "final":
+        return float(evals[steps[-1]][key])
+    if agg == "auc":
+        if len(steps) < 2:
+            return float(evals[steps[0]][key])
+        area = sum((b - a) * (evals[a][key] + evals[b][key]) / 2 for a, b in zip(steps, steps[1:]))
+        return area / (steps[-1] - steps[0])
+    if agg in ("steps_to", "tokens_to"):
+        name, threshold = parse_threshold(key)
+        reached = next((s for s in steps if evals[s][name] >= threshold), None)
+        if reached is None:
+            return math.inf
+        if agg == "steps_to":
+            return float(reached)
+        tokens = [v for s, v in sorted(curves.get("tokens/cumulative", [])) if s <= reached]
+        return float(tokens[-1]) if tokens else 0.0
+    if agg == "tail":
+        return tail_mean(metric, key, curves)
+    raise ConfigError(f"metric {metric!r}: unknown aggregation {agg!r}; valid: final, auc, tail, steps_to, tokens_to")
+
+
+def tail_mean(metric: str, key: str, curves: dict[str, list]) -> float:
+    points = sorted((s, v) for s, v in curves.get(key, []) if v is not None and math.isfinite(v))
+    if not points:
+        raise ConfigError(f"metric {metric!r}: the run logged no finite {key!r} point")
+    last = points[-1][0]
+    window = [v for s, v in points if s > 0.75 * last] or [points[-1][1]]
+    return sum(window) / len(window)

@@ -1,0 +1,133 @@
+"""What each axis value needs to act, declared as data, and the checks built on it.
+
+Every axis (optionally one value of it) declares ONE requirement on the run's regime. When the
+requirement does not hold, the setting is inert: the run trains exactly as without it (e.g. a
+clip never binds on-policy, where the ratio is exactly 1; KL-Cov's |log ratio| is 0 with zero
+gradient on-policy; an estimator is unused when the KL is off). Inert settings are warned about
+once at config time and tagged on the run (``grpolab.inert``); a ladder marks, before it runs,
+every rung whose change is inert in its regime and every two rungs with identical effective
+experiments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .spec import MethodSpec
+
+
+@dataclass(frozen=True)
+class Requirement:
+    name: str                                  # what the setting needs, in words
+    holds: Callable[[object], bool]            # RunConfig -> does the regime provide it
+    hint: str                                  # how to provide it
+
+
+_CLIPPING = ("clip", "dual_clip", "clip_cov", "cispo")
+REUSE = Requirement("rollout reuse (off-policy updates)", lambda c: c.reuses_rollouts,
+                    "on-policy the ratio is exactly 1 (eps_low/eps_high have no effect, clip fractions stay 0); "
+                    "set train.minibatches > 1 or train.num_iterations > 1")
+CLIP_REUSE = Requirement("a clipping surrogate with rollout reuse",
+                         lambda c: c.reuses_rollouts and (c.spec.surrogate in _CLIPPING or c.spec.ratio == "geometric"),
+                         "use surrogate clip/dual_clip/clip_cov/cispo and train.minibatches > 1 or num_iterations > 1")
+KL_ON = Requirement("a KL term (method.kl_coef > 0)", lambda c: c.spec.kl_coef > 0, "set method.kl_coef > 0")
+KL_LOSS_REUSE = Requirement("an in-loss KL with rollout reuse",
+                            lambda c: c.spec.kl_coef > 0 and c.spec.kl_placement == "loss" and c.reuses_rollouts,
+                            "set method.kl_coef > 0, kl_placement=loss and reuse rollouts")
+
+
+def _axis(name: str, test: Callable[[MethodSpec], bool], hint: str) -> Requirement:
+    return Requirement(name, lambda c: test(c.spec), hint)
+
+
+SOFT_OVERLONG = _axis("soft overlong punishment", lambda s: s.soft_overlong, "set method.soft_overlong: true")
+DYNAMIC = _axis("dynamic sampling", lambda s: s.sampling == "dynamic", "set method.sampling: dynamic")
+FILTERING = _axis("a group filter", lambda s: s.sampling in ("dynamic", "zero_variance_filter"),
+                  "set method.sampling: dynamic or zero_variance_filter")
+ADAPTIVE = _axis("the adaptive entropy bonus", lambda s: s.entropy_mode == "adaptive", "set method.entropy_mode: adaptive")
+CRITIC = _axis("the critic (advantage gae)", lambda s: s.advantage == "gae", "set method.advantage: gae")
+
+# (axis, value or None for every value) -> the one requirement of that setting
+REQUIREMENTS: dict[tuple[str, object], Requirement] = {
+    ("surrogate", "clip"): REUSE, ("surrogate", "dual_clip"): REUSE, ("surrogate", "cispo"): REUSE,
+    ("surrogate", "sapo"): REUSE, ("surrogate", "kl_cov"): REUSE,
+    ("ratio", "geometric"): REUSE,
+    ("eps_low", None): CLIP_REUSE, ("eps_high", None): CLIP_REUSE,
+    ("dual_clip_c", None): _axis("surrogate dual_clip", lambda s: s.surrogate == "dual_clip",
+                                 "set method.surrogate: dual_clip"),
+    ("sapo_tau_pos", None): _axis("surrogate sapo", lambda s: s.surrogate == "sapo", "set method.surrogate: sapo"),
+    ("sapo_tau_neg", None): _axis("surrogate sapo", lambda s: s.surrogate == "sapo", "set method.surrogate: sapo"),
+    ("cov_low", None): _axis("surrogate clip_cov", lambda s: s.surrogate == "clip_cov", "set method.surrogate: clip_cov"),
+    ("cov_high", None): _axis("surrogate clip_cov", lambda s: s.surrogate == "clip_cov", "set method.surrogate: clip_cov"),
+    ("kl_cov_coef", None): _axis("surrogate kl_cov", lambda s: s.surrogate == "kl_cov", "set method.surrogate: kl_cov"),
+    ("dpo_beta", None): _axis("surrogate group_dpo", lambda s: s.surrogate == "group_dpo", "set method.surrogate: group_dpo"),
+    ("kl_estimator", None): KL_ON, ("kl_placement", None): KL_ON,
+    ("kl_ratio_correction", True): KL_LOSS_REUSE,
+    ("max_sampling_rounds", None): DYNAMIC, ("sampling_cap_policy", None): DYNAMIC,
+    ("sampling_filter", None): FILTERING,
+    ("overlong_buffer", None): SOFT_OVERLONG, ("overlong_penalty", None): SOFT_OVERLONG,
+    ("entropy_target", None): ADAPTIVE, ("entropy_coef_step", None): ADAPTIVE,
+    ("tracker_decay", None): _axis("advantage value_tracker", lambda s: s.advantage == "value_tracker",
+                                   "set method.advantage: value_tracker"),
+    ("gae_gamma", None): CRITIC, ("gae_lambda", None): CRITIC, ("gae_lambda_critic", None): CRITIC,
+    ("gae_length_alpha", None): CRITIC, ("critic_lr", None): CRITIC, ("critic_warmup", None): CRITIC,
+}
+_DEFAULT = MethodSpec()
+
+
+def requirement(axis: str, value) -> Requirement | None:
+    return REQUIREMENTS.get((axis, value)) or REQUIREMENTS.get((axis, None))
+
+
+def inert(cfg, axis: str) -> Requirement | None:
+    """The unmet requirement of the run's value of ``axis``, or None if it can act."""
+    req = requirement(axis, getattr(cfg.spec, axis))
+    return req if req is not None and not req.holds(cfg) else None
+
+
+def inert_settings(cfg) -> list[str]:
+    """'axis=value' of every setting of the run that cannot act: the surrogate and ratio always
+    (they are chosen), other axes when set away from the neutral default."""
+    out = []
+    for axis in MethodSpec.__dataclass_fields__:
+        value = getattr(cfg.spec, axis)
+        if axis not in ("surrogate", "ratio") and value == getattr(_DEFAULT, axis):
+            continue
+        if inert(cfg, axis) is not None:
+            out.append(f"{axis}={value}")
+    return out
+
+
+def inert_notes(cfg) -> list[str]:
+    """One config-time warning per inert setting, naming what it needs."""
+    notes = []
+    for item in inert_settings(cfg):
+        axis = item.split("=", 1)[0]
+        req = inert(cfg, axis)
+        notes.append(f"method.{item} needs {req.name} and is inert in this run: {req.hint}")
+    return notes
+
+
+def ladder_notes(study) -> list[str]:
+    """Before a ladder runs: rungs whose change is inert in their regime, and rungs whose
+    effective experiments (method spec, task, model, budget, eval) are identical."""
+    from .config import build_config
+    import warnings
+    notes, seen = [], {}
+    for i, rung in enumerate(study.rungs):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cfg = build_config(study.rung_experiment(i, study.seeds[0]))
+        for key in rung.changes if i > 0 else ():
+            section, _, axis = key.partition(".")
+            if section == "method" and axis in MethodSpec.__dataclass_fields__ and inert(cfg, axis) is not None:
+                req = inert(cfg, axis)
+                notes.append(f"rung {i} ({rung.name}): its change {key}={rung.changes[key]} is inert here: "
+                             f"it needs {req.name} ({req.hint})")
+        effective = (cfg.spec.spec_hash(), repr((cfg.task, cfg.model, cfg.train, cfg.eval, cfg.warm_start)))
+        if effective in seen:
+            notes.append(f"rung {i} ({rung.name}) runs exactly the same experiment as rung {seen[effective]} "
+                         f"({study.rungs[seen[effective]].name})")
+        seen.setdefault(effective, i)
+    return notes
