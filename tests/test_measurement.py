@@ -269,3 +269,57 @@ def test_ladder_marks_inert_and_identical_rungs_before_running(tmp_path, shared_
     tags = {r.data.tags.get("grpolab.rung_name"): r.data.tags.get("grpolab.inert")
             for r in client.search_runs([exp.experiment_id], "tags.`grpolab.study` = 'inert_ladder'")}
     assert tags["+ clip higher"] == "surrogate=clip,eps_high=0.28" and tags["base"] == "surrogate=clip"
+
+
+# -- 8. several processes: global statistics, one MLflow run, one eval ---------------------------
+
+def _launch(nproc, port, args, env_extra=None):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "platform"), **(env_extra or {})}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
+                           "--master_port", str(port), *args], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_two_processes_match_one_process_on_the_same_data(tiny_model_dir, tmp_path):
+    import json
+
+    from conftest import REPO
+    script = str(REPO / "tests/scripts/loss_equivalence.py")
+    out = {}
+    for nproc, port in ((1, 29571), (2, 29572)):
+        _launch(nproc, port, [script, str(tiny_model_dir), str(tmp_path / f"p{nproc}.json")])
+        out[nproc] = json.loads((tmp_path / f"p{nproc}.json").read_text())
+    one, two = out[1], out[2]
+    assert one["world"] == 1 and two["world"] == 2
+    assert two["loss"] == pytest.approx(one["loss"], rel=1e-3, abs=1e-6)
+    assert two["grad_norm"] == pytest.approx(one["grad_norm"], rel=1e-3)
+    keys = set(one["stats"]) - {"override/loss"}
+    assert keys == set(two["stats"]) - {"override/loss"}
+    assert {"clip/region_fraction", "clip/dual_fraction", "trained/entropy", "entropy/kept_fraction",
+            "entropy_coef"} <= keys
+    for key in keys:   # per-rank statistics would differ: each rank holds half the rows
+        assert two["stats"][key] == pytest.approx(one["stats"][key], rel=1e-3, abs=1e-6), key
+    assert one["stats"]["clip/region_fraction"][0] > one["stats"]["clip/high_fraction"][0] > 0
+
+
+def test_two_process_run_records_one_mlflow_run_with_one_eval_series(tmp_path):
+    import yaml
+    exp = {"name": "two_proc", "method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
+           "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
+           "train": {"steps": 2, "group_size": 4, "prompts_per_rollout": 4, "minibatches": 2},
+           "eval": {"every": 1, "prompts": 4, "k": 2}, "tracking": {"flush_every": 1}}
+    path, state = tmp_path / "exp.yaml", tmp_path / "state"
+    path.write_text(yaml.safe_dump(exp))
+    _launch(2, 29573, ["-m", "grpolab.cli", "--state", str(state), "run", str(path)])
+    client = MlflowClient(tracking_uri(state))
+    runs = client.search_runs([client.get_experiment_by_name("grpolab").experiment_id])
+    assert [(r.info.run_name, r.info.status) for r in runs] == [("two_proc-s0", "FINISHED")]
+    evals = client.get_metric_history(runs[0].info.run_id, "eval/pass_at_1")
+    assert sorted(m.step for m in evals) == [0, 1, 2]             # once per eval point, not once per rank
+    assert [m.step for m in client.get_metric_history(runs[0].info.run_id, "clip/region_fraction")] == [2]

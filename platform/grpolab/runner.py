@@ -38,11 +38,11 @@ class RunResult:
 
     @property
     def start_eval(self) -> dict:
-        return self.evals[min(self.evals)]
+        return self.evals[min(self.evals)] if self.evals else {}   # empty on ranks > 0 (rank 0 evaluates)
 
     @property
     def final_eval(self) -> dict:
-        return self.evals[max(self.evals)]
+        return self.evals[max(self.evals)] if self.evals else {}
 
 
 class TrackingCallback(TrainerCallback):
@@ -72,6 +72,15 @@ class TrackingCallback(TrainerCallback):
             self.evaluate_fn(state.global_step)
 
 
+def _rank() -> int:
+    """This process's rank under torch.distributed / accelerate launchers (0 when alone)."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def _world() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
 def _eval_metrics(result) -> dict:
     return {"eval/pass@1": result.pass_at_1, "eval/pass@k": result.pass_at_k,
             "eval/greedy_accuracy": result.greedy_accuracy, "eval/mean_length": result.mean_length}
@@ -97,7 +106,12 @@ def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
 def _grpo_args(cfg: RunConfig, task, output_dir: Path):
     from trl import GRPOConfig
     t = cfg.train
-    micro = t.prompts_per_rollout * t.group_size // (t.minibatches * t.grad_accum)
+    world = _world()
+    if (t.prompts_per_rollout * t.group_size) % (t.minibatches * t.grad_accum * world):
+        from .errors import ConfigError
+        raise ConfigError(f"train: prompts_per_rollout x group_size must split evenly into minibatches x grad_accum x "
+                          f"{world} processes")
+    micro = t.prompts_per_rollout * t.group_size // (t.minibatches * t.grad_accum * world)   # the same global batch
     return GRPOConfig(
         output_dir=str(output_dir), report_to="none", logging_steps=1, save_strategy="no",
         max_steps=t.steps, per_device_train_batch_size=micro, gradient_accumulation_steps=t.grad_accum,
@@ -168,7 +182,7 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
     state = Path(state or default_state_dir())
     task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
     recorder = None
-    if cfg.tracking.enabled:
+    if cfg.tracking.enabled and _rank() == 0:   # several processes: one MLflow run, on rank 0
         recorder = RunRecorder(state, cfg.tracking.experiment, f"{cfg.name}-s{cfg.seed}",
                                {**_run_tags(cfg, task), **(extra_tags or {})}, cfg.resolved(),
                                cfg.tracking.flush_every, parent_run_id)
@@ -189,6 +203,8 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
         evals: dict[int, dict] = {}
 
         def run_eval(step: int) -> None:
+            if _rank() != 0:
+                return   # one held-out eval per run, on rank 0; the others wait at the next collective
             result = evaluate(model, tokenizer, task, held_out, cfg.eval.k, cfg.train.temperature,
                               max_new_tokens=cfg.eval.max_completion_length)
             evals[step] = _eval_metrics(result)
