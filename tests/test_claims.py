@@ -58,7 +58,7 @@ def test_verdict_end_to_end_reads_the_same_values_the_study_table_holds(tmp_path
     differences must equal the differences of the Optuna trial values (the same objective)."""
     from grpolab.claim_runs import run_claims
     from grpolab.results import ladder_rows, load_results
-    study = {"kind": "ladder", "name": "claim_e2e", "seeds": [0, 1, 2, 3, 4], "metric": "final:eval/pass@1",
+    study = {"kind": "ladder", "name": "claim_e2e", "seeds": [0, 1, 2, 3, 4], "metric": "final:eval/pass_at_1",
              "base": {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
                       "model": {"preset": "tiny"}, "warm_start": {"seed": 0},
                       "train": {"group_size": 4, "prompts_per_rollout": 4, "learning_rate": 0.0005},
@@ -67,7 +67,7 @@ def test_verdict_end_to_end_reads_the_same_values_the_study_table_holds(tmp_path
              "rungs": [{"name": "a"}, {"name": "b", "changes": {"train.learning_rate": 0.002}}]}
     (tmp_path / "claim_e2e.yaml").write_text(yaml.safe_dump(study))
     claim = {"source": "test (arXiv:0000.00000), Section 1", "statement": "b beats a", "study": "claim_e2e.yaml",
-             "treatment": {"rung": "b"}, "control": {"rung": "a"}, "metric": "final:eval/pass@1",
+             "treatment": {"rung": "b"}, "control": {"rung": "a"}, "metric": "final:eval/pass_at_1",
              "direction": "increase", "smallest_effect": 0.05, "regime": "none needed"}
     (tmp_path / "claims").mkdir()
     (tmp_path / "claims" / "b_beats_a.yaml").write_text(yaml.safe_dump(claim))

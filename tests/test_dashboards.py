@@ -26,7 +26,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run
 @pytest.fixture(scope="module")
 def ladder(tmp_path_factory, shared_state):
     tmp = tmp_path_factory.mktemp("dash")
-    study = {"kind": "ladder", "name": "dash_ladder", "seeds": [0, 1], "metric": "final:eval/pass@1",
+    study = {"kind": "ladder", "name": "dash_ladder", "seeds": [0, 1], "metric": "final:eval/pass_at_1",
              "base": {"method": {"base": "grpo"}, "task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"},
                       "train": {"group_size": 8, "prompts_per_rollout": 4, "minibatches": 2, "learning_rate": 0.002},
                       "eval": {"prompts": 8, "k": 2}},
@@ -42,7 +42,7 @@ def ladder(tmp_path_factory, shared_state):
 def test_extraction_matches_mlflow_histories(ladder, shared_state):
     runs = data.study_runs(shared_state, "dash_ladder")
     assert len(runs) == 4 and set(runs.label) == {"GRPO", "+ Clip-Higher"}
-    curves = data.metric_curves(shared_state, runs, ["entropy", "eval/pass@1"])
+    curves = data.metric_curves(shared_state, runs, ["entropy", "eval/pass_at_1"])
     client = MlflowClient(tracking_uri(shared_state))
     rid = runs.run_id.iloc[0]
     stored = [(m.step, m.value) for m in client.get_metric_history(rid, "entropy")]
@@ -57,7 +57,7 @@ def test_extraction_matches_mlflow_histories(ladder, shared_state):
 
 
 def test_layout_validation():
-    assert load_layout(None)["panels"][0]["metric"] == "eval/pass@1"
+    assert load_layout(None)["panels"][0]["metric"] == "eval/pass_at_1"
     assert load_layout(str(REPO / "dashboards/length_and_entropy.yaml"))["title"] == "Length and entropy"
     with pytest.raises(ConfigError, match="unknown key 'colour'"):
         bad = REPO / "tests" / "_bad_layout.yaml"

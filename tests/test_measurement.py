@@ -167,14 +167,14 @@ def test_group_curves_count_correctness_whatever_the_shaping():
 
 def test_objectives_by_hand_on_full_and_partial_histories():
     from grpolab.objectives import objective_value
-    evals = {0: {"eval/pass@1": 0.2}, 10: {"eval/pass@1": 0.28}, 20: {"eval/pass@1": 0.31}, 30: {"eval/pass@1": 0.29}}
+    evals = {0: {"eval/pass_at_1": 0.2}, 10: {"eval/pass_at_1": 0.28}, 20: {"eval/pass_at_1": 0.31}, 30: {"eval/pass_at_1": 0.29}}
     curves = {"tokens/cumulative": [(s, 100.0 * s) for s in (1, 3, 5, 7, 9, 11, 13, 15, 17, 19)],
               "entropy": [(2, 1.0), (4, 2.0), (6, 3.0), (8, float("nan")), (10, 5.0), (12, 6.0), (14, 7.0), (16, 8.0)]}
     upto20 = {s: v for s, v in evals.items() if s <= 20}
-    assert objective_value("auc:eval/pass@1", upto20, curves) == pytest.approx((0.24 + 0.295) * 10 / 20)
-    assert objective_value("steps_to:eval/pass@1>=0.3", {0: evals[0], 10: evals[10]}, curves) == math.inf
-    assert objective_value("steps_to:eval/pass@1>=0.3", evals, curves) == 20.0
-    assert objective_value("tokens_to:eval/pass@1>=0.3", evals, curves) == 1900.0   # last point at or before 20
+    assert objective_value("auc:eval/pass_at_1", upto20, curves) == pytest.approx((0.24 + 0.295) * 10 / 20)
+    assert objective_value("steps_to:eval/pass_at_1>=0.3", {0: evals[0], 10: evals[10]}, curves) == math.inf
+    assert objective_value("steps_to:eval/pass_at_1>=0.3", evals, curves) == 20.0
+    assert objective_value("tokens_to:eval/pass_at_1>=0.3", evals, curves) == 1900.0   # last point at or before 20
     # tail: finite points at steps > 3/4 of the last step (16 -> steps 14, 16), NaN skipped
     assert objective_value("tail:entropy", evals, curves) == pytest.approx(7.5)
     partial = {k: [(s, v) for s, v in pts if s <= 10] for k, pts in curves.items()}
@@ -233,7 +233,7 @@ def test_inert_settings_are_warned_once_and_named():
 
 def _inert_ladder(tmp_path):
     import yaml
-    data = {"kind": "ladder", "name": "inert_ladder", "seeds": [0], "metric": "final:eval/pass@1",
+    data = {"kind": "ladder", "name": "inert_ladder", "seeds": [0], "metric": "final:eval/pass_at_1",
             "base": {"method": {"name": "g", "advantage": "group_std", "surrogate": "clip", "kl_coef": 0.0},
                      "task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"},
                      "warm_start": {"enabled": False}, "train": {"group_size": 4, "prompts_per_rollout": 4},
@@ -323,3 +323,25 @@ def test_two_process_run_records_one_mlflow_run_with_one_eval_series(tmp_path):
     evals = client.get_metric_history(runs[0].info.run_id, "eval/pass_at_1")
     assert sorted(m.step for m in evals) == [0, 1, 2]             # once per eval point, not once per rank
     assert [m.step for m in client.get_metric_history(runs[0].info.run_id, "clip/region_fraction")] == [2]
+
+
+# -- the metric doc defines every key a real run logs ---------------------------------------------
+
+def test_metric_doc_defines_every_key_of_a_real_run(shared_state):
+    from conftest import REPO
+    from grpolab.metrics import render_doc, undefined_keys
+    from grpolab.runner import run_experiment
+    cfg = build_config({"name": "allkeys", "method": {"base": "dapo", "max_sampling_rounds": 2,
+                                                       "top_entropy_quantile": 0.5, "entropy_mode": "adaptive"},
+                        "task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"},
+                        "warm_start": {"enabled": False},
+                        "train": {"steps": 2, "group_size": 4, "prompts_per_rollout": 4, "minibatches": 2},
+                        "eval": {"every": 0, "prompts": 4, "k": 2}, "tracking": {"flush_every": 1}})
+    with pytest.warns(UserWarning):   # random init: no informative group, the cap fills in
+        result = run_experiment(cfg, shared_state)
+    keys = set(MlflowClient(tracking_uri(shared_state)).get_run(result.run_id).data.metrics)
+    assert {"sampling/rounds", "trained/entropy", "entropy", "clip/region_fraction", "rewards/overlong/mean",
+            "entropy/kept_fraction", "entropy_coef", "eval/pass_at_1", "loss", "grad_norm"} <= keys
+    assert undefined_keys(keys) == []
+    assert undefined_keys(keys | {"made/up"}) == ["made/up"]
+    assert (REPO / "docs" / "metrics.md").read_text() == render_doc()

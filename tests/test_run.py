@@ -67,7 +67,7 @@ def test_short_run_records_every_curve_tag_param_and_artifact(shared_state):
     assert run.data.params["method.eps_high"] == "0.02" and run.data.params["train.minibatches"] == "2"
     artifacts = {a.path for a in c.list_artifacts(result.run_id)}
     assert {"config.json", "samples.json", "warm_start.json"} <= artifacts
-    assert result.final_eval["eval/pass@1"] >= 0 and result.steps == 4
+    assert result.final_eval["eval/pass_at_1"] >= 0 and result.steps == 4
 
 
 def test_reward_function_error_ends_failed_with_reason(shared_state, monkeypatch):

@@ -32,7 +32,7 @@ BASE = {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition",
 
 def ladder_file(tmp_path, name, steps=2, seeds=(0, 1), rungs=2):
     data = {"kind": "ladder", "name": name, "base": BASE, "budget": {"train.steps": steps, "eval.every": 0},
-            "seeds": list(seeds), "metric": "final:eval/pass@1",
+            "seeds": list(seeds), "metric": "final:eval/pass_at_1",
             "rungs": [{"name": "base", "published": 30},
                       {"name": "+ clip higher", "changes": {"method.eps_high": 0.28}, "published": 38},
                       {"name": "+ token mean", "changes": {"method.aggregation": "token_mean"}}][:rungs]}
@@ -181,7 +181,7 @@ def test_interrupted_study_resumes_without_redoing_rows(tmp_path, shared_state):
 def test_search_with_median_pruning_on_a_real_objective(tmp_path, shared_state):
     data = {"kind": "search", "name": "search_prune", "base": {**BASE, "method": {"base": "grpo", "kl_coef": 0.0}},
             "budget": {"train.steps": 4, "eval.every": 1}, "seeds": [0],
-            "objectives": [{"metric": "final:eval/pass@1", "direction": "maximize"}],
+            "objectives": [{"metric": "final:eval/pass_at_1", "direction": "maximize"}],
             "space": {"train.learning_rate": {"type": "float", "low": 1e-4, "high": 3e-3, "log": True},
                       "method.surrogate": {"type": "categorical", "choices": ["clip", "dual_clip"]},
                       "method.dual_clip_c": {"type": "float", "low": 2.0, "high": 5.0,
@@ -204,7 +204,7 @@ def test_search_with_median_pruning_on_a_real_objective(tmp_path, shared_state):
     for t in pruned:
         assert client.get_run(t.user_attrs["mlflow_run_id"]).info.status == "KILLED"
     table = study_table(str(path), shared_state, None, "markdown")
-    assert "final:eval/pass@1" in table and "train.learning_rate" in table
+    assert "final:eval/pass_at_1" in table and "train.learning_rate" in table
     assert pruned, "median pruning never pruned a trial in 6"
 
 
@@ -213,16 +213,16 @@ def test_threshold_metrics_steps_and_tokens_to_reach():
     from grpolab.runner import RunResult
     from grpolab.studies import metric_value
     from grpolab.study_config import check_metric
-    evals = {0: {"eval/pass@1": 0.2}, 10: {"eval/pass@1": 0.28}, 20: {"eval/pass@1": 0.31}, 30: {"eval/pass@1": 0.29}}
+    evals = {0: {"eval/pass_at_1": 0.2}, 10: {"eval/pass_at_1": 0.28}, 20: {"eval/pass_at_1": 0.31}, 30: {"eval/pass_at_1": 0.29}}
     curves = {"tokens/cumulative": [(s, 100.0 * s) for s in range(1, 31)], "entropy": [(s, float(s)) for s in range(1, 9)]}
     r = RunResult("x", "FINISHED", evals, curves, 30, 1.0, {})
-    assert metric_value("steps_to:eval/pass@1>=0.3", r) == 20.0
-    assert metric_value("tokens_to:eval/pass@1>=0.3", r) == 2000.0
-    assert metric_value("steps_to:eval/pass@1>=0.5", r) == math.inf
-    assert metric_value("final:eval/pass@1", r) == 0.29
-    assert metric_value("auc:eval/pass@1", r) == pytest.approx((0.24 + 0.295 + 0.30) * 10 / 30)
+    assert metric_value("steps_to:eval/pass_at_1>=0.3", r) == 20.0
+    assert metric_value("tokens_to:eval/pass_at_1>=0.3", r) == 2000.0
+    assert metric_value("steps_to:eval/pass_at_1>=0.5", r) == math.inf
+    assert metric_value("final:eval/pass_at_1", r) == 0.29
+    assert metric_value("auc:eval/pass_at_1", r) == pytest.approx((0.24 + 0.295 + 0.30) * 10 / 30)
     assert metric_value("tail:entropy", r) == pytest.approx(7.5)   # last quarter of 8 points
-    for bad in ("steps_to:eval/pass@1", "steps_to:entropy>=1", "best:eval/pass@1", "final:entropy"):
+    for bad in ("steps_to:eval/pass_at_1", "steps_to:entropy>=1", "best:eval/pass_at_1", "final:entropy"):
         with pytest.raises(ConfigError):
             check_metric(bad)
 

@@ -117,7 +117,7 @@ def test_ladder_table_verdict_column_tests_the_published_direction_per_rung():
     from grpolab.results import ladder_table
     from grpolab.study_config import Objective, Rung, StudyConfig
     cfg = StudyConfig(name="x", kind="ladder", path="x", base={}, seeds=tuple(range(6)),
-                      objectives=(Objective("final:eval/pass@1"),), smallest_effect=0.02,
+                      objectives=(Objective("final:eval/pass_at_1"),), smallest_effect=0.02,
                       rungs=(Rung("a", {}, 30.0), Rung("b", {"k": 1}, 36.0), Rung("c", {"k": 2}, 20.0),
                              Rung("d", {"k": 3}, None)))
     base = [0.1, 0.3, 0.2, 0.25, 0.15, 0.35]                 # big seed-to-seed spread, shared by all rungs
@@ -135,3 +135,17 @@ def test_ladder_table_verdict_column_tests_the_published_direction_per_rung():
     assert t.loc[3, "verdict_vs_prev"] == "inconclusive (underpowered)"       # 4 paired seeds
     low, high = map(float, t.loc[1, "delta_bca95"].strip("[]").split(","))
     assert 0 < low < 0.1 < high
+
+
+def test_verdict_panel_scales_by_smallest_effect_and_marks_the_published_direction():
+    from grpolab.verdict_report import seed_figure, verdict_figure
+    fig = verdict_figure(["entropy", "tokens"], [0.04, -30.0], [0.01, -50.0], [0.07, -10.0], [0.02, 10.0],
+                         ["increase", "decrease"], ["reproduced", "reproduced"], "t")
+    effect, published = fig.data
+    assert list(effect.x) == pytest.approx([2.0, -3.0])                       # effect / smallest effect
+    assert list(effect.error_x.array) == pytest.approx([1.5, 2.0])            # (high - mean) / delta
+    assert list(effect.error_x.arrayminus) == pytest.approx([1.5, 2.0])       # (mean - low) / delta
+    assert list(published.x) == [1.0, -1.0] and list(published.marker.symbol) == ["triangle-right", "triangle-left"]
+    assert [s.x0 for s in fig.layout.shapes] == [0, -1, 1]                    # zero line, +-1 smallest effect
+    seeds = seed_figure(["entropy"], [{0: 0.02, 1: 0.06}], [0.02], "s")
+    assert list(seeds.data[0].x) == pytest.approx([1.0, 3.0])

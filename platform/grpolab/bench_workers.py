@@ -27,7 +27,7 @@ BASE = {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition",
 
 def _study_file(folder: Path, name: str, rows: int, steps: int) -> Path:
     data = {"kind": "ladder", "name": name, "base": BASE, "budget": {"train.steps": steps, "eval.every": 0},
-            "seeds": list(range(max(1, rows // 2))), "metric": "final:eval/pass@1",
+            "seeds": list(range(max(1, rows // 2))), "metric": "final:eval/pass_at_1",
             "rungs": [{"name": "grpo"}, {"name": "+ clip higher", "changes": {"method.eps_high": 0.28}}]}
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))

@@ -2,8 +2,9 @@
 every rung x seed row exists exactly once), read each row's metric windows back from MLflow, and
 judge every claim on its paired seeds. Nothing here trains directly.
 
-Metric windows go through the studies' own objective function (``studies.metric_value``, the one
-that fills the study tables), on a RunResult rebuilt from the run's MLflow history, so a claim
+Metric windows go through the studies' own objective function (``studies.metric_value``, which
+delegates to ``objectives.objective_value``: the one function behind tables, trial values and
+the pruner), on a RunResult rebuilt from the run's MLflow history, so a claim
 and a table never disagree on what ``tail:entropy`` means. Only the two within-run windows a
 claim may add (``head:``, ``start:``) are computed here.
 """
@@ -18,9 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from .claims import Claim, Side, claim_files, is_censored, load_claim
+from .errors import ConfigError
 from .verdicts import UNDERPOWERED, Verdict, paired_verdict
 
-EVAL_KEYS = ("eval/pass@1", "eval/pass@k", "eval/greedy_accuracy", "eval/mean_length")
+EVAL_KEYS = ("eval/pass_at_1", "eval/pass_at_k", "eval/greedy_accuracy", "eval/mean_length")
 
 
 @dataclass
@@ -54,13 +56,18 @@ def window_value(metric: str, history) -> float:
     """A metric window of one run: the shared objective function, plus head:/start: windows."""
     from .studies import metric_value
     agg, _, key = metric.partition(":")
-    if agg == "head":
-        values = [v for _, v in history.train_curves.get(key, []) if math.isfinite(v)]
-        head = values[: max(1, len(values) // 4)]
-        return sum(head) / len(head) if head else math.nan
+    if agg == "head":   # the mirror of tail: finite points at steps <= 1/4 of the latest step (at least the first)
+        points = sorted((s, v) for s, v in history.train_curves.get(key, []) if v is not None and math.isfinite(v))
+        if not points:
+            return math.nan
+        head = [v for s, v in points if s <= 0.25 * points[-1][0]] or [points[0][1]]
+        return sum(head) / len(head)
     if agg == "start":
         return history.start_eval[key]
-    return metric_value(metric, history)
+    try:
+        return metric_value(metric, history)
+    except ConfigError:   # e.g. no finite point of the curve (nothing clipped): no value for this seed
+        return math.nan
 
 
 def _censor(metric: str, value: float, history, budget_steps: int) -> tuple[float, bool]:
@@ -166,7 +173,6 @@ def run_claims(names: list[str] | None, state: Path, storage_url: str | None, wo
 def verdicts_command(args) -> int:
     """`grpolab verdicts [claims...]`: run what is missing, print the verdict table, write the
     verdict dashboard. Exit 0 (verdicts are results, whatever they say)."""
-    from .errors import ConfigError
     from .state import state_dir
     from .verdict_report import render_verdicts, write_claims_dashboard
     if args.workers < 1:

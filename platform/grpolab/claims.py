@@ -76,7 +76,7 @@ def check_claim_metric(metric: str, where: str) -> None:
     agg, _, key = metric.partition(":")
     if agg in LOCAL_AGGS:
         if not key or (agg == "start" and not key.startswith("eval/")):
-            raise ConfigError(f"{where}: {metric!r}; head:<train key> or start:<held-out key>, e.g. start:eval/pass@1")
+            raise ConfigError(f"{where}: {metric!r}; head:<train key> or start:<held-out key>, e.g. start:eval/pass_at_1")
         return
     try:
         check_metric(metric)

@@ -23,7 +23,7 @@ from .errors import ConfigError
 
 DEFAULT_LAYOUT = {
     "panels": [
-        {"title": "Held-out pass@1", "metric": "eval/pass@1"},
+        {"title": "Held-out pass@1", "metric": "eval/pass_at_1"},
         {"title": "Reward (rollout mean)", "metric": "reward/mean"},
         {"title": "Policy entropy", "metric": "entropy"},
         {"title": "Length of correct completions", "metric": "length/correct"},

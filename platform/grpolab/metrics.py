@@ -114,14 +114,17 @@ DEFINITIONS: dict[str, str] = {
     "sampling/kept_fraction": "dynamic sampling: trained groups / generated groups; filter mode: informative groups / groups",
     "sampling/filled_groups": "dynamic sampling: groups without variance used as fill-ins at the round cap",
     "sampling/discarded_tokens": "dynamic sampling: completion tokens generated but dropped (included in tokens/*)",
+    "rewards/<reward function>/mean": "generated (this process's rows): mean of one reward function's output "
+                                      "(TRL's report; the functions are the task's components and `overlong`)",
+    "rewards/<reward function>/std": "generated (this process's rows): std of one reward function's output (TRL's report)",
     "loss": "the optimised loss of the optimizer step (TRL's report, averaged over processes)",
     "grad_norm": "gradient norm before clipping at the optimizer step (TRL's report)",
     "learning_rate": "learning rate at the optimizer step",
     "step_time": "seconds per optimizer step (generation included)",
     "override/advantage": "1 when the platform's advantage estimator replaced TRL's for this rollout",
     "override/loss": "1 when the platform's policy loss ran for this micro-batch",
-    "eval/pass@1": "held-out: mean correctness over k samples per prompt at the training temperature and cap",
-    "eval/pass@k": "held-out: fraction of prompts with at least one correct sample among k",
+    "eval/pass_at_1": "held-out: mean correctness over k samples per prompt at the training temperature and cap",
+    "eval/pass_at_k": "held-out: fraction of prompts with at least one correct sample among k",
     "eval/greedy_accuracy": "held-out: fraction of prompts whose greedy completion is correct",
     "eval/mean_length": "held-out: mean sampled completion length in tokens",
 }
@@ -131,16 +134,36 @@ REQUIRED_RUN_METRICS = (
     "reward/mean", "accuracy", "entropy", "length/mean", "length/correct", "length/incorrect",
     "length/truncated_fraction", "clip/low_fraction", "clip/high_fraction", "clip/region_fraction",
     "groups/zero_variance", "groups/all_correct", "groups/all_wrong", "tokens/cumulative", "step_time",
-    "override/advantage", "override/loss", "eval/pass@1", "eval/pass@k", "eval/greedy_accuracy",
+    "override/advantage", "override/loss", "eval/pass_at_1", "eval/pass_at_k", "eval/greedy_accuracy",
 )
+
+
+def undefined_keys(keys) -> list[str]:
+    """Logged metric names (as MLflow stores them) that no definition covers; ``<...>`` in a
+    definition's name stands for one path segment."""
+    import re
+
+    from .tracking import clean_metric_name
+    patterns = [re.compile("^" + re.sub(r"<[^>]+>", "[^/]+", re.escape(clean_metric_name(k)).replace(r"\<", "<")
+                                        .replace(r"\>", ">")) + "$") for k in DEFINITIONS]
+    return sorted(k for k in keys if not any(p.match(k) for p in patterns))
 
 
 def render_doc() -> str:
     lines = ["# Metrics", "", "Every curve grpolab logs to MLflow, with its exact meaning. Generated from",
              "`grpolab.metrics.DEFINITIONS` (`grpolab metrics-doc`).", "",
+             "Populations. `generated:` curves are over every completion generated for a generation",
+             "batch (all dynamic-sampling rounds, before any filter), so they mean the same on every rung;",
+             "`trained:` curves (names starting `trained/`, and the loss-side `clip/*`, `kl`, ...) are over",
+             "what the update uses: the kept groups, rows with a non-empty loss mask, their valid tokens.",
+             "Rollout curves are logged once per generation batch; loss-side curves are reduced over every",
+             "micro-batch of the generation batch (the fresh and the reused passes together, so they do not",
+             "zigzag) and over every process, and logged at its last optimizer step.", "",
              "Clip curves are non-zero only when rollouts are reused (`train.minibatches > 1` or",
              "`train.num_iterations > 1`): with one optimizer step per rollout the ratio is exactly 1.",
-             "Experiments that compare clipping must be configured that way.", "",
+             "Experiments that compare clipping must be configured that way (grpolab warns otherwise).", "",
+             "Held-out keys are written as MLflow stores them (`eval/pass_at_1`); study metrics use the",
+             "same names.", "",
              "| metric | definition |", "|---|---|"]
     lines += [f"| `{k}` | {v} |" for k, v in DEFINITIONS.items()]
     return "\n".join(lines) + "\n"

@@ -82,7 +82,7 @@ def _world() -> int:
 
 
 def _eval_metrics(result) -> dict:
-    return {"eval/pass@1": result.pass_at_1, "eval/pass@k": result.pass_at_k,
+    return {"eval/pass_at_1": result.pass_at_1, "eval/pass_at_k": result.pass_at_k,
             "eval/greedy_accuracy": result.greedy_accuracy, "eval/mean_length": result.mean_length}
 
 

@@ -86,7 +86,7 @@ def fit_seeds(curves: dict, pin_r0: bool = True, level: float = 0.95) -> SeedFit
     return SeedFit(params, len(fits), len(curves))
 
 
-def scaling_frame(state, study_path: str, storage_url: str | None, metric: str = "eval/pass@1"):
+def scaling_frame(state, study_path: str, storage_url: str | None, metric: str = "eval/pass_at_1"):
     """Per rung of a ladder: the saturating fit of ``metric`` against generated tokens
     (tokens/cumulative at each eval step; the step-0 eval is R0), one fit per seed. None when
     the runs have too few eval points for a fit (fewer than 4 after step 0)."""

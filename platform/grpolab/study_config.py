@@ -9,7 +9,7 @@ Metrics are ``final:<eval key>`` (held-out value at the end), ``auc:<eval key>``
 eval points, the area under the curve per step), ``tail:<train key>`` (mean of a training
 curve over the last quarter of its points), or ``steps_to:<eval key>>=<x>`` /
 ``tokens_to:<eval key>>=<x>`` (optimizer steps / generated tokens until the held-out value first
-reaches x; inf if never), e.g. ``final:eval/pass@1``, ``tail:length/incorrect``.
+reaches x; inf if never), e.g. ``final:eval/pass_at_1``, ``tail:length/incorrect``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .config import apply_overrides, build_config
 from .errors import ConfigError
 
 METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")
-EVAL_KEYS = ("eval/pass@1", "eval/pass@k", "eval/greedy_accuracy", "eval/mean_length")
+EVAL_KEYS = ("eval/pass_at_1", "eval/pass_at_k", "eval/greedy_accuracy", "eval/mean_length")
 
 
 @dataclass(frozen=True)
@@ -71,19 +71,19 @@ class StudyConfig:
 
 
 def parse_threshold(key: str) -> tuple[str, float]:
-    """'eval/pass@1>=0.35' -> ('eval/pass@1', 0.35)."""
+    """'eval/pass_at_1>=0.35' -> ('eval/pass_at_1', 0.35)."""
     name, sep, value = key.partition(">=")
     try:
         return name, float(value) if sep else float("nan")
     except ValueError:
-        raise ConfigError(f"metric key {key!r}: expected <eval key>>=<number>, e.g. eval/pass@1>=0.35") from None
+        raise ConfigError(f"metric key {key!r}: expected <eval key>>=<number>, e.g. eval/pass_at_1>=0.35") from None
 
 
 def check_metric(metric: str) -> None:
     agg, _, key = metric.partition(":")
     if agg not in METRIC_AGGS or not key:
         raise ConfigError(f"metric {metric!r}: expected <agg>:<key> with agg in {', '.join(METRIC_AGGS)}, "
-                          "e.g. final:eval/pass@1, tail:length/incorrect or steps_to:eval/pass@1>=0.35")
+                          "e.g. final:eval/pass_at_1, tail:length/incorrect or steps_to:eval/pass_at_1>=0.35")
     if agg in ("steps_to", "tokens_to"):
         name, threshold = parse_threshold(key)
         if name not in EVAL_KEYS or threshold != threshold:
@@ -135,7 +135,7 @@ def load_study(path: str | Path) -> StudyConfig:
     seeds = tuple(data.get("seeds") or [0])
     if not all(isinstance(s, int) and s >= 0 for s in seeds) or len(set(seeds)) != len(seeds):
         raise ConfigError(f"seeds: expected distinct non-negative integers, got {list(seeds)}")
-    objectives = _objectives(data.get("objectives") or data.get("metric") or "final:eval/pass@1")
+    objectives = _objectives(data.get("objectives") or data.get("metric") or "final:eval/pass_at_1")
     name = data.get("name") or path.stem
     common = dict(name=name, kind=kind, path=str(path), base=base, seeds=seeds, objectives=objectives,
                   description=data.get("description", ""))
