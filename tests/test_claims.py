@@ -61,7 +61,7 @@ def test_verdict_end_to_end_reads_the_same_values_the_study_table_holds(tmp_path
     study = {"kind": "ladder", "name": "claim_e2e", "seeds": [0, 1, 2, 3, 4], "metric": "final:eval/pass_at_1",
              "base": {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
                       "model": {"preset": "tiny"}, "warm_start": {"seed": 0},
-                      "train": {"group_size": 4, "prompts_per_rollout": 4, "learning_rate": 0.0005},
+                      "train": {"group_size": 8, "prompts_per_rollout": 2, "learning_rate": 0.0005},   # warm start shared with test_studies
                       "eval": {"prompts": 8, "k": 2}},
              "budget": {"train.steps": 1, "eval.every": 0},
              "rungs": [{"name": "a"}, {"name": "b", "changes": {"train.learning_rate": 0.002}}]}
