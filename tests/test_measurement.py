@@ -345,3 +345,51 @@ def test_metric_doc_defines_every_key_of_a_real_run(shared_state):
     assert undefined_keys(keys) == []
     assert undefined_keys(keys | {"made/up"}) == ["made/up"]
     assert (REPO / "docs" / "metrics.md").read_text() == render_doc()
+
+
+# -- 6. VAPO's switches: positive-example LM loss, value clipping, advantage whitening ------------
+
+def test_positive_example_lm_loss_by_hand():
+    from grpolab.algorithms import policy_loss
+    from grpolab.spec import build_spec
+    logp = torch.log(torch.tensor([[0.5, 0.25, 0.5], [0.125, 0.5, 0.5]]))
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
+    s = build_spec({"aggregation": "token_mean_local", "positive_lm_coef": 0.1})
+    loss, stats = policy_loss(s, logp, logp.detach(), torch.zeros(2), mask, positive=torch.tensor([True, False]))
+    nll = (math.log(2) + math.log(4)) / 2                       # the correct row's 2 valid tokens
+    assert stats["lm/positive_nll"] == pytest.approx(nll)
+    assert loss.item() == pytest.approx(0.1 * nll, abs=1e-6)    # A = 0: only the LM term is left
+
+
+def test_value_clipping_and_advantage_whitening_by_hand():
+    from grpolab.algorithms import gae_advantages
+    from grpolab.critic import value_loss
+    from grpolab.spec import build_spec
+    values, old, returns = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 0.0]]), torch.tensor([[2.0, 1.0]])
+    mask = torch.ones(1, 2)
+    assert value_loss(values, returns, mask).item() == pytest.approx(0.5 * (1 + 1) / 2)
+    # clip 0.2: V' = (0.2, 0); per token max((V-R)^2, (V'-R)^2) = max(1, 3.24), max(1, 1)
+    assert value_loss(values, returns, mask, old, 0.2).item() == pytest.approx(0.5 * (3.24 + 1) / 2)
+    s = build_spec({"advantage": "gae", "gae_lambda": 1.0, "whiten_advantages": True})
+    m = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    A, _ = gae_advantages(s, torch.tensor([1.0, 0.0]), torch.zeros(2, 3), m)
+    valid = A[m.bool()]
+    assert valid.mean().item() == pytest.approx(0.0, abs=1e-6) and valid.std().item() == pytest.approx(1.0, abs=1e-4)
+    raw, _ = gae_advantages(build_spec({"advantage": "gae", "gae_lambda": 1.0}), torch.tensor([1.0, 0.0]),
+                            torch.zeros(2, 3), m)
+    assert raw[m.bool()].tolist() == [1.0, 1.0, 1.0, 0.0, 0.0]
+    from grpolab.methods import get_method
+    assert get_method("vapo").spec().positive_lm_coef == 0.1
+
+
+def test_vapo_trains_with_every_switch(tiny_model_dir, tmp_path):
+    from grpolab.methods import get_method
+    spec = get_method("vapo").spec({"critic_warmup": 0, "value_clip": 0.2, "whiten_advantages": True,
+                                    "gae_length_alpha": 1.0})
+    t, train = _trainer(str(tiny_model_dir), tmp_path, spec, [lambda prompts, completions, **kw: [
+        float(j % 2) for j in range(len(prompts))]], max_steps=2, steps_per_generation=2, logging_steps=1)
+    t.task = _ParityTask(t.task, train)
+    t.task.index = {p: 0 for p in t.task.index}                # every prompt: half of its completions correct
+    t.train()
+    logged = {k for entry in t.state.log_history for k in entry}
+    assert {"lm/positive_nll", "critic/value_loss", "clip/region_fraction"} <= logged

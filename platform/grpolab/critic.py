@@ -26,7 +26,15 @@ class ValueModel(nn.Module):
         return self.head(hidden[:, -completion_len - 1:-1]).squeeze(-1)   # (B, T)
 
 
-def value_loss(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """0.5 * (V_t - R_t)^2 averaged over valid tokens."""
+def value_loss(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
+               old_values: torch.Tensor | None = None, clip: float = 0.0) -> torch.Tensor:
+    """0.5 * (V_t - R_t)^2 averaged over valid tokens. With ``clip`` > 0 (PPO value clipping):
+    V'_t = V_old + clamp(V_t - V_old, -clip, clip) and the loss is 0.5 * max((V - R)^2, (V' - R)^2)."""
     m = mask.to(values.dtype)
-    return 0.5 * (((values - returns) ** 2) * m).sum() / m.sum().clamp(min=1.0)
+    err = (values - returns) ** 2
+    if clip > 0:
+        if old_values is None:
+            raise ValueError("value clipping needs the values of the rollout (old_values)")
+        clipped = old_values + torch.clamp(values - old_values, -clip, clip)
+        err = torch.max(err, (clipped - returns) ** 2)
+    return 0.5 * (err * m).sum() / m.sum().clamp(min=1.0)

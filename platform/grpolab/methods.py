@@ -100,10 +100,12 @@ METHODS: dict[str, Method] = {m.key: m for m in [
                 aggregation="token_mean", **_NO_KL)),
     Method("vapo", "VAPO", "Yue et al. 2025, VAPO, arXiv:2504.05118",
            dict(advantage="gae", gae_gamma=1.0, gae_lambda_critic=1.0, gae_length_alpha=0.05, critic_warmup=20, ratio="token",
-                surrogate="clip", eps_low=0.2, eps_high=0.28, aggregation="token_mean", **_NO_KL),
+                surrogate="clip", eps_low=0.2, eps_high=0.28, aggregation="token_mean", positive_lm_coef=0.1, **_NO_KL),
            note="value model initialised from the warm-started policy and pretrained for 20 steps with the "
                 "policy frozen; decoupled GAE (critic lambda 1), length-adaptive policy lambda (alpha 0.05 is "
-                "tuned for long CoT: with toy lengths of ~4 tokens lambda floors at 0), Clip-Higher, token-level loss"),
+                "tuned for long CoT: with toy lengths of ~4 tokens lambda floors at 0; a toy study scales alpha, see "
+                "studies/vapo_toy.yaml), Clip-Higher, token-level loss, positive-example LM loss (mu 0.1); value "
+                "clipping (value_clip) and advantage whitening (whiten_advantages) are switches, off as in the paper"),
     Method("ppo", "PPO", "Schulman et al. 2017; Ouyang et al. 2022",
            dict(advantage="gae", gae_gamma=1.0, gae_lambda=0.95, gae_lambda_critic=0.95, ratio="token",
                 surrogate="clip", eps_low=0.2, eps_high=0.2, aggregation="seq_mean_token_mean", kl_coef=0.05,

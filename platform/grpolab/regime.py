@@ -72,6 +72,7 @@ REQUIREMENTS: dict[tuple[str, object], Requirement] = {
                                    "set method.advantage: value_tracker"),
     ("gae_gamma", None): CRITIC, ("gae_lambda", None): CRITIC, ("gae_lambda_critic", None): CRITIC,
     ("gae_length_alpha", None): CRITIC, ("critic_lr", None): CRITIC, ("critic_warmup", None): CRITIC,
+    ("value_clip", None): CRITIC, ("whiten_advantages", None): CRITIC,
 }
 _DEFAULT = MethodSpec()
 

@@ -73,6 +73,9 @@ class MethodSpec:
     gae_length_alpha: float = 0.0         # VAPO length-adaptive lambda = 1 - 1/(alpha |o|); 0 = fixed lambda
     critic_lr: float = 5e-4               # critic: learning rate of the value model
     critic_warmup: int = 0                # critic: optimizer steps that train only the critic (VAPO's value pretraining)
+    value_clip: float = 0.0               # critic: clip V to V_old +- this in the value loss (PPO value clipping); 0 = off
+    whiten_advantages: bool = False       # critic: whiten the GAE advantages over the batch's valid tokens
+    positive_lm_coef: float = 0.0         # VAPO's mu: weight of an NLL loss on correct completions; 0 = off
     reward_weights: tuple[float, ...] | None = None  # per reward component; None = all 1
 
     def to_dict(self) -> dict:
@@ -157,6 +160,8 @@ def validate_spec(spec: MethodSpec) -> None:
            "more component: use kl_placement=loss")
     _check(0 < spec.gae_gamma <= 1 and 0 <= spec.gae_lambda <= 1 and 0 <= spec.gae_lambda_critic <= 1,
            "method.gae_gamma must be in (0, 1], gae_lambda and gae_lambda_critic in [0, 1]")
+    _check(spec.value_clip >= 0 and spec.positive_lm_coef >= 0,
+           "method.value_clip and method.positive_lm_coef must be >= 0 (0 = off)")
     _check(spec.gae_length_alpha >= 0 and spec.critic_lr > 0 and spec.critic_warmup >= 0,
            "method.gae_length_alpha >= 0, critic_lr > 0 and critic_warmup >= 0 required")
     _check(spec.advantage != "value_tracker" or spec.kl_placement == "loss" or spec.kl_coef == 0,

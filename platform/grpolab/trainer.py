@@ -87,8 +87,9 @@ class GrpoLabTrainer(GRPOTrainer):
                 rewards_adj = total - seq_pen   # (N,): the weights are already in ``total``, never applied twice
         reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.accelerator.num_processes > 1 else None
         if self.critic is not None:
+            out["old_values"] = self._critic_values(out, grad=False)
             advantages, out["returns"] = algorithms.gae_advantages(
-                self.spec, rewards_adj[start:start + n_local], self._critic_values(out, grad=False), mask, penalty)
+                self.spec, rewards_adj[start:start + n_local], out["old_values"], mask, penalty, reduce=reduce)
         else:
             advantages = algorithms.compute_advantages(
                 self.spec, rewards_adj, G, mask=mask, token_penalty=penalty, prompt_keys=[r[3] for r in rows],
@@ -101,6 +102,7 @@ class GrpoLabTrainer(GRPOTrainer):
         out["advantages"] = advantages.to(device)
         out["group_ids"] = (torch.arange(total.numel(), device=device) // G)[start:start + n_local]
         out["seq_rewards"] = total[start:start + n_local]
+        out["correct"] = torch.tensor([bool(r[0]) for r in rows], device=device)[start:start + n_local]
         trained_rows = self._gather((out["completion_mask"].sum(1) > 0).float()).bool().cpu()
         self._record_rollout(total, rows, trained_rows, generated, G)
         return out
@@ -264,6 +266,7 @@ class GrpoLabTrainer(GRPOTrainer):
             token_normaliser=token_normaliser, max_completion_length=self.max_completion_length,
             entropies=entropies, entropy_coef=self.entropy_coef_now, rewards=inputs.get("seq_rewards"),
             group_ids=inputs.get("group_ids"), gather=self._gather_valid if self.accelerator.num_processes > 1 else None,
+            positive=inputs.get("correct"),
         )
         if not torch.isfinite(loss):
             raise NonFiniteLossError(f"non-finite loss {loss.item()} at step {self.state.global_step}")
@@ -330,7 +333,8 @@ class GrpoLabTrainer(GRPOTrainer):
         """One micro-batch of value regression to the GAE targets; the critic's own optimizer
         steps once per gradient-accumulation window."""
         from .critic import value_loss
-        loss = value_loss(self._critic_values(inputs, grad=True), inputs["returns"], inputs["completion_mask"])
+        loss = value_loss(self._critic_values(inputs, grad=True), inputs["returns"], inputs["completion_mask"],
+                          inputs.get("old_values"), self.spec.value_clip)
         (loss / self.current_gradient_accumulation_steps).backward()
         self._critic_micro_steps += 1
         if self._critic_micro_steps % self.current_gradient_accumulation_steps == 0:

@@ -81,13 +81,16 @@ def compute_advantages(spec: MethodSpec, rewards: torch.Tensor, group_size: int,
 
 
 def gae_advantages(spec: MethodSpec, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
-                   token_penalty: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                   token_penalty: torch.Tensor | None = None, reduce=None) -> tuple[torch.Tensor, torch.Tensor]:
     """Critic axis: (per-token advantages, value targets) for rows whose critic values are
     ``values`` (N, T); rewards (N,) or (N, K) summed with the reward weights. VAPO's
     length-adaptive lambda when ``spec.gae_length_alpha`` > 0, else ``spec.gae_lambda``."""
     r = combine_rewards(rewards, spec.reward_weights)
     lam = adv.length_adaptive_lambda(mask, spec.gae_length_alpha) if spec.gae_length_alpha > 0 else spec.gae_lambda
-    return adv.gae(r, values, mask, spec.gae_gamma, lam, spec.gae_lambda_critic, token_penalty)
+    advantages, returns = adv.gae(r, values, mask, spec.gae_gamma, lam, spec.gae_lambda_critic, token_penalty)
+    if spec.whiten_advantages:   # (A - mean) / std over the valid tokens of the (global, via ``reduce``) batch
+        advantages = adv.whiten_tokens(advantages, mask, reduce=reduce)
+    return advantages, returns
 
 
 def entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, top_quantile: float, gather=None) -> torch.Tensor:
@@ -113,7 +116,8 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
                 mask: torch.Tensor, ref_logp: torch.Tensor | None = None, *, token_normaliser=None,
                 max_completion_length: int | None = None, entropies: torch.Tensor | None = None,
                 entropy_coef: float | None = None, rewards: torch.Tensor | None = None,
-                group_ids: torch.Tensor | None = None, generator: torch.Generator | None = None, gather=None):
+                group_ids: torch.Tensor | None = None, generator: torch.Generator | None = None, gather=None,
+                positive: torch.Tensor | None = None):
     """Loss of one micro-batch (before gradient-accumulation scaling) and its statistics.
 
     logp, old_logp, ref_logp, mask, entropies: (B, T); advantages (B,) or (B, T). The loss is
@@ -150,12 +154,25 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
         loss = L.aggregate(per_token, mask, spec.aggregation, token_normaliser, max_completion_length)
         if kl is not None:
             stats["kl"] = _masked_mean(kl.detach(), mask)
+    if spec.positive_lm_coef > 0:
+        loss = loss + spec.positive_lm_coef * _positive_nll(logp, mask, positive, stats)
     if entropies is not None:
         stats["entropy"] = _masked_mean(entropies.detach(), mask)
         if entropy_coef:
             loss = loss - entropy_coef * (entropies * eff_mask).sum() / eff_mask.sum().clamp(min=1.0)
     _clip_stats(spec, coef.detach(), A, old_logp, mask, stats)
     return loss, stats
+
+
+def _positive_nll(logp, mask, positive, stats) -> torch.Tensor:
+    """VAPO's positive-example LM loss: -sum log pi over the tokens of correct completions /
+    their token count (in this micro-batch); ``positive`` (B,) marks correct completions."""
+    if positive is None:
+        raise ValueError("positive_lm_coef > 0 needs which completions are correct (positive)")
+    pos = mask * positive.view(-1, 1).to(mask.dtype)
+    n = pos.sum()
+    stats["lm/positive_nll"] = float((-(logp.detach() * pos).sum() / n)) if n > 0 else float("nan")
+    return -(logp * pos).sum() / n.clamp(min=1.0)
 
 
 def _surrogate(spec, logp, log_ratio, A, mask, stats, generator):
