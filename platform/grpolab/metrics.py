@@ -114,9 +114,10 @@ DEFINITIONS: dict[str, str] = {
     "sampling/kept_fraction": "dynamic sampling: trained groups / generated groups; filter mode: informative groups / groups",
     "sampling/filled_groups": "dynamic sampling: groups without variance used as fill-ins at the round cap",
     "sampling/discarded_tokens": "dynamic sampling: completion tokens generated but dropped (included in tokens/*)",
-    "rewards/<reward function>/mean": "generated (this process's rows): mean of one reward function's output "
-                                      "(TRL's report; the functions are the task's components and `overlong`)",
-    "rewards/<reward function>/std": "generated (this process's rows): std of one reward function's output (TRL's report)",
+    "rewards/<reward function>/mean": "generated: mean of one reward function's output over every generated "
+                                      "completion (TRL's report, gathered over processes, averaged over dynamic-"
+                                      "sampling rounds); the functions are the task's components and `overlong`",
+    "rewards/<reward function>/std": "generated: std of one reward function's output (TRL's report, as above)",
     "loss": "the optimised loss of the optimizer step (TRL's report, averaged over processes)",
     "grad_norm": "gradient norm before clipping at the optimizer step (TRL's report)",
     "learning_rate": "learning rate at the optimizer step",
