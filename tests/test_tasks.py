@@ -87,6 +87,7 @@ def test_every_task_target_is_verified_correct():
 def test_local_jsonl_dataset_task(tmp_path):
     import json
     from grpolab.errors import ConfigError
+    from grpolab.tasks import make_task
     path = tmp_path / "data.jsonl"
     path.write_text("\n".join(json.dumps({"prompt": f"{i}*2=", "answer": str(2 * i)}) for i in range(40)))
     t = make_task("local_dataset", path=str(path), eval_fraction=0.25)
@@ -96,7 +97,7 @@ def test_local_jsonl_dataset_task(tmp_path):
     e = train[0]
     assert t.is_correct(e, e.answer) and not t.is_correct(e, e.answer + "1")
     assert t.target(e, random.Random(0)) == e.answer and t.max_completion_length == 2 + 4
-    with pytest.raises(ConfigError, match="needs string fields prompt and answer"):
+    with pytest.raises(ConfigError, match="task.prompt_field: column 'prompt' is not in"):
         bad = tmp_path / "bad.jsonl"
         bad.write_text('{"question": "x"}\n' * 5)
         make_task("local_dataset", path=str(bad))

@@ -29,7 +29,9 @@ from .errors import ConfigError
 from .methods import METHODS, get_method
 from .spec import MethodSpec, build_spec
 from .world.models import PRESETS
-from .world.tasks import TASKS, make_task
+from .pretrained import PRETRAINED, check_model_path, preset_file
+from .tasks import TASK_NAMES as TASKS
+from .tasks import make_task, spec_with_task_weights
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,7 @@ def build_config(data: dict) -> RunConfig:
     if not isinstance(task_raw, dict) or "name" not in task_raw:
         raise ConfigError(f"task: expected a mapping with a name; valid names: {', '.join(TASKS)}")
     task_obj = make_task(task_raw["name"], **{k: v for k, v in task_raw.items() if k != "name"})
+    spec = spec_with_task_weights(spec, task_obj)   # task.rewards[].weight -> method.reward_weights
     seed = data.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ConfigError(f"seed: expected a non-negative integer, got {seed!r}")
@@ -213,11 +216,13 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
         raise ConfigError(f"train: prompts_per_rollout x group_size = {rollout} completions must split evenly into "
                           f"minibatches x grad_accum = {t.minibatches * t.grad_accum} micro-batches")
     if (m.preset is None) == (m.path is None):
-        raise ConfigError(f"model: give exactly one of model.preset ({', '.join(PRESETS)}) or model.path")
-    if m.preset is not None and m.preset not in PRESETS:
-        raise ConfigError(f"model.preset: unknown preset {m.preset!r}; valid: {', '.join(PRESETS)}")
-    if m.path is not None and not (Path(m.path) / "config.json").exists():
-        raise ConfigError(f"model.path: {m.path!r} is not a local model directory (no config.json)")
+        raise ConfigError(f"model: give exactly one of model.preset ({', '.join([*PRESETS, *PRETRAINED])}) or model.path")
+    if m.preset is not None and m.preset not in PRESETS and m.preset not in PRETRAINED:
+        raise ConfigError(f"model.preset: unknown preset {m.preset!r}; valid: {', '.join([*PRESETS, *PRETRAINED])}")
+    if m.path is not None:
+        check_model_path(m.path)   # a local Hugging Face directory or a .gguf file
+    if m.preset in PRETRAINED:
+        preset_file(m.preset)      # the pip package that ships its weights is installed
     low, high = cfg.warm_start.band
     if not 0 <= low < high <= 1:
         raise ConfigError(f"warm_start.band: need 0 <= low < high <= 1, got {list(cfg.warm_start.band)}")

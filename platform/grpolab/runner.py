@@ -20,7 +20,7 @@ from .state import state_dir as default_state_dir
 from .tracking import RunKilled, RunRecorder, git_commit
 from .world.generation import evaluate
 from .world.models import load_model
-from .world.tasks import make_task
+from .tasks import log_eval_samples, make_task, render_examples
 from .world.warmstart import WarmStartConfig, warm_start
 
 log = logging.getLogger(__name__)
@@ -87,6 +87,10 @@ def _eval_metrics(result) -> dict:
 
 
 def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
+    from .pretrained import resolve_pretrained
+    pretrained = resolve_pretrained(cfg.model.preset, cfg.model.path, state / "models")  # GGUF: converted once
+    if pretrained is not None:
+        return pretrained
     if cfg.model.path is not None:
         return Path(cfg.model.path), {"source": "path"}
     ws = cfg.warm_start
@@ -132,7 +136,9 @@ def _reward_funcs(task, examples, spec, max_len: int):
             return [task.score(examples[i], c)[name] for i, c in zip(idx, completions)]
         fn.__name__ = name
         return fn
-    funcs = [component(n) for n in task.reward_names]
+    # tasks built from parts score each named reward once per completion, with failure accounting
+    funcs = task.reward_funcs(examples, max_len) if hasattr(task, "reward_funcs") else [
+        component(n) for n in task.reward_names]
     if spec.soft_overlong:
         from .algorithms import soft_overlong_penalty
 
@@ -198,6 +204,7 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
         model_dir, ws_record = _resolve_model(cfg, task, state)
         model, tokenizer = load_model(model_dir)
         train, held_out = task.splits(cfg.seed, cfg.train.n_train_prompts, cfg.eval.prompts)
+        train, held_out = render_examples(task, train, tokenizer), render_examples(task, held_out, tokenizer)
         dataset = datasets.Dataset.from_dict({"prompt": [e.prompt for e in train], "idx": list(range(len(train)))})
         max_len = cfg.train.max_completion_length or task.max_completion_length
         evals: dict[int, dict] = {}
@@ -210,6 +217,7 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
             evals[step] = _eval_metrics(result)
             if recorder:
                 recorder.log_metrics(evals[step], step=step)
+                log_eval_samples(recorder, task, result.samples, held_out, step)   # MLflow table eval_samples.json
             if eval_hook is not None:
                 eval_hook(step, evals[step])  # e.g. Optuna's report / prune
 

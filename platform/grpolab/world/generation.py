@@ -61,7 +61,8 @@ def evaluate(model, tokenizer, task: Task, examples: list[Example], k: int,
             hits = [task.is_correct(ex, t) for t in texts[i * k:(i + 1) * k]]
             correct_counts.append(sum(hits))
             if len(samples) < keep_samples:
-                samples.append({"prompt": ex.prompt, "answer": ex.answer, "completion": texts[i * k], "correct": hits[0]})
+                samples.append({"prompt": ex.prompt, "answer": ex.answer, "completion": texts[i * k], "correct": hits[0],
+                                "index": start + i, "length": lens[i * k]})
         greedy_texts, _ = sample(model, tokenizer, prompts, 1, cap, greedy=True)
         greedy_hits += sum(task.is_correct(ex, t) for ex, t in zip(chunk, greedy_texts))
     n = max(len(examples), 1)

@@ -11,7 +11,6 @@ import hashlib
 import random
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from ..errors import ConfigError
@@ -36,16 +35,9 @@ class Task:
     _target: Callable[[Example, random.Random, dict], str]
     _score: Callable[[Example, str, dict], dict[str, float]]
     _correct: Callable[[Example, str], bool]
-    rows: tuple = ()              # a fixed local dataset; empty for generated tasks
 
     def splits(self, seed: int, n_train: int, n_eval: int) -> tuple[list[Example], list[Example]]:
-        """(train, eval): eval drawn first from its own stream, train excludes eval prompts.
-        A local dataset is shuffled by the seed and its first ``eval_fraction`` is held out."""
-        if self.rows:
-            order = list(self.rows)
-            random.Random(f"local-{seed}").shuffle(order)
-            k = max(1, int(len(order) * self.params["eval_fraction"]))
-            return order[k:][:n_train], order[:k]
+        """(train, eval): eval drawn first from its own stream, train excludes eval prompts."""
         eval_rng, train_rng = random.Random(f"{self.name}-eval-{seed}"), random.Random(f"{self.name}-train-{seed}")
         eval_set = _unique(lambda: self._generate(eval_rng, self.params), n_eval, exclude=set())
         train_set = _unique(lambda: self._generate(train_rng, self.params), n_train, exclude={e.prompt for e in eval_set})
@@ -210,51 +202,11 @@ TASKS: dict[str, tuple] = {
 }
 
 
-def _load_rows(path: str) -> list[Example]:
-    """A local JSONL file with one {"prompt": ..., "answer": ...} object per line."""
-    import json
-    rows = []
-    try:
-        lines = Path(path).read_text().splitlines()
-    except OSError as exc:
-        raise ConfigError(f"task.path: cannot read {path!r}: {exc.strerror}") from None
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError:
-            raise ConfigError(f"task.path: line {i + 1} of {path!r} is not JSON") from None
-        if not isinstance(item, dict) or not {"prompt", "answer"} <= set(item):
-            raise ConfigError(f"task.path: line {i + 1} of {path!r} needs string fields prompt and answer")
-        rows.append(Example(str(item["prompt"]), str(item["answer"]), {}))
-    if len(rows) < 4:
-        raise ConfigError(f"task.path: {path!r} holds {len(rows)} examples; at least 4 are needed")
-    return rows
-
-
-def local_dataset_task(path: str, eval_fraction: float = 0.1) -> Task:
-    """Any local JSONL dataset with exact-match answers (after stripping whitespace): the
-    held-out split is a seeded ``eval_fraction`` of the rows, disjoint from training."""
-    if not isinstance(path, str) or not 0 < float(eval_fraction) < 1:
-        raise ConfigError("task: local_dataset needs path (a JSONL file) and 0 < eval_fraction < 1")
-    rows = _load_rows(path)
-    longest = max(len(r.answer) for r in rows)
-
-    return Task("local_dataset", {"path": path, "eval_fraction": float(eval_fraction)}, ("correct",), longest + 4,
-                None, _answer_only, _correct_only(_exact), _exact, rows=tuple(rows))
-
-
 def make_task(name: str, **params) -> Task:
     """Build a task by name; unknown names or parameters raise ConfigError naming the valid ones."""
-    if name == "local_dataset":
-        unknown = set(params) - {"path", "eval_fraction"}
-        if unknown or "path" not in params:
-            raise ConfigError("task: local_dataset takes path (required) and eval_fraction; "
-                              f"got {sorted(params)}")
-        return local_dataset_task(**params)
     if name not in TASKS:
-        raise ConfigError(f"task.name: unknown task {name!r}; valid: {', '.join(sorted(TASKS))}, local_dataset")
+        raise ConfigError(f"task.name: unknown task {name!r}; valid: {', '.join(sorted(TASKS))} "
+                          "(grpolab.tasks adds local_dataset and reasoning_gym)")
     defaults, rewards, max_len, gen, target, score, correct = TASKS[name]
     unknown = set(params) - set(defaults)
     if unknown:

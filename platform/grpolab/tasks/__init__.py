@@ -1,0 +1,110 @@
+"""The task registry: every ``task.name`` an experiment may use, built and validated here.
+
+- Toy tasks (``addition``, ``addition_scratchpad``, ``addition_format``, ``countdown``,
+  ``sorting``, ``random_reward``): the embedded offline world (``grpolab.world.tasks``), as
+  before: character-level prompts, exact verifiers, the fast default.
+- ``local_dataset``: your rows, from a local ``.jsonl``/``.json``/``.parquet``/``.csv`` file or
+  a ``datasets`` folder (``save_to_disk``). Keys: ``path``, ``prompt_field`` (prompt),
+  ``answer_field`` (answer), ``split`` (datasets folders only), ``eval_fraction`` (0.1),
+  ``reference_extract`` (none; ``hash`` takes GSM8K's "... #### 42" reference as ``42``).
+- ``reasoning_gym``: a procedural reasoning-gym dataset. Keys: ``dataset`` (e.g.
+  ``basic_arithmetic``, ``chain_sum``, ``gsm_symbolic``, ``countdown``), ``config`` (its
+  generator settings). Held-out and training examples come from different generator seeds.
+
+Keys shared by ``local_dataset`` and ``reasoning_gym`` (prompting.py, answers.py, rewards.py):
+``template`` (with ``{prompt}``), ``system``, ``chat`` (auto | true | false), ``extract``,
+``regex``, ``grade`` (math | numeric | exact | task), ``tolerance``, ``rewards`` (a list of
+named, weighted rewards, default ``[correctness]``), ``max_completion_length`` (tokens).
+"""
+
+from __future__ import annotations
+
+from ..errors import ConfigError
+from ..world import tasks as toy
+from .answers import make_extractor, make_grader
+from .prompting import Prompting
+from .rewards import parse_rewards
+from .verified import VerifiedTask, eval_sample_rows, log_eval_samples  # noqa: F401 - re-exported
+
+_SHARED = {"template": "{prompt}", "system": None, "chat": "auto", "extract": None, "regex": None, "grade": None,
+           "tolerance": 1e-6, "rewards": ["correctness"], "max_completion_length": None}
+# name -> (source keys and their defaults, default extractor, default grader, default template)
+SOURCES = {
+    "local_dataset": ({"path": None, "prompt_field": "prompt", "answer_field": "answer", "eval_fraction": 0.1,
+                       "split": None, "reference_extract": "none"}, "none", "exact", "{prompt}"),
+    "reasoning_gym": ({"dataset": None, "config": {}}, "answer_tag", "task",
+                      "{prompt}\n\nEnd your reply with the final answer inside <answer></answer> tags."),
+}
+TASK_NAMES = (*toy.TASKS, *SOURCES)
+
+
+def make_task(name: str, **params):
+    """Build a task by name; unknown names, keys or values raise ConfigError naming the key."""
+    if name in toy.TASKS:
+        return toy.make_task(name, **params)
+    if name not in SOURCES:
+        raise ConfigError(f"task.name: unknown task {name!r}; valid: {', '.join(TASK_NAMES)}")
+    source_defaults, extract, grade, template = SOURCES[name]
+    defaults = {**source_defaults, **_SHARED, "extract": extract, "grade": grade, "template": template}
+    unknown = set(params) - set(defaults)
+    if unknown:
+        raise ConfigError(f"task.{sorted(unknown)[0]}: not a key of task {name!r}; valid: {', '.join(defaults)}")
+    merged = {**defaults, **params}
+    required = "path" if name == "local_dataset" else "dataset"
+    if merged[required] is None:
+        raise ConfigError(f"task.{required}: required for task {name!r}")
+    source = _source(name, merged)
+    extractor = make_extractor(merged["extract"], merged["regex"])
+    tolerance = merged["tolerance"]
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)):
+        raise ConfigError(f"task.tolerance: expected a number, got {tolerance!r}")
+    grader = make_grader(merged["grade"], float(tolerance))
+    prompting = Prompting(merged["template"], merged["system"], merged["chat"])
+    rewards = parse_rewards(merged["rewards"])
+    return VerifiedTask(name, merged, source, prompting, extractor, merged["grade"], grader, rewards,
+                        _max_length(merged, source))
+
+
+def _source(name: str, p: dict):
+    from .sources import LocalSource, ReasoningGymSource
+    if name == "local_dataset":
+        return LocalSource(p["path"], p["prompt_field"], p["answer_field"], p["eval_fraction"], p["split"],
+                           p["reference_extract"])
+    return ReasoningGymSource(p["dataset"], p["config"])
+
+
+def _max_length(p: dict, source) -> int:
+    """The completion cap in tokens: task.max_completion_length, else the longest reference + 4
+    for exact whole-completion answers (the toy world's character tokens), else 256."""
+    value = p["max_completion_length"]
+    if value is not None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"task.max_completion_length: expected a positive integer, got {value!r}")
+        return value
+    if p["extract"] == "none" and hasattr(source, "examples"):
+        return max(len(e.answer) for e in source.examples) + 4
+    return 256
+
+
+def render_examples(task, examples: list, tokenizer) -> list:
+    """Examples with the model's input text as prompt (toy tasks' prompts are already that)."""
+    return task.render(examples, tokenizer) if hasattr(task, "render") else examples
+
+
+def spec_with_task_weights(spec, task):
+    """The method spec with the task's reward weights as ``reward_weights`` (one per component;
+    the method's soft-overlong component, when on, weighs 1). Weights given both in the task and
+    in ``method.reward_weights`` must agree; a weight list of the wrong length is an error."""
+    import dataclasses
+    n_components = len(task.reward_names) + (1 if spec.soft_overlong else 0)
+    task_weights = getattr(task, "reward_weights", None)
+    if task_weights is not None and any(w != 1.0 for w in task_weights):
+        weights = (*task_weights, *((1.0,) if spec.soft_overlong else ()))
+        if spec.reward_weights is not None and tuple(spec.reward_weights) != weights:
+            raise ConfigError(f"method.reward_weights: {list(spec.reward_weights)} conflicts with the weights of "
+                              f"task.rewards {list(weights)}; set weights in one place")
+        spec = dataclasses.replace(spec, reward_weights=weights)
+    if spec.reward_weights is not None and len(spec.reward_weights) != n_components:
+        raise ConfigError(f"method.reward_weights: {len(spec.reward_weights)} weights for {n_components} reward "
+                          f"components ({', '.join(task.reward_names)}{', overlong' if spec.soft_overlong else ''})")
+    return spec
