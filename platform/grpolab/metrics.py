@@ -118,6 +118,9 @@ DEFINITIONS: dict[str, str] = {
                                       "completion (TRL's report, gathered over processes, averaged over dynamic-"
                                       "sampling rounds); the functions are the task's components and `overlong`",
     "rewards/<reward function>/std": "generated: std of one reward function's output (TRL's report, as above)",
+    "rewards/<reward function>/failure_rate": "generated: fraction of the rollout's completions on which a task "
+                                              "reward (grpolab.tasks) raised, timed out or returned a non-number, "
+                                              "scored its on_error value instead (averaged over processes)",
     "loss": "the optimised loss of the optimizer step (TRL's report, averaged over processes)",
     "grad_norm": "gradient norm before clipping at the optimizer step (TRL's report)",
     "learning_rate": "learning rate at the optimizer step",
