@@ -27,7 +27,14 @@ def _cmd_run(args) -> int:
         cfg = load_experiment(args.experiment, args.overrides)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
-    result = run_experiment(cfg, state_dir(args.state))
+    state = state_dir(args.state)
+    resume = None
+    if args.resume or args.resume_run:  # continue the same MLflow run from its newest checkpoint
+        from .checkpoints import resume_target
+        from .tracking import client_for
+        resume = resume_target(client_for(state), cfg.tracking.experiment, f"{cfg.name}-s{cfg.seed}", state,
+                               args.resume_run)
+    result = run_experiment(cfg, state, resume_run_id=resume)
     summary = {
         "run_id": result.run_id, "status": result.status, "steps": result.steps,
         "wall_seconds": round(result.wall_seconds, 1),
@@ -113,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="train one experiment YAML and record it in MLflow")
     run.add_argument("experiment", help="path to experiments/<name>.yaml")
     run.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. train.steps=50 method.eps_high=0.28")
+    run.add_argument("--resume", action="store_true", help="continue the newest unfinished run of this experiment "
+                     "(same name and seed) from its last checkpoint, in the same MLflow run")
+    run.add_argument("--resume-run", metavar="RUN_ID", help="continue this MLflow run from its last checkpoint")
     run.set_defaults(func=_cmd_run)
     methods = sub.add_parser("methods", help="print the method registry as a table of methods by axes")
     methods.add_argument("--markdown", action="store_true", help="GitHub markdown instead of plain text")

@@ -25,6 +25,8 @@ from pathlib import Path
 
 import yaml
 
+from .engines import GenerationCfg, check_engines
+from .checkpoints import check_save_settings
 from .errors import ConfigError
 from .methods import METHODS, get_method
 from .spec import MethodSpec, build_spec
@@ -38,6 +40,7 @@ from .tasks import make_task, spec_with_task_weights
 class ModelCfg:
     preset: str | None = "tiny"        # a built-in size preset (tiny ~0.1M, small ~2M, medium ~20M)
     path: str | None = None            # or a local Hugging Face model directory (no warm start)
+    lora: dict | None = None           # {r, alpha, target_modules, dropout}: train a peft LoRA adapter only
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,12 @@ class TrainCfg:
     max_completion_length: int = 0     # 0: the task's own limit
     max_grad_norm: float = 1.0
     n_train_prompts: int = 4000
+    save_every: int = -1               # steps between checkpoints (a multiple of minibatches x num_iterations);
+                                       # -1: auto (~50, whole rollouts), 0: at the end only (checkpoints.py)
+    keep_checkpoints: int = 2          # newest complete checkpoints kept per run
+    dtype: str = "fp32"                # fp32 | bf16 | fp16 mixed precision (fp32 master weights; engines.py)
+    gradient_checkpointing: bool = False
+    cast_lm_head_to_fp32: bool = False # TRL's ScaleRL option: lm head and log-probs in fp32 under bf16/fp16
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,7 @@ class RunConfig:
     train: TrainCfg
     eval: EvalCfg
     tracking: TrackingCfg
+    generation: GenerationCfg = GenerationCfg()
     seed: int = 0
     warnings: tuple = field(default=())
 
@@ -108,7 +118,8 @@ class RunConfig:
         return self.train.minibatches > 1 or self.train.num_iterations > 1
 
 
-_SECTIONS = {"model": ModelCfg, "warm_start": WarmStartCfg, "train": TrainCfg, "eval": EvalCfg, "tracking": TrackingCfg}
+_SECTIONS = {"model": ModelCfg, "warm_start": WarmStartCfg, "train": TrainCfg, "eval": EvalCfg, "tracking": TrackingCfg,
+             "generation": GenerationCfg}
 _TOP_KEYS = ("name", "seed", "method", "task", *_SECTIONS)
 
 
@@ -127,6 +138,10 @@ def _section(cls, data, prefix: str):
 
 
 def _typed(key: str, value, type_name: str, default):
+    if type_name.startswith("dict"):
+        if not (isinstance(value, dict) or (value is None and "None" in type_name)):
+            raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__} {value!r}")
+        return value
     if type_name == "tuple":
         if not isinstance(value, (list, tuple)) or len(value) != 2:
             raise ConfigError(f"{key}: expected a [low, high] pair, got {value!r}")
@@ -245,7 +260,8 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     max_len = t.max_completion_length or task.max_completion_length
     if s.soft_overlong and s.overlong_buffer >= max_len:
         raise ConfigError(f"method.overlong_buffer ({s.overlong_buffer}) must be smaller than the completion cap ({max_len})")
-    notes = []
+    check_save_settings(t)
+    notes = check_engines(cfg)
     from .regime import inert_notes
     notes += inert_notes(cfg)   # each axis value declares one requirement (regime.py); unmet: inert, warned once
     return notes

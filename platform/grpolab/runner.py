@@ -15,6 +15,7 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
+from . import checkpoints, engines
 from .config import RunConfig
 from .state import state_dir as default_state_dir
 from .tracking import RunKilled, RunRecorder, git_commit
@@ -117,7 +118,8 @@ def _grpo_args(cfg: RunConfig, task, output_dir: Path):
                           f"{world} processes")
     micro = t.prompts_per_rollout * t.group_size // (t.minibatches * t.grad_accum * world)   # the same global batch
     return GRPOConfig(
-        output_dir=str(output_dir), report_to="none", logging_steps=1, save_strategy="no",
+        output_dir=str(output_dir), report_to="none", logging_steps=1,
+        save_strategy="steps" if checkpoints.save_interval(t) else "no", save_steps=checkpoints.save_interval(t) or 500,
         max_steps=t.steps, per_device_train_batch_size=micro, gradient_accumulation_steps=t.grad_accum,
         steps_per_generation=t.minibatches * t.grad_accum, num_iterations=t.num_iterations,
         num_generations=t.group_size, max_completion_length=t.max_completion_length or task.max_completion_length,
@@ -126,7 +128,7 @@ def _grpo_args(cfg: RunConfig, task, output_dir: Path):
         # beta and mask_truncated_completions are set from the spec by GrpoLabTrainer itself.
         loss_type="grpo", scale_rewards="group",
         use_cpu=not torch.cuda.is_available(), disable_tqdm=True, log_completions=False,
-        remove_unused_columns=False, bf16=False, fp16=False,
+        remove_unused_columns=False, **engines.grpo_kwargs(cfg),
     )
 
 
@@ -178,9 +180,11 @@ def _sigterm_as_killed():
 
 def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str | None = None,
                    extra_tags: dict | None = None, callbacks: list | None = None,
-                   on_trainer=None, eval_hook=None, on_run=None) -> RunResult:
+                   on_trainer=None, eval_hook=None, on_run=None,
+                   resume_run_id: str | None = None) -> RunResult:
     """Train one experiment end to end and record it; returns its result (raises on failure,
-    after the MLflow run has been ended FAILED or KILLED)."""
+    after the MLflow run has been ended FAILED or KILLED). ``resume_run_id``: continue that
+    MLflow run from its newest complete checkpoint (checkpoints.py)."""
     import datasets
 
     from .trainer import GrpoLabTrainer
@@ -188,10 +192,15 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
     state = Path(state or default_state_dir())
     task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
     recorder = None
+    resume_from = checkpoints.check_resume(state, resume_run_id, cfg.resolved()) if resume_run_id else None
+    resume_step = checkpoints.checkpoint_step(resume_from) if resume_from else None  # (rotation may delete it later)
     if cfg.tracking.enabled and _rank() == 0:   # several processes: one MLflow run, on rank 0
         recorder = RunRecorder(state, cfg.tracking.experiment, f"{cfg.name}-s{cfg.seed}",
                                {**_run_tags(cfg, task), **(extra_tags or {})}, cfg.resolved(),
-                               cfg.tracking.flush_every, parent_run_id)
+                               cfg.tracking.flush_every, parent_run_id, resume_run_id=resume_run_id)
+    out_dir = checkpoints.run_dir(state, checkpoints.shared_run_folder(recorder.run_id if recorder else None))
+    if resume_from is None and _rank() == 0:
+        checkpoints.write_config(out_dir, cfg.resolved())
     if recorder and on_run is not None:
         on_run(recorder.run_id)
     started = time.perf_counter()
@@ -203,6 +212,7 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
             recorder.set_tags({"grpolab.inert": ",".join(inert_settings(cfg)) or "none"})
         model_dir, ws_record = _resolve_model(cfg, task, state)
         model, tokenizer = load_model(model_dir)
+        engines.check_model(model.config, cfg, str(model_dir))
         train, held_out = task.splits(cfg.seed, cfg.train.n_train_prompts, cfg.eval.prompts)
         train, held_out = render_examples(task, train, tokenizer), render_examples(task, held_out, tokenizer)
         dataset = datasets.Dataset.from_dict({"prompt": [e.prompt for e in train], "idx": list(range(len(train)))})
@@ -222,24 +232,37 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
                 eval_hook(step, evals[step])  # e.g. Optuna's report / prune
 
         callback = TrackingCallback(recorder, run_eval, cfg.eval.every, cfg.tracking.samples)
+        saver = checkpoints.CheckpointCallback(cfg.train.keep_checkpoints, recorder)
         trainer = GrpoLabTrainer(
             model=model, reward_funcs=_reward_funcs(task, train, cfg.spec, max_len),
-            args=_grpo_args(cfg, task, state / "runs" / f"{cfg.name}-s{cfg.seed}"), train_dataset=dataset,
-            processing_class=tokenizer, callbacks=[callback, *(callbacks or [])], spec=cfg.spec, task=task, examples=train,
+            args=_grpo_args(cfg, task, out_dir), train_dataset=dataset, peft_config=engines.peft_config(cfg.model.lora),
+            processing_class=tokenizer, callbacks=[callback, saver, *(callbacks or [])], spec=cfg.spec, task=task,
+            examples=train,
         )
-        if cfg.spec.needs_reference and trainer.ref_model is None:
+        if cfg.spec.needs_reference and trainer.ref_model is None and cfg.model.lora is None:  # LoRA: adapter off
             raise RuntimeError("the method needs a reference model but TRL did not build one")
-        callback.trainer = trainer
+        callback.trainer = saver.trainer = trainer
         if on_trainer is not None:
             on_trainer(trainer)
         trainer.remove_callback(PrinterCallback)  # it prints every raw log dict; grpolab prints a summary
-        run_eval(0)
-        trainer.train()
+        if resume_from is None:
+            run_eval(0)
+        else:  # the curves so far come from the store; grpolab's own trainer state from the checkpoint
+            checkpoints.load_extra_state(trainer, resume_from)
+            if recorder:
+                evals, callback.curves = checkpoints.resume_history(recorder, resume_step)
+        trainer.train(resume_from_checkpoint=str(resume_from) if resume_from else None)
         run_eval(trainer.state.global_step)
+        final_dir = checkpoints.save_final(trainer, out_dir)
         if recorder:
             recorder.log_json({"warm_start": ws_record, "model_dir": str(model_dir)}, "warm_start.json")
             recorder.log_json(cfg.resolved(), "config.json")
             recorder.log_json(callback.samples, "samples.json")
-            recorder.set_tags({"grpolab.wall_seconds": round(time.perf_counter() - started, 1)})
+            recorder.set_tags({"grpolab.wall_seconds": round(time.perf_counter() - started, 1),
+                               "grpolab.final_model": str(final_dir.resolve()), "grpolab.run_dir": str(out_dir.resolve())})
+            if resume_from is not None:
+                recorder.set_tags({"grpolab.resume.from_step": resume_step,
+                                   "grpolab.resume.skipped_points": recorder.skipped_points,
+                                   "grpolab.resume.differing_points": recorder.differing_points})
     return RunResult(recorder.run_id if recorder else None, "FINISHED", evals, callback.curves,
                      trainer.state.global_step, time.perf_counter() - started, ws_record)

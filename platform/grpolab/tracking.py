@@ -83,9 +83,19 @@ class RunRecorder:
     """One MLflow run. Use as a context manager: the exit decides the final status."""
 
     def __init__(self, state_dir: Path, experiment: str, run_name: str, tags: dict, params: dict,
-                 flush_every: int = 20, parent_run_id: str | None = None):
+                 flush_every: int = 20, parent_run_id: str | None = None, resume_run_id: str | None = None):
         self.client = client_for(state_dir)
         self.experiment_id = ensure_experiment(self.client, experiment, state_dir)
+        self.stored_points: dict[tuple[str, int], float] = {}   # resumed run: points already in the store
+        self.skipped_points = self.differing_points = 0
+        if resume_run_id is not None:  # continue a run from its checkpoint (checkpoints.py): same id, same params
+            self.run_id, self.flush_every = resume_run_id, flush_every
+            self._buffer, self._pending, self._last_flush_step, self.log_seconds = [], [], 0, 0.0
+            self.client.update_run(resume_run_id, status="RUNNING")
+            from .checkpoints import stored_points
+            self.stored_points = {(k, step): v for k, pts in stored_points(self.client, resume_run_id).items()
+                                  for step, v in pts}
+            return
         all_tags = dict(tags)
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
@@ -106,6 +116,12 @@ class RunRecorder:
             if key in DROPPED or key.startswith("completions/"):
                 continue
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                stored = self.stored_points.get((clean_metric_name(key), step))
+                if stored is not None:  # first write wins (checkpoints.py); count re-computed values that differ
+                    self.skipped_points += 1
+                    self.differing_points += "time" not in key and not math.isclose(  # wall-clock keys differ
+                        stored, float(value), rel_tol=1e-5, abs_tol=1e-7)
+                    continue
                 self._buffer.append(Metric(clean_metric_name(key), float(value), now, step))
         if step - self._last_flush_step >= self.flush_every:
             self.flush()

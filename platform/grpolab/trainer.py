@@ -267,6 +267,7 @@ class GrpoLabTrainer(GRPOTrainer):
             entropies=entropies, entropy_coef=self.entropy_coef_now, rewards=inputs.get("seq_rewards"),
             group_ids=inputs.get("group_ids"), gather=self._gather_valid if self.accelerator.num_processes > 1 else None,
             positive=inputs.get("correct"),
+            sampling_weights=inputs.get("importance_sampling_ratio"),  # TRL's vLLM correction (engines.py)
         )
         if not torch.isfinite(loss):
             raise NonFiniteLossError(f"non-finite loss {loss.item()} at step {self.state.global_step}")

@@ -117,14 +117,18 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
                 max_completion_length: int | None = None, entropies: torch.Tensor | None = None,
                 entropy_coef: float | None = None, rewards: torch.Tensor | None = None,
                 group_ids: torch.Tensor | None = None, generator: torch.Generator | None = None, gather=None,
-                positive: torch.Tensor | None = None):
+                positive: torch.Tensor | None = None,
+                sampling_weights: torch.Tensor | None = None):
     """Loss of one micro-batch (before gradient-accumulation scaling) and its statistics.
 
     logp, old_logp, ref_logp, mask, entropies: (B, T); advantages (B,) or (B, T). The loss is
     surrogate(ratio) [+ beta * KL (times rho if kl_ratio_correction) when kl_placement == "loss"] aggregated per ``spec.aggregation``
     [- entropy_coef * mean entropy]. Stats: clip fractions (low: rho < 1 - eps_low with A < 0;
     high: rho > 1 + eps_high with A > 0; region: either), mean old-policy probability of
-    high-clipped tokens, KL, entropy, and the method's own selection counts."""
+    high-clipped tokens, KL, entropy, and the method's own selection counts.
+    ``sampling_weights`` (B, T) or (B, 1): the importance weight w of a sampler that is not the
+    trained policy (vLLM: w = pi_train / pi_vllm, truncated or masked, engines.py); every
+    per-token term is multiplied by w before aggregation, as TRL does."""
     mask = mask.to(logp.dtype)
     A = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
     stats: dict[str, float] = {}
@@ -136,6 +140,8 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
         stats["entropy/kept_fraction"] = _masked_mean(eff_mask, mask)
     log_ratio = logp - old_logp
     if spec.surrogate == "group_dpo":
+        if sampling_weights is not None:
+            raise ValueError("group_dpo has no per-token loss to re-weight: set generation.is_correction=none")
         if ref_logp is None or rewards is None or group_ids is None:
             raise ValueError("group_dpo needs ref_logp, rewards and group_ids")
         loss, pairs = L.group_dpo_loss(logp, ref_logp, eff_mask, rewards, group_ids, spec.dpo_beta)
@@ -151,6 +157,8 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
             # on every valid token, also when top-entropy selection masks the policy gradient (as TRL);
             # the ratio correction gives the unbiased reverse-KL gradient off-policy; it changes it on-policy too
             per_token = per_token + spec.kl_coef * (kl * coef if spec.kl_ratio_correction else kl)
+        if sampling_weights is not None:
+            per_token = per_token * sampling_weights.to(per_token.dtype)
         loss = L.aggregate(per_token, mask, spec.aggregation, token_normaliser, max_completion_length)
         if kl is not None:
             stats["kl"] = _masked_mean(kl.detach(), mask)
