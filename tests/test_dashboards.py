@@ -110,3 +110,74 @@ def test_dashboard_of_chosen_runs_and_no_runs_error(ladder, shared_state, tmp_pa
     assert "Policy entropy" in meta["panels"] and len(meta["runs"]) == 2
     with pytest.raises(ConfigError, match="give a study file or --runs"):
         build_dashboard(shared_state, tmp_path / "x.html")
+
+
+def _self_check(page: Path, profile: Path) -> dict:
+    dom = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=120)
+    check = json.loads(re.search(r'<pre id="grpolab-self-check">([^<]*)</pre>', dom.stdout).group(1))
+    assert check["errors"] == []
+    return {p["panel"]: p for p in check["panels"]}
+
+
+def test_x_axes_seed_lines_and_clipped_ci_bars_in_chromium(ladder, shared_state, tmp_path):
+    layout = tmp_path / "axes.yaml"
+    layout.write_text(yaml.safe_dump({"seeds": "both", "panels": [
+        {"title": "pass by step", "metric": "eval/pass_at_1", "x": "steps"},
+        {"title": "entropy by tokens", "metric": "entropy", "x": "tokens"},
+        {"title": "reward by seconds", "metric": "reward/mean", "x": "seconds"}]}))
+    out = build_dashboard(shared_state, tmp_path / "out" / "axes.html", str(ladder), layout_path=str(layout),
+                          plotlyjs="shared")
+    assert out.stat().st_size < 1_000_000 and re.search(r'<script src="plotly-[\d.]+\.min\.js">', out.read_text())
+    panels = _self_check(out, tmp_path / "profile")
+    # expected x extents straight from MLflow
+    client = MlflowClient(tracking_uri(shared_state))
+    runs = data.study_runs(shared_state, "dash_ladder")
+    tokens_max, seconds_max = 0.0, 0.0
+    for rid in runs.run_id:
+        last_entropy = max(m.step for m in client.get_metric_history(rid, "entropy"))
+        tokens = [m.value for m in client.get_metric_history(rid, "tokens/cumulative") if m.step <= last_entropy]
+        tokens_max = max(tokens_max, max(tokens))
+        stamps = [m.timestamp for k in ("eval/pass_at_1", "entropy", "reward/mean") for m in client.get_metric_history(rid, k)]
+        rewards = [m.timestamp for m in client.get_metric_history(rid, "reward/mean")]
+        seconds_max = max(seconds_max, (max(rewards) - min(stamps)) / 1000)
+    steps, tok, sec = panels["pass by step"], panels["entropy by tokens"], panels["reward by seconds"]
+    assert steps["xTitle"] == "optimizer step" and steps["xMax"] == 4
+    assert tok["xTitle"].startswith("completion tokens") and tok["xMax"] == pytest.approx(tokens_max)
+    assert sec["xTitle"].startswith("wall-clock seconds") and sec["xMax"] == pytest.approx(seconds_max, abs=1e-3)
+    assert tokens_max > 4 and 0 < seconds_max < 600
+    for p in (steps, tok, sec):
+        assert p["seedLines"] == 4 and p["rendered"], p                 # 2 rungs x 2 seeds
+    ablation = panels["Ablation table"]
+    toy = next(b for b in ablation["errorBars"] if b["meta"] == "toy")
+    assert 0 <= toy["low"] and toy["high"] <= 1                           # pass@1 CIs stay inside [0, 1]
+    assert ablation["yAxes"] == 2 and ablation["overlaying"] == 0         # published: own panel, own axis
+    assert panels["Paired delta vs previous rung"]["errorBars"][0]["meta"] == "delta"
+
+
+def test_ci_bars_are_cut_at_the_metric_range():
+    from grpolab.dashboard_figures import ablation_figure, clipped_error, metric_range
+    assert metric_range("final:eval/pass_at_1") == (0.0, 1.0) and metric_range("tail:length/incorrect")[0] == 0.0
+    plus, minus = clipped_error([0.9, 0.05, 0.5, 0.4], [0.3, 0.2, float("nan"), 0.1], 0.0, 1.0)
+    assert plus == pytest.approx([0.1, 0.2, 0.0, 0.1]) and minus == pytest.approx([0.3, 0.05, 0.0, 0.1])
+    import pandas as pd
+    table = pd.DataFrame({"rung": ["a", "b"], "mean": [0.95, 0.02], "ci95": [0.4, 0.5], "published": [30.0, 38.0]})
+    fig = ablation_figure(table, "final:eval/pass_at_1", "paper")
+    toy, published = fig.data
+    assert list(toy.error_y.array) == pytest.approx([0.05, 0.5]) and list(toy.error_y.arrayminus) == pytest.approx([0.4, 0.02])
+    assert published.yaxis == "y2" and fig.layout.yaxis2.overlaying is None
+
+
+def test_latex_table_compiles_with_pdflatex(ladder, shared_state, tmp_path):
+    from grpolab.results import study_table
+    body = study_table(str(ladder), shared_state, None, "latex")
+    assert r"dash\_ladder" in body and r"95\%" in body                  # the caption's _ and % are escaped
+    doc = tmp_path / "table.tex"
+    doc.write_text("\\documentclass{article}\n\\usepackage{booktabs}\n\\begin{document}\n" + body + "\n\\end{document}\n")
+    exe = shutil.which("pdflatex")
+    if exe is None:
+        pytest.fail("pdflatex is not installed: `make test` installs texlive-latex-base and texlive-latex-recommended")
+    done = subprocess.run([exe, "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert (tmp_path / "table.pdf").stat().st_size > 1000

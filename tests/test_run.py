@@ -63,7 +63,8 @@ def test_short_run_records_every_curve_tag_param_and_artifact(shared_state):
     for key in ("grpolab.method", "grpolab.spec_hash", "grpolab.git_commit", "grpolab.seed", "versions.torch",
                 "versions.trl", "versions.transformers", "grpolab.overrides"):
         assert tags.get(key), key
-    assert tags["grpolab.method"] == "grpo" and tags["versions.trl"] == "1.16.0"
+    assert tags["grpolab.method"] == "grpo + eps_low=0.02, eps_high=0.02" and tags["grpolab.method_base"] == "grpo"
+    assert tags["versions.trl"] == "1.16.0" and tags["mlflow.source.git.commit"] == tags["grpolab.git_commit"]
     assert run.data.params["method.eps_high"] == "0.02" and run.data.params["train.minibatches"] == "2"
     artifacts = {a.path for a in c.list_artifacts(result.run_id)}
     assert {"config.json", "samples.json", "warm_start.json"} <= artifacts

@@ -5,6 +5,10 @@ tracking: the same run with MLflow tracking on and off, alternating; reports the
 trainer:  grpolab's GrpoLabTrainer (GRPO spec) against stock TRL GRPOTrainer (loss_type grpo,
           beta 0.04) on the same data and weights, alternating in one process; reports the
           step-time ratio.
+workers:  rows per minute of the same small study with 1 and with 2 worker processes, and their
+          ratio (bench_workers.py).
+cli:      seconds from starting `grpolab` to its answer for a typo'd subcommand (exit 2),
+          `--version` and `methods` (median of fresh processes): parsing never imports torch/TRL.
 """
 
 from __future__ import annotations
@@ -103,11 +107,29 @@ def bench_trainer(preset: str, steps: int, repeats: int) -> dict:
             "grpolab_s_per_step": mine, "ratio": mine / stock}
 
 
+def bench_cli(repeats: int) -> dict:
+    import subprocess
+    import sys
+    out = {}
+    for label, argv in (("typo", ["tpyo"]), ("version", ["--version"]), ("methods", ["methods"])):
+        times = []
+        for _ in range(max(repeats, 3)):
+            start = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "grpolab.cli", *argv], capture_output=True, text=True)
+            times.append(time.perf_counter() - start)
+        out[f"{label}_s"] = round(statistics.median(times), 3)
+        out[f"{label}_exit"] = done.returncode
+    return out
+
+
 def main(args) -> int:
     import json
 
     from .state import state_dir
     out = {}
+    if args.what in ("cli", "all"):
+        out["cli"] = bench_cli(args.repeats)
+        print(json.dumps(out["cli"], indent=2), flush=True)
     if args.what in ("tracking", "all"):
         out["tracking"] = bench_tracking(state_dir(args.state), args.preset or "tiny", args.steps, args.repeats)
         print(json.dumps(out["tracking"], indent=2), flush=True)

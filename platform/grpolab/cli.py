@@ -1,11 +1,13 @@
 """grpolab command line: run | study | table | dashboard | methods | metrics-doc | bench.
 
-Bad input exits with code 2 and a one-line message, before any model is loaded.
+Bad input exits with code 2 and a one-line message, before any model is loaded. Imports are
+lazy: parsing (and a typo's answer) never loads torch, TRL or MLflow.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -27,16 +29,23 @@ def _cmd_run(args) -> int:
         cfg = load_experiment(args.experiment, args.overrides)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
+    from .progress import TrainProgress, where
     state = state_dir(args.state)
+
+    def announce(run_id: str) -> None:
+        print(f"run {cfg.name}: method {cfg.method_name}, {cfg.train.steps} steps; MLflow run {run_id}; "
+              f"state {state.resolve()}\npreparing the model (the warm start runs once per preset, task and "
+              "seed, then is cached in the state folder) ...", file=sys.stderr, flush=True)
     resume = None
     if args.resume or args.resume_run:  # continue the same MLflow run from its newest checkpoint
         from .checkpoints import resume_target
         from .tracking import client_for
         resume = resume_target(client_for(state), cfg.tracking.experiment, f"{cfg.name}-s{cfg.seed}", state,
                                args.resume_run)
-    result = run_experiment(cfg, state, resume_run_id=resume)
+    result = run_experiment(cfg, state, callbacks=[TrainProgress()], on_run=announce, resume_run_id=resume)
     summary = {
         "run_id": result.run_id, "status": result.status, "steps": result.steps,
+        "state": str(state.resolve()), "mlflow": where(result.run_id, state) if result.run_id else None,
         "wall_seconds": round(result.wall_seconds, 1),
         "eval_start": {k: round(v, 4) for k, v in result.start_eval.items()},
         "eval_final": {k: round(v, 4) for k, v in result.final_eval.items()},
@@ -79,10 +88,22 @@ def _cmd_study(args) -> int:
         from .results import study_table
         print(study_table(args.study, state_dir(args.state), args.storage, "markdown"))
     if args.dashboard:
-        from .dashboards import build_dashboard
-        out = state_dir(args.state) / "dashboards" / f"{Path(args.study).stem}.html"
-        print(f"dashboard: {build_dashboard(state_dir(args.state), out, args.study, storage_url=args.storage).resolve()}")
+        from .dashboards import build_dashboard, default_output_name
+        from .reports import attach_dashboard
+        state = state_dir(args.state)
+        out = build_dashboard(state, state / "dashboards" / default_output_name(args.study, None, None),
+                              args.study, storage_url=args.storage)
+        parent = _parent_run_id(args.study, state, args.storage)
+        if parent:
+            attach_dashboard(state, parent, out)
+        print(f"dashboard: {out.resolve()}" + (f" (also on the study's MLflow parent run {parent})" if parent else ""))
     return code
+
+
+def _parent_run_id(study_path: str, state, storage_url) -> str | None:
+    from .results import load_results
+    _, study = load_results(study_path, state, storage_url)
+    return study.user_attrs.get("mlflow_parent_run_id")
 
 
 def _cmd_study_worker(args) -> int:
@@ -104,19 +125,32 @@ def _cmd_dashboard(args) -> int:
     from .dashboards import build_dashboard
     from .state import state_dir
     state = state_dir(args.state)
-    run_ids = [r for r in (args.runs or "").split(",") if r]
-    name = Path(args.study).stem if args.study else "runs"
-    out = Path(args.out) if args.out else state / "dashboards" / f"{name}.html"
-    path = build_dashboard(state, out, args.study, run_ids, args.layout, args.storage)
+    from .dashboards import default_output_name
+    run_ids = [r.strip() for r in (args.runs or "").split(",") if r.strip()]
+    name = default_output_name(args.study, run_ids, args.layout, args.x or "steps", args.seeds or "band")
+    out = Path(args.out) if args.out else state / "dashboards" / name
+    path = build_dashboard(state, out, args.study, run_ids, args.layout, args.storage, x=args.x, seeds=args.seeds,
+                           plotlyjs=args.plotlyjs)
     print(f"dashboard: {path.resolve()}")
     return 0
 
 
+def _common_flags(defaults: bool) -> argparse.ArgumentParser:
+    """--state and -v, accepted before or after the subcommand (after it they must not reset
+    what was given before it, hence SUPPRESS as the subcommand's default)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--state", default=None if defaults else argparse.SUPPRESS,
+                        help="state folder (default $GRPOLAB_STATE or ./grpolab-state)")
+    common.add_argument("-v", "--verbose", action="store_true", default=False if defaults else argparse.SUPPRESS)
+    return common
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="grpolab", description=__doc__.splitlines()[0])
-    parser.add_argument("--state", default=None, help="state folder (default $GRPOLAB_STATE or ./grpolab-state)")
-    parser.add_argument("-v", "--verbose", action="store_true")
+    from . import __version__
+    parser = argparse.ArgumentParser(prog="grpolab", description=__doc__.splitlines()[0], parents=[_common_flags(True)])
+    parser.add_argument("--version", action="version", version=f"grpolab {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser = functools.partial(sub.add_parser, parents=[_common_flags(False)])
     run = sub.add_parser("run", help="train one experiment YAML and record it in MLflow")
     run.add_argument("experiment", help="path to experiments/<name>.yaml")
     run.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. train.steps=50 method.eps_high=0.28")
@@ -154,8 +188,14 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("study", nargs="?", help="path to studies/<name>.yaml (or use --runs)")
     dash.add_argument("--runs", help="comma-separated MLflow run ids to compare instead of a study")
     dash.add_argument("--layout", help="dashboards/<layout>.yaml (default: the built-in layout)")
-    dash.add_argument("--out", help="output HTML path (default: <state>/dashboards/<study>.html)")
+    dash.add_argument("--out", help="output HTML path (default: <state>/dashboards/<what it shows>.html)")
     dash.add_argument("--storage", default=None, help="Optuna storage URL of the study")
+    dash.add_argument("--x", choices=["steps", "tokens", "seconds"], default=None,
+                      help="x-axis of the curves (default: the layout's x, else steps)")
+    dash.add_argument("--seeds", choices=["band", "lines", "both"], default=None,
+                      help="seeds as a min-max band, one line each, or both (default: the layout's seeds, else band)")
+    dash.add_argument("--plotlyjs", choices=["inline", "shared"], default="inline",
+                      help="inline: one self-contained file (default); shared: one plotly.min.js beside the pages")
     dash.set_defaults(func=_cmd_dashboard)
     verdicts = sub.add_parser("verdicts", help="judge published claims on paired seeds (runs missing rows first)")
     verdicts.add_argument("claims", nargs="*", help="claim names (studies/claims/<name>.yaml) or claim files; default: all")
@@ -165,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     verdicts.add_argument("--no-run", action="store_true", help="judge only the rows already run; run nothing")
     verdicts.set_defaults(func=_cmd_verdicts)
     bench = sub.add_parser("bench", help="measure tracking and trainer overhead against stock TRL, and 2-worker study throughput")
-    bench.add_argument("--what", choices=["tracking", "trainer", "workers", "all"], default="all")
+    bench.add_argument("--what", choices=["cli", "tracking", "trainer", "workers", "all"], default="all")
     bench.add_argument("--preset", default=None, help="model preset (default: tiny for tracking, small for trainer)")
     bench.add_argument("--steps", type=int, default=30)
     bench.add_argument("--repeats", type=int, default=3)
@@ -173,17 +213,58 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+TRAINING_COMMANDS = ("run", "study", "study-worker", "bench", "verdicts")
+
+
+def _quiet_libraries(args) -> None:
+    """Per-load progress bars and store-migration chatter drown grpolab's own progress."""
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")          # read when mlflow is imported
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    if args.command in TRAINING_COMMANDS:
+        import transformers
+        transformers.utils.logging.disable_progress_bar()
+        transformers.utils.logging.set_verbosity_error()
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        code = _main(argv)
+        sys.stdout.flush()   # a closed pipe must surface here, not as a traceback at interpreter exit
+        return code
+    except BrokenPipeError:  # `grpolab methods | head`: the reader left; exit quietly like coreutils
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
+def hoist_global_flags(argv: list[str]) -> list[str]:
+    """Move --state DIR / -v anywhere on the line to the front: argparse cannot take an option
+    between a subcommand's positionals (`run exp.yaml --state X train.steps=5`)."""
+    front, rest, i = [], [], 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            rest.extend(argv[i:])
+            break
+        if token == "--state" and i + 1 < len(argv):
+            front += argv[i:i + 2]
+            i += 2
+            continue
+        (front if token.startswith("--state=") or token in ("-v", "--verbose") else rest).append(token)
+        i += 1
+    return front + rest
+
+
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(hoist_global_flags(sys.argv[1:] if argv is None else list(argv)))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline clusters: no phoning home
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # TRL's deprecated kwargs
-    if not args.verbose:  # per-load progress bars and store-migration chatter drown the study progress
-        import transformers
-        transformers.utils.logging.disable_progress_bar()
-        transformers.utils.logging.set_verbosity_error()
-        logging.getLogger("mlflow").setLevel(logging.WARNING)
+    if not args.verbose:
+        _quiet_libraries(args)
     try:
         return args.func(args)
     except ConfigError as exc:

@@ -8,13 +8,17 @@ from pathlib import Path
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from .tracking import clean_metric_name, tracking_uri
+from .errors import ConfigError
+from .tracking import clean_metric_name, client_for
 
 RUN_LABEL_TAGS = ("grpolab.rung_name", "grpolab.method")
+X_AXES = {"steps": "optimizer step", "tokens": "completion tokens generated (cumulative)",
+          "seconds": "wall-clock seconds since the run's first logged point"}
+TOKENS_METRIC = "tokens/cumulative"
 
 
 def _client(state: Path) -> MlflowClient:
-    return MlflowClient(tracking_uri(state))
+    return client_for(state)
 
 
 def study_runs(state: Path, study_name: str) -> pd.DataFrame:
@@ -30,13 +34,19 @@ def study_runs(state: Path, study_name: str) -> pd.DataFrame:
 
 
 def chosen_runs(state: Path, run_ids: list[str]) -> pd.DataFrame:
-    """A hand-picked set of runs (any experiment), labelled by method."""
+    """A hand-picked set of runs (any experiment), one line each, labelled ``run name · id prefix``
+    (two runs of one method and seed stay two lines); the method is in the ``method`` column."""
+    from mlflow.exceptions import MlflowException
     client = _client(state)
     rows = []
     for i, run_id in enumerate(run_ids):
-        r = client.get_run(run_id)
-        rows.append({"run_id": run_id, "label": _label(r), "order": i, "seed": int(r.data.tags.get("grpolab.seed", 0))})
-    return pd.DataFrame(rows, columns=["run_id", "label", "order", "seed"])
+        try:
+            r = client.get_run(run_id)
+        except MlflowException:
+            raise ConfigError(f"--runs: no MLflow run {run_id!r} in {client.tracking_uri}") from None
+        rows.append({"run_id": run_id, "label": f"{r.info.run_name} · {run_id[:8]}", "order": i,
+                     "seed": int(r.data.tags.get("grpolab.seed", 0)), "method": r.data.tags.get("grpolab.method", "")})
+    return pd.DataFrame(rows, columns=["run_id", "label", "order", "seed", "method"])
 
 
 def _label(run) -> str:
@@ -53,23 +63,51 @@ def _order(run) -> int:
     return int(tags.get("grpolab.rung", tags.get("optuna.trial_number", 0)))
 
 
-def metric_curves(state: Path, runs: pd.DataFrame, metrics: list[str]) -> pd.DataFrame:
-    """Long table: run_id, label, order, seed, metric, step, value."""
+def metric_curves(state: Path, runs: pd.DataFrame, metrics: list[str], x: str = "steps") -> pd.DataFrame:
+    """Long table: run_id, label, order, seed, metric, step, value, x.
+
+    ``x`` is the step, the run's cumulative completion tokens at that step (``tokens/cumulative``
+    at the last rollout at or before the step; 0 before the first), or the seconds between the
+    point's MLflow timestamp and the run's first point among these metrics (the held-out
+    evaluation at step 0, after the warm start: model preparation is not counted)."""
+    if x not in X_AXES:
+        raise ConfigError(f"dashboard x: unknown axis {x!r}; valid: {', '.join(X_AXES)}")
     client = _client(state)
-    rows = []
+    frames = []
     for run in runs.itertuples():
-        for metric in metrics:
-            for m in client.get_metric_history(run.run_id, clean_metric_name(metric)):
-                rows.append((run.run_id, run.label, run.order, run.seed, metric, m.step, m.value))
-    return pd.DataFrame(rows, columns=["run_id", "label", "order", "seed", "metric", "step", "value"])
+        points = [(metric, m.step, m.value, m.timestamp) for metric in metrics
+                  for m in client.get_metric_history(run.run_id, clean_metric_name(metric))]
+        part = pd.DataFrame(points, columns=["metric", "step", "value", "timestamp"])
+        part = part.assign(run_id=run.run_id, label=run.label, order=run.order, seed=run.seed)
+        frames.append(_with_x(client, run.run_id, part, x))
+    columns = ["run_id", "label", "order", "seed", "metric", "step", "value", "x"]
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+
+def _with_x(client, run_id: str, part: pd.DataFrame, x: str) -> pd.DataFrame:
+    if part.empty or x == "steps":
+        return part.assign(x=part.step.astype(float))
+    if x == "seconds":
+        return part.assign(x=(part.timestamp - part.timestamp.min()) / 1000.0)
+    tokens = pd.DataFrame([(m.step, m.value) for m in client.get_metric_history(run_id, TOKENS_METRIC)],
+                          columns=["step", "x"]).sort_values("step")
+    if tokens.empty:
+        raise ConfigError(f"dashboard x: tokens needs the {TOKENS_METRIC!r} curve, which run {run_id} did not log")
+    merged = pd.merge_asof(part.sort_values("step"), tokens, on="step", direction="backward")
+    return merged.assign(x=merged.x.fillna(0.0))
 
 
 def band_summary(curves: pd.DataFrame) -> pd.DataFrame:
-    """Per (label, metric, step): mean over seeds and the min-max band."""
+    """Per (label, metric, step): mean over seeds, the min-max band, and the mean x (steps,
+    tokens or seconds) over the seeds at that step."""
     if curves.empty:
-        return pd.DataFrame(columns=["label", "order", "metric", "step", "mean", "low", "high", "n"])
-    g = curves.groupby(["label", "order", "metric", "step"])["value"]
-    out = g.agg(mean="mean", low="min", high="max", n="count").reset_index()
+        return pd.DataFrame(columns=["label", "order", "metric", "step", "mean", "low", "high", "n", "x"])
+    if "x" not in curves:
+        curves = curves.assign(x=curves.step.astype(float))
+    g = curves.groupby(["label", "order", "metric", "step"])
+    out = g.agg(mean=("value", "mean"), low=("value", "min"), high=("value", "max"), n=("value", "count"),
+                x=("x", "mean")).reset_index()
     return out.sort_values(["order", "metric", "step"])
 
 

@@ -1,9 +1,13 @@
 """Dashboards: layout YAML + extracted DataFrames -> plotly figures -> one offline HTML file.
 
-plotly.js is embedded once in the page (no CDN: clusters are often offline). Panels whose
-metric no run logged (e.g. KL with the KL off) are not drawn; the page says which and why.
-A small self-check script records, after rendering, how many traces and points each panel
-holds and any script error, in ``<pre id="grpolab-self-check">`` (tests read it in Chromium).
+plotly.js is embedded once in the page by default (no CDN: clusters are often offline); with
+``plotlyjs="shared"`` pages load one local copy beside them instead (~4.7 MB saved per page).
+The layout's ``x`` (steps | tokens | seconds, also per panel) picks the curves' x-axis and
+``seeds`` (band | lines | both) how seeds are shown. Ladders add the ablation chart and the
+paired deltas (dashboard_figures.py). Panels whose metric no run logged (e.g. KL with the KL
+off) are not drawn; the page says which and why. A small self-check script records, after
+rendering, what each panel holds and any script error, in ``<pre id="grpolab-self-check">``
+(tests read it in Chromium).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import plotly.offline
 import yaml
 
 from . import dashboard_data as data
+from .dashboard_figures import ablation_figure, curve_figure, paired_delta_figure  # noqa: F401 (re-exported)
 from .errors import ConfigError
 
 DEFAULT_LAYOUT = {
@@ -35,56 +40,42 @@ DEFAULT_LAYOUT = {
         {"title": "KL to the reference", "metric": "kl"},
     ],
     "ablation": True,
+    "paired_delta": True,
     "optuna": True,
+    "x": "steps",
+    "seeds": "band",
 }
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+LAYOUT_KEYS = {"title": "page title", "panels": "list of {metric, title, x}", "ablation": "ladder table chart",
+               "paired_delta": "ladder paired deltas", "optuna": "search plots",
+               "x": "steps | tokens | seconds", "seeds": "band | lines | both"}
+PANEL_KEYS = ("metric", "title", "x")
+SEED_VIEWS = ("band", "lines", "both")
+PLOTLYJS_MODES = ("inline", "shared")
 
 
 def load_layout(path: str | None) -> dict:
     if path is None:
-        return DEFAULT_LAYOUT
+        return dict(DEFAULT_LAYOUT)
     layout = yaml.safe_load(Path(path).read_text()) or {}
-    unknown = set(layout) - {"title", "panels", "ablation", "optuna"}
+    unknown = set(layout) - set(LAYOUT_KEYS)
     if unknown:
-        raise ConfigError(f"dashboard layout: unknown key {sorted(unknown)[0]!r}; valid: title, panels, ablation, optuna")
+        raise ConfigError(f"dashboard layout: unknown key {sorted(unknown)[0]!r}; valid: {', '.join(LAYOUT_KEYS)}")
     for i, panel in enumerate(layout.get("panels") or []):
         if not isinstance(panel, dict) or "metric" not in panel:
-            raise ConfigError(f"dashboard layout: panels[{i}] needs a metric (and optional title)")
-    return {**DEFAULT_LAYOUT, **layout}
+            raise ConfigError(f"dashboard layout: panels[{i}] needs a metric (and optional title, x)")
+        bad = set(panel) - set(PANEL_KEYS)
+        if bad:
+            raise ConfigError(f"dashboard layout: panels[{i}].{sorted(bad)[0]}: unknown key; valid: {', '.join(PANEL_KEYS)}")
+        _check_choice(f"panels[{i}].x", panel.get("x", "steps"), data.X_AXES)
+    merged = {**DEFAULT_LAYOUT, **layout}
+    _check_choice("x", merged["x"], data.X_AXES)
+    _check_choice("seeds", merged["seeds"], SEED_VIEWS)
+    return merged
 
 
-def curve_figure(summary: pd.DataFrame, metric: str, title: str) -> go.Figure:
-    """Mean over seeds per group with a shaded min-max band across seeds."""
-    fig = go.Figure()
-    rows = summary[summary.metric == metric]
-    for i, (label, part) in enumerate(rows.groupby(["order", "label"], sort=True)):
-        color = PALETTE[i % len(PALETTE)]
-        part = part.sort_values("step")
-        fig.add_trace(go.Scatter(x=list(part.step) + list(part.step[::-1]), y=list(part.high) + list(part.low[::-1]),
-                                 fill="toself", fillcolor=color, opacity=0.15, line={"width": 0}, hoverinfo="skip",
-                                 showlegend=False, legendgroup=label[1]))
-        fig.add_trace(go.Scatter(x=part.step.tolist(), y=part["mean"].tolist(), mode="lines+markers", name=label[1],
-                                 legendgroup=label[1],
-                                 line={"color": color}, marker={"size": 4},
-                                 hovertemplate=f"{label[1]}<br>step %{{x}}<br>%{{y:.4f}} (n=%{{customdata}})",
-                                 customdata=part.n.tolist()))
-    fig.update_layout(title=title, xaxis_title="optimizer step", yaxis_title=metric, height=340,
-                      margin={"l": 50, "r": 10, "t": 40, "b": 40}, legend={"font": {"size": 10}})
-    return fig
-
-
-def ablation_figure(table: pd.DataFrame, metric: str) -> go.Figure:
-    """Bars: mean with 95 % CI per rung; published values on a second axis (their own scale)."""
-    fig = go.Figure()
-    fig.add_trace(go.Bar(x=table.rung.tolist(), y=table["mean"].tolist(), name=f"toy: {metric}",
-                         error_y={"type": "data", "array": table.ci95.fillna(0).tolist(), "visible": True}))
-    if table.published.notna().any():
-        fig.add_trace(go.Scatter(x=table.rung.tolist(), y=table.published.tolist(), name="published", mode="lines+markers",
-                                 yaxis="y2", line={"dash": "dot", "color": "#d62728"}))
-        fig.update_layout(yaxis2={"title": "published", "overlaying": "y", "side": "right"})
-    fig.update_layout(title="Ablation: mean over seeds with 95% CI (cumulative rungs)", yaxis_title=metric,
-                      height=380, margin={"l": 50, "r": 50, "t": 40, "b": 80})
-    return fig
+def _check_choice(key: str, value, valid) -> None:
+    if value not in valid:
+        raise ConfigError(f"dashboard layout: {key}: {value!r} is not valid; valid: {', '.join(valid)}")
 
 
 def optuna_figures(study) -> tuple[list[tuple[str, go.Figure]], list[str]]:
@@ -109,17 +100,62 @@ def optuna_figures(study) -> tuple[list[tuple[str, go.Figure]], list[str]]:
     return figures, skipped
 
 
-def render_page(title: str, sections: list[tuple[str, go.Figure]], notes: list[str], tables: list[str]) -> str:
+def plotly_script(out: Path, mode: str) -> str:
+    """inline: plotly.js inside the page (one file, works offline; ~4.7 MB per page). shared: one
+    ``plotly-<version>.min.js`` beside the pages, written once and loaded by relative path (the
+    folder stays offline-complete; copy it whole)."""
+    if mode not in PLOTLYJS_MODES:
+        raise ConfigError(f"--plotlyjs: {mode!r} is not valid; valid: {', '.join(PLOTLYJS_MODES)}")
+    if mode == "inline":
+        return f"<script>{plotly.offline.get_plotlyjs()}</script>"
+    from plotly import __version__ as plotly_version
+    name = f"plotly-{plotly_version}.min.js"
+    script = Path(out).parent / name
+    if not script.exists():
+        script.write_text(plotly.offline.get_plotlyjs())
+    return f'<script src="{name}"></script>'
+
+
+SELF_CHECK = """
+window.addEventListener("load", () => setTimeout(() => {
+  const panels = [...document.querySelectorAll("section.panel")].map(s => {
+    const gd = s.querySelector(".js-plotly-plot");
+    const traces = gd && gd._fullData ? gd._fullData : [];
+    const points = traces.reduce((n, t) => n + (t._length || (t.y || t.x || t.z || []).length || 0), 0);
+    const xs = traces.flatMap(t => (t.type === "scatter" ? Array.from(t.x || []) : [])).filter(Number.isFinite);
+    const bars = traces.filter(t => t.error_y && t.error_y.visible).map(t => {
+      const y = Array.from(t.y), up = t.error_y.array || [], down = t.error_y.arrayminus || up;
+      return {meta: t.meta, low: Math.min(...y.map((v, i) => v - (down[i] || 0))),
+              high: Math.max(...y.map((v, i) => v + (up[i] || 0)))};
+    });
+    const layout = gd && gd._fullLayout;
+    return {panel: s.dataset.panel, traces: traces.length, points: points, rendered: !!layout,
+            xTitle: layout && layout.xaxis && layout.xaxis.title ? layout.xaxis.title.text : null,
+            xMax: xs.length ? Math.max(...xs) : null, seedLines: traces.filter(t => t.meta === "seed").length,
+            yAxes: layout ? Object.keys(layout).filter(k => /^yaxis\\d*$/.test(k)).length : 0,
+            overlaying: layout ? Object.keys(layout).filter(k => /^yaxis/.test(k) && layout[k].overlaying).length : 0,
+            errorBars: bars};
+  });
+  document.getElementById("grpolab-self-check").textContent = JSON.stringify({panels, errors: window.__grpolabErrors});
+}, 300));
+"""
+
+
+def render_page(title: str, sections: list[tuple[str, go.Figure]], notes: list[str], tables: list[str],
+                plotly_tag: str | None = None) -> str:
+    """The page; a self-check script records per panel what rendered (traces, points, x-axis
+    title and largest x, per-seed lines, error-bar extents) in ``#grpolab-self-check``."""
     parts = []
     for i, (name, fig) in enumerate(sections):
         div = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"panel-{i}",
                           config={"displaylogo": False, "responsive": True})
         parts.append(f'<section class="panel" data-panel="{html.escape(name)}">{div}</section>')
     note_html = "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    plotly_tag = plotly_tag or f"<script>{plotly.offline.get_plotlyjs()}</script>"
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <script>window.__grpolabErrors = []; window.addEventListener("error", e => window.__grpolabErrors.push(String(e.message)));</script>
-<script>{plotly.offline.get_plotlyjs()}</script>
+{plotly_tag}
 <style>body{{font-family:sans-serif;margin:16px;background:#fafafa}} .grid{{display:grid;grid-template-columns:repeat(auto-fill,minmax(560px,1fr));gap:12px}}
 .panel{{background:#fff;border:1px solid #ddd;border-radius:6px;padding:4px}} table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:3px 8px}} #grpolab-self-check{{display:none}}</style></head>
@@ -127,22 +163,61 @@ td,th{{border:1px solid #ccc;padding:3px 8px}} #grpolab-self-check{{display:none
 {''.join(tables)}<div class="grid">{''.join(parts)}</div>
 {f'<h3>Not shown</h3><ul>{note_html}</ul>' if notes else ''}
 <pre id="grpolab-self-check"></pre>
-<script>
-window.addEventListener("load", () => setTimeout(() => {{
-  const panels = [...document.querySelectorAll("section.panel")].map(s => {{
-    const gd = s.querySelector(".js-plotly-plot");
-    const traces = gd && gd._fullData ? gd._fullData : [];
-    const points = traces.reduce((n, t) => n + (t._length || (t.y || t.x || t.z || []).length || 0), 0);
-    return {{panel: s.dataset.panel, traces: traces.length, points: points, rendered: !!(gd && gd._fullLayout)}};
-  }});
-  document.getElementById("grpolab-self-check").textContent = JSON.stringify({{panels, errors: window.__grpolabErrors}});
-}}, 300));
-</script></body></html>"""
+<script>{SELF_CHECK}</script></body></html>"""
+
+
+def default_output_name(study_path: str | None, run_ids: list[str] | None, layout_path: str | None,
+                        x: str = "steps", seeds: str = "band") -> str:
+    """``<study>[-<layout>][-<x>][-seeds-<view>].html`` or ``runs-<id8>-<id8>...html``: a page is
+    named after what it shows, so two dashboards never overwrite each other by accident."""
+    if study_path:
+        stem = Path(study_path).stem
+    else:
+        ids = [r[:8] for r in run_ids or []]
+        stem = "runs-" + "-".join(ids[:4]) + (f"-and-{len(ids) - 4}-more" if len(ids) > 4 else "")
+    parts = [stem]
+    if layout_path:
+        parts.append(Path(layout_path).stem)
+    if x != "steps":
+        parts.append(x)
+    if seeds != "band":
+        parts.append(f"seeds-{seeds}")
+    return "-".join(parts) + ".html"
 
 
 def build_dashboard(state: Path, out: Path, study_path: str | None = None, run_ids: list[str] | None = None,
-                    layout_path: str | None = None, storage_url: str | None = None) -> Path:
+                    layout_path: str | None = None, storage_url: str | None = None, x: str | None = None,
+                    seeds: str | None = None, plotlyjs: str = "inline") -> Path:
+    """Read the study's (or chosen) runs and write the page; ``x`` / ``seeds`` override the layout."""
     layout = load_layout(layout_path)
+    if x is not None:
+        _check_choice("x", x, data.X_AXES)
+        layout = {**layout, "x": x, "panels": [{k: v for k, v in p.items() if k != "x"} for p in layout["panels"]]}
+    if seeds is not None:
+        _check_choice("seeds", seeds, SEED_VIEWS)
+        layout = {**layout, "seeds": seeds}
+    cfg, runs, title = _select_runs(state, study_path, run_ids, layout)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plotly_tag = plotly_script(out, plotlyjs)
+    sections, notes, tables = [], [], []
+    if cfg is not None and cfg.kind == "ladder" and (layout.get("ablation") or layout.get("paired_delta")):
+        _ladder_sections(state, study_path, storage_url, cfg, layout, sections, tables)
+    _curve_sections(state, runs, layout, sections, notes)
+    if cfg is not None and cfg.kind == "search" and layout.get("optuna"):
+        from .results import load_results
+        _, study = load_results(study_path, state, storage_url)
+        figures, skipped = optuna_figures(study)
+        sections.extend(figures)
+        notes.extend(skipped)
+    out.write_text(render_page(title, sections, notes, tables, plotly_tag))
+    (out.with_suffix(".json")).write_text(json.dumps({"runs": runs.run_id.tolist(), "labels": runs.label.tolist(),
+                                                      "panels": [s[0] for s in sections], "x": layout["x"],
+                                                      "seeds": layout["seeds"], "not_shown": notes}, indent=2))
+    return out
+
+
+def _select_runs(state: Path, study_path, run_ids, layout):
     cfg = None
     if study_path:
         from .study_config import load_study
@@ -151,35 +226,40 @@ def build_dashboard(state: Path, out: Path, study_path: str | None = None, run_i
         title = layout.get("title") or f"grpolab study: {cfg.name}"
     elif run_ids:
         runs = data.chosen_runs(state, run_ids)
-        title = layout.get("title") or f"grpolab runs: {len(run_ids)}"
+        title = layout.get("title") or f"grpolab runs: {', '.join(runs.label)}"
     else:
         raise ConfigError("dashboard: give a study file or --runs RUN_ID[,RUN_ID...]")
     if runs.empty:
         raise ConfigError(f"dashboard: no finished runs found for {study_path or run_ids}; run the study first")
-    metrics = [p["metric"] for p in layout["panels"]]
-    summary = data.band_summary(data.metric_curves(state, runs, metrics))
-    sections, notes, tables = [], [], []
-    if cfg is not None and cfg.kind == "ladder" and layout.get("ablation"):
-        table = data.ablation_frame(state, study_path, storage_url)
-        sections.append(("Ablation table", ablation_figure(table, cfg.objectives[0].metric)))
-        tables.append(f"<h2>Ablation table</h2><p>{html.escape(cfg.published_source)}</p>"
-                      + table.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="--"))
+    return cfg, runs, title
+
+
+def _ladder_sections(state, study_path, storage_url, cfg, layout, sections, tables) -> None:
+    table = data.ablation_frame(state, study_path, storage_url)
+    metric = cfg.objectives[0].metric
+    if layout.get("ablation"):
+        sections.append(("Ablation table", ablation_figure(table, metric, cfg.published_source)))
+    if layout.get("paired_delta") and len(table) > 1:
+        sections.append(("Paired delta vs previous rung", paired_delta_figure(table, metric)))
+    if layout.get("ablation"):
         from .verdict_report import ladder_sections   # rung verdicts: effect + BCa CI, and per-seed differences
         sections.extend(ladder_sections(state, study_path, storage_url))
+    tables.append(f"<h2>Ablation table</h2><p>{html.escape(cfg.published_source)}</p>"
+                  + table.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="--"))
+    from .verdict_report import ladder_sections   # rung verdicts: effect + BCa CI, and per-seed differences
+    sections.extend(ladder_sections(state, study_path, storage_url))
+
+
+def _curve_sections(state, runs, layout, sections, notes) -> None:
+    by_x: dict[str, tuple[pd.DataFrame, pd.DataFrame]] = {}   # x axis -> (curves, summary)
     for panel in layout["panels"]:
+        x = panel.get("x", layout["x"])
+        if x not in by_x:
+            curves = data.metric_curves(state, runs, [p["metric"] for p in layout["panels"]], x)
+            by_x[x] = curves, data.band_summary(curves)
+        curves, summary = by_x[x]
         if summary[summary.metric == panel["metric"]].empty:
             notes.append(f"{panel['metric']}: not logged by these runs (e.g. KL off, or no clipped token)")
             continue
-        sections.append((panel.get("title", panel["metric"]), curve_figure(summary, panel["metric"], panel.get("title", panel["metric"]))))
-    if cfg is not None and cfg.kind == "search" and layout.get("optuna"):
-        from .results import load_results
-        _, study = load_results(study_path, state, storage_url)
-        figures, skipped = optuna_figures(study)
-        sections.extend(figures)
-        notes.extend(skipped)
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render_page(title, sections, notes, tables))
-    (out.with_suffix(".json")).write_text(json.dumps({"runs": runs.run_id.tolist(), "panels": [s[0] for s in sections],
-                                                      "not_shown": notes}, indent=2))
-    return out
+        title = panel.get("title", panel["metric"])
+        sections.append((title, curve_figure(summary, panel["metric"], title, x, curves, layout["seeds"])))

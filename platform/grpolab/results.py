@@ -104,7 +104,8 @@ def render(frame: pd.DataFrame, fmt: str, caption: str = "") -> str:
     if fmt == "csv":
         return frame.to_csv(index=False)
     if fmt == "latex":
-        return frame.style.hide(axis="index").format(precision=3, na_rep="--").to_latex(caption=caption or None)
+        from .tables import latex_table
+        return latex_table(frame, caption)
     return frame.to_markdown(index=False, floatfmt=".4g")
 
 

@@ -58,6 +58,8 @@ class TrackingCallback(TrainerCallback):
         self.curves: dict[str, list[tuple[int, float]]] = {}   # metric -> (step, value)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "train_runtime" in logs:  # TRL's end-of-train summary: not a step (no curve, no samples)
+            return
         start = time.perf_counter()
         if self.recorder is not None and logs:
             self.recorder.log_metrics(logs, step=state.global_step)
@@ -160,7 +162,9 @@ def _run_tags(cfg: RunConfig, task) -> dict:
     import trl
 
     from . import __version__
-    return {"grpolab.method": cfg.method_name, "grpolab.spec_hash": cfg.spec.spec_hash(),
+    from .run_layout import method_label
+    return {"grpolab.method": method_label(cfg.spec, cfg.method_name), "grpolab.method_base": cfg.method_name,
+            "grpolab.spec_hash": cfg.spec.spec_hash(),
             "grpolab.task": task.name, "grpolab.seed": cfg.seed, "grpolab.git_commit": git_commit(),
             "grpolab.version": __version__, "grpolab.overrides": "advantage,loss",
             "versions.torch": torch.__version__, "versions.trl": trl.__version__,
@@ -180,7 +184,7 @@ def _sigterm_as_killed():
 
 def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str | None = None,
                    extra_tags: dict | None = None, callbacks: list | None = None,
-                   on_trainer=None, eval_hook=None, on_run=None,
+                   on_trainer=None, eval_hook=None, on_run=None, run_name: str | None = None,
                    resume_run_id: str | None = None) -> RunResult:
     """Train one experiment end to end and record it; returns its result (raises on failure,
     after the MLflow run has been ended FAILED or KILLED). ``resume_run_id``: continue that
@@ -195,8 +199,9 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
     resume_from = checkpoints.check_resume(state, resume_run_id, cfg.resolved()) if resume_run_id else None
     resume_step = checkpoints.checkpoint_step(resume_from) if resume_from else None  # (rotation may delete it later)
     if cfg.tracking.enabled and _rank() == 0:   # several processes: one MLflow run, on rank 0
-        recorder = RunRecorder(state, cfg.tracking.experiment, f"{cfg.name}-s{cfg.seed}",
-                               {**_run_tags(cfg, task), **(extra_tags or {})}, cfg.resolved(),
+        from .run_layout import run_params
+        recorder = RunRecorder(state, cfg.tracking.experiment, run_name or f"{cfg.name}-s{cfg.seed}",
+                               {**_run_tags(cfg, task), **(extra_tags or {})}, run_params(cfg),
                                cfg.tracking.flush_every, parent_run_id, resume_run_id=resume_run_id)
     out_dir = checkpoints.run_dir(state, checkpoints.shared_run_folder(recorder.run_id if recorder else None))
     if resume_from is None and _rank() == 0:
@@ -257,7 +262,7 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
         if recorder:
             recorder.log_json({"warm_start": ws_record, "model_dir": str(model_dir)}, "warm_start.json")
             recorder.log_json(cfg.resolved(), "config.json")
-            recorder.log_json(callback.samples, "samples.json")
+            recorder.log_table(callback.samples, "samples.json")
             recorder.set_tags({"grpolab.wall_seconds": round(time.perf_counter() - started, 1),
                                "grpolab.final_model": str(final_dir.resolve()), "grpolab.run_dir": str(out_dir.resolve())})
             if resume_from is not None:

@@ -127,13 +127,12 @@ def check_definition(study: optuna.Study, cfg: StudyConfig, accept_changed: bool
     study.set_user_attr("definition_hash", current)
 
 
-def ensure_parent_run(study: optuna.Study, cfg: StudyConfig, state: Path) -> str:
+def ensure_parent_run(study: optuna.Study, cfg: StudyConfig, state: Path, reopen: bool = True) -> str:
     parent = study.user_attrs.get("mlflow_parent_run_id")
     if parent:  # resuming: the parent is live again until the rows are done
-        from mlflow.tracking import MlflowClient
-
-        from .tracking import tracking_uri
-        MlflowClient(tracking_uri(state)).update_run(parent, status="RUNNING")
+        if reopen:
+            from .tracking import client_for
+            client_for(state).update_run(parent, status="RUNNING")
         return parent
     experiment = (cfg.base.get("tracking") or {}).get("experiment", "grpolab")
     recorder = RunRecorder(state, experiment, cfg.name, {"grpolab.study": cfg.name, "grpolab.study_kind": cfg.kind},
@@ -208,9 +207,11 @@ def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run
                 if trial.should_prune():
                     raise PrunedRun(f"pruned at step {step}")
 
+        from .run_layout import study_run_identity
+        run_name, method = study_run_identity(cfg, trial.number, labels, exp)
         tags = {"grpolab.study": cfg.name, "optuna.study": cfg.name, "optuna.trial_number": trial.number,
-                **{f"grpolab.{k}": v for k, v in labels.items()}}
-        result = run_experiment(exp, state, parent_run_id=parent_run_id, extra_tags=tags,
+                **{f"grpolab.{k}": v for k, v in labels.items()}, "grpolab.method": method}
+        result = run_experiment(exp, state, parent_run_id=parent_run_id, extra_tags=tags, run_name=run_name,
                                 eval_hook=report, on_trainer=trainers.append, on_run=lambda run_id: trial.set_user_attr(RUN_ATTR, run_id))
         values = objective_values(cfg, result)
         trial.set_user_attr(OUTCOME_ATTR, "complete")
@@ -291,8 +292,9 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int, ret
     storage_url = storage_url or default_storage(state)
     study = create_or_load(cfg, storage_url)
     check_definition(study, cfg, accept_changed)
-    parent = ensure_parent_run(study, cfg, state)
     left_failed = enqueue_missing_rows(study, cfg, retry_failed) if cfg.kind == "ladder" else []
+    pending = has_pending_rows(study, cfg)
+    parent = ensure_parent_run(study, cfg, state, reopen=pending)
     started = time.time()
     try:
         if workers <= 1:
@@ -308,11 +310,15 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int, ret
                     echo(format_progress(p))
             _run_workers(path, storage_url, state, workers, tick)
     except BaseException:
-        _close_parent(state, parent, progress(study, cfg, started, workers), interrupted=True)
+        if pending:
+            _close_parent(state, parent, progress(study, cfg, started, workers), interrupted=True)
         raise
     final = progress(study, cfg, started, workers)
     echo(format_progress(final))
-    _close_parent(state, parent, final)
+    if pending:  # a finished study run again keeps its parent run (and its end time) as it was
+        from .reports import record_study_tables
+        record_study_tables(state, parent, path, storage_url)
+        _close_parent(state, parent, final)
     failed = final["failed"] + len(left_failed)
     if failed:
         echo(f"{failed} row(s) failed; see `grpolab table {cfg.path}` and rerun with --retry-failed")
@@ -334,6 +340,15 @@ def pin_worker_threads() -> None:
             pass
 
 
+def has_pending_rows(study: optuna.Study, cfg: StudyConfig) -> bool:
+    """Whether a worker would run anything: a waiting ladder row, or a search short of n_trials."""
+    if cfg.kind == "ladder":
+        return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+    finished = [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL or
+                t.user_attrs.get(OUTCOME_ATTR) == "error"]
+    return len(finished) < cfg.n_trials
+
+
 def _run_workers(path: str, storage_url: str, state: Path, workers: int, tick) -> None:
     threads = str(max(1, (os.cpu_count() or 2) // workers))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "GRPOLAB_WORKER_THREADS": threads}
@@ -352,10 +367,8 @@ def _run_workers(path: str, storage_url: str, state: Path, workers: int, tick) -
 
 
 def _close_parent(state: Path, parent_run_id: str, final: dict, interrupted: bool = False) -> None:
-    from mlflow.tracking import MlflowClient
-
-    from .tracking import tracking_uri
-    client = MlflowClient(tracking_uri(state))
+    from .tracking import client_for
+    client = client_for(state)
     status = "KILLED" if interrupted else ("FAILED" if final["failed"] else (
         "FINISHED" if final["done"] >= final["total"] else "KILLED"))
     client.set_tag(parent_run_id, "grpolab.rows_done", f"{final['done']}/{final['total']}")

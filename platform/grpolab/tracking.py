@@ -1,7 +1,13 @@
 """MLflow: run layout, tags, batched logging and honest statuses.
 
 - Store: ``$MLFLOW_TRACKING_URI`` if set, else a SQLite file in the state folder (never the
-  deprecated ./mlruns file store). Artifacts go beside it unless the experiment says otherwise.
+  deprecated ./mlruns file store). Artifacts go to ``<state>/mlartifacts`` for every database
+  store (also a user's ``sqlite:`` URI: MLflow's default would be ./mlruns of the current
+  folder); an ``http(s)://`` tracking server keeps its own artifact store (proxied uploads).
+- A moved state folder: MLflow stores absolute artifact paths, so the first command that opens
+  a SQLite store from a state folder at a new path re-points the stored paths under the old
+  folder to the new one (``relocate_artifacts``); the stock ``mlflow ui`` then finds them too.
+- Tags are strings (the REST API of ``mlflow server`` rejects other types).
 - Metrics are buffered and written with one ``log_batch`` call per ``flush_every`` steps:
   one call per point costs ~16 ms on SQLite, a batch of 1000 points ~0.1 s.
 - Status: FINISHED only for a completed run; FAILED with the error recorded for any exception
@@ -10,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -29,25 +36,59 @@ MAX_BATCH = 1000        # MLflow's limit of metrics per log_batch call
 MAX_PARAM_LEN = 6000
 # TRL keys that duplicate grpolab's curves or mislead: frac_reward_zero_std is a whole-batch flag
 # under batch scaling and miscounts non-dyadic rewards (TRL_NOTES.md); completions/* repeat length/*.
-DROPPED = frozenset({"frac_reward_zero_std", "reward", "reward_std", "num_tokens", "epoch"})
+# TRL's end-of-train summary (train_runtime, total_flos, ...) is one point at the last step that
+# repeats the tags (wall seconds) or means nothing here (FLOPs of a toy model): not a curve.
+DROPPED = frozenset({"frac_reward_zero_std", "reward", "reward_std", "num_tokens", "epoch", "train_runtime",
+                     "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss"})
+ARTIFACTS_DIR = "mlartifacts"
+LOCATION_MARK = ".artifact-root"      # in the state folder: the artifact root URI last written
 
 
 def tracking_uri(state_dir: Path) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(state_dir).resolve()}/mlflow.db"
 
 
+def is_server_uri(uri: str) -> bool:
+    return uri.startswith(("http://", "https://", "databricks"))
+
+
+def artifact_root(state_dir: Path) -> str:
+    return (Path(state_dir).resolve() / ARTIFACTS_DIR).as_uri()
+
+
 def client_for(state_dir: Path) -> MlflowClient:
     Path(state_dir).mkdir(parents=True, exist_ok=True)
-    return MlflowClient(tracking_uri=tracking_uri(state_dir))
+    uri = tracking_uri(state_dir)
+    if uri.startswith("sqlite:"):
+        relocate_artifacts(uri, state_dir)
+    return MlflowClient(tracking_uri=uri)
+
+
+def relocate_artifacts(uri: str, state_dir: Path) -> int:
+    """Re-point artifact paths stored under a previous location of this state folder to the
+    current one (MLflow keeps absolute paths). Returns the number of rows changed."""
+    import sqlite3
+    mark = Path(state_dir) / LOCATION_MARK
+    current = artifact_root(state_dir)
+    previous = mark.read_text().strip() if mark.exists() else current
+    db = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
+    changed = 0
+    if previous != current and db and Path(db).exists():
+        with contextlib.closing(sqlite3.connect(db, timeout=60)) as conn, conn:
+            for table, column in (("experiments", "artifact_location"), ("runs", "artifact_uri")):
+                changed += conn.execute(
+                    f"UPDATE {table} SET {column} = ? || substr({column}, ?) WHERE substr({column}, 1, ?) = ?",
+                    (current, len(previous) + 1, len(previous), previous)).rowcount
+    if previous != current or not mark.exists():
+        mark.write_text(current + "\n")
+    return changed
 
 
 def ensure_experiment(client: MlflowClient, name: str, state_dir: Path) -> str:
     exp = client.get_experiment_by_name(name)
     if exp is not None:
         return exp.experiment_id
-    artifacts = None
-    if not os.environ.get("MLFLOW_TRACKING_URI"):
-        artifacts = (Path(state_dir).resolve() / "mlartifacts").as_uri()
+    artifacts = None if is_server_uri(client.tracking_uri) else artifact_root(state_dir)
     try:
         return client.create_experiment(name, artifact_location=artifacts)
     except mlflow.exceptions.MlflowException:  # created concurrently by another worker
@@ -96,10 +137,12 @@ class RunRecorder:
             self.stored_points = {(k, step): v for k, pts in stored_points(self.client, resume_run_id).items()
                                   for step, v in pts}
             return
-        all_tags = dict(tags)
+        from .run_layout import standard_tags
+        all_tags = {**standard_tags(git_commit()), **tags}
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
-        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
+        run = self.client.create_run(self.experiment_id, run_name=run_name,
+                                     tags={k: str(v)[:5000] for k, v in all_tags.items()})
         self.run_id = run.info.run_id
         self.flush_every = flush_every
         self._buffer: list[Metric] = []
@@ -148,6 +191,11 @@ class RunRecorder:
             path = Path(tmp) / name
             path.write_text(json.dumps(obj, indent=2, default=str))
             self.client.log_artifact(self.run_id, str(path))
+
+    def log_table(self, rows: list[dict], name: str) -> None:
+        """Rows as an MLflow table (the UI's artifact view and ``mlflow.load_table`` read it)."""
+        import pandas as pd
+        self.client.log_table(self.run_id, data=pd.DataFrame(rows), artifact_file=name)
 
     def log_text(self, text: str, name: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:

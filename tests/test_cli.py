@@ -1,0 +1,98 @@
+"""The command line as a user meets it: --version, global flags on either side of the
+subcommand, `methods` readable in a terminal and safe in a pipe, bad input answered with one line
+and exit 2 (a typo before anything heavy is imported), dashboards named after what they show."""
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from grpolab import __version__
+from grpolab.cli import build_parser, hoist_global_flags, main
+from grpolab.dashboards import default_output_name
+
+
+def cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "grpolab.cli", *args], capture_output=True, text=True, timeout=300, **kw)
+
+
+def test_version_and_typo_answer_without_heavy_imports():
+    done = cli("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"grpolab {__version__}"
+    start = time.perf_counter()
+    typo = cli("stduy", "studies/x.yaml")
+    seconds = time.perf_counter() - start
+    assert typo.returncode == 2 and "invalid choice: 'stduy'" in typo.stderr
+    print(f"typo answered in {seconds:.2f} s")          # reported, not enforced (see `grpolab bench --what cli`)
+    probe = "import sys, grpolab.cli as c; c.build_parser(); print(sorted({'torch', 'trl', 'mlflow', 'transformers'} & set(sys.modules)))"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() == "[]"
+
+
+def test_global_flags_before_or_after_the_subcommand():
+    parse = lambda argv: build_parser().parse_args(hoist_global_flags(argv))  # noqa: E731
+    after = parse(["run", "exp.yaml", "--state", "/tmp/s", "train.steps=3", "-v", "seed=2"])
+    assert after.state == "/tmp/s" and after.verbose and after.overrides == ["train.steps=3", "seed=2"]
+    before = parse(["--state=/tmp/t", "table", "study.yaml", "--format", "latex"])
+    assert before.state == "/tmp/t" and before.format == "latex" and not before.verbose
+    assert parse(["methods"]).state is None
+
+
+def test_methods_fits_a_terminal_and_names_papers():
+    done = cli("methods")
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0 and max(map(len, lines)) <= 110
+    assert "seed 000" not in done.stdout and "arXiv:2402.03300" in done.stdout
+    assert any(line.startswith("  clip_dapo (CLIP-DAPO): S. Roy, GRPO Variants") for line in lines)
+    assert "| method" in cli("methods", "--markdown").stdout
+
+
+def test_methods_into_a_closed_pipe_ends_quietly():
+    piped = subprocess.run(f"{sys.executable} -m grpolab.cli methods | head -3", shell=True, capture_output=True,
+                           text=True, timeout=120)
+    assert len(piped.stdout.splitlines()) == 3 and "Traceback" not in piped.stderr and "Error" not in piped.stderr
+    # Deterministic variant: the reader is gone before grpolab writes a byte.
+    proc = subprocess.Popen([sys.executable, "-m", "grpolab.cli", "methods"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()
+    stderr = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141 and stderr == ""
+
+
+def test_broken_pipe_in_process(monkeypatch, capsys):
+    class ClosedPipe:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self):
+            return sys.__stdout__.fileno()
+
+    saved = os.dup(sys.__stdout__.fileno())
+    try:
+        monkeypatch.setattr(sys, "stdout", ClosedPipe())
+        assert main(["methods"]) == 141
+    finally:
+        os.dup2(saved, sys.__stdout__.fileno())
+        os.close(saved)
+
+
+def test_unknown_run_id_is_one_line_exit_2(tmp_path):
+    done = cli("dashboard", "--runs", "0123456789abcdef", "--state", str(tmp_path / "state"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("error: --runs: no MLflow run '0123456789abcdef'")
+    assert list(tmp_path.iterdir()) == [tmp_path / "state"]
+
+
+@pytest.mark.parametrize("args, name", [
+    (("studies/dapo_table1.yaml", None, None), "dapo_table1.html"),
+    (("studies/dapo_table1.yaml", None, "dashboards/length_and_entropy.yaml", "tokens", "lines"),
+     "dapo_table1-length_and_entropy-tokens-seeds-lines.html"),
+    ((None, ["aaaaaaaa1111", "bbbbbbbb2222"], None), "runs-aaaaaaaa-bbbbbbbb.html"),
+    ((None, [f"{i:08d}ffff" for i in range(6)], None, "seconds"), "runs-00000000-00000001-00000002-00000003-and-2-more-seconds.html"),
+])
+def test_dashboard_files_are_named_after_what_they_show(args, name):
+    assert default_output_name(*args) == name
