@@ -47,7 +47,7 @@ _DEFAULT_SPEC = MethodSpec()
 # The training budget and rollout shape: every run states them, whatever their value.
 CORE_TRAIN = ("steps", "group_size", "prompts_per_rollout", "minibatches", "num_iterations", "grad_accum",
               "learning_rate", "temperature", "max_completion_length")
-CORE_EVAL = ("every", "prompts", "k")
+CORE_EVAL = ("every", "prompts", "k", "max_completion_length")
 
 
 def method_params(spec: MethodSpec) -> dict:
