@@ -246,8 +246,6 @@ def _ladder_sections(state, study_path, storage_url, cfg, layout, sections, tabl
         sections.extend(ladder_sections(state, study_path, storage_url))
     tables.append(f"<h2>Ablation table</h2><p>{html.escape(cfg.published_source)}</p>"
                   + table.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="--"))
-    from .verdict_report import ladder_sections   # rung verdicts: effect + BCa CI, and per-seed differences
-    sections.extend(ladder_sections(state, study_path, storage_url))
 
 
 def _curve_sections(state, runs, layout, sections, notes) -> None:
