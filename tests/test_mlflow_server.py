@@ -111,6 +111,14 @@ def test_two_row_study_through_the_rest_api(on_server, shared_state, tmp_path):
     assert {"study.yaml", "table.md", "table.csv"} <= artifacts
     csv = open(client.download_artifacts(parent.info.run_id, "table.csv", str(tmp_path))).read().splitlines()
     assert csv[0].startswith("rung,n,finite,mean,ci95") and csv[2].startswith("+ Clip_Higher 28%,1,1,")
+    # `grpolab study --dashboard` puts the page on the parent run too (plotly.js shared: a small page).
+    from grpolab.dashboards import build_dashboard
+    from grpolab.reports import attach_dashboard
+    page = build_dashboard(shared_state, tmp_path / "dash" / "server_ladder.html", str(path), plotlyjs="shared")
+    attach_dashboard(shared_state, parent.info.run_id, page)
+    stored = client.download_artifacts(parent.info.run_id, "dashboard.html", str(tmp_path / "back"))
+    assert open(stored).read() == page.read_text()
+    assert any(a.path.startswith("plotly-") for a in client.list_artifacts(parent.info.run_id))
     # Running the finished study again changes nothing, not even the parent's end time.
     end_time = parent.info.end_time
     assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None) == 0
