@@ -1,16 +1,12 @@
 """Optuna-driven studies: ladders end to end, exactly-once rows under concurrent workers (journal
 file and a real PostgreSQL server on loopback), resume, a pruned search, table statistics."""
 
-import glob
 import re
 import math
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -111,34 +107,6 @@ def _workers_exactly_once(tmp_path, state, storage):
 
 def test_two_workers_exactly_once_on_journal_storage(tmp_path, shared_state):
     _workers_exactly_once(tmp_path, shared_state, default_storage(tmp_path))
-
-
-@pytest.fixture(scope="module")
-def postgres_url(tmp_path_factory):
-    """A real PostgreSQL server started on 127.0.0.1 for this test module, then stopped."""
-    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
-    if not bins:
-        pytest.fail("PostgreSQL is not installed: `make test` installs it (apt-get install postgresql)")
-    bin_dir = Path(bins[-1])
-    root = Path(tempfile.mkdtemp(prefix="grpolab-pg-"))  # pytest's tmp dirs are 0700 root: postgres can't enter
-    data, sock = root / "data", root / "sock"
-    sock.mkdir()
-    as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    if as_pg:
-        shutil.chown(root, "postgres")
-        shutil.chown(sock, "postgres")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    subprocess.run(as_pg + [str(bin_dir / "initdb"), "-D", str(data), "-U", "grpolab", "--auth=trust"], check=True,
-                   capture_output=True)
-    subprocess.run(as_pg + [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-w", "-o",
-                            f"-p {port} -k {sock} -c listen_addresses=127.0.0.1", "start"], check=True, capture_output=True)
-    subprocess.run(as_pg + [str(bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "grpolab", "optuna"],
-                   check=True, capture_output=True)
-    yield f"postgresql+psycopg2://grpolab@127.0.0.1:{port}/optuna"
-    subprocess.run(as_pg + [str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"], capture_output=True)
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def test_two_workers_exactly_once_on_postgresql(tmp_path, shared_state, postgres_url):

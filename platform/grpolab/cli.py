@@ -20,9 +20,11 @@ from .tracking_signals import RunKilled
 
 
 def _cmd_run(args) -> int:
+    from .state import state_dir, state_path
+    from .stores import check_stores, prepare_stores
+    check_stores(state_path(args.state))   # fail fast (seconds, nothing written) on an unreachable store
     from .config import load_experiment
     from .runner import run_experiment
-    from .state import state_dir
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -31,6 +33,7 @@ def _cmd_run(args) -> int:
         print(f"warning: {w.message}", file=sys.stderr)
     from .progress import TrainProgress, where
     state = state_dir(args.state)
+    prepare_stores(state)   # a fresh MLflow database is created once, under the setup lock
 
     def announce(run_id: str) -> None:
         print(f"run {cfg.name}: method {cfg.method_name}, {cfg.train.steps} steps; MLflow run {run_id}; "
@@ -78,11 +81,13 @@ def _cmd_bench(args) -> int:
 
 
 def _cmd_study(args) -> int:
-    from .state import state_dir
-    from .studies import run_study
+    from .state import state_dir, state_path
+    from .stores import check_stores
     if args.workers < 1:
         raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
-    code = run_study(args.study, state_dir(args.state), args.storage, args.workers, args.retry_failed,
+    check_stores(state_path(args.state), args.storage)   # fail fast, before the study's imports
+    from .studies import run_study
+    code = run_study(args.study, state_path(args.state), args.storage, args.workers, args.retry_failed,
                      accept_changed=args.accept_changed)
     if args.table:
         from .results import study_table

@@ -290,12 +290,9 @@ def apply_overrides(data: dict, overrides: list[str]) -> dict:
 
 
 def load_experiment(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    from .yaml_input import read_yaml_mapping
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"experiment file {str(path)!r} does not exist")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"experiment file {str(path)!r} is not valid YAML: {exc}") from None
+    # an empty file is refused rather than run as the full default experiment
+    data = read_yaml_mapping(path, "experiment file", "give at least method and task, e.g. experiments/smoke.yaml")
     data.setdefault("name", path.stem)
     return build_config(apply_overrides(data, overrides or []))

@@ -101,7 +101,14 @@ def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
         from .world.models import build_model, save_model
         target = state / "models" / f"{cfg.model.preset}-random-{cfg.seed}"
         if not (target / "config.json").exists():
-            save_model(*build_model(cfg.model.preset, cfg.seed), target)
+            # written aside, then renamed: a concurrent worker never loads a half-written model
+            scratch = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+            save_model(*build_model(cfg.model.preset, cfg.seed), scratch)
+            try:
+                os.rename(scratch, target)
+            except OSError:   # another process renamed its identical copy first
+                import shutil
+                shutil.rmtree(scratch, ignore_errors=True)
         return target, {"source": "random-init"}
     wcfg = WarmStartConfig(band=tuple(ws.band), group_size=cfg.train.group_size, learning_rate=ws.learning_rate,
                            max_steps=ws.max_steps, check_every=ws.check_every)
@@ -174,6 +181,8 @@ def _run_tags(cfg: RunConfig, task) -> dict:
 @contextlib.contextmanager
 def _sigterm_as_killed():
     def handler(signum, frame):
+        from .tracking_signals import note_signal
+        note_signal(signum)   # re-raised at the next safe point if this raise is swallowed
         raise RunKilled(f"received signal {signum}")
     previous = signal.signal(signal.SIGTERM, handler)
     try:

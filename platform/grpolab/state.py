@@ -10,7 +10,12 @@ import os
 from pathlib import Path
 
 
+def state_path(override: str | os.PathLike | None = None) -> Path:
+    """Where the state folder is, without creating it (checks that must write nothing)."""
+    return Path(override or os.environ.get("GRPOLAB_STATE") or "grpolab-state")
+
+
 def state_dir(override: str | os.PathLike | None = None) -> Path:
-    path = Path(override or os.environ.get("GRPOLAB_STATE") or "grpolab-state")
+    path = state_path(override)
     path.mkdir(parents=True, exist_ok=True)
     return path

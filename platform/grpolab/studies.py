@@ -6,9 +6,14 @@ SQLite ran fixed rows twice under concurrency, TRACKING_NOTES.md), or any RDB UR
 
 Exactly-once ladder rows: the coordinator enqueues each missing (rung, seed) row once; workers
 pop enqueued trials through ``study.ask()``, which claims a WAITING trial atomically in the
-storage. A worker that finds no waiting row stops. Interrupted rows (Ctrl-C, SIGTERM) are
-re-queued when the command is run again; rows that failed with an error only with
-``--retry-failed``; a failed row is never skipped silently (the command exits 1 and lists it).
+storage. A worker that finds no waiting row stops. Interrupted rows (Ctrl-C, SIGTERM, or a
+worker that died: its trial is reaped, lifecycle.py) are re-queued when the command is run
+again; rows that failed with an error only with ``--retry-failed``; a failed or unfinished row
+is never skipped silently (the command exits 1 and lists it).
+
+Several coordinators (on one machine or many) may run the same study at once: store creation,
+the parent run and enqueueing happen under the setup lock (stores.py), and each coordinator
+waits for the rows the others still run before it reports.
 
 MLflow: one parent run per study; each trial's run is its child, with the trial number as a
 tag, and the run id stored on the trial (``mlflow_run_id``): linked both ways.
@@ -29,17 +34,22 @@ from pathlib import Path
 
 import optuna
 import yaml
+from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from .config import apply_overrides, build_config
 from .errors import ConfigError
+from .lifecycle import (RESUMES_ATTR, Heartbeat, TrialReaped, abort_if_lost, checkpoint_to_resume, end_trial_runs,
+                        link_restart, reap_stale_trials, sigterm_raises)
 from .study_config import StudyConfig, load_study, parse_threshold
+from .study_progress import (OUTCOME_ATTR, ROW_ATTR, RUN_ATTR, format_progress, progress, row_key,  # noqa: F401
+                             row_states, summary)
 from .tracking import RunRecorder
+from .tracking_signals import RunKilled, raise_if_signalled
 
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # TPE's group=True
-ROW_ATTR, OUTCOME_ATTR, RUN_ATTR = "row", "outcome", "mlflow_run_id"
 
 
 def default_storage(state: Path) -> str:
@@ -84,14 +94,11 @@ def create_or_load(cfg: StudyConfig, storage_url: str) -> optuna.Study:
                                pruner=_pruner(cfg) if cfg.kind == "search" else None)
 
 
-def row_key(rung: int, seed: int) -> str:
-    return f"r{rung}-s{seed}"
-
-
 def enqueue_missing_rows(study: optuna.Study, cfg: StudyConfig, retry_failed: bool) -> list[str]:
     """Enqueue every ladder row that has no complete, running or waiting trial. Interrupted rows
-    are always re-queued; rows that failed with an error only when ``retry_failed``.
-    Returns the rows left failed (not re-queued)."""
+    (Ctrl-C, SIGTERM, or reaped after their worker died) are always re-queued; rows that failed
+    with an error only when ``retry_failed``. Call under the setup lock (stores.setup_lock): two
+    coordinators enqueueing at once would queue a row twice. Returns the rows left failed."""
     by_row: dict[str, list] = {}
     for t in study.get_trials(deepcopy=False):
         if ROW_ATTR in t.user_attrs:
@@ -102,11 +109,16 @@ def enqueue_missing_rows(study: optuna.Study, cfg: StudyConfig, retry_failed: bo
         trials = by_row.get(key, [])
         if any(t.state in (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING) for t in trials):
             continue
-        errors = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get(OUTCOME_ATTR) != "interrupted"]
+        # a FAIL without an outcome was reaped (its worker died): interrupted, like Ctrl-C
+        errors = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get(OUTCOME_ATTR) == "error"]
         if errors and not retry_failed:
             left_failed.append(key)
             continue
-        study.enqueue_trial({"rung": rung, "seed": seed}, user_attrs={ROW_ATTR: key})
+        attrs = {ROW_ATTR: key}
+        previous = [t.user_attrs[RUN_ATTR] for t in trials if RUN_ATTR in t.user_attrs]
+        if previous:   # the row restarts (or, with a checkpoint, resumes) its latest run
+            attrs[RESUMES_ATTR] = previous[-1]
+        study.enqueue_trial({"rung": rung, "seed": seed}, user_attrs=attrs)
     return left_failed
 
 
@@ -175,8 +187,8 @@ class PrunedRun(Exception):
 
 
 def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run_id: str) -> bool:
-    """Run one trial; False when a ladder has no waiting row left."""
-    from .runner import run_experiment
+    """Run one trial; False when a ladder has no waiting row left. The trial is claimed with a
+    heartbeat (lifecycle.py) for as long as it runs."""
     if cfg.kind == "ladder" and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         return False
     trial = study.ask()
@@ -185,50 +197,104 @@ def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run
         study.tell(trial, state=TrialState.FAIL)
         study.set_user_attr(f"spurious_{trial.number}", True)
         return False
+    heartbeat = Heartbeat(trial)
     try:
-        data, labels = _trial_experiment(cfg, trial)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            exp = build_config(data)
-
-        seen: dict[int, dict] = {}   # the history so far, for the pruner
-        trainers: list = []
-
-        def curves_so_far() -> dict:
-            from .runner import TrackingCallback
-            callbacks = trainers[0].callback_handler.callbacks if trainers else []
-            return next((cb.curves for cb in callbacks if isinstance(cb, TrackingCallback)), {})
-
-        def report(step: int, metrics: dict) -> None:
-            seen[step] = metrics
-            value = _partial_value(cfg.objectives[0].metric, seen, curves_so_far) if cfg.kind == "search" else None
-            if cfg.kind == "search" and len(cfg.objectives) == 1 and step > 0 and value is not None:
-                trial.report(value, step)
-                if trial.should_prune():
-                    raise PrunedRun(f"pruned at step {step}")
-
-        from .run_layout import study_run_identity
-        run_name, method = study_run_identity(cfg, trial.number, labels, exp)
-        tags = {"grpolab.study": cfg.name, "optuna.study": cfg.name, "optuna.trial_number": trial.number,
-                **{f"grpolab.{k}": v for k, v in labels.items()}, "grpolab.method": method}
-        result = run_experiment(exp, state, parent_run_id=parent_run_id, extra_tags=tags, run_name=run_name,
-                                eval_hook=report, on_trainer=trainers.append, on_run=lambda run_id: trial.set_user_attr(RUN_ATTR, run_id))
-        values = objective_values(cfg, result)
-        trial.set_user_attr(OUTCOME_ATTR, "complete")
-        study.tell(trial, values if len(values) > 1 else values[0])
+        values = _train_trial(study, cfg, trial, state, parent_run_id, heartbeat)
     except PrunedRun:
-        trial.set_user_attr(OUTCOME_ATTR, "pruned")
-        study.tell(trial, state=TrialState.PRUNED)
-    except (KeyboardInterrupt, SystemExit) as exc:
-        trial.set_user_attr(OUTCOME_ATTR, "interrupted")
-        study.tell(trial, state=TrialState.FAIL)
-        raise exc
+        _report(study, trial, heartbeat, state, "pruned", TrialState.PRUNED)
+    except TrialReaped as exc:
+        log.warning("%s", exc)
+    except (KeyboardInterrupt, SystemExit, RunKilled):
+        _report(study, trial, heartbeat, state, "interrupted", TrialState.FAIL)
+        raise
     except Exception as exc:  # noqa: BLE001 - recorded on the trial and in MLflow, the study goes on
-        trial.set_user_attr(OUTCOME_ATTR, "error")
-        trial.set_user_attr("error", f"{type(exc).__name__}: {exc}"[:2000])
-        study.tell(trial, state=TrialState.FAIL)
+        _report(study, trial, heartbeat, state, "error", TrialState.FAIL, error=f"{type(exc).__name__}: {exc}"[:2000])
         log.error("trial %d failed: %s", trial.number, exc)
+    else:
+        _report(study, trial, heartbeat, state, "complete", TrialState.COMPLETE, values=values)
+    finally:
+        heartbeat.stop()
     return True
+
+
+def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str, heartbeat) -> list[float]:
+    from .runner import run_experiment
+    data, labels = _trial_experiment(cfg, trial)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exp = build_config(data)
+
+    seen: dict[int, dict] = {}   # the history so far, for the pruner
+    trainers: list = []
+
+    def curves_so_far() -> dict:
+        from .runner import TrackingCallback
+        callbacks = trainers[0].callback_handler.callbacks if trainers else []
+        return next((cb.curves for cb in callbacks if isinstance(cb, TrackingCallback)), {})
+
+    def report(step: int, metrics: dict) -> None:
+        abort_if_lost(heartbeat)
+        seen[step] = metrics
+        value = _partial_value(cfg.objectives[0].metric, seen, curves_so_far) if cfg.kind == "search" else None
+        if cfg.kind == "search" and len(cfg.objectives) == 1 and step > 0 and value is not None:
+            trial.report(value, step)
+            if trial.should_prune():
+                raise PrunedRun(f"pruned at step {step}")
+
+    previous = trial.user_attrs.get(RESUMES_ATTR)
+    resume_run_id = checkpoint_to_resume(previous, state)
+
+    def on_run(run_id: str) -> None:
+        trial.set_user_attr(RUN_ATTR, run_id)
+        if previous and run_id != previous:
+            link_restart(state, previous, run_id)
+
+    from .run_layout import study_run_identity
+    run_name, method = study_run_identity(cfg, trial.number, labels, exp)
+    tags = {"grpolab.study": cfg.name, "optuna.study": cfg.name, "optuna.trial_number": trial.number,
+            **{f"grpolab.{k}": v for k, v in labels.items()}, "grpolab.method": method,
+            **({"grpolab.restart_of": previous} if previous and not resume_run_id else {})}
+    result = run_experiment(exp, state, parent_run_id=parent_run_id, extra_tags=tags, run_name=run_name,
+                            eval_hook=report, on_trainer=trainers.append, on_run=on_run, callbacks=[_abort_callback(heartbeat)],
+                            resume_run_id=resume_run_id)
+    return objective_values(cfg, result)
+
+
+def _abort_callback(heartbeat):
+    """A trainer callback that stops training at the next step once the trial was reaped (or a
+    termination signal was swallowed)."""
+    from transformers import TrainerCallback
+
+    class AbortIfReaped(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            abort_if_lost(heartbeat)
+    return AbortIfReaped()
+
+
+def _report(study, trial, heartbeat, state: Path, outcome: str, trial_state, values=None, error=None) -> None:
+    """Stop the heartbeat, then report. If a reaper finished the trial first (this worker was
+    presumed dead), nothing is reported and the trial's runs end KILLED: the row was handed back."""
+    heartbeat.stop()
+    try:
+        if error is not None:
+            trial.set_user_attr("error", error)
+        trial.set_user_attr(OUTCOME_ATTR, outcome)
+        if values is not None:
+            study.tell(trial, values if len(values) > 1 else values[0])
+            return
+        study.tell(trial, state=trial_state)
+    except (UpdateFinishedTrialError, ValueError):
+        current = study.get_trials(deepcopy=False)[trial.number]
+        if current.state == TrialState.RUNNING:
+            raise   # not a reaped trial: a real error
+        reason = (f"trial {trial.number} was reaped before its worker reported ({outcome}); "
+                  "its row was handed back and this result is discarded")
+        log.warning("%s", reason)
+        end_trial_runs(study, state, trial, reason)
+        return
+    # A signal between the run's creation and its recorder taking charge leaves it RUNNING: end it.
+    end_trial_runs(study, state, trial, f"trial {trial.number} ended {outcome} before its run was closed",
+                   status="FAILED" if outcome == "error" else "KILLED", from_statuses=("RUNNING",))
 
 
 def _partial_value(metric: str, evals: dict, curves_fn) -> float | None:
@@ -245,42 +311,28 @@ def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=Non
     pin_worker_threads()
     study = create_or_load(cfg, storage_url)
     parent = study.user_attrs["mlflow_parent_run_id"]
-    while True:
-        if after_trial is not None:
-            after_trial()
-        if cfg.kind == "search":
-            finished = [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL or
-                        t.user_attrs.get(OUTCOME_ATTR) == "error"]
-            if len(finished) >= cfg.n_trials:
+    with sigterm_raises():
+        while True:
+            if after_trial is not None:
+                after_trial()
+            if cfg.kind == "search":
+                finished = [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL or
+                            t.user_attrs.get(OUTCOME_ATTR) == "error"]
+                if len(finished) >= cfg.n_trials:
+                    return
+            raise_if_signalled()   # a SIGTERM swallowed outside a trial still stops the worker
+            if not run_one_trial(study, cfg, state, parent):
                 return
-        if not run_one_trial(study, cfg, state, parent):
-            return
-
-
-def progress(study: optuna.Study, cfg: StudyConfig, started: float, workers: int) -> dict:
-    trials = [t for t in study.get_trials(deepcopy=False) if cfg.kind == "search" or ROW_ATTR in t.user_attrs]
-    count = {s: sum(t.state == s for t in trials) for s in TrialState}
-    total = len(cfg.rows()) if cfg.kind == "ladder" else cfg.n_trials
-    done = count[TrialState.COMPLETE] + count[TrialState.PRUNED]
-    durations = [(t.datetime_complete - t.datetime_start).total_seconds() for t in trials
-                 if t.state == TrialState.COMPLETE and t.datetime_complete and t.datetime_start]
-    remaining = max(total - done, 0)
-    eta = (sum(durations) / len(durations)) * math.ceil(remaining / max(workers, 1)) if durations else None
-    return {"done": done, "total": total, "running": count[TrialState.RUNNING], "waiting": count[TrialState.WAITING],
-            "failed": sum(t.state == TrialState.FAIL and t.user_attrs.get(OUTCOME_ATTR) == "error" for t in trials),
-            "elapsed": time.time() - started, "eta": eta}
-
-
-def format_progress(p: dict) -> str:
-    eta = "?" if p["eta"] is None else f"{int(p['eta'] // 60)}m{int(p['eta'] % 60):02d}s"
-    return (f"rows {p['done']}/{p['total']} done, {p['running']} running, {p['failed']} failed, "
-            f"elapsed {int(p['elapsed'])}s, ETA {eta}")
 
 
 def run_study(path: str, state: Path, storage_url: str | None, workers: int, retry_failed: bool,
               echo=print, accept_changed: bool = False) -> int:
-    """Coordinator: validate, create the study and its parent run, queue rows, run workers,
-    show live progress. Returns the exit code (1 if any row failed)."""
+    """Coordinator: validate, check the stores, then (under the setup lock, so that several
+    coordinators starting together do it once) create the stores, the study and its parent run,
+    hand back the rows of dead workers and queue the missing rows; run workers, show live
+    progress, wait for rows other coordinators still run. Returns the exit code: 0 when every
+    row is done, 1 when a row failed or did not complete."""
+    from .stores import check_stores, init_tracking_store, setup_lock
     cfg = load_study(path)
     if cfg.kind == "ladder":   # before anything runs: rungs that cannot act, rungs that repeat another
         from .regime import ladder_notes
@@ -290,25 +342,43 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int, ret
         for note in notes:
             echo(f"  ! {note}")
     storage_url = storage_url or default_storage(state)
-    study = create_or_load(cfg, storage_url)
-    check_definition(study, cfg, accept_changed)
-    left_failed = enqueue_missing_rows(study, cfg, retry_failed) if cfg.kind == "ladder" else []
-    pending = has_pending_rows(study, cfg)
-    parent = ensure_parent_run(study, cfg, state, reopen=pending)
-    started = time.time()
+    tracking = check_stores(state, storage_url)          # fail fast: nothing is written before this
+    Path(state).mkdir(parents=True, exist_ok=True)
+    with sigterm_raises():
+        with setup_lock(state, tracking, storage_url):
+            init_tracking_store(state)
+            study = create_or_load(cfg, storage_url)
+            check_definition(study, cfg, accept_changed)
+            for reason in reap_stale_trials(study, state).values():
+                echo(reason)
+            if cfg.kind == "ladder":
+                enqueue_missing_rows(study, cfg, retry_failed)
+            pending = has_pending_rows(study, cfg)
+            parent = ensure_parent_run(study, cfg, state, reopen=pending)
+        return _coordinate(study, cfg, path, state, storage_url, workers, parent, pending, echo)
+
+
+def _coordinate(study, cfg: StudyConfig, path: str, state: Path, storage_url: str, workers: int, parent: str,
+                pending: bool, echo) -> int:
+    started, last = time.time(), {}
+
+    def tick():  # hand back rows of dead workers; print when rows change state, not every poll
+        for reason in reap_stale_trials(study, state).values():
+            echo(reason)
+        p = progress(study, cfg, started, workers)
+        key = (p["done"], p["running"], p["failed"], p["interrupted"])
+        if last.get("key") != key:
+            last["key"] = key
+            echo(format_progress(p))
     try:
         if workers <= 1:
-            worker_loop(cfg, storage_url, state, lambda: echo(format_progress(progress(study, cfg, started, 1))))
+            worker_loop(cfg, storage_url, state, tick)
         else:
-            last = {}
-
-            def tick():  # print when rows change state, not every poll
-                p = progress(study, cfg, started, workers)
-                key = (p["done"], p["running"], p["failed"])
-                if last.get("key") != key:
-                    last["key"] = key
-                    echo(format_progress(p))
-            _run_workers(path, storage_url, state, workers, tick)
+            for line in _run_workers(path, storage_url, state, workers, tick):
+                echo(line)
+        while study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            tick()   # rows run by other coordinators' workers: wait until they end or are handed back
+            time.sleep(2)
     except BaseException:
         if pending:
             _close_parent(state, parent, progress(study, cfg, started, workers), interrupted=True)
@@ -319,10 +389,16 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int, ret
         from .reports import record_study_tables
         record_study_tables(state, parent, path, storage_url)
         _close_parent(state, parent, final)
-    failed = final["failed"] + len(left_failed)
-    if failed:
-        echo(f"{failed} row(s) failed; see `grpolab table {cfg.path}` and rerun with --retry-failed")
-    return 1 if failed else 0
+    return summary(study, cfg, final, echo)
+
+
+def has_pending_rows(study: optuna.Study, cfg: StudyConfig) -> bool:
+    """Whether a worker would run anything: a waiting ladder row, or a search short of n_trials."""
+    if cfg.kind == "ladder":
+        return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+    finished = [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL or
+                t.user_attrs.get(OUTCOME_ATTR) == "error"]
+    return len(finished) < cfg.n_trials
 
 
 def pin_worker_threads() -> None:
@@ -340,16 +416,8 @@ def pin_worker_threads() -> None:
             pass
 
 
-def has_pending_rows(study: optuna.Study, cfg: StudyConfig) -> bool:
-    """Whether a worker would run anything: a waiting ladder row, or a search short of n_trials."""
-    if cfg.kind == "ladder":
-        return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-    finished = [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL or
-                t.user_attrs.get(OUTCOME_ATTR) == "error"]
-    return len(finished) < cfg.n_trials
-
-
-def _run_workers(path: str, storage_url: str, state: Path, workers: int, tick) -> None:
+def _run_workers(path: str, storage_url: str, state: Path, workers: int, tick) -> list[str]:
+    """Run worker processes until all exit; returns a line for each that did not exit cleanly."""
     threads = str(max(1, (os.cpu_count() or 2) // workers))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "GRPOLAB_WORKER_THREADS": threads}
     cmd = [sys.executable, "-m", "grpolab.cli", "--state", str(state), "study-worker", path, "--storage", storage_url]
@@ -357,13 +425,16 @@ def _run_workers(path: str, storage_url: str, state: Path, workers: int, tick) -
     try:
         while any(p.poll() is None for p in procs):
             tick()
-            time.sleep(5)
-    except KeyboardInterrupt:
+            time.sleep(2)
+        tick()   # a worker that died last: its row is handed back before the summary
+    except (KeyboardInterrupt, RunKilled):
         for p in procs:
             p.terminate()
         for p in procs:
             p.wait(timeout=60)
         raise
+    return [f"worker {p.pid} " + (f"was killed by signal {-p.returncode}" if p.returncode < 0 else
+                                  f"exited with code {p.returncode}") for p in procs if p.returncode != 0]
 
 
 def _close_parent(state: Path, parent_run_id: str, final: dict, interrupted: bool = False) -> None:

@@ -114,10 +114,9 @@ _SEARCH_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objec
 
 
 def load_study(path: str | Path) -> StudyConfig:
+    from .yaml_input import read_yaml_mapping
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"study file {str(path)!r} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = read_yaml_mapping(path, "study file", "give at least kind, base and rungs (or space), e.g. studies/dapo_table1.yaml")
     kind = data.get("kind")
     if kind not in ("ladder", "search"):
         raise ConfigError(f"kind: expected ladder or search, got {kind!r}")
@@ -127,16 +126,22 @@ def load_study(path: str | Path) -> StudyConfig:
         raise ConfigError(f"{sorted(unknown)[0]}: unknown key for a {kind} study; valid: {', '.join(sorted(valid))}")
     base = data.get("base")
     if isinstance(base, str):
-        base = yaml.safe_load((path.parent / base).read_text()) if (path.parent / base).exists() else None
+        base = read_yaml_mapping(path.parent / base, "base: experiment file")
     if not isinstance(base, dict):
         raise ConfigError("base: expected an experiment mapping (or a path to an experiment YAML)")
     budget = data.get("budget") or {}
+    if not isinstance(budget, dict):
+        raise ConfigError(f"budget: expected a mapping of experiment keys (e.g. train.steps: 50), got {budget!r}")
     base = apply_overrides(base, [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in budget.items()])
-    seeds = tuple(data.get("seeds") or [0])
-    if not all(isinstance(s, int) and s >= 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise ConfigError(f"seeds: expected distinct non-negative integers, got {list(seeds)}")
+    seeds = data.get("seeds", [0])     # absent: one seed, 0; given: a non-empty list
+    if (not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                            for s in seeds) or len(set(seeds)) != len(seeds)):
+        raise ConfigError(f"seeds: expected a non-empty list of distinct non-negative integers, got {seeds!r}")
+    seeds = tuple(seeds)
     objectives = _objectives(data.get("objectives") or data.get("metric") or "final:eval/pass_at_1")
-    name = data.get("name") or path.stem
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"name: expected a non-empty string (it names the Optuna study), got {name!r}")
     common = dict(name=name, kind=kind, path=str(path), base=base, seeds=seeds, objectives=objectives,
                   description=data.get("description", ""))
     if kind == "ladder":
@@ -169,10 +174,20 @@ def _rungs(raw) -> tuple[Rung, ...]:
         unknown = set(item) - {"name", "changes", "published"}
         if unknown:
             raise ConfigError(f"rungs[{i}].{sorted(unknown)[0]}: unknown key; valid: name, changes, published")
+        if not isinstance(item["name"], str) or not item["name"].strip():
+            raise ConfigError(f"rungs[{i}].name: expected a non-empty string, got {item['name']!r}")
+        if item["name"] in {r.name for r in out}:  # rows, tables and dashboards are keyed by rung name
+            raise ConfigError(f"rungs[{i}].name: {item['name']!r} is already the name of an earlier rung; "
+                              "rung names must be unique")
         changes = item.get("changes") or {}
+        if not isinstance(changes, dict):
+            raise ConfigError(f"rungs[{i}].changes: expected a mapping of experiment keys, got {changes!r}")
         if i > 0 and not changes:
             raise ConfigError(f"rungs[{i}] ({item['name']}): a rung after the first must change something")
-        out.append(Rung(item["name"], changes, item.get("published")))
+        published = item.get("published")
+        if published is not None and (isinstance(published, bool) or not isinstance(published, (int, float))):
+            raise ConfigError(f"rungs[{i}].published: expected a number or nothing, got {published!r}")
+        out.append(Rung(item["name"], changes, published))
     return tuple(out)
 
 

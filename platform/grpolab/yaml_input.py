@@ -1,0 +1,55 @@
+"""Reading the user's YAML files (experiments, studies): whole-file checks before anything runs.
+
+A file that is missing, empty (or only comments), not valid YAML, not a mapping at the top, or
+that repeats a key (plain YAML keeps the last value silently) is refused with one line naming
+the file and, where YAML knows it, the line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from .errors import ConfigError
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key repeated in one mapping."""
+
+
+def _mapping_without_duplicates(loader, node, deep=False):
+    seen = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise ConfigError(f"{key}: key given twice (line {key_node.start_mark.line + 1}); keep one")
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
+def read_yaml_mapping(path: str | Path, what: str, hint: str = "") -> dict:
+    """The top-level mapping of a YAML file; ``what`` names it in messages ("experiment file")."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{what} {str(path)!r} does not exist")
+    try:
+        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except ConfigError as exc:
+        raise ConfigError(f"{what} {str(path)!r}: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"{what} {str(path)!r} is not valid YAML{where}: {problem}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} {str(path)!r} is not a UTF-8 text file") from None
+    if data is None or data == {}:
+        raise ConfigError(f"{what} {str(path)!r} is empty{'; ' + hint if hint else ''}")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {str(path)!r}: expected a mapping of keys at the top level, "
+                          f"got a {type(data).__name__}")
+    return data
