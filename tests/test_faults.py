@@ -29,7 +29,7 @@ from grpolab.tracking import tracking_uri
 
 BASE = {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
         "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
-        "train": {"group_size": 4, "prompts_per_rollout": 2, "n_train_prompts": 32},
+        "train": {"group_size": 4, "prompts_per_rollout": 2, "n_train_prompts": 32, "save_every": 0},
         "eval": {"prompts": 4, "k": 2, "every": 0}, "tracking": {"experiment": "faults"}}
 
 
@@ -72,7 +72,9 @@ def study_storage(request, tmp_path):
 def test_killed_workers_leave_every_row_complete_exactly_once(tmp_path, study_storage):
     """SIGKILL one of 2 workers mid-row, then SIGTERM one of 2 workers mid-row on the re-run,
     then re-run to the end: every row COMPLETE once, no run left RUNNING, killed runs KILLED."""
-    state, path = tmp_path / "state", study_file(tmp_path, "kill_rows", steps=4)
+    # no checkpoint before the end (save_every 0) and enough steps that the kill lands mid-row: a
+    # killed row restarts in a fresh run (resuming from a checkpoint is tested in test_checkpoints)
+    state, path = tmp_path / "state", study_file(tmp_path, "kill_rows", steps=40)
     cfg = load_study(path)
     killed = []
     for sig in (signal.SIGKILL, signal.SIGTERM):

@@ -27,6 +27,7 @@ reports a value, so no row is ever counted twice.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -227,10 +228,16 @@ def sigterm_raises():
         signal.signal(signal.SIGTERM, previous)
 
 
-def checkpoint_to_resume(previous_run_id: str | None, state: Path):
+def checkpoint_to_resume(previous_run_id: str | None, state: Path, resolved: dict | None = None):
     """Resume hook (the checkpoints work wires this): the checkpoint of an interrupted row's run,
     or None. None restarts the row in a fresh MLflow run (the old run is already KILLED and
     tagged ``grpolab.restarted_as``); a checkpoint makes the worker continue ``previous_run_id``
     (same run id, contiguous steps). Either way only the new trial can report the row's value."""
-    from .checkpoints import find_resumable
-    return previous_run_id if previous_run_id and find_resumable(state, previous_run_id) is not None else None
+    from .checkpoints import CONFIG, config_change, find_resumable, run_dir
+    if not previous_run_id or find_resumable(state, previous_run_id) is None:
+        return None
+    stored = run_dir(state, previous_run_id) / CONFIG
+    if resolved is not None and (not stored.exists() or
+                                 config_change(json.loads(stored.read_text()), resolved) is not None):
+        return None   # the row's definition changed (--accept-changed): restart it, never resume across it
+    return previous_run_id

@@ -23,6 +23,8 @@ def weighted(stats: dict[str, float], tokens: float, processes: int) -> dict[str
     """(num, den) per statistic of one micro-batch with ``tokens`` valid (loss-mask) tokens."""
     out = {}
     for key, value in stats.items():
+        if isinstance(value, float) and math.isnan(value):
+            continue   # NaN marks an empty population in this micro-batch (e.g. no correct completion): no data
         if key in PER_MICRO_BATCH:
             out[key] = (float(value), 1.0 / processes)
         elif key in PER_HIGH_CLIPPED:

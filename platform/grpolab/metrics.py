@@ -109,6 +109,7 @@ DEFINITIONS: dict[str, str] = {
     "entropy_coef": "adaptive entropy bonus: the coefficient after this optimizer step (from the step's trained/entropy "
                     "over every process)",
     "critic/value_loss": "trained: critic (gae): mean 0.5 (V - R)^2 over trained tokens",
+    "lm/positive_nll": "trained: VAPO positive-example LM loss, mean negative log-prob of the tokens of correct completions (micro-batches without a correct completion are left out)",
     "critic/warmup": "critic (gae): 1 while the policy is frozen for value pretraining",
     "sampling/rounds": "dynamic sampling: generation rounds used to fill this batch",
     "sampling/kept_fraction": "dynamic sampling: trained groups / generated groups; filter mode: informative groups / groups",

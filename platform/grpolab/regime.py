@@ -32,9 +32,9 @@ CLIP_REUSE = Requirement("a clipping surrogate with rollout reuse",
                          lambda c: c.reuses_rollouts and (c.spec.surrogate in _CLIPPING or c.spec.ratio == "geometric"),
                          "use surrogate clip/dual_clip/clip_cov/cispo and train.minibatches > 1 or num_iterations > 1")
 KL_ON = Requirement("a KL term (method.kl_coef > 0)", lambda c: c.spec.kl_coef > 0, "set method.kl_coef > 0")
-KL_LOSS_REUSE = Requirement("an in-loss KL with rollout reuse",
-                            lambda c: c.spec.kl_coef > 0 and c.spec.kl_placement == "loss" and c.reuses_rollouts,
-                            "set method.kl_coef > 0, kl_placement=loss and reuse rollouts")
+# on-policy the correction factor pi/pi_old is 1 but still carries d log pi, so it acts without reuse
+KL_IN_LOSS = Requirement("an in-loss KL", lambda c: c.spec.kl_coef > 0 and c.spec.kl_placement == "loss",
+                         "set method.kl_coef > 0 and kl_placement=loss")
 
 
 def _axis(name: str, test: Callable[[MethodSpec], bool], hint: str) -> Requirement:
@@ -63,7 +63,7 @@ REQUIREMENTS: dict[tuple[str, object], Requirement] = {
     ("kl_cov_coef", None): _axis("surrogate kl_cov", lambda s: s.surrogate == "kl_cov", "set method.surrogate: kl_cov"),
     ("dpo_beta", None): _axis("surrogate group_dpo", lambda s: s.surrogate == "group_dpo", "set method.surrogate: group_dpo"),
     ("kl_estimator", None): KL_ON, ("kl_placement", None): KL_ON,
-    ("kl_ratio_correction", True): KL_LOSS_REUSE,
+    ("kl_ratio_correction", True): KL_IN_LOSS,
     ("max_sampling_rounds", None): DYNAMIC, ("sampling_cap_policy", None): DYNAMIC,
     ("sampling_filter", None): FILTERING,
     ("overlong_buffer", None): SOFT_OVERLONG, ("overlong_penalty", None): SOFT_OVERLONG,

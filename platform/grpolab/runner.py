@@ -117,6 +117,20 @@ def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
     return warm_start(cfg.model.preset, task, ws.seed if ws.seed >= 0 else cfg.seed, wcfg, state / "models")
 
 
+def _resolve_model_once(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
+    """With several processes rank 0 builds (or finds) the model first and the others then read
+    the cache: once torch.distributed is up, transformers writes weights on rank 0 only, so a
+    model saved by another rank would be a folder without weights."""
+    if _world() <= 1:
+        return _resolve_model(cfg, task, state)
+    from accelerate import PartialState
+    ps = PartialState()
+    if ps.is_main_process:
+        resolved = _resolve_model(cfg, task, state)
+    ps.wait_for_everyone()
+    return resolved if ps.is_main_process else _resolve_model(cfg, task, state)
+
+
 def _grpo_args(cfg: RunConfig, task, output_dir: Path):
     from trl import GRPOConfig
     t = cfg.train
@@ -224,7 +238,7 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
         if recorder:
             from .regime import inert_settings
             recorder.set_tags({"grpolab.inert": ",".join(inert_settings(cfg)) or "none"})
-        model_dir, ws_record = _resolve_model(cfg, task, state)
+        model_dir, ws_record = _resolve_model_once(cfg, task, state)
         model, tokenizer = load_model(model_dir)
         engines.check_model(model.config, cfg, str(model_dir))
         train, held_out = task.splits(cfg.seed, cfg.train.n_train_prompts, cfg.eval.prompts)

@@ -242,7 +242,7 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
                 raise PrunedRun(f"pruned at step {step}")
 
     previous = trial.user_attrs.get(RESUMES_ATTR)
-    resume_run_id = checkpoint_to_resume(previous, state)
+    resume_run_id = checkpoint_to_resume(previous, state, exp.resolved())
 
     def on_run(run_id: str) -> None:
         trial.set_user_attr(RUN_ATTR, run_id)

@@ -133,6 +133,13 @@ class RunRecorder:
             self.run_id, self.flush_every = resume_run_id, flush_every
             self._buffer, self._pending, self._last_flush_step, self.log_seconds = [], [], 0, 0.0
             self.client.update_run(resume_run_id, status="RUNNING")
+            # the resuming process owns the run now: its trial number (a re-queued row's new trial,
+            # which the reaper looks runs up by) and no stale error from the interruption
+            for key, value in tags.items():
+                if not key.startswith("mlflow."):
+                    self.client.set_tag(resume_run_id, key, str(value)[:5000])
+            if "grpolab.error" in self.client.get_run(resume_run_id).data.tags:
+                self.client.delete_tag(resume_run_id, "grpolab.error")
             from .checkpoints import stored_points
             self.stored_points = {(k, step): v for k, pts in stored_points(self.client, resume_run_id).items()
                                   for step, v in pts}
