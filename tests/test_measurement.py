@@ -166,6 +166,7 @@ def test_group_curves_count_correctness_whatever_the_shaping():
 # -- 9. one objective function for the table, the trial value and the pruner ----------------------
 
 def test_objectives_by_hand_on_full_and_partial_histories():
+    from grpolab.errors import ConfigError
     from grpolab.objectives import objective_value
     evals = {0: {"eval/pass_at_1": 0.2}, 10: {"eval/pass_at_1": 0.28}, 20: {"eval/pass_at_1": 0.31}, 30: {"eval/pass_at_1": 0.29}}
     curves = {"tokens/cumulative": [(s, 100.0 * s) for s in (1, 3, 5, 7, 9, 11, 13, 15, 17, 19)],
@@ -175,6 +176,9 @@ def test_objectives_by_hand_on_full_and_partial_histories():
     assert objective_value("steps_to:eval/pass_at_1>=0.3", {0: evals[0], 10: evals[10]}, curves) == math.inf
     assert objective_value("steps_to:eval/pass_at_1>=0.3", evals, curves) == 20.0
     assert objective_value("tokens_to:eval/pass_at_1>=0.3", evals, curves) == 1900.0   # last point at or before 20
+    assert objective_value("tokens_to:eval/pass_at_1>=0.1", evals, curves) == 0.0      # reached at step 0
+    with pytest.raises(ConfigError, match="tokens/cumulative"):   # no token curve is an error, never 0 tokens
+        objective_value("tokens_to:eval/pass_at_1>=0.3", evals, {})
     # tail: finite points at steps > 3/4 of the last step (16 -> steps 14, 16), NaN skipped
     assert objective_value("tail:entropy", evals, curves) == pytest.approx(7.5)
     partial = {k: [(s, v) for s, v in pts if s <= 10] for k, pts in curves.items()}

@@ -14,7 +14,8 @@ across trials at that step:
                                 latest point)
     steps_to:<eval key>>=<x>    first eval step whose value is >= x; inf if none yet (censored)
     tokens_to:<eval key>>=<x>   tokens/cumulative at that step (the last point logged at or
-                                before it; 0 if none); inf if not reached
+                                before it; 0 if reached at step 0, an error if no point);
+                                inf if not reached
 """
 
 from __future__ import annotations
@@ -44,8 +45,12 @@ def objective_value(metric: str, evals: dict[int, dict], curves: dict[str, list]
             return math.inf
         if agg == "steps_to":
             return float(reached)
+        if reached == 0:
+            return 0.0   # reached before any training: no token generated for it
         tokens = [v for s, v in sorted(curves.get("tokens/cumulative", [])) if s <= reached]
-        return float(tokens[-1]) if tokens else 0.0
+        if not tokens:   # never 0 by default: 0 would be the best value a minimised objective can take
+            raise ConfigError(f"metric {metric!r}: the run logged no tokens/cumulative point up to step {reached}")
+        return float(tokens[-1])
     if agg == "tail":
         return tail_mean(metric, key, curves)
     raise ConfigError(f"metric {metric!r}: unknown aggregation {agg!r}; valid: final, auc, tail, steps_to, tokens_to")
