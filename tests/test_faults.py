@@ -93,7 +93,10 @@ def test_killed_workers_leave_every_row_complete_exactly_once(tmp_path, study_st
     assert f"was killed by signal {int(signal.SIGKILL)}" in out9
     run9, run15 = client.get_run(kill9.user_attrs["mlflow_run_id"]), client.get_run(term.user_attrs["mlflow_run_id"])
     assert run9.info.status == "KILLED" and "is gone" in run9.data.tags["grpolab.error"]   # reaped by the coordinator
-    assert run15.info.status == "KILLED" and "signal 15" in run15.data.tags["grpolab.error"]
+    # the SIGTERMed worker ends its run KILLED itself ("signal 15"), unless the coordinator, seeing the
+    # trial already handed back, ends it first: either way KILLED with the reason
+    assert run15.info.status == "KILLED"
+    assert any(r in run15.data.tags["grpolab.error"] for r in ("signal 15", "ended interrupted")), run15.data.tags
     if kill9.user_attrs["row"] == term.user_attrs["row"]:     # the re-queued row restarted in a fresh, linked run
         assert run15.data.tags["grpolab.restart_of"] == run9.info.run_id
         assert client.get_run(run9.info.run_id).data.tags["grpolab.restarted_as"] == run15.info.run_id
