@@ -135,7 +135,7 @@ def test_three_coordinators_on_fresh_stores_run_each_row_once(tmp_path, postgres
     script = REPO / "tests" / "scripts" / "coordinator_rounds.py"
     procs = [subprocess.Popen([sys.executable, str(script), json.dumps(spec)], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for _ in range(3)]
-    outputs = [p.communicate(timeout=900)[0] for p in procs]
+    outputs = _outputs_or_fail_fast(procs, timeout=900)
     for out in outputs:
         assert out.strip().splitlines()[-1] == "CODES " + json.dumps([0] * len(rounds)), out[-3000:]
         assert "Traceback" not in out, out[-3000:]
@@ -155,6 +155,26 @@ def test_three_coordinators_on_fresh_stores_run_each_row_once(tmp_path, postgres
             with sqlite3.connect(tracking[len("sqlite:///"):]) as db:
                 assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
                 assert db.execute("SELECT count(*) FROM alembic_version").fetchone()[0] == 1
+
+
+def _outputs_or_fail_fast(procs, timeout: float) -> list[str]:
+    """Outputs of processes that meet at barriers: when one ends without finishing every round the
+    others would wait at the next barrier forever, so stop them and show the one that ended."""
+    deadline, outputs = time.time() + timeout, {}
+    while len(outputs) < len(procs) and time.time() < deadline:
+        for i, p in enumerate(procs):
+            if i not in outputs and p.poll() is not None:
+                outputs[i] = p.communicate()[0]
+                lines = outputs[i].strip().splitlines()
+                if not lines or not lines[-1].startswith("CODES "):
+                    for q in procs:
+                        q.kill()
+                    raise AssertionError("a coordinator ended before its last round:\n" + outputs[i][-4000:])
+        time.sleep(0.5)
+    for p in procs:
+        p.kill()
+    assert len(outputs) == len(procs), "coordinators still running at the timeout"
+    return [outputs[i] for i in range(len(procs))]
 
 
 def _one_line_exit_2(proc, timeout=120) -> str:

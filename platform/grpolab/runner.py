@@ -120,15 +120,14 @@ def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
 def _resolve_model_once(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
     """With several processes rank 0 builds (or finds) the model first and the others then read
     the cache: once torch.distributed is up, transformers writes weights on rank 0 only, so a
-    model saved by another rank would be a folder without weights."""
-    if _world() <= 1:
+    model saved by another rank would be a folder without weights. (Before the process group
+    exists every process writes a complete copy aside and the first rename wins.)"""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return _resolve_model(cfg, task, state)
-    from accelerate import PartialState
-    ps = PartialState()
-    if ps.is_main_process:
-        resolved = _resolve_model(cfg, task, state)
-    ps.wait_for_everyone()
-    return resolved if ps.is_main_process else _resolve_model(cfg, task, state)
+    resolved = _resolve_model(cfg, task, state) if dist.get_rank() == 0 else None
+    dist.barrier()
+    return resolved or _resolve_model(cfg, task, state)
 
 
 def _grpo_args(cfg: RunConfig, task, output_dir: Path):
