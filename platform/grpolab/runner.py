@@ -6,7 +6,6 @@ import contextlib
 import logging
 import math
 import os
-import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +17,8 @@ from transformers.trainer_callback import PrinterCallback
 from . import checkpoints, engines
 from .config import RunConfig
 from .state import state_dir as default_state_dir
-from .tracking import RunKilled, RunRecorder, git_commit
+from .lifecycle import sigterm_raises
+from .tracking import RunRecorder, git_commit
 from .world.generation import evaluate
 from .world.models import load_model
 from .tasks import log_eval_samples, make_task, render_examples
@@ -191,19 +191,6 @@ def _run_tags(cfg: RunConfig, task) -> dict:
             "versions.transformers": transformers.__version__, "versions.mlflow": mlflow.__version__}
 
 
-@contextlib.contextmanager
-def _sigterm_as_killed():
-    def handler(signum, frame):
-        from .tracking_signals import note_signal
-        note_signal(signum)   # re-raised at the next safe point if this raise is swallowed
-        raise RunKilled(f"received signal {signum}")
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str | None = None,
                    extra_tags: dict | None = None, callbacks: list | None = None,
                    on_trainer=None, eval_hook=None, on_run=None, run_name: str | None = None,
@@ -231,7 +218,7 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
     if recorder and on_run is not None:
         on_run(recorder.run_id)
     started = time.perf_counter()
-    with (recorder or contextlib.nullcontext()), _sigterm_as_killed():
+    with (recorder or contextlib.nullcontext()), sigterm_raises():
         if recorder and cfg.warnings:
             recorder.set_tags({"grpolab.warnings": " | ".join(cfg.warnings)})
         if recorder:
