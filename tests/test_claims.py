@@ -56,7 +56,7 @@ def test_verdict_end_to_end_reads_the_same_values_the_study_table_holds(tmp_path
     """Two rungs x 5 seeds, 1 step each, run through the study driver; the claim's paired
     differences must equal the differences of the Optuna trial values (the same objective)."""
     from grpolab.claim_runs import run_claims
-    from grpolab.results import ladder_rows, load_results
+    from grpolab.study_tables import ladder_rows, load_results
     study = {"kind": "ladder", "name": "claim_e2e", "seeds": [0, 1, 2, 3, 4], "metric": "final:eval/pass_at_1",
              "base": {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
                       "model": {"preset": "tiny"}, "warm_start": {"seed": 0},

@@ -169,7 +169,7 @@ def test_ci_bars_are_cut_at_the_metric_range():
 
 
 def test_latex_table_compiles_with_pdflatex(ladder, shared_state, tmp_path):
-    from grpolab.results import study_table
+    from grpolab.study_tables import study_table
     body = study_table(str(ladder), shared_state, None, "latex")
     assert r"dash\_ladder" in body and r"95\%" in body                  # the caption's _ and % are escaped
     doc = tmp_path / "table.tex"

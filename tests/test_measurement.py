@@ -190,7 +190,7 @@ def test_search_on_tail_entropy_completes_and_prunes_on_the_same_function(tmp_pa
     from optuna.trial import TrialState
 
     from grpolab.objectives import objective_value
-    from grpolab.results import load_results
+    from grpolab.study_tables import load_results
     from grpolab.studies import run_study
     base = {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
             "model": {"preset": "tiny"}, "warm_start": {"enabled": False},

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from conftest import REPO
-from grpolab.results import ladder_rows, ladder_table, load_results, mean_ci, study_table
+from grpolab.study_tables import ladder_rows, ladder_table, load_results, mean_ci, study_table
 from grpolab.studies import create_or_load, default_storage, run_study
 from grpolab.study_config import load_study
 from grpolab.tracking import tracking_uri

@@ -114,7 +114,7 @@ def test_too_few_points_give_no_fit():
 def test_ladder_table_verdict_column_tests_the_published_direction_per_rung():
     import pandas as pd
 
-    from grpolab.results import ladder_table
+    from grpolab.study_tables import ladder_table
     from grpolab.study_config import Objective, Rung, StudyConfig
     cfg = StudyConfig(name="x", kind="ladder", path="x", base={}, seeds=tuple(range(6)),
                       objectives=(Objective("final:eval/pass_at_1"),), smallest_effect=0.02,

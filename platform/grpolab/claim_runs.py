@@ -114,7 +114,7 @@ def judge(claim: Claim, state: Path, storage_url: str | None) -> ClaimResult:
     """Read the claim's rows (already run) and return its verdict on the paired seeds."""
     from mlflow.tracking import MlflowClient
 
-    from .results import ladder_rows, load_results
+    from .study_tables import ladder_rows, load_results
     from .tracking import tracking_uri
     cfg, study = load_results(claim.study_path, state, storage_url)
     rows = ladder_rows(study, cfg)

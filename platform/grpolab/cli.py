@@ -90,7 +90,7 @@ def _cmd_study(args) -> int:
     code = run_study(args.study, state_path(args.state), args.storage, args.workers, args.retry_failed,
                      accept_changed=args.accept_changed)
     if args.table:
-        from .results import study_table
+        from .study_tables import study_table
         print(study_table(args.study, state_dir(args.state), args.storage, "markdown"))
     if args.dashboard:
         from .dashboards import build_dashboard, default_output_name
@@ -106,7 +106,7 @@ def _cmd_study(args) -> int:
 
 
 def _parent_run_id(study_path: str, state, storage_url) -> str | None:
-    from .results import load_results
+    from .study_tables import load_results
     _, study = load_results(study_path, state, storage_url)
     return study.user_attrs.get("mlflow_parent_run_id")
 
@@ -120,7 +120,7 @@ def _cmd_study_worker(args) -> int:
 
 
 def _cmd_table(args) -> int:
-    from .results import study_table
+    from .study_tables import study_table
     from .state import state_dir
     print(study_table(args.study, state_dir(args.state), args.storage, args.format, args.metric))
     return 0

@@ -113,7 +113,7 @@ def band_summary(curves: pd.DataFrame) -> pd.DataFrame:
 
 def ablation_frame(state: Path, study_path: str, storage_url: str | None) -> pd.DataFrame | None:
     """The ladder's results table (mean, CI, paired delta, published), or None for a search."""
-    from .results import ladder_rows, ladder_table, load_results
+    from .study_tables import ladder_rows, ladder_table, load_results
     cfg, study = load_results(study_path, state, storage_url)
     if cfg.kind != "ladder":
         return None

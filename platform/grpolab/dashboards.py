@@ -205,7 +205,7 @@ def build_dashboard(state: Path, out: Path, study_path: str | None = None, run_i
         _ladder_sections(state, study_path, storage_url, cfg, layout, sections, tables)
     _curve_sections(state, runs, layout, sections, notes)
     if cfg is not None and cfg.kind == "search" and layout.get("optuna"):
-        from .results import load_results
+        from .study_tables import load_results
         _, study = load_results(study_path, state, storage_url)
         figures, skipped = optuna_figures(study)
         sections.extend(figures)

@@ -31,16 +31,19 @@ def objective_value(metric: str, evals: dict[int, dict], curves: dict[str, list]
     if agg in ("final", "auc", "steps_to", "tokens_to") and not evals:
         raise ConfigError(f"metric {metric!r}: the run has no held-out evaluation yet")
     steps = sorted(evals)
+    if agg in ("final", "auc"):
+        series = _eval_series(metric, key, evals, steps)
     if agg == "final":
-        return float(evals[steps[-1]][key])
+        return series[-1]
     if agg == "auc":
         if len(steps) < 2:
-            return float(evals[steps[0]][key])
-        area = sum((b - a) * (evals[a][key] + evals[b][key]) / 2 for a, b in zip(steps, steps[1:]))
+            return series[0]
+        area = sum((b - a) * (va + vb) / 2 for a, b, va, vb in zip(steps, steps[1:], series, series[1:]))
         return area / (steps[-1] - steps[0])
     if agg in ("steps_to", "tokens_to"):
         name, threshold = parse_threshold(key)
-        reached = next((s for s in steps if evals[s][name] >= threshold), None)
+        values = _eval_series(metric, name, evals, steps)
+        reached = next((s for s, v in zip(steps, values) if v >= threshold), None)
         if reached is None:
             return math.inf
         if agg == "steps_to":
@@ -54,6 +57,15 @@ def objective_value(metric: str, evals: dict[int, dict], curves: dict[str, list]
     if agg == "tail":
         return tail_mean(metric, key, curves)
     raise ConfigError(f"metric {metric!r}: unknown aggregation {agg!r}; valid: final, auc, tail, steps_to, tokens_to")
+
+
+def _eval_series(metric: str, key: str, evals: dict[int, dict], steps: list[int]) -> list[float]:
+    """The held-out values of ``key`` at ``steps``; a key some eval lacks is a config error naming it."""
+    for step in steps:
+        if key not in evals[step]:
+            raise ConfigError(f"metric {metric!r}: the held-out eval at step {step} has no key {key!r}; "
+                              f"available: {', '.join(sorted(evals[step])) or 'none'}")
+    return [float(evals[s][key]) for s in steps]
 
 
 def tail_mean(metric: str, key: str, curves: dict[str, list]) -> float:

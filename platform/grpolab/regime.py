@@ -48,16 +48,25 @@ FILTERING = _axis("a group filter", lambda s: s.sampling in ("dynamic", "zero_va
 ADAPTIVE = _axis("the adaptive entropy bonus", lambda s: s.entropy_mode == "adaptive", "set method.entropy_mode: adaptive")
 CRITIC = _axis("the critic (advantage gae)", lambda s: s.advantage == "gae", "set method.advantage: gae")
 
+# Dual clip on-policy: rho = 1, so for A < 0 the clip loss is -A < -c A (c > 1) and the cap never binds.
+DUAL_CLIP_REUSE = Requirement("surrogate dual_clip with rollout reuse",
+                              lambda c: c.spec.surrogate == "dual_clip" and c.reuses_rollouts,
+                              "set method.surrogate: dual_clip and train.minibatches > 1 or train.num_iterations > 1 "
+                              "(on-policy rho = 1 and the cap -c*A never binds)")
+# SAPO on-policy: d/drho [(4/tau) sigmoid(tau (rho - 1))] at rho = 1 is 4 sigmoid'(0) = 1 for every tau,
+# so the gradient equals the unclipped -A grad rho whatever tau is (only the loss value moves).
+SAPO_REUSE = Requirement("surrogate sapo with rollout reuse", lambda c: c.spec.surrogate == "sapo" and c.reuses_rollouts,
+                         "set method.surrogate: sapo and train.minibatches > 1 or train.num_iterations > 1 "
+                         "(on-policy the gate's slope at rho = 1 is 1 for every tau)")
+
 # (axis, value or None for every value) -> the one requirement of that setting
 REQUIREMENTS: dict[tuple[str, object], Requirement] = {
     ("surrogate", "clip"): REUSE, ("surrogate", "dual_clip"): REUSE, ("surrogate", "cispo"): REUSE,
     ("surrogate", "sapo"): REUSE, ("surrogate", "kl_cov"): REUSE,
     ("ratio", "geometric"): REUSE,
     ("eps_low", None): CLIP_REUSE, ("eps_high", None): CLIP_REUSE,
-    ("dual_clip_c", None): _axis("surrogate dual_clip", lambda s: s.surrogate == "dual_clip",
-                                 "set method.surrogate: dual_clip"),
-    ("sapo_tau_pos", None): _axis("surrogate sapo", lambda s: s.surrogate == "sapo", "set method.surrogate: sapo"),
-    ("sapo_tau_neg", None): _axis("surrogate sapo", lambda s: s.surrogate == "sapo", "set method.surrogate: sapo"),
+    ("dual_clip_c", None): DUAL_CLIP_REUSE,
+    ("sapo_tau_pos", None): SAPO_REUSE, ("sapo_tau_neg", None): SAPO_REUSE,
     ("cov_low", None): _axis("surrogate clip_cov", lambda s: s.surrogate == "clip_cov", "set method.surrogate: clip_cov"),
     ("cov_high", None): _axis("surrogate clip_cov", lambda s: s.surrogate == "clip_cov", "set method.surrogate: clip_cov"),
     ("kl_cov_coef", None): _axis("surrogate kl_cov", lambda s: s.surrogate == "kl_cov", "set method.surrogate: kl_cov"),

@@ -11,7 +11,7 @@ from .tracking import client_for
 
 
 def record_study_tables(state: Path, parent_run_id: str, study_path: str, storage_url: str | None) -> None:
-    from .results import study_table
+    from .study_tables import study_table
     client = client_for(state)
     for fmt, name in (("markdown", "table.md"), ("csv", "table.csv")):
         client.log_text(parent_run_id, study_table(study_path, state, storage_url, fmt), name)

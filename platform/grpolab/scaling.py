@@ -94,7 +94,7 @@ def scaling_frame(state, study_path: str, storage_url: str | None, metric: str =
     from mlflow.tracking import MlflowClient
 
     from .claim_runs import run_history
-    from .results import ladder_rows, load_results
+    from .study_tables import ladder_rows, load_results
     from .tracking import tracking_uri
     cfg, study = load_results(study_path, state, storage_url)
     if cfg.kind != "ladder":

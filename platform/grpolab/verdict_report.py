@@ -112,7 +112,7 @@ def write_claims_dashboard(results, out) -> str:
 def ladder_sections(state, study_path: str, storage_url: str | None) -> list[tuple[str, go.Figure]]:
     """Rung verdict panels for a ladder dashboard: each rung vs the previous one, paired by seed
     (the same numbers as the table's verdict_vs_prev column)."""
-    from .results import ladder_rows, load_results
+    from .study_tables import ladder_rows, load_results
     from .verdicts import ladder_step
     cfg, study = load_results(study_path, state, storage_url)
     rows = ladder_rows(study, cfg)
