@@ -14,6 +14,7 @@ from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
 from grpolab import checkpoints
+from grpolab.run_layout import final_model_dir
 from grpolab.cli import main
 from grpolab.tracking import tracking_uri
 
@@ -81,7 +82,8 @@ def test_sigkill_then_resume_continues_the_same_run_exactly(tmp_path, experiment
     tags = run.data.tags
     assert int(tags["grpolab.resume.from_step"]) == killed_at
     assert tags["grpolab.resume.differing_points"] == "0"  # re-computed steps equal what the killed run stored
-    assert Path(tags["grpolab.final_model"]) == checkpoints.run_dir(killed_state, run.info.run_id).resolve() / "final"
+    assert tags["grpolab.final_model"] == f"runs/{run.info.run_id}/final"      # relative to the state folder
+    assert final_model_dir(run.info.run_id, killed_state) == checkpoints.run_dir(killed_state, run.info.run_id).resolve() / "final"
     for key in run.data.metrics:
         steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
         assert len(steps) == len(set(steps)), f"duplicated points of {key}: {sorted(steps)}"

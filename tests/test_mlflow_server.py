@@ -108,7 +108,7 @@ def test_two_row_study_through_the_rest_api(on_server, shared_state, tmp_path):
     assert [c.data.tags["grpolab.method"] for c in children] == ["grpo", "grpo + eps_high=0.28"]
     assert [c.data.params["method.eps_high"] for c in children] == ["0.2", "0.28"]
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"study.yaml", "table.md", "table.csv"} <= artifacts
+    assert {"study.yaml", "table.md", "table.csv", "dashboard.html"} <= artifacts   # a finished study: its page too
     csv = open(client.download_artifacts(parent.info.run_id, "table.csv", str(tmp_path))).read().splitlines()
     assert csv[0].startswith("rung,n,finite,mean,ci95") and csv[2].startswith("+ Clip_Higher 28%,1,1,")
     # `grpolab study --dashboard` puts the page on the parent run too (plotly.js shared: a small page).

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -45,7 +46,10 @@ def _cmd_run(args) -> int:
         from .tracking import client_for
         resume = resume_target(client_for(state), cfg.tracking.experiment, f"{cfg.name}-s{cfg.seed}", state,
                                args.resume_run)
-    result = run_experiment(cfg, state, callbacks=[TrainProgress()], on_run=announce, resume_run_id=resume)
+    bar = TrainProgress()
+    result = run_experiment(cfg, state, callbacks=[bar], eval_hook=bar.on_eval, on_run=announce, resume_run_id=resume)
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0   # several processes: one run, one summary (rank 0 holds the MLflow run and the evals)
     summary = {
         "run_id": result.run_id, "status": result.status, "steps": result.steps,
         "state": str(state.resolve()), "mlflow": where(result.run_id, state) if result.run_id else None,
@@ -87,6 +91,7 @@ def _cmd_study(args) -> int:
         raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
     check_stores(state_path(args.state), args.storage)   # fail fast, before the study's imports
     from .studies import run_study
+    started = time.time()
     code = run_study(args.study, state_path(args.state), args.storage, args.workers, args.retry_failed,
                      accept_changed=args.accept_changed)
     if args.table:
@@ -96,11 +101,12 @@ def _cmd_study(args) -> int:
         from .dashboards import build_dashboard, default_output_name
         from .reports import attach_dashboard
         state = state_dir(args.state)
-        out = build_dashboard(state, state / "dashboards" / default_output_name(args.study, None, None),
-                              args.study, storage_url=args.storage)
+        out = state / "dashboards" / default_output_name(args.study, None, None)
         parent = _parent_run_id(args.study, state, args.storage)
-        if parent:
-            attach_dashboard(state, parent, out)
+        if not (out.exists() and out.stat().st_mtime >= started):   # not already built as the study finished
+            out = build_dashboard(state, out, args.study, storage_url=args.storage)
+            if parent:
+                attach_dashboard(state, parent, out)
         print(f"dashboard: {out.resolve()}" + (f" (also on the study's MLflow parent run {parent})" if parent else ""))
     return code
 
@@ -122,7 +128,13 @@ def _cmd_study_worker(args) -> int:
 def _cmd_table(args) -> int:
     from .study_tables import study_table
     from .state import state_dir
-    print(study_table(args.study, state_dir(args.state), args.storage, args.format, args.metric))
+    state = state_dir(args.state)
+    print(study_table(args.study, state, args.storage, args.format, args.metric), flush=True)
+    parent = _parent_run_id(args.study, state, args.storage)
+    if parent:   # the parent run shows the latest table (md and csv), whatever format was printed
+        from .reports import publish_tables
+        publish_tables(state, parent, args.study, args.storage)
+        print(f"table.md / table.csv updated on the study's MLflow parent run {parent}", file=sys.stderr)
     return 0
 
 
@@ -136,7 +148,14 @@ def _cmd_dashboard(args) -> int:
     out = Path(args.out) if args.out else state / "dashboards" / name
     path = build_dashboard(state, out, args.study, run_ids, args.layout, args.storage, x=args.x, seeds=args.seeds,
                            plotlyjs=args.plotlyjs)
-    print(f"dashboard: {path.resolve()}")
+    parent = _parent_run_id(args.study, state, args.storage) if args.study else None
+    note = ""
+    if parent:   # the study's parent run shows the latest page of this view
+        from .reports import attach_dashboard, dashboard_artifact_name
+        artifact = dashboard_artifact_name(args.study, args.layout, args.x, args.seeds)
+        attach_dashboard(state, parent, path, artifact)
+        note = f" (also {artifact} on the study's MLflow parent run {parent})"
+    print(f"dashboard: {path.resolve()}{note}")
     return 0
 
 
@@ -266,6 +285,8 @@ def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(hoist_global_flags(sys.argv[1:] if argv is None else list(argv)))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from .state import confine_caches, state_path
+    confine_caches(state_path(args.state))   # kernel and font caches under the state folder, not $HOME / $TMPDIR
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline clusters: no phoning home
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # TRL's deprecated kwargs
     if not args.verbose:

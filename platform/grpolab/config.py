@@ -89,6 +89,18 @@ class TrackingCfg:
     experiment: str = "grpolab"        # MLflow experiment name
     flush_every: int = 20              # optimizer steps between batched MLflow writes
     samples: int = 16                  # completions kept per logged rollout in the samples artifact
+    system_metrics: bool = False       # MLflow system metrics (system/*: machine CPU, memory, disk, GPU); needs psutil
+    figures: bool = False              # curves.png on the run (MLflow log_figure; ~1-5 s of matplotlib per run)
+
+
+def check_tracking_settings(tracking) -> None:
+    """The optional tracking extras need packages grpolab does not require: say so before a run
+    starts rather than fail (or silently record nothing) at its end."""
+    import importlib.util
+    for key, package in (("system_metrics", "psutil"), ("figures", "matplotlib")):
+        if getattr(tracking, key) and importlib.util.find_spec(package) is None:
+            raise ConfigError(f"tracking.{key}: true needs the {package} package, which is not installed "
+                              f"(pip install {package}), or set tracking.{key}: false")
 
 
 @dataclass(frozen=True)
@@ -219,6 +231,7 @@ def _positive(key: str, value, minimum=1) -> None:
 def check_coherence(cfg: RunConfig, task) -> list[str]:
     """Reject incoherent combinations; return warnings for settings without effect."""
     t, s, m = cfg.train, cfg.spec, cfg.model
+    check_tracking_settings(cfg.tracking)
     for key in ("steps", "prompts_per_rollout", "minibatches", "num_iterations", "grad_accum", "n_train_prompts"):
         _positive(f"train.{key}", getattr(t, key))
     _positive("train.group_size", t.group_size, 2)

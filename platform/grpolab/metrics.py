@@ -132,6 +132,10 @@ DEFINITIONS: dict[str, str] = {
     "eval/pass_at_k": "held-out: fraction of prompts with at least one correct sample among k",
     "eval/greedy_accuracy": "held-out: fraction of prompts whose greedy completion is correct",
     "eval/mean_length": "held-out: mean sampled completion length in tokens",
+    "system/<system metric>": "only with tracking.system_metrics: MLflow's system metrics of the whole machine (CPU, "
+                              "memory, disk, network, GPU; not this run's share), one sample every "
+                              "$MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL s (default 10); the x-axis is the sample "
+                              "index, not the optimizer step",
 }
 
 # Keys every tracked training run must hold (tests read them back from MLflow).

@@ -12,12 +12,14 @@ MLFLOW_UI_PORT = 5000   # `mlflow ui` / `mlflow server` default
 
 
 class TrainProgress(TrainerCallback):
-    """A tqdm bar over optimizer steps with the latest reward, entropy and held-out pass@1."""
+    """A tqdm bar over optimizer steps with the latest reward, entropy and held-out pass@1
+    (``on_eval`` must be the run's ``eval_hook`` for the latter)."""
 
     SHOWN = (("reward/mean", "reward"), ("entropy", "entropy"), ("eval/pass_at_1", "pass@1"))
 
     def __init__(self, stream=sys.stderr):
         self.stream, self.bar, self.latest = stream, None, {}
+        self.evaluated = False   # the step-0 eval runs before the bar exists; it is shown on the bar
 
     def on_train_begin(self, args, state, control, **kwargs):
         from tqdm.auto import tqdm
@@ -28,6 +30,19 @@ class TrainProgress(TrainerCallback):
         for key, short in self.SHOWN:
             if isinstance((logs or {}).get(key), (int, float)):
                 self.latest[short] = f"{logs[key]:.3g}"
+
+    def on_eval(self, step: int, metrics: dict) -> None:
+        """The run's eval hook: held-out results are not TRL logs (grpolab evaluates between
+        steps), so they reach the bar here. After training the bar is closed: print a line."""
+        value = metrics.get("eval/pass_at_1")
+        if not isinstance(value, (int, float)):
+            return
+        self.latest["pass@1"] = f"{value:.3g}"
+        if self.bar is not None:
+            self.bar.set_postfix(self.latest)
+        elif self.evaluated:
+            print(f"held-out pass@1 at step {step}: {value:.3g}", file=self.stream, flush=True)
+        self.evaluated = True
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.bar is not None:

@@ -137,3 +137,31 @@ def study_run_identity(cfg, trial_number: int, labels: dict, exp) -> tuple[str, 
     if cfg.kind == "ladder":
         return ladder_run_name(labels["rung"], labels["rung_name"], labels["seed"]), method
     return f"trial {trial_number} · seed {labels['seed']}", method
+
+
+# Tags that name a folder of the run in the state folder. Stored relative to the state folder
+# (``runs/<run id>/final``) so that they stay true when the state folder is moved or copied.
+PATH_TAGS = ("grpolab.final_model", "grpolab.run_dir")
+
+
+def state_relative(path, state) -> str:
+    """``path`` as a path tag stores it: relative to the state folder when inside it."""
+    from pathlib import Path
+    try:
+        return Path(path).resolve().relative_to(Path(state).resolve()).as_posix()
+    except ValueError:   # outside the state folder: nothing to move with it
+        return str(Path(path).resolve())
+
+
+def resolve_path_tag(value: str, state):
+    """A path tag read back against the state folder it is read from (an absolute value, as
+    written before tags were relative, is returned as stored)."""
+    from pathlib import Path
+    path = Path(value)
+    return path if path.is_absolute() else Path(state).resolve() / path
+
+
+def final_model_dir(run_id: str, state):
+    """The folder of a finished run's final model, wherever its state folder now is."""
+    from .tracking import client_for
+    return resolve_path_tag(client_for(state).get_run(run_id).data.tags["grpolab.final_model"], state)

@@ -224,6 +224,8 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
         if recorder:
             from .regime import inert_settings
             recorder.set_tags({"grpolab.inert": ",".join(inert_settings(cfg)) or "none"})
+            if cfg.tracking.system_metrics:
+                recorder.start_system_metrics(resumed=resume_run_id is not None)
         model_dir, ws_record = _resolve_model_once(cfg, task, state)
         model, tokenizer = load_model(model_dir)
         engines.check_model(model.config, cfg, str(model_dir))
@@ -272,8 +274,12 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
             recorder.log_json({"warm_start": ws_record, "model_dir": str(model_dir)}, "warm_start.json")
             recorder.log_json(cfg.resolved(), "config.json")
             recorder.log_table(callback.samples, "samples.json")
+            if cfg.tracking.figures:
+                recorder.log_curves_figure(callback.curves, evals, state)
+            from .run_layout import state_relative
             recorder.set_tags({"grpolab.wall_seconds": round(time.perf_counter() - started, 1),
-                               "grpolab.final_model": str(final_dir.resolve()), "grpolab.run_dir": str(out_dir.resolve())})
+                               "grpolab.final_model": state_relative(final_dir, state),   # moves with the state folder
+                               "grpolab.run_dir": state_relative(out_dir, state)})
             if resume_from is not None:
                 recorder.set_tags({"grpolab.resume.from_step": resume_step,
                                    "grpolab.resume.skipped_points": recorder.skipped_points,

@@ -257,6 +257,12 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
     result = run_experiment(exp, state, parent_run_id=parent_run_id, extra_tags=tags, run_name=run_name,
                             eval_hook=report, on_trainer=trainers.append, on_run=on_run, callbacks=[_abort_callback(heartbeat)],
                             resume_run_id=resume_run_id)
+    if "eval/pass_at_1" in result.final_eval:   # for the progress lines (study_progress.latest_finished)
+        from .study_progress import PASS_AT_1_ATTR
+        try:
+            trial.set_user_attr(PASS_AT_1_ATTR, result.final_eval["eval/pass_at_1"])
+        except UpdateFinishedTrialError:   # reaped meanwhile: _report discards the row
+            pass
     return objective_values(cfg, result)
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .study_config import StudyConfig
 
 ROW_ATTR, OUTCOME_ATTR, RUN_ATTR = "row", "outcome", "mlflow_run_id"
+PASS_AT_1_ATTR = "final_pass_at_1"   # a finished row's final held-out pass@1 (the progress lines show it)
 
 
 def row_key(rung: int, seed: int) -> str:
@@ -60,14 +61,26 @@ def progress(study: optuna.Study, cfg: StudyConfig, started: float, workers: int
     remaining = max(total - done, 0)
     eta = (sum(durations) / len(durations)) * math.ceil(remaining / max(workers, 1)) if durations else None
     return {"done": done, "total": total, "running": count["RUNNING"], "waiting": count["WAITING"],
-            "failed": count["FAIL"], "interrupted": count["INTERRUPTED"], "elapsed": time.time() - started, "eta": eta}
+            "failed": count["FAIL"], "interrupted": count["INTERRUPTED"], "elapsed": time.time() - started, "eta": eta,
+            "latest": latest_finished(trials)}
+
+
+def latest_finished(trials) -> tuple[str, float] | None:
+    """(row, final held-out pass@1) of the row that finished last, or None before any did."""
+    finished = [t for t in trials if t.state == TrialState.COMPLETE and t.datetime_complete
+                and isinstance(t.user_attrs.get(PASS_AT_1_ATTR), (int, float))]
+    if not finished:
+        return None
+    last = max(finished, key=lambda t: (t.datetime_complete, t.number))
+    return last.user_attrs.get(ROW_ATTR) or f"trial {last.number}", float(last.user_attrs[PASS_AT_1_ATTR])
 
 
 def format_progress(p: dict) -> str:
     eta = "?" if p["eta"] is None else f"{int(p['eta'] // 60)}m{int(p['eta'] % 60):02d}s"
     interrupted = f", {p['interrupted']} interrupted" if p.get("interrupted") else ""
+    latest = f", last finished {p['latest'][0]}: pass@1 {p['latest'][1]:.3g}" if p.get("latest") else ""
     return (f"rows {p['done']}/{p['total']} done, {p['running']} running, {p['failed']} failed{interrupted}, "
-            f"elapsed {int(p['elapsed'])}s, ETA {eta}")
+            f"elapsed {int(p['elapsed'])}s, ETA {eta}{latest}")
 
 
 def summary(study, cfg: StudyConfig, final: dict, echo) -> int:

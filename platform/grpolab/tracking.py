@@ -210,7 +210,32 @@ class RunRecorder:
             path.write_text(text)
             self.client.log_artifact(self.run_id, str(path))
 
+    def start_system_metrics(self, resumed: bool = False) -> None:
+        """MLflow's system metrics (``system/*``: the whole machine's CPU, memory, disk, network
+        and GPU use) sampled by a background thread until ``end`` (``tracking.system_metrics``;
+        interval: ``$MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` s, default 10)."""
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor  # imports psutil
+        self.system_monitor = SystemMetricsMonitor(self.run_id, resume_logging=resumed,
+                                                   tracking_uri=self.client.tracking_uri)
+        self.system_monitor.start()
+
+    def log_curves_figure(self, curves: dict, evals: dict, state_dir: Path, name: str = "curves.png") -> None:
+        """The run's main curves as one image on the run (``tracking.figures``; run_figures.py)."""
+        from .run_figures import curves_figure
+        from .state import confine_caches
+        confine_caches(state_dir)   # matplotlib's font cache in the state folder, not $HOME
+        import matplotlib.pyplot as plt
+        figure = curves_figure(curves, evals)
+        try:
+            self.client.log_figure(self.run_id, figure, name)
+        finally:
+            plt.close(figure)
+
     def end(self, status: str, error: BaseException | None = None) -> None:
+        monitor = getattr(self, "system_monitor", None)
+        if monitor is not None:   # stopped (and its last samples written) before the run is closed
+            monitor.finish()
+            self.system_monitor = None
         try:
             self.flush(wait=True)
         finally:
