@@ -32,8 +32,9 @@ DISTINGUISHING = {
     "ppo": ("critic/value_loss", lambda v: v > 0),
     "vapo": ("critic/value_loss", lambda v: v > 0),
     "clip_dapo": ("trained/groups/zero_variance", lambda v: v == 0),
+    "gigpo": ("anchor/group_size_mean", lambda v: v > 1),
 }
-TASK_FOR = {"gdpo": {"name": "addition_format"}}
+TASK_FOR = {"gdpo": {"name": "addition_format"}, "gigpo": {"name": "gridworld"}}
 
 
 class Capture(TrainerCallback):

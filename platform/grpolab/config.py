@@ -274,6 +274,8 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     if s.soft_overlong and s.overlong_buffer >= max_len:
         raise ConfigError(f"method.overlong_buffer ({s.overlong_buffer}) must be smaller than the completion cap ({max_len})")
     check_save_settings(t)
+    from .envs.task import check_episode_config
+    check_episode_config(cfg, task)   # multi-turn environment tasks and GiGPO's step term (grpolab.envs)
     notes = check_engines(cfg)
     from .regime import inert_notes
     notes += inert_notes(cfg)   # each axis value declares one requirement (regime.py); unmet: inert, warned once

@@ -112,7 +112,13 @@ METHODS: dict[str, Method] = {m.key: m for m in [
                 kl_estimator="k1", kl_placement="reward"),
            note="per-token KL to the reference folded into the reward, as in RLHF PPO"),
     Method("gigpo", "GiGPO", "Feng et al. 2025, Group-in-Group Policy Optimization, arXiv:2505.10978",
-           missing="needs multi-turn agent episodes with step-level groups; the toy world is single-turn"),
+           dict(advantage="group_std", step_omega=1.0, step_gamma=0.95, anchor_similarity=1.0, ratio="token",
+                surrogate="clip", eps_low=0.2, eps_high=0.2, aggregation="token_mean", kl_coef=0.01,
+                kl_estimator="k3", kl_placement="loss"),
+           note="multi-turn tasks only (task.name: gridworld): episode-level group advantage (Eq. 3) plus omega 1 x "
+                "step-level advantage of discounted returns (gamma 0.95) within anchor-state groups (Eqs. 5-8), as in "
+                "the paper; KL 0.01 (k3) in the loss and token-mean loss as in verl-agent's recipes; "
+                "advantage=group_mean is the paper's mean-only normalisation (verl-agent's default config)"),
 ]}
 
 

@@ -137,6 +137,9 @@ DEFINITIONS: dict[str, str] = {
                               "$MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL s (default 10); the x-axis is the sample "
                               "index, not the optimizer step",
 }
+from .envs.definitions import EPISODE_DEFINITIONS  # noqa: E402 - multi-turn tasks' curves (grpolab.envs)
+
+DEFINITIONS.update(EPISODE_DEFINITIONS)
 
 # Keys every tracked training run must hold (tests read them back from MLflow).
 REQUIRED_RUN_METRICS = (

@@ -47,6 +47,8 @@ FILTERING = _axis("a group filter", lambda s: s.sampling in ("dynamic", "zero_va
                   "set method.sampling: dynamic or zero_variance_filter")
 ADAPTIVE = _axis("the adaptive entropy bonus", lambda s: s.entropy_mode == "adaptive", "set method.entropy_mode: adaptive")
 CRITIC = _axis("the critic (advantage gae)", lambda s: s.advantage == "gae", "set method.advantage: gae")
+STEP = _axis("GiGPO's step-level advantage (method.step_omega > 0)", lambda s: s.step_omega > 0,
+             "set method.step_omega > 0 (multi-turn tasks)")
 
 # Dual clip on-policy: rho = 1, so for A < 0 the clip loss is -A < -c A (c > 1) and the cap never binds.
 DUAL_CLIP_REUSE = Requirement("surrogate dual_clip with rollout reuse",
@@ -82,6 +84,7 @@ REQUIREMENTS: dict[tuple[str, object], Requirement] = {
     ("gae_gamma", None): CRITIC, ("gae_lambda", None): CRITIC, ("gae_lambda_critic", None): CRITIC,
     ("gae_length_alpha", None): CRITIC, ("critic_lr", None): CRITIC, ("critic_warmup", None): CRITIC,
     ("value_clip", None): CRITIC, ("whiten_advantages", None): CRITIC,
+    ("step_gamma", None): STEP, ("anchor_similarity", None): STEP,
 }
 _DEFAULT = MethodSpec()
 

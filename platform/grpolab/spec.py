@@ -77,13 +77,17 @@ class MethodSpec:
     whiten_advantages: bool = False       # critic: whiten the GAE advantages over the batch's valid tokens
     positive_lm_coef: float = 0.0         # VAPO's mu: weight of an NLL loss on correct completions; 0 = off
     reward_weights: tuple[float, ...] | None = None  # per reward component; None = all 1
+    step_omega: float = 0.0               # GiGPO: weight of the step-level (anchor-state) advantage; 0 = episode-level only
+    step_gamma: float = 0.95              # GiGPO: discount of the step returns within an episode
+    anchor_similarity: float = 1.0        # GiGPO: 1 = equal states form an anchor group; < 1 = text similarity threshold
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     def spec_hash(self) -> str:
         """Short hash of every axis value: equal hashes mean identical update rules."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:12]
+        values = {k: v for k, v in self.to_dict().items() if not (k in _HASHED_UNLESS_DEFAULT and v == SPEC_FIELDS[k].default)}
+        return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:12]
 
     @property
     def needs_reference(self) -> bool:
@@ -91,6 +95,9 @@ class MethodSpec:
 
 
 SPEC_FIELDS = {f.name: f for f in fields(MethodSpec)}
+# axes added after spec hashes were recorded: left out of the hash at their defaults, so the
+# hashes of existing runs and studies stay what they were
+_HASHED_UNLESS_DEFAULT = ("step_omega", "step_gamma", "anchor_similarity")
 _TYPES = {"str": str, "bool": bool, "float": float, "int": int}
 
 
@@ -164,5 +171,10 @@ def validate_spec(spec: MethodSpec) -> None:
            "method.value_clip and method.positive_lm_coef must be >= 0 (0 = off)")
     _check(spec.gae_length_alpha >= 0 and spec.critic_lr > 0 and spec.critic_warmup >= 0,
            "method.gae_length_alpha >= 0, critic_lr > 0 and critic_warmup >= 0 required")
+    _check(spec.step_omega >= 0 and 0 < spec.step_gamma <= 1 and 0 < spec.anchor_similarity <= 1,
+           "method.step_omega must be >= 0, step_gamma in (0, 1] and anchor_similarity in (0, 1]")
+    _check(spec.step_omega == 0 or spec.advantage in ("group_std", "group_mean"),
+           f"method.step_omega > 0 (GiGPO) adds step-level group advantages to a group estimator: use advantage "
+           f"group_std or group_mean, got {spec.advantage!r}")
     _check(spec.advantage != "value_tracker" or spec.kl_placement == "loss" or spec.kl_coef == 0,
            "method.advantage=value_tracker: kl_placement=reward is not supported with the tracker; use loss")

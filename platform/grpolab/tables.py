@@ -21,7 +21,8 @@ def _describe(method) -> dict:
     kl = "off" if s.kl_coef == 0 else f"{s.kl_estimator} {s.kl_coef:g} in {s.kl_placement}"
     length = ", ".join(x for x, on in (("overlong filter", s.overlong_filter), ("soft punish", s.soft_overlong)) if on) or "-"
     regime = ", ".join(f"{k}={v}" for k, v in method.regime.items()) or "-"
-    return {**row, "status": "runs", "advantage": s.advantage, "ratio": s.ratio, "surrogate": clip,
+    advantage = s.advantage + (f" + {s.step_omega:g} x anchor steps" if s.step_omega else "")   # GiGPO
+    return {**row, "status": "runs", "advantage": advantage, "ratio": s.ratio, "surrogate": clip,
             "aggregation": s.aggregation, "KL": kl, "sampling": s.sampling, "length": length,
             "regime": regime, "spec": s.spec_hash(), "citation": method.citation}
 

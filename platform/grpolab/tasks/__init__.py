@@ -35,13 +35,18 @@ SOURCES = {
     "reasoning_gym": ({"dataset": None, "config": {}}, "answer_tag", "task",
                       "{prompt}\n\nEnd your reply with the final answer inside <answer></answer> tags."),
 }
-TASK_NAMES = (*toy.TASKS, *SOURCES)
+from ..envs import ENVS  # noqa: E402 - multi-turn environments (grpolab.envs) are tasks too
+
+TASK_NAMES = (*toy.TASKS, *SOURCES, *ENVS)
 
 
 def make_task(name: str, **params):
     """Build a task by name; unknown names, keys or values raise ConfigError naming the key."""
     if name in toy.TASKS:
         return toy.make_task(name, **params)
+    if name in ENVS:
+        from ..envs import make_env_task
+        return make_env_task(name, **params)
     if name not in SOURCES:
         raise ConfigError(f"task.name: unknown task {name!r}; valid: {', '.join(TASK_NAMES)}")
     source_defaults, extract, grade, template = SOURCES[name]

@@ -50,6 +50,8 @@ def evaluate(model, tokenizer, task: Task, examples: list[Example], k: int,
     """pass@1, pass@k, greedy accuracy and mean length on ``examples``. ``max_new_tokens`` is the
     completion cap; a trained run passes its own training cap so that it is judged on completions
     of the length it learned to produce (default: the task's own limit, e.g. for the warm start)."""
+    if hasattr(task, "evaluate"):   # multi-turn tasks run whole episodes (grpolab.envs)
+        return task.evaluate(model, tokenizer, examples, k, temperature, keep_samples)
     cap = max_new_tokens or task.max_completion_length
     correct_counts, lengths, greedy_hits, samples = [], [], 0, []
     for start in range(0, len(examples), batch_prompts):

@@ -1,0 +1,130 @@
+"""GiGPO's two-level advantage for multi-turn episodes. Pure python/torch, no TRL.
+
+Feng et al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training", arXiv:2505.10978.
+Notation: an episode group holds the G episodes that start from the same initial state (one
+prompt, one environment seed); episode i takes actions a_1..a_{T_i} in states s_1..s_{T_i} and
+receives step rewards r_1..r_{T_i}.
+
+- Episode level (Eq. 3): R(tau_i) = sum_t r_t^(i);
+      A^E(tau_i) = (R(tau_i) - mean_g R) / F_norm,   F_norm = std_g R + eps (mean-and-std) or 1 (mean only).
+  This is grpolab's ``group_std`` / ``group_mean`` estimator applied to episode returns.
+- Anchor states (Eq. 6): within one episode group, every step whose state equals s~ (or, for text
+  states with a similarity threshold, is similar to the group's first such state) joins the step
+  group G^S(s~) = {(i, t) : s_t^(i) = s~}.
+- Step returns (Eq. 5): R_t^(i) = sum_{k >= t} gamma^(k - t) r_k^(i) (discounted from the step on).
+- Step level (Eq. 7): A^S(a_t^(i)) = (R_t^(i) - mean_{G^S} R) / F_norm over the step group; a
+  singleton group gives 0 here (no other action from that state to compare with; verl-agent
+  divides by std 1 and passes the raw return through instead).
+- Combined (Eq. 8): A(a_t^(i)) = A^E(tau_i) + omega * A^S(a_t^(i)), applied to every model token of
+  turn t (environment tokens get 0 and are masked out of the loss anyway).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from difflib import SequenceMatcher
+
+import torch
+
+# anchor-group size buckets for the size-distribution curves: (label, smallest, largest)
+SIZE_BUCKETS = (("1", 1, 1), ("2", 2, 2), ("3to4", 3, 4), ("5to8", 5, 8), ("over8", 9, None))
+
+
+def discounted_returns(rewards: list[float], gamma: float) -> list[float]:
+    """Eq. 5: R_t = r_t + gamma * R_{t+1}, with R after the last step 0."""
+    out, running = [0.0] * len(rewards), 0.0
+    for t in reversed(range(len(rewards))):
+        running = float(rewards[t]) + gamma * running
+        out[t] = running
+    return out
+
+
+def _hashable(key, where: str):
+    try:
+        hash(key)
+    except TypeError:
+        raise ValueError(f"anchor state of {where} is not hashable ({type(key).__name__} {key!r}); an environment "
+                         "must return a str, number or tuple as state_key") from None
+    return key
+
+
+def anchor_groups(state_keys: list[list], group_size: int, similarity: float = 1.0) -> list[list[int]]:
+    """Eq. 6: a step-group id for every (episode, step), groups never crossing episode groups.
+
+    state_keys[i][t] is the state episode i acted in at step t; episodes i // group_size share an
+    initial state. similarity = 1 groups equal keys (hashable); similarity < 1 groups text states
+    whose difflib ratio to a group's first state is >= similarity (first match wins, in order)."""
+    if len(state_keys) % group_size:
+        raise ValueError(f"{len(state_keys)} episodes do not split into groups of {group_size}")
+    ids, next_id = [], 0
+    for g in range(len(state_keys) // group_size):
+        exact: dict = {}
+        similar: list[tuple[str, int]] = []
+        for i in range(g * group_size, (g + 1) * group_size):
+            row = []
+            for t, key in enumerate(state_keys[i]):
+                where = f"episode {i} step {t}"
+                if similarity >= 1.0:
+                    key = _hashable(key, where)
+                    if key not in exact:
+                        exact[key], next_id = next_id, next_id + 1
+                    row.append(exact[key])
+                    continue
+                if not isinstance(key, str):
+                    raise ValueError(f"anchor state of {where}: method.anchor_similarity < 1 compares text states, "
+                                     f"got {type(key).__name__}; return str state keys or set anchor_similarity: 1")
+                match = next((gid for rep, gid in similar if SequenceMatcher(None, rep, key).ratio() >= similarity), None)
+                if match is None:
+                    similar.append((key, next_id))
+                    match, next_id = next_id, next_id + 1
+                row.append(match)
+            ids.append(row)
+    return ids
+
+
+def step_advantages(step_returns: list[list[float]], group_ids: list[list[int]], std_norm: bool,
+                    eps: float = 1e-4, unbiased: bool = True) -> list[list[float]]:
+    """Eq. 7: (R_t - mean of its step group) [/ (std of its step group + eps)]; singletons 0."""
+    members: dict[int, list[float]] = {}
+    for rets, gids in zip(step_returns, group_ids):
+        for r, gid in zip(rets, gids):
+            members.setdefault(gid, []).append(float(r))
+    stats = {}
+    for gid, values in members.items():
+        v = torch.tensor(values, dtype=torch.float64)
+        std = v.std(unbiased=unbiased).item() if len(values) > 1 else 0.0
+        stats[gid] = (v.mean().item(), std + eps if std_norm else 1.0)
+    def scaled(r: float, gid: int) -> float:   # equal returns (or eps = 0 on a zero std): no signal, 0
+        mean, denom = stats[gid]
+        return (r - mean) / denom if denom > 0 else 0.0
+    return [[scaled(r, gid) for r, gid in zip(rets, gids)] for rets, gids in zip(step_returns, group_ids)]
+
+
+def token_advantages(episode_adv: torch.Tensor, step_adv: list[list[float]], turn_index: torch.Tensor,
+                     omega: float) -> torch.Tensor:
+    """Eq. 8 per token: A_it = A^E_i + omega * A^S_{i, turn(t)} on model tokens (turn_index >= 0),
+    0 on environment and padding tokens (turn_index = -1). Returns (N, T) like ``turn_index``."""
+    N, T = turn_index.shape
+    width = max((len(row) for row in step_adv), default=0) + 1
+    table = torch.zeros(N, width, dtype=torch.float32)   # column width-1 stays 0: where turn -1 points
+    for i, row in enumerate(step_adv):
+        if row:
+            table[i, :len(row)] = torch.tensor(row, dtype=torch.float32)
+    model = turn_index >= 0
+    per_token = torch.gather(table, 1, torch.where(model, turn_index, torch.full_like(turn_index, width - 1)).long())
+    return torch.where(model, episode_adv.view(-1, 1).float() + omega * per_token, torch.zeros_like(per_token))
+
+
+def anchor_metrics(group_ids: list[list[int]]) -> dict[str, float]:
+    """Anchor-group curves: mean step-group size, number of groups, fraction of steps in
+    singleton groups, and the fraction of groups per size bucket."""
+    sizes = Counter(gid for row in group_ids for gid in row)
+    if not sizes:
+        return {}
+    n_groups, n_steps = len(sizes), sum(sizes.values())
+    out = {"anchor/groups": float(n_groups), "anchor/group_size_mean": n_steps / n_groups,
+           "anchor/singleton_step_fraction": sum(1 for s in sizes.values() if s == 1) / n_steps}
+    for label, low, high in SIZE_BUCKETS:
+        out[f"anchor/groups_size_{label}"] = sum(1 for s in sizes.values()
+                                                 if s >= low and (high is None or s <= high)) / n_groups
+    return out

@@ -1,0 +1,177 @@
+"""Multi-turn environments as a task kind: ``task: {name: gridworld, ...}`` in an experiment.
+
+An ``EpisodeTask`` offers what the platform asks of a task (splits, warm-start targets, reward
+functions, a verifier, held-out evaluation) for episodes instead of single completions, and
+builds the ``rollout_func`` TRL's GRPOTrainer runs its multi-turn path with. Examples are initial
+states: the prompt is the reset observation, ``meta["env_seed"]`` the seed. Rewards: the episode
+return (sum of step rewards) is the one reward component (``episode_return``); correctness is the
+environment's success (reached the goal).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from ..errors import ConfigError
+from ..world.tasks import Example
+from .base import checked_reset, checked_step
+from .gridworld import GridWorld
+from .rollout import episode_metrics, run_episodes
+
+OUTCOMES_KEPT = 200_000   # recorded (prompt, episode text) outcomes before the store is cleared
+
+# name -> (defaults, environment factory from params, observation tokens per turn)
+ENVS = {
+    "gridworld": ({"size": 4, "max_turns": 8, "reward": "sparse", "step_penalty": 0.1, "action_tokens": 2,
+                   "demo_noise": 0.5},
+                  lambda p: GridWorld(p["size"], p["reward"], p["step_penalty"]), lambda p: 7),
+}
+
+
+def _check_params(name: str, p: dict) -> None:
+    ints = {"size": (2, 9), "max_turns": (1, 64), "action_tokens": (1, 16)}
+    for key, (low, high) in ints.items():
+        value = p[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise ConfigError(f"task.{key}: expected an integer in [{low}, {high}] for task {name!r}, got {value!r}")
+    if p["reward"] not in ("sparse", "per_step"):
+        raise ConfigError(f"task.reward: unknown value {p['reward']!r}; valid: sparse, per_step")
+    for key in ("step_penalty", "demo_noise"):
+        value = p[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise ConfigError(f"task.{key}: expected a number in [0, 1], got {value!r}")
+
+
+def make_env_task(name: str, **params) -> "EpisodeTask":
+    defaults, factory, obs_tokens = ENVS[name]
+    unknown = set(params) - set(defaults)
+    if unknown:
+        raise ConfigError(f"task.{sorted(unknown)[0]}: not a parameter of task {name!r}; valid: {', '.join(defaults)}")
+    merged = {**defaults, **params}
+    _check_params(name, merged)
+    return EpisodeTask(name, merged, lambda: factory(merged), obs_tokens(merged))
+
+
+@dataclass
+class EpisodeTask:
+    name: str
+    params: dict
+    make_env: object
+    obs_tokens: int
+    reward_names: tuple = ("episode_return",)
+    outcomes: dict = field(default_factory=dict, repr=False)   # (prompt, episode text) -> Episode
+
+    @property
+    def max_turns(self) -> int:
+        return self.params["max_turns"]
+
+    @property
+    def max_completion_length(self) -> int:
+        return self.max_turns * (self.params["action_tokens"] + self.obs_tokens)
+
+    def splits(self, seed: int, n_train: int, n_eval: int) -> tuple[list[Example], list[Example]]:
+        """(train, eval) initial states with distinct prompts; eval drawn first, train excludes it."""
+        def draw(rng: random.Random, n: int, exclude: set) -> list[Example]:
+            out, seen = [], set(exclude)
+            for _ in range(50 * n):
+                if len(out) == n:
+                    break
+                env_seed = rng.randrange(2**31)
+                prompt = checked_reset(self.make_env(), env_seed)
+                if prompt not in seen:
+                    seen.add(prompt)
+                    out.append(Example(prompt, "success", {"env_seed": env_seed}))
+            return out
+        held_out = draw(random.Random(f"{self.name}-eval-{seed}"), n_eval, set())
+        return draw(random.Random(f"{self.name}-train-{seed}"), n_train, {e.prompt for e in held_out}), held_out
+
+    def target(self, example: Example, rng: random.Random) -> str:
+        """A demonstration episode for the warm start: an expert that takes a random action with
+        probability ``demo_noise``; actions end with EOS, observations follow until the end."""
+        env = self.make_env()
+        checked_reset(env, example.meta["env_seed"])
+        parts = []
+        for turn in range(self.max_turns):
+            action = env.expert_action(rng, self.params["demo_noise"])
+            observation, _, done, _ = checked_step(env, action)
+            parts.append(action)
+            if done or turn == self.max_turns - 1:
+                break
+            parts.append(f"<eos>{observation}")
+        return "".join(parts)
+
+    # -- scoring: episodes are scored when they are run, and looked up by their text --------------
+    def record(self, episodes, tokenizer) -> None:
+        if len(self.outcomes) > OUTCOMES_KEPT:
+            self.outcomes.clear()
+        for e in episodes:
+            self.outcomes[(e.prompt, tokenizer.decode(e.completion_ids, skip_special_tokens=True))] = e
+
+    def _outcome(self, example: Example, completion: str):
+        try:
+            return self.outcomes[(example.prompt, completion)]
+        except KeyError:
+            raise KeyError(f"task {self.name}: no episode was run for this completion of {example.prompt!r}; "
+                           "episodes are scored by the rollout that runs them") from None
+
+    def score(self, example: Example, completion: str) -> dict[str, float]:
+        return {"episode_return": self._outcome(example, completion).total_reward}
+
+    def is_correct(self, example: Example, completion: str) -> bool:
+        return self._outcome(example, completion).success
+
+    def reward_funcs(self, examples, max_len: int) -> list:
+        def episode_return(prompts, completions, episode_return, **kwargs):   # an extra field of the rollout
+            return [float(r) for r in episode_return]
+        return [episode_return]
+
+    def rollout(self, examples: list[Example]):
+        from .trainer_rollout import EpisodeRollout
+        return EpisodeRollout(self, examples)
+
+    def evaluate(self, model, tokenizer, examples: list[Example], k: int, temperature: float = 1.0,
+                 keep_samples: int = 8):
+        """Held-out success: k sampled episodes per initial state, plus one greedy episode."""
+        from ..world.generation import EvalResult
+        prompts = [e.prompt for e in examples for _ in range(k)]
+        seeds = [e.meta["env_seed"] for e in examples for _ in range(k)]
+        run = lambda ps, ss, greedy: run_episodes(model, tokenizer, self.make_env, ps, ss, self.max_turns,  # noqa: E731
+                                                  self.params["action_tokens"], temperature, greedy)
+        sampled = run(prompts, seeds, False)
+        greedy = run([e.prompt for e in examples], [e.meta["env_seed"] for e in examples], True)
+        self.record(sampled + greedy, tokenizer)
+        hits = [[sampled[i * k + j].success for j in range(k)] for i in range(len(examples))]
+        samples = [{"prompt": ex.prompt, "answer": ex.answer, "index": i, "correct": hits[i][0],
+                    "completion": tokenizer.decode(sampled[i * k].completion_ids, skip_special_tokens=True),
+                    "length": sampled[i * k].model_tokens} for i, ex in enumerate(examples[:keep_samples])]
+        n = max(len(examples), 1)
+        return EvalResult(pass_at_1=sum(map(sum, hits)) / (n * k), pass_at_k=sum(any(h) for h in hits) / n,
+                          greedy_accuracy=sum(e.success for e in greedy) / n,
+                          mean_length=sum(e.model_tokens for e in sampled) / max(len(sampled), 1), samples=samples)
+
+    def metrics(self, episodes) -> dict[str, float]:
+        return episode_metrics(episodes)
+
+
+def check_episode_config(cfg, task) -> None:
+    """Method and run settings a multi-turn task cannot honour, refused before anything loads
+    (one line each); and GiGPO's step term without episodes."""
+    s, name = cfg.spec, cfg.task["name"]
+    if not isinstance(task, EpisodeTask):
+        if s.step_omega > 0:
+            raise ConfigError(f"method.step_omega > 0 (GiGPO's step-level advantage) needs a multi-turn environment "
+                              f"task (task.name: {', '.join(ENVS)}), got task {name!r}")
+        return
+    if s.sampling != "static":
+        raise ConfigError(f"method.sampling={s.sampling}: task {name!r} runs episodes through TRL's rollout_func; "
+                          "only sampling=static is supported")
+    if s.advantage in ("gae", "decoupled"):
+        raise ConfigError(f"method.advantage={s.advantage}: not supported on multi-turn task {name!r}; use group_std, "
+                          "group_mean, batch_std, leave_one_out, reinforce_pp(_baseline) or value_tracker")
+    if s.soft_overlong:
+        raise ConfigError(f"method.soft_overlong: the episode length of task {name!r} includes environment tokens; "
+                          "cap episodes with task.max_turns instead")
+    if cfg.generation.backend != "transformers":
+        raise ConfigError(f"generation.backend={cfg.generation.backend}: task {name!r} generates its episodes turn by "
+                          "turn with transformers; use generation.backend=transformers")

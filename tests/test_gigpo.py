@@ -1,0 +1,314 @@
+"""GiGPO and multi-turn environments: hand-computed advantages, the environment contract, bad
+input, and two real GiGPO steps on the grid world through TRL's rollout_func path."""
+
+import math
+import subprocess
+import sys
+import warnings
+from collections import Counter
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from grpolab import algorithms
+from grpolab.algorithms import gigpo
+from grpolab.algorithms.losses import kl_estimate
+from grpolab.config import build_config
+from grpolab.envs import EnvContractError, checked_step
+from grpolab.envs.base import Episode
+from grpolab.envs.rollout import episode_metrics, run_episodes
+from grpolab.envs.trainer_rollout import EpisodeRollout
+from grpolab.errors import ConfigError
+from grpolab.methods import METHODS
+from grpolab.spec import build_spec
+
+SQ2 = math.sqrt(2.0)
+
+
+# -- advantages against hand-computed values ---------------------------------------------------
+def test_discounted_returns_by_hand():
+    assert gigpo.discounted_returns([0.0, 0.0, 1.0], 0.5) == pytest.approx([0.25, 0.5, 1.0])
+    assert gigpo.discounted_returns([-0.1, -0.1, 1.0], 1.0) == pytest.approx([0.8, 0.9, 1.0])
+    assert gigpo.discounted_returns([], 0.9) == []
+
+
+# Two episode groups of G = 2. Group 0: episode 0 visits A, B, C; episode 1 visits A, C.
+# Group 1 visits the same keys but must never share a step group with group 0.
+KEYS = [["A", "B", "C"], ["A", "C"], ["A", "B"], ["A", "B"]]
+REWARDS = [[0.0, 0.0, 1.0], [0.0, 1.0], [0.0, 0.0], [0.0, 0.0]]
+
+
+def test_anchor_groups_recurring_states_singletons_and_episode_groups_kept_apart():
+    ids = gigpo.anchor_groups(KEYS, 2)
+    assert ids[0][0] == ids[1][0]            # A recurs in group 0: one step group of 2
+    assert ids[0][2] == ids[1][1]            # C too
+    sizes = Counter(i for row in ids[:2] for i in row)
+    assert sorted(sizes.values()) == [1, 2, 2]                      # B is a singleton
+    assert not set(i for row in ids[:2] for i in row) & set(i for row in ids[2:] for i in row)
+    assert sorted(Counter(i for row in ids[2:] for i in row).values()) == [2, 2]
+    stats = gigpo.anchor_metrics(ids)
+    assert stats["anchor/groups"] == 5 and stats["anchor/group_size_mean"] == pytest.approx(9 / 5)
+    assert stats["anchor/singleton_step_fraction"] == pytest.approx(1 / 9)
+    assert stats["anchor/groups_size_1"] == pytest.approx(1 / 5) and stats["anchor/groups_size_2"] == pytest.approx(4 / 5)
+
+
+def test_step_advantages_mean_only_and_mean_std_by_hand():
+    returns = [gigpo.discounted_returns(r, 0.5) for r in REWARDS]   # [.25, .5, 1], [.5, 1], [0, 0], [0, 0]
+    ids = gigpo.anchor_groups(KEYS, 2)
+    mean_only = gigpo.step_advantages(returns, ids, std_norm=False)
+    # A: returns (0.25, 0.5) -> -0.125, +0.125; B singleton -> 0; C: (1, 1) all equal -> 0
+    assert mean_only[0] == pytest.approx([-0.125, 0.0, 0.0]) and mean_only[1] == pytest.approx([0.125, 0.0])
+    assert mean_only[2] == [0.0, 0.0] and mean_only[3] == [0.0, 0.0]   # all-equal returns: no signal
+    with_std = gigpo.step_advantages(returns, ids, std_norm=True, eps=1e-4)
+    a = 0.125 / (0.125 * SQ2 + 1e-4)                                  # unbiased std of (0.25, 0.5) = 0.125 * sqrt 2
+    assert with_std[0] == pytest.approx([-a, 0.0, 0.0]) and with_std[1] == pytest.approx([a, 0.0])
+    assert all(math.isfinite(v) for row in with_std for v in row)
+    biased = gigpo.step_advantages(returns, ids, std_norm=True, eps=0.0, unbiased=False)
+    assert biased[1][0] == pytest.approx(1.0)                         # population std 0.125
+
+
+def test_token_advantages_by_turn_and_omega_zero_is_episode_level():
+    episode_adv = torch.tensor([1.0, -1.0])
+    step_adv = [[0.5, -0.25], [2.0]]
+    # episode 0: turn 0 (2 tokens), env (3 tokens), turn 1 (2 tokens); episode 1: turn 0, then padding
+    turn_index = torch.tensor([[0, 0, -1, -1, -1, 1, 1], [0, 0, -1, -1, -1, -1, -1]])
+    A = gigpo.token_advantages(episode_adv, step_adv, turn_index, omega=2.0)
+    assert A.tolist() == [[2.0, 2.0, 0, 0, 0, 0.5, 0.5], [3.0, 3.0, 0, 0, 0, 0, 0]]
+    A0 = gigpo.token_advantages(episode_adv, [[9.0, 9.0], [9.0]], turn_index, omega=0.0)
+    model = turn_index >= 0
+    assert torch.equal(A0[model], episode_adv.view(-1, 1).expand_as(A0)[model])   # omega = 0: A^E on every model token
+
+
+def test_finish_with_omega_zero_returns_the_episode_advantage_unchanged():
+    episodes = _toy_episodes()
+    rollout = EpisodeRollout(_task(), [])
+    rollout.episodes, rollout.group_size = episodes, 2
+    ep_adv = algorithms.compute_advantages(build_spec({"advantage": "group_std"}),
+                                           torch.tensor([e.total_reward for e in episodes]), 2)
+    out, stats = rollout.finish(build_spec({"advantage": "group_std", "step_omega": 0.0}), ep_adv, 9)
+    assert out is ep_adv and stats["anchor/groups"] == 5 and stats["episode/turns"] == pytest.approx(9 / 4)
+    per_token, _ = rollout.finish(build_spec({"advantage": "group_mean", "step_omega": 1.0, "step_gamma": 0.5}), ep_adv, 9)
+    assert per_token.shape == (4, 9)
+    # episode 1, turn 0 (state A): A^E + (0.5 - 0.375); its env tokens 0
+    assert per_token[1, 0].item() == pytest.approx(ep_adv[1].item() + 0.125)
+    assert per_token[1, 1].item() == per_token[1, 0].item() and per_token[1, 2].item() == 0.0   # EOS; env token
+
+
+def test_similarity_threshold_groups_near_identical_text_states():
+    keys = [["abcdefgh"], ["abcdefgX"], ["zzzzzzzz"], ["abcdefgh"]]
+    exact = gigpo.anchor_groups(keys, 4)
+    assert len({row[0] for row in exact}) == 3
+    loose = gigpo.anchor_groups(keys, 4, similarity=0.8)   # ratio("abcdefgh", "abcdefgX") = 0.875
+    assert loose[0][0] == loose[1][0] == loose[3][0] != loose[2][0]
+
+
+def test_unhashable_or_non_text_states_raise_one_line():
+    with pytest.raises(ValueError, match="episode 1 step 0 is not hashable"):
+        gigpo.anchor_groups([["A"], [["not", "hashable"]]], 2)
+    with pytest.raises(ValueError, match="compares text states"):
+        gigpo.anchor_groups([[(1, 2)], [(1, 2)]], 2, similarity=0.9)
+
+
+# -- the environment contract -----------------------------------------------------------------
+class _Env:
+    def __init__(self, result):
+        self.result = result
+
+    def reset(self, seed):
+        return "s:"
+
+    def step(self, action):
+        return self.result
+
+
+@pytest.mark.parametrize("result, message", [
+    (("o", 1.0, True), "must return \\(observation"),
+    ((1, 1.0, True, "k"), "observation must be str"),
+    (("o", float("nan"), True, "k"), "reward must be a finite number"),
+    (("o", True, True, "k"), "reward must be a finite number"),
+    (("o", 1.0, "yes", "k"), "done must be a bool"),
+    (("o", 1.0, True, {"x": 1}), "not hashable"),
+])
+def test_malformed_steps_raise_one_line(result, message):
+    with pytest.raises(EnvContractError, match=message) as info:
+        checked_step(_Env(result), "u")
+    assert "\n" not in str(info.value) and "_Env" in str(info.value)
+
+
+class _NeverEnds:
+    def reset(self, seed):
+        self.t = 0
+        return "s0:"
+
+    def step(self, action):
+        self.t += 1
+        return f"s{self.t % 3}:", 0.0, False, self.t % 3
+
+
+def test_an_episode_that_never_ends_is_truncated_at_max_turns_and_counted():
+    from grpolab.world.models import build_model
+    model, tokenizer = build_model("tiny", 0)
+    episodes = run_episodes(model, tokenizer, _NeverEnds, ["s0:"] * 4, [0] * 4, max_turns=5, action_tokens=2)
+    assert [e.turns for e in episodes] == [5] * 4 and all(e.truncated for e in episodes)
+    assert episode_metrics(episodes)["episode/truncated"] == 4.0
+    for e in episodes:   # every token is the model's or the environment's, never both
+        assert len(e.env_mask) == len(e.completion_ids) == len(e.turn_index)
+        assert all((m == 1) == (t >= 0) for m, t in zip(e.env_mask, e.turn_index))
+        assert e.state_keys[0] == ("reset", "s0:") and e.state_keys[1:] == [1, 2, 0, 1]
+
+
+# -- bad input ----------------------------------------------------------------------------------
+def _cfg(method="gigpo", task=None, **train):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return build_config({"name": "t", "method": method, "task": task or {"name": "gridworld"},
+                             "model": {"preset": "tiny"}, "train": {"steps": 2, **train},
+                             "eval": {"every": 0, "prompts": 8, "k": 2}, "tracking": {"enabled": False}})
+
+
+@pytest.mark.parametrize("method, task, message", [
+    ("gigpo", {"name": "addition"}, "method.step_omega > 0 .*needs a multi-turn environment task"),
+    ({"base": "gigpo", "step_omega": -1.0}, None, "method.step_omega must be >= 0"),
+    ({"base": "gigpo", "anchor_similarity": 0.0}, None, "anchor_similarity in \\(0, 1\\]"),
+    ({"base": "gigpo", "advantage": "leave_one_out"}, None, "use advantage group_std or group_mean"),
+    ({"base": "gigpo", "sampling": "dynamic"}, None, "only sampling=static"),
+    ({"base": "gigpo", "step_omega": 0.0, "advantage": "gae"}, None, "not supported on multi-turn task"),
+    ("gigpo", {"name": "gridworld", "size": 1}, "task.size: expected an integer in \\[2, 9\\]"),
+    ("gigpo", {"name": "gridworld", "max_turns": 0}, "task.max_turns"),
+    ("gigpo", {"name": "gridworld", "reward": "dense"}, "task.reward: unknown value 'dense'; valid: sparse, per_step"),
+    ("gigpo", {"name": "gridworld", "walls": 3}, "task.walls: not a parameter of task 'gridworld'"),
+])
+def test_bad_input_is_refused_with_one_line(method, task, message):
+    with pytest.raises(ConfigError, match=message) as info:
+        _cfg(method, task)
+    assert "\n" not in str(info.value)
+
+
+def test_step_settings_without_the_step_term_are_warned_inert():
+    with pytest.warns(UserWarning, match="method.step_gamma=0.9 needs GiGPO's step-level advantage"):
+        build_config({"method": {"base": "gigpo", "step_omega": 0.0, "step_gamma": 0.9}, "task": {"name": "gridworld"},
+                      "tracking": {"enabled": False}})
+
+
+def test_cli_exits_2_before_any_work(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "grpolab.cli", "--state", str(tmp_path), "run", "experiments/smoke.yaml",
+                          "method=gigpo"], capture_output=True, text=True, cwd=_repo())
+    assert out.returncode == 2 and "step_omega" in out.stderr and not (tmp_path / "mlflow.db").exists()
+
+
+def test_methods_lists_gigpo_as_running_with_its_citation():
+    assert not METHODS["gigpo"].missing
+    out = subprocess.run([sys.executable, "-m", "grpolab.cli", "methods"], capture_output=True, text=True, cwd=_repo())
+    assert out.returncode == 0
+    rule = next(line for line in out.stdout.splitlines() if line.startswith("gigpo "))
+    assert "group_std + 1 x anchor steps" in rule and "token_mean" in rule
+    assert "gigpo (GiGPO): Feng et al. 2025, Group-in-Group Policy Optimization, arXiv:2505.10978" in out.stdout
+    assert "not yet" not in out.stdout.split("gigpo (GiGPO)")[1].splitlines()[0]
+
+
+# -- two real GiGPO steps on the grid world -----------------------------------------------------
+class _Logs(TrainerCallback):
+    def __init__(self):
+        self.logs = []
+
+    def on_log(self, args, state, control, logs=None, **kw):
+        if logs and "loss" in logs:
+            self.logs.append(dict(logs))
+
+
+@pytest.mark.slow   # ~40 s alone, most of it the grid-world warm start (shared with the contract test's gigpo row)
+def test_two_gigpo_steps_env_tokens_carry_no_loss_and_anchor_groups_have_expected_sizes(shared_state, monkeypatch):
+    from grpolab.runner import run_experiment
+    from grpolab.trainer import GrpoLabTrainer
+    seen_inputs, seen_losses, finished = [], [], []
+    original_loss, original_finish = GrpoLabTrainer._compute_loss, EpisodeRollout.finish
+    policy_loss = algorithms.policy_loss
+
+    def compute_loss(self, model, inputs):
+        seen_inputs.append({k: inputs[k] for k in ("completion_mask", "tool_mask", "advantages")})
+        return original_loss(self, model, inputs)
+
+    def recording_policy_loss(spec, logp, old, advantages, mask, ref_logp=None, **kw):
+        loss, stats = policy_loss(spec, logp, old, advantages, mask, ref_logp, **kw)
+        grad = torch.autograd.grad(loss, logp, retain_graph=True)[0]
+        seen_losses.append({"mask": mask.detach().clone(), "grad": grad, "stats": dict(stats), "logp": logp.detach(),
+                            "ref": ref_logp, "entropies": kw["entropies"].detach()})
+        return loss, stats
+
+    def finish(self, spec, episode_adv, width):
+        out = original_finish(self, spec, episode_adv, width)
+        finished.append((list(self.episodes), episode_adv.clone(), out[0].clone(), out[1], spec))
+        return out
+
+    monkeypatch.setattr(GrpoLabTrainer, "_compute_loss", compute_loss)
+    monkeypatch.setattr(algorithms, "policy_loss", recording_policy_loss)
+    monkeypatch.setattr(EpisodeRollout, "finish", finish)
+    cfg = _cfg("gigpo", None, group_size=4, prompts_per_rollout=4, learning_rate=0.001, minibatches=2)
+    logs = _Logs()
+    result = run_experiment(cfg, shared_state, callbacks=[logs])
+    assert result.steps == 2 and len(finished) == 1 and len(seen_losses) == 2   # one rollout, two minibatches
+
+    # environment tokens: attended (completion_mask 1) but never trained (tool_mask 0), zero gradient
+    for inputs, call in zip(seen_inputs, seen_losses):
+        cm, tm = inputs["completion_mask"], inputs["tool_mask"]
+        env = (cm == 1) & (tm == 0)
+        assert env.any() and torch.equal(call["mask"], (cm * tm).to(call["mask"].dtype))
+        assert torch.all(call["grad"][env] == 0)
+        assert torch.all(call["grad"][call["mask"] == 0] == 0) and (call["grad"][call["mask"] == 1] != 0).any()
+        m = call["mask"]   # entropy and KL curves average over the model's tokens only
+        assert call["stats"]["entropy"] == pytest.approx(float((call["entropies"] * m).sum() / m.sum()), rel=1e-5)
+        kl = kl_estimate(call["logp"], call["ref"], "k3")
+        assert call["stats"]["kl"] == pytest.approx(float((kl * m).sum() / m.sum()), rel=1e-5, abs=1e-9)
+
+    # anchor groups: re-derived here from the episodes' own state keys
+    episodes, ep_adv, per_token, stats, spec = finished[0]
+    sizes = Counter((i // 4, key) for i, e in enumerate(episodes) for key in e.state_keys)
+    assert stats["anchor/groups"] == len(sizes)
+    assert stats["anchor/group_size_mean"] == pytest.approx(sum(sizes.values()) / len(sizes))
+    assert stats["anchor/singleton_step_fraction"] == pytest.approx(
+        sum(1 for s in sizes.values() if s == 1) / sum(sizes.values()))
+    assert all(sizes[(g, episodes[4 * g].state_keys[0])] >= 4 for g in range(4))   # every episode starts there
+    # per-token advantage = A^E + 1 x (discounted return - its anchor group's mean) / (std + eps), by turn
+    groups: dict = {}
+    for i, e in enumerate(episodes):
+        for key, ret in zip(e.state_keys, gigpo.discounted_returns(e.rewards, spec.step_gamma)):
+            groups.setdefault((i // 4, key), []).append(ret)
+    for i, e in enumerate(episodes):
+        for t, (key, ret) in enumerate(zip(e.state_keys, gigpo.discounted_returns(e.rewards, spec.step_gamma))):
+            v = torch.tensor(groups[(i // 4, key)], dtype=torch.float64)
+            std = v.std().item() if v.numel() > 1 else 0.0
+            expected = ep_adv[i].item() + (ret - v.mean().item()) / (std + spec.adv_eps)
+            first = e.turn_index.index(t)
+            assert per_token[i, first].item() == pytest.approx(expected, abs=1e-4)
+        assert all(per_token[i, j].item() == 0.0 for j, m in enumerate(e.env_mask) if m == 0)
+    logged = logs.logs[0]
+    assert logged["anchor/groups"] == stats["anchor/groups"] and "episode/success_rate" in logged
+    assert logged["episode/turns"] == pytest.approx(sum(e.turns for e in episodes) / len(episodes))
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _repo():
+    from pathlib import Path
+    return Path(__file__).resolve().parents[1]
+
+
+def _task():
+    from grpolab.tasks import make_task
+    return make_task("gridworld")
+
+
+def _toy_episodes():
+    out = []
+    for keys, rewards in zip(KEYS, REWARDS):
+        e = Episode(prompt="p", seed=0)
+        for t, (k, r) in enumerate(zip(keys, rewards)):
+            e.completion_ids += [5, 2, 7]         # action, EOS, one observation token
+            e.env_mask += [1, 1, 0]
+            e.turn_index += [t, t, -1]
+            e.actions.append("u")
+            e.rewards.append(r)
+            e.state_keys.append(k)
+        e.done = e.success = rewards[-1] > 0
+        out.append(e)
+    return out
