@@ -14,7 +14,8 @@
   importance-sampling correction re-weights the loss by ``w = pi_train(y) / pi_vllm(y)`` per
   token (``token_*``) or per sequence (product over tokens, ``sequence_*``); ``*_truncate``
   clips w to [is_min, is_max], ``*_mask`` sets w = 0 outside it; ``none`` turns it off.
-  grpolab's loss multiplies every per-token term by w, as TRL's does.
+  grpolab's loss multiplies every per-token term by w, as TRL's does. The held-out eval samples
+  from the same engine with the same sampling settings, after a weight sync (vllm_eval.py).
 """
 
 from __future__ import annotations
@@ -90,8 +91,10 @@ def check_engines(cfg) -> list[str]:
         if not vllm_installed():
             raise ConfigError("generation.backend: vllm is not installed here; install the GPU extra "
                               "(pip install 'grpolab[gpu]') on a CUDA machine, or use generation.backend=transformers")
-        notes.append("generation.backend=vllm: training rollouts come from vLLM, but grpolab's held-out eval still "
-                     "samples with transformers generate (same weights and temperature), not with vLLM")
+        if g.mode == "colocate" and g.tensor_parallel_size > 1:   # held-out eval generates on rank 0 only
+            raise ConfigError("generation.tensor_parallel_size: > 1 with mode=colocate is not supported: grpolab's "
+                              "held-out eval generates on rank 0 alone, and vLLM's tensor-parallel generate needs "
+                              "every rank of its group; use tensor_parallel_size=1 or mode=server")
     elif g != GenerationCfg(backend=g.backend):
         notes.append("generation: the vllm settings (mode, memory, is_correction, ...) have no effect with "
                      "generation.backend=transformers: sampling and training log-probs come from the same model")

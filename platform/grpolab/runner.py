@@ -14,7 +14,7 @@ import torch
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
 
-from . import checkpoints, engines
+from . import checkpoints, engines, vllm_eval
 from .config import RunConfig
 from .state import state_dir as default_state_dir
 from .lifecycle import sigterm_raises
@@ -235,11 +235,15 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
         max_len = cfg.train.max_completion_length or task.max_completion_length
         evals: dict[int, dict] = {}
 
+        eval_sampler = None   # generation.backend=vllm: the trainer's vLLM engine (vllm_eval.py), set below
+
         def run_eval(step: int) -> None:
+            if eval_sampler is not None:
+                eval_sampler.sync()   # every process: the weight push may gather sharded parameters
             if _rank() != 0:
                 return   # one held-out eval per run, on rank 0; the others wait at the next collective
             result = evaluate(model, tokenizer, task, held_out, cfg.eval.k, cfg.train.temperature,
-                              max_new_tokens=cfg.eval.max_completion_length)
+                              max_new_tokens=cfg.eval.max_completion_length, sampler=eval_sampler)
             evals[step] = _eval_metrics(result)
             if recorder:
                 recorder.log_metrics(evals[step], step=step)
@@ -254,11 +258,11 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
             args=_grpo_args(cfg, task, out_dir), train_dataset=dataset, peft_config=engines.peft_config(cfg.model.lora),
             processing_class=tokenizer, callbacks=[callback, saver, *(callbacks or [])], spec=cfg.spec, task=task,
             examples=train,
-            **({"rollout_func": task.rollout(train)} if hasattr(task, "rollout") else {}),   # multi-turn envs (envs/)
         )
         if cfg.spec.needs_reference and trainer.ref_model is None and cfg.model.lora is None:  # LoRA: adapter off
             raise RuntimeError("the method needs a reference model but TRL did not build one")
         callback.trainer = saver.trainer = trainer
+        eval_sampler = vllm_eval.eval_sampler(cfg, trainer, tokenizer)
         if on_trainer is not None:
             on_trainer(trainer)
         trainer.remove_callback(PrinterCallback)  # it prints every raw log dict; grpolab prints a summary

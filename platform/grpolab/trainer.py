@@ -76,7 +76,7 @@ class GrpoLabTrainer(GRPOTrainer):
         G, device = self.num_generations, rewards_k.device
         n_local = out["completion_ids"].size(0)
         start = self.accelerator.process_index * n_local
-        mask = (out["completion_mask"] * out.get("tool_mask", 1)).float()   # model tokens (env tokens: tool_mask 0)
+        mask = out["completion_mask"].float()
         penalty = self._token_kl_penalty(out, mask) if self._kl_in_reward else None
         total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
         rewards_adj = rewards_k
@@ -99,13 +99,6 @@ class GrpoLabTrainer(GRPOTrainer):
             self._metrics["train"]["tracker/prompts"].append(float(len(self.tracker.state)))
         if advantages.dim() == 1:
             advantages = advantages[start:start + n_local]
-        if hasattr(self.rollout_func, "finish"):   # multi-turn episodes: their curves; GiGPO's per-token term (envs/)
-            advantages, episode_stats = self.rollout_func.finish(self.spec, advantages, out["completion_ids"].size(1))
-            for key, value in episode_stats.items():
-                self._metrics["train"][key].append(value)
-        elif self.spec.step_omega > 0:
-            raise ValueError("method step_omega > 0 (GiGPO) needs multi-turn episodes: pass rollout_func=EpisodeRollout "
-                             "(grpolab.envs), e.g. task: {name: gridworld}")
         out["advantages"] = advantages.to(device)
         out["group_ids"] = (torch.arange(total.numel(), device=device) // G)[start:start + n_local]
         out["seq_rewards"] = total[start:start + n_local]
@@ -223,11 +216,9 @@ class GrpoLabTrainer(GRPOTrainer):
         T = ids.size(1)
         is_eos = torch.isin(ids, torch.tensor(self.eos_token_ids, device=ids.device))
         first = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full_like(ids[:, 0], T))
-        valid = attend = (torch.arange(T, device=ids.device).unsqueeze(0) <= first.unsqueeze(1)).to(out["prompt_mask"].dtype)
-        if "tool_mask" in out:   # multi-turn episodes: attend to every token, count the model's own
-            attend, valid = out["completion_mask"], out["completion_mask"] * out["tool_mask"]
+        valid = (torch.arange(T, device=ids.device).unsqueeze(0) <= first.unsqueeze(1)).to(out["prompt_mask"].dtype)
         _, ent, _ = self._get_per_token_logps_and_entropies(
-            self.model, torch.cat([out["prompt_ids"], ids], 1), torch.cat([out["prompt_mask"], attend], 1), T,
+            self.model, torch.cat([out["prompt_ids"], ids], 1), torch.cat([out["prompt_mask"], valid], 1), T,
             compute_entropy=True)
         return torch.stack([(ent.double() * valid).sum(), valid.double().sum()]).cpu()
 
@@ -263,8 +254,6 @@ class GrpoLabTrainer(GRPOTrainer):
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
-        if "tool_mask" in inputs:   # multi-turn episodes: environment tokens are attended to, never trained
-            completion_mask = completion_mask * inputs["tool_mask"]
         logp, entropies, _ = self._get_per_token_logps_and_entropies(  # entropy: a tracked curve for every method
             model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True)
         old = inputs.get("old_per_token_logps")
@@ -365,3 +354,43 @@ class GrpoLabTrainer(GRPOTrainer):
         self.entropy_coef_now = self.entropy_coef_now + step if entropy < self.spec.entropy_target else max(
             self.entropy_coef_now - step, 0.0)
         self._metrics["train"]["entropy_coef"].append(self.entropy_coef_now)
+
+    # -- held-out eval through TRL's vLLM engine (vllm_eval.py) ---------------------------
+    def sync_generation_weights(self) -> None:
+        """Push the current weights into TRL's vLLM engine unless this step's are there already.
+        TRL's own tag (``_last_loaded_step``) is updated, so the next training generation does not
+        push them again. Every process calls it: TRL gathers sharded parameters collectively."""
+        vllm = getattr(self, "vllm_generation", None) if self.use_vllm else None
+        if vllm is None:
+            return
+        if self.state.global_step != self._last_loaded_step or getattr(vllm, "_llm_weights_sleeping", False):
+            vllm.sync_weights()
+            self._last_loaded_step = self.state.global_step
+
+    def vllm_completions(self, prompt_ids: list[list[int]], n: int, max_tokens: int, greedy: bool) -> list[list[int]]:
+        """n completion token rows per prompt (prompt-major) from the vLLM engine training samples
+        with, under the trainer's sampling settings (temperature, top_p, top_k, min_p, repetition
+        penalty, generation_kwargs) and without log-probs; greedy sets temperature 0 (vLLM's
+        argmax). Main process only: colocate uses this process's ``llm``, server mode the client
+        TRL holds on the main process (TRL's own ``generate`` gathers over every process)."""
+        vllm = self.vllm_generation
+        params = {"n": n, "repetition_penalty": vllm.repetition_penalty, "temperature": vllm.temperature,
+                  "top_p": vllm.top_p, "top_k": vllm.top_k, "min_p": vllm.min_p or 0.0, "max_tokens": max_tokens,
+                  "logprobs": None}
+        greedy_override = {"temperature": 0.0} if greedy else {}
+        if vllm.mode == "server":
+            out = vllm.vllm_client.generate(prompts=prompt_ids, structured_outputs_regex=vllm.structured_outputs_regex,
+                                            generation_kwargs={**vllm.generation_kwargs, **greedy_override}, **params)
+            return [list(ids) for ids in out["completion_ids"]]
+        from trl.generation import vllm_generation   # the SamplingParams TRL builds its own requests with
+        if vllm.structured_outputs_regex is not None:
+            raise NotImplementedError("held-out eval through vLLM with structured_outputs_regex")
+        sampling = vllm_generation.SamplingParams(**{**params, **vllm.generation_kwargs, **greedy_override})
+        if vllm.enable_sleep_mode:
+            vllm.llm.wake_up(tags=["kv_cache"])
+        outputs = vllm.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], sampling_params=sampling,
+                                    use_tqdm=False)
+        if vllm.enable_sleep_mode:   # as TRL's generate leaves it: weights dropped, re-pushed before next use
+            vllm.llm.sleep(level=2)
+            vllm._llm_weights_sleeping = True
+        return [list(c.token_ids) for request in outputs for c in request.outputs]

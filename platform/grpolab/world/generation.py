@@ -33,12 +33,16 @@ def sample(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int,
         eos_token_id=tokenizer.eos_token_id,
     )
     model.train(was_training)
-    completion_ids = out[:, batch["input_ids"].shape[1]:]
+    return decode_completions(tokenizer, out[:, batch["input_ids"].shape[1]:].tolist())
+
+
+def decode_completions(tokenizer, rows: list[list[int]]) -> tuple[list[str], list[int]]:
+    """Completion token rows -> texts and lengths: each row is cut after its first EOS (counted),
+    so padding (transformers) and an engine's own stop handling (vLLM) measure the same."""
     texts, lengths = [], []
-    for row in completion_ids.tolist():
-        length = len(row)
-        if tokenizer.eos_token_id in row:
-            length = row.index(tokenizer.eos_token_id) + 1
+    for row in rows:
+        row = list(row)
+        length = row.index(tokenizer.eos_token_id) + 1 if tokenizer.eos_token_id in row else len(row)
         lengths.append(length)
         texts.append(tokenizer.decode(row[:length], skip_special_tokens=True))
     return texts, lengths
@@ -46,18 +50,22 @@ def sample(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int,
 
 def evaluate(model, tokenizer, task: Task, examples: list[Example], k: int,
              temperature: float = 1.0, batch_prompts: int = 64, keep_samples: int = 8,
-             max_new_tokens: int | None = None) -> EvalResult:
+             max_new_tokens: int | None = None, sampler=None) -> EvalResult:
     """pass@1, pass@k, greedy accuracy and mean length on ``examples``. ``max_new_tokens`` is the
     completion cap; a trained run passes its own training cap so that it is judged on completions
-    of the length it learned to produce (default: the task's own limit, e.g. for the warm start)."""
-    if hasattr(task, "evaluate"):   # multi-turn tasks run whole episodes (grpolab.envs)
-        return task.evaluate(model, tokenizer, examples, k, temperature, keep_samples)
+    of the length it learned to produce (default: the task's own limit, e.g. for the warm start).
+    ``sampler(prompts, n, max_new_tokens, temperature, greedy=False) -> (texts, lengths)`` draws
+    the completions (default: transformers ``generate`` on ``model``; vllm_eval.py: the vLLM
+    engine training samples with)."""
     cap = max_new_tokens or task.max_completion_length
+    if sampler is None:
+        def sampler(prompts, n, max_new, temp=1.0, greedy=False):
+            return sample(model, tokenizer, prompts, n, max_new, temp, greedy)
     correct_counts, lengths, greedy_hits, samples = [], [], 0, []
     for start in range(0, len(examples), batch_prompts):
         chunk = examples[start:start + batch_prompts]
         prompts = [e.prompt for e in chunk]
-        texts, lens = sample(model, tokenizer, prompts, k, cap, temperature)
+        texts, lens = sampler(prompts, k, cap, temperature)
         lengths.extend(lens)
         for i, ex in enumerate(chunk):
             hits = [task.is_correct(ex, t) for t in texts[i * k:(i + 1) * k]]
@@ -65,7 +73,7 @@ def evaluate(model, tokenizer, task: Task, examples: list[Example], k: int,
             if len(samples) < keep_samples:
                 samples.append({"prompt": ex.prompt, "answer": ex.answer, "completion": texts[i * k], "correct": hits[0],
                                 "index": start + i, "length": lens[i * k]})
-        greedy_texts, _ = sample(model, tokenizer, prompts, 1, cap, greedy=True)
+        greedy_texts, _ = sampler(prompts, 1, cap, greedy=True)
         greedy_hits += sum(task.is_correct(ex, t) for ex, t in zip(chunk, greedy_texts))
     n = max(len(examples), 1)
     return EvalResult(
