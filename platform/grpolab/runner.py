@@ -258,6 +258,7 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
             args=_grpo_args(cfg, task, out_dir), train_dataset=dataset, peft_config=engines.peft_config(cfg.model.lora),
             processing_class=tokenizer, callbacks=[callback, saver, *(callbacks or [])], spec=cfg.spec, task=task,
             examples=train,
+            **({"rollout_func": task.rollout(train)} if hasattr(task, "rollout") else {}),   # multi-turn envs (envs/)
         )
         if cfg.spec.needs_reference and trainer.ref_model is None and cfg.model.lora is None:  # LoRA: adapter off
             raise RuntimeError("the method needs a reference model but TRL did not build one")

@@ -76,7 +76,7 @@ class GrpoLabTrainer(GRPOTrainer):
         G, device = self.num_generations, rewards_k.device
         n_local = out["completion_ids"].size(0)
         start = self.accelerator.process_index * n_local
-        mask = out["completion_mask"].float()
+        mask = (out["completion_mask"] * out.get("tool_mask", 1)).float()   # model tokens (env tokens: tool_mask 0)
         penalty = self._token_kl_penalty(out, mask) if self._kl_in_reward else None
         total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
         rewards_adj = rewards_k
@@ -99,6 +99,13 @@ class GrpoLabTrainer(GRPOTrainer):
             self._metrics["train"]["tracker/prompts"].append(float(len(self.tracker.state)))
         if advantages.dim() == 1:
             advantages = advantages[start:start + n_local]
+        if hasattr(self.rollout_func, "finish"):   # multi-turn episodes: their curves; GiGPO's per-token term (envs/)
+            advantages, episode_stats = self.rollout_func.finish(self.spec, advantages, out["completion_ids"].size(1))
+            for key, value in episode_stats.items():
+                self._metrics["train"][key].append(value)
+        elif self.spec.step_omega > 0:
+            raise ValueError("method step_omega > 0 (GiGPO) needs multi-turn episodes: pass rollout_func=EpisodeRollout "
+                             "(grpolab.envs), e.g. task: {name: gridworld}")
         out["advantages"] = advantages.to(device)
         out["group_ids"] = (torch.arange(total.numel(), device=device) // G)[start:start + n_local]
         out["seq_rewards"] = total[start:start + n_local]
@@ -216,9 +223,11 @@ class GrpoLabTrainer(GRPOTrainer):
         T = ids.size(1)
         is_eos = torch.isin(ids, torch.tensor(self.eos_token_ids, device=ids.device))
         first = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full_like(ids[:, 0], T))
-        valid = (torch.arange(T, device=ids.device).unsqueeze(0) <= first.unsqueeze(1)).to(out["prompt_mask"].dtype)
+        valid = attend = (torch.arange(T, device=ids.device).unsqueeze(0) <= first.unsqueeze(1)).to(out["prompt_mask"].dtype)
+        if "tool_mask" in out:   # multi-turn episodes: attend to every token, count the model's own
+            attend, valid = out["completion_mask"], out["completion_mask"] * out["tool_mask"]
         _, ent, _ = self._get_per_token_logps_and_entropies(
-            self.model, torch.cat([out["prompt_ids"], ids], 1), torch.cat([out["prompt_mask"], valid], 1), T,
+            self.model, torch.cat([out["prompt_ids"], ids], 1), torch.cat([out["prompt_mask"], attend], 1), T,
             compute_entropy=True)
         return torch.stack([(ent.double() * valid).sum(), valid.double().sum()]).cpu()
 
@@ -254,6 +263,8 @@ class GrpoLabTrainer(GRPOTrainer):
         completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
         input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], dim=1)
+        if "tool_mask" in inputs:   # multi-turn episodes: environment tokens are attended to, never trained
+            completion_mask = completion_mask * inputs["tool_mask"]
         logp, entropies, _ = self._get_per_token_logps_and_entropies(  # entropy: a tracked curve for every method
             model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True)
         old = inputs.get("old_per_token_logps")

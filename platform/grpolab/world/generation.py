@@ -57,6 +57,10 @@ def evaluate(model, tokenizer, task: Task, examples: list[Example], k: int,
     ``sampler(prompts, n, max_new_tokens, temperature, greedy=False) -> (texts, lengths)`` draws
     the completions (default: transformers ``generate`` on ``model``; vllm_eval.py: the vLLM
     engine training samples with)."""
+    if hasattr(task, "evaluate"):   # multi-turn tasks run whole episodes (grpolab.envs)
+        if sampler is not None:
+            raise NotImplementedError(f"held-out episodes of task {task.name!r} run with transformers only, not vLLM")
+        return task.evaluate(model, tokenizer, examples, k, temperature, keep_samples)
     cap = max_new_tokens or task.max_completion_length
     if sampler is None:
         def sampler(prompts, n, max_new, temp=1.0, greedy=False):
