@@ -9,7 +9,7 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from .errors import ConfigError
-from .tracking import clean_metric_name, client_for
+from .tracking import client_for
 
 RUN_LABEL_TAGS = ("grpolab.rung_name", "grpolab.method")
 X_AXES = {"steps": "optimizer step", "tokens": "completion tokens generated (cumulative)",
@@ -72,17 +72,15 @@ def metric_curves(state: Path, runs: pd.DataFrame, metrics: list[str], x: str = 
     evaluation at step 0, after the warm start: model preparation is not counted)."""
     if x not in X_AXES:
         raise ConfigError(f"dashboard x: unknown axis {x!r}; valid: {', '.join(X_AXES)}")
+    from .tidy import run_curves
     client = _client(state)
-    frames = []
-    for run in runs.itertuples():
-        points = [(metric, m.step, m.value, m.timestamp) for metric in metrics
-                  for m in client.get_metric_history(run.run_id, clean_metric_name(metric))]
-        part = pd.DataFrame(points, columns=["metric", "step", "value", "timestamp"])
-        part = part.assign(run_id=run.run_id, label=run.label, order=run.order, seed=run.seed)
-        frames.append(_with_x(client, run.run_id, part, x))
     columns = ["run_id", "label", "order", "seed", "metric", "step", "value", "x"]
-    frames = [f for f in frames if not f.empty]
-    return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+    tidy = run_curves(client, list(runs.run_id), metrics)   # the same frame grpolab.curves returns
+    if tidy.empty:
+        return pd.DataFrame(columns=columns)
+    labelled = tidy.drop(columns=["seed", "rung"]).merge(runs[["run_id", "label", "order", "seed"]], on="run_id")
+    frames = [_with_x(client, run_id, part, x) for run_id, part in labelled.groupby("run_id", sort=False)]
+    return pd.concat(frames, ignore_index=True)[columns]
 
 
 def _with_x(client, run_id: str, part: pd.DataFrame, x: str) -> pd.DataFrame:

@@ -13,7 +13,6 @@ import math
 from pathlib import Path
 
 import pandas as pd
-from optuna.trial import TrialState
 from scipy import stats
 
 from .errors import ConfigError
@@ -35,21 +34,12 @@ def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
 
 
 def ladder_rows(study, cfg: StudyConfig, objective: int = 0) -> pd.DataFrame:
-    """One row per (rung, seed) with its latest outcome: value, state and MLflow run id."""
-    from .studies import ROW_ATTR, RUN_ATTR
-    latest = {}
-    for t in study.get_trials(deepcopy=False):
-        key = t.user_attrs.get(ROW_ATTR)
-        if key is not None and (key not in latest or t.state == TrialState.COMPLETE or
-                                latest[key].state != TrialState.COMPLETE):
-            latest[key] = t
-    rows = []
-    for rung, seed in cfg.rows():
-        t = latest.get(f"r{rung}-s{seed}")
-        rows.append({"rung": rung, "seed": seed, "state": t.state.name if t else "MISSING",
-                     "value": t.values[objective] if t is not None and t.state == TrialState.COMPLETE else math.nan,
-                     "run_id": t.user_attrs.get(RUN_ATTR, "") if t else "", "trial": t.number if t else None})
-    return pd.DataFrame(rows)
+    """One row per (rung, seed) with its latest outcome: value, state and MLflow run id; the
+    tidy frame (tidy.study_results) of one objective."""
+    from .tidy import study_results
+    tidy = study_results(study, cfg)
+    rows = tidy[tidy.metric == cfg.objectives[objective].metric]
+    return rows[["rung", "seed", "state", "value", "run_id", "trial"]].reset_index(drop=True)
 
 
 def ladder_table(rows: pd.DataFrame, cfg: StudyConfig) -> pd.DataFrame:
@@ -77,20 +67,17 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig) -> pd.DataFrame:
 
 
 def search_table(study, cfg: StudyConfig) -> pd.DataFrame:
-    from .studies import OUTCOME_ATTR, RUN_ATTR
-    rows = []
-    for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get(OUTCOME_ATTR) is None and t.state != TrialState.RUNNING:
-            continue
-        # a pruned trial's value is its last intermediate report (Optuna's convention)
-        row = {"trial": t.number, "state": t.state.name, **t.params, "run_id": t.user_attrs.get(RUN_ATTR, "")}
-        for o, v in zip(cfg.objectives, t.values or [math.nan] * len(cfg.objectives)):
-            row[o.metric] = v
-        rows.append(row)
-    frame = pd.DataFrame(rows)
-    if not frame.empty:
-        frame = frame.sort_values(cfg.objectives[0].metric, ascending=cfg.objectives[0].direction == "minimize")
-    return frame
+    """One row per trial (the tidy frame, one column per objective), best first. A pruned
+    trial's value is its last intermediate report (Optuna's convention)."""
+    from .tidy import STUDY_COLUMNS, study_results
+    tidy = study_results(study, cfg)
+    if tidy.empty:
+        return pd.DataFrame()
+    params = [c for c in tidy.columns if c not in STUDY_COLUMNS]
+    wide = tidy.pivot(index="trial", columns="metric", values="value")
+    first = tidy.drop_duplicates("trial").set_index("trial")
+    frame = first[["state", *params, "run_id"]].join(wide[[o.metric for o in cfg.objectives]]).reset_index()
+    return frame.sort_values(cfg.objectives[0].metric, ascending=cfg.objectives[0].direction == "minimize")
 
 
 def load_results(path: str, state: Path, storage_url: str | None):

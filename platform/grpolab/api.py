@@ -1,0 +1,236 @@
+"""grpolab from Python: run an experiment, run a study, read results and curves as pandas.
+
+    import grpolab
+    out = grpolab.run("experiments/smoke.yaml", train={"steps": 5}, seed=1)
+    out.run_id, out.metrics["eval/pass_at_1"], out.final_model
+    grpolab.study("studies/dapo_table1.yaml", workers=2)
+    grpolab.results("studies/dapo_table1.yaml")       # tidy: rung, seed, step, metric, value, run_id
+    grpolab.curves([out.run_id], ["entropy"])          # the same shape, one row per logged point
+
+Input is validated exactly as the command line validates it: bad input raises ``ConfigError``
+(a ``ValueError``) naming the key and what is valid, before any model is loaded or any MLflow
+run is created. The state folder is ``state=`` if given, else ``$GRPOLAB_STATE``, else
+``./grpolab-state``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .errors import ConfigError
+
+# A mapping given for one of these sections replaces it whole when it names a new identity (as
+# `task='{name: ...}'` does on the command line); any other mapping is merged key by key.
+IDENTITY_KEYS = {"task": ("name",), "method": ("base", "name"), "model": ("preset", "path")}
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What ``grpolab.run`` returns: the MLflow run, its final numbers and where its files are.
+
+    ``metrics`` holds the last finite value of every curve the run logged (held-out ``eval/*``
+    at the final step included), under the names it has in MLflow. ``run_id`` and
+    ``tracking_uri`` are None for an untracked run (``tracking.enabled: false``)."""
+
+    run_id: str | None
+    name: str
+    method: str
+    seed: int
+    status: str
+    steps: int
+    metrics: dict
+    eval_start: dict
+    eval_final: dict
+    wall_seconds: float
+    state: Path
+    run_dir: Path
+    final_model: Path
+    tracking_uri: str | None
+
+    def curves(self, metrics: list[str] | None = None):
+        """This run's curves as ``grpolab.curves`` returns them."""
+        if self.run_id is None:
+            raise ConfigError("curves: this run was not tracked (tracking.enabled: false), so MLflow has no curves")
+        return curves([self.run_id], metrics, state=self.state)
+
+
+@dataclass(frozen=True)
+class StudyOutcome:
+    """What ``grpolab.study`` returns: ``complete`` is True when every row (or trial) finished;
+    otherwise ``results()`` shows the state of each one (FAIL, INTERRUPTED, ...)."""
+
+    path: str
+    name: str
+    complete: bool
+    state: Path
+    storage: str | None
+    parent_run_id: str | None
+
+    def results(self):
+        """The study's tidy frame, as ``grpolab.results`` returns it."""
+        return results(self.path, state=self.state, storage=self.storage)
+
+    def table(self, fmt: str = "markdown", metric: str | None = None) -> str:
+        """The table ``grpolab table`` prints (markdown, csv or latex)."""
+        from .study_tables import study_table
+        return study_table(self.path, self.state, self.storage, fmt, metric)
+
+
+def _yaml_value(value) -> str:
+    return yaml.safe_dump(value, default_flow_style=True, width=math.inf).strip().removesuffix("\n...")
+
+
+def override_strings(overrides: dict, data: dict | None = None) -> list[str]:
+    """Keyword overrides -> the command line's ``key.path=value`` strings. Keys may be dotted
+    (``**{"train.steps": 5}``); a nested mapping is merged key by key (``train={"steps": 5}``)
+    unless it names a new task, method or model (``task={"name": "countdown"}``), which then
+    replaces the old one whole."""
+    out = []
+    for key, value in overrides.items():
+        if not isinstance(key, str) or not key or key.startswith(".") or key.endswith("."):
+            raise ConfigError(f"override {key!r}: expected a key such as train.steps or seed")
+        current = _lookup(data or {}, key)
+        replaces = any(k in value for k in IDENTITY_KEYS.get(key, ())) if isinstance(value, dict) else True
+        if isinstance(value, dict) and value and not replaces and isinstance(current, (dict, str)):
+            out += override_strings({f"{key}.{k}": v for k, v in value.items()}, data)
+        else:
+            out.append(f"{key}={_yaml_value(value)}")
+    return out
+
+
+def _lookup(data: dict, dotted: str):
+    node = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return {}   # absent: a mapping given here is merged into an empty one
+        node = node[part]
+    return node
+
+
+def load(experiment, **overrides):
+    """The validated configuration ``grpolab.run`` would train (a ``RunConfig``), without
+    training: ``experiment`` is a YAML path or a dict in the experiment file's layout."""
+    from .config import apply_overrides, build_config, load_experiment
+    if isinstance(experiment, (str, os.PathLike)):
+        from .yaml_input import read_yaml_mapping
+        data = read_yaml_mapping(Path(experiment), "experiment file", "give at least method and task")
+        return load_experiment(experiment, override_strings(overrides, data))
+    if not isinstance(experiment, dict):
+        raise ConfigError(f"experiment: expected a YAML path or a dict, got {type(experiment).__name__}")
+    return build_config(apply_overrides(experiment, override_strings(overrides, experiment)))
+
+
+def run(experiment, *, state: str | os.PathLike | None = None, callbacks: list | None = None,
+        **overrides) -> RunOutcome:
+    """Train one experiment and record it in MLflow, as ``grpolab run`` does.
+
+    ``experiment``: a YAML path or a dict (the experiment file's layout). ``overrides``: keyword
+    values on top of it, e.g. ``seed=3``, ``train={"steps": 50}``, ``**{"method.eps_high": 0.28}``.
+    ``callbacks``: extra ``transformers.TrainerCallback`` objects. Raises ``ConfigError`` on bad
+    input before anything is loaded; a run that fails raises after its MLflow run ended FAILED."""
+    from .state import confine_caches, state_dir, state_path
+    from .stores import check_stores
+    check_stores(state_path(state))   # an unreachable store fails in seconds, before anything is written
+    confine_caches(state_path(state))  # as the CLI does: library caches under the state folder
+    cfg = load(experiment, **overrides)
+    from .runner import run_experiment
+    from .stores import prepare_stores
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")   # offline clusters: no phoning home
+    folder = state_dir(state)
+    prepare_stores(folder)
+    trainers: list = []
+    result = run_experiment(cfg, folder, callbacks=list(callbacks or []), on_trainer=trainers.append)
+    run_dir = Path(trainers[0].args.output_dir).resolve()
+    return RunOutcome(
+        run_id=result.run_id, name=cfg.name, method=cfg.method_name, seed=cfg.seed, status=result.status,
+        steps=result.steps, metrics=_final_metrics(result), eval_start=dict(result.start_eval),
+        eval_final=dict(result.final_eval), wall_seconds=result.wall_seconds, state=folder.resolve(),
+        run_dir=run_dir, final_model=run_dir / "final",
+        tracking_uri=_tracking_uri(folder) if result.run_id else None)
+
+
+def _final_metrics(result) -> dict:
+    """The last finite point of every training curve and the last held-out evaluation, under
+    MLflow's names and with MLflow's exclusions (tracking.RunRecorder.log_metrics)."""
+    from .tracking import DROPPED, clean_metric_name
+    out = {}
+    for key, points in result.train_curves.items():
+        finite = [(step, value) for step, value in points if math.isfinite(value)]
+        if finite and key not in DROPPED and not key.startswith("completions/"):
+            out[clean_metric_name(key)] = max(finite, key=lambda p: p[0])[1]
+    out.update({clean_metric_name(k): float(v) for k, v in result.final_eval.items()})
+    return out
+
+
+def _tracking_uri(state: Path) -> str:
+    from .tracking import client_for
+    return client_for(state).tracking_uri
+
+
+def study(path: str | os.PathLike, *, workers: int = 1, state: str | os.PathLike | None = None,
+          storage: str | None = None, retry_failed: bool = False, accept_changed: bool = False,
+          progress: bool = True) -> StudyOutcome:
+    """Run (or resume) a study file, as ``grpolab study`` does: every missing row of a ladder,
+    or a search's trial budget, with ``workers`` processes. ``storage``: an Optuna storage URL
+    (default: a journal file in the state folder). ``progress``: print live progress to stderr.
+    Returns when no row is left to run; rows that failed are reported, never raised."""
+    from .state import state_dir, state_path
+    from .stores import check_stores
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+        raise ConfigError(f"workers: must be an integer >= 1, got {workers!r}")
+    check_stores(state_path(state), storage)
+    from .state import confine_caches
+    confine_caches(state_path(state))
+    from .studies import run_study
+    echo = (lambda line: print(line, file=sys.stderr, flush=True)) if progress else (lambda line: None)
+    code = run_study(str(path), state_path(state), storage, workers, retry_failed, echo=echo,
+                     accept_changed=accept_changed)
+    from .study_tables import load_results
+    cfg, optuna_study = load_results(str(path), state_dir(state), storage)
+    return StudyOutcome(path=str(path), name=cfg.name, complete=code == 0, state=state_dir(state).resolve(),
+                        storage=storage, parent_run_id=optuna_study.user_attrs.get("mlflow_parent_run_id"))
+
+
+def results(study: str | os.PathLike | StudyOutcome, *, state: str | os.PathLike | None = None,
+            storage: str | None = None):
+    """A study's results as one tidy pandas DataFrame, read from its Optuna storage (nothing
+    runs): one row per (rung, seed, objective metric) of a ladder, per (trial, objective) of a
+    search, with columns ``rung, seed, step, metric, value, run_id, rung_name, state, trial``
+    (and a search's sampled parameters). ``value`` is the study metric of the whole run
+    (``final:eval/pass_at_1``, ...), ``step`` the last optimizer step it covers; rows that did
+    not complete are kept with value NaN and their state. ``grpolab table`` aggregates exactly
+    this frame: per rung, the mean and 95 % t-interval of ``value`` over seeds."""
+    from .state import state_path
+    from .study_tables import load_results
+    from .tidy import study_results
+    if isinstance(study, StudyOutcome):
+        study, state, storage = study.path, state or study.state, storage or study.storage
+    folder = state_path(state)
+    if not folder.is_dir():
+        raise ConfigError(f"state: no state folder at {folder.resolve()} (run the study first, or pass state=)")
+    cfg, optuna_study = load_results(str(study), folder, storage)
+    return study_results(optuna_study, cfg)
+
+
+def curves(run_ids: str | list[str], metrics: list[str] | None = None, *,
+           state: str | os.PathLike | None = None):
+    """MLflow metric histories of runs as one tidy pandas DataFrame, the frame dashboards draw:
+    columns ``rung, seed, step, metric, value, run_id, timestamp`` (one row per logged point;
+    rung and seed from the run's tags, NaN when absent; timestamp in ms). ``metrics``: names
+    as logged (default: every metric each run logged). An unknown run id raises ConfigError."""
+    from .state import state_path
+    from .tidy import run_curves
+    from .tracking import client_for
+    ids = [run_ids] if isinstance(run_ids, str) else list(run_ids)
+    if not ids or not all(isinstance(r, str) and r for r in ids):
+        raise ConfigError(f"run_ids: expected MLflow run ids (strings), got {run_ids!r}")
+    if metrics is not None and (isinstance(metrics, str) or not all(isinstance(m, str) for m in metrics)):
+        raise ConfigError(f"metrics: expected a list of metric names, got {metrics!r}")
+    return run_curves(client_for(state_path(state)), ids, metrics)
