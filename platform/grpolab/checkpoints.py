@@ -54,7 +54,9 @@ def shared_run_folder(run_id: str | None) -> str:
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         from accelerate import PartialState
         from accelerate.utils import broadcast_object_list
-        PartialState()   # joins the process group accelerate launch describes
+        # joins the process group the launcher describes; on CPU accelerate sees it (gloo) only with
+        # cpu=True, else its broadcast is a silent no-op and each rank saves into its own folder
+        PartialState(cpu=not torch.cuda.is_available())
         name = broadcast_object_list([name], from_process=0)[0]
     return name
 
