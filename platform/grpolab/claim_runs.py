@@ -11,7 +11,10 @@ claim may add (``head:``, ``start:``) are computed here.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -170,21 +173,44 @@ def run_claims(names: list[str] | None, state: Path, storage_url: str | None, wo
     return [judge(c, state, storage_url) for c in claims]
 
 
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Send file descriptor 1 to stderr for the duration (this process and the worker processes
+    it starts), so that stdout carries only the verdict table."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 def verdicts_command(args) -> int:
     """`grpolab verdicts [claims...]`: run what is missing, print the verdict table, write the
-    verdict dashboard. Exit 0 (verdicts are results, whatever they say)."""
+    verdict dashboard. Exit 0 (verdicts are results, whatever they say). Only the table goes
+    to stdout (``--format csv`` pipes into a CSV reader); progress, the dashboard path and the
+    summary line go to stderr."""
     from .state import state_dir
     from .verdict_report import render_verdicts, write_claims_dashboard
+
+    def note(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
     if args.workers < 1:
         raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
     state = state_dir(args.state)
     started = time.time()
-    if args.no_run:
-        results = [judge(load_claim(p), state, args.storage) for p in claim_files(args.claims)]
-    else:
-        results = run_claims(args.claims, state, args.storage, args.workers)
-    print(render_verdicts(results, args.format))
+    with _stdout_to_stderr():   # what the studies, their workers and libraries print is not table data
+        if args.no_run:
+            results = [judge(load_claim(p), state, args.storage) for p in claim_files(args.claims)]
+        else:
+            results = run_claims(args.claims, state, args.storage, args.workers, echo=note)
+    table = render_verdicts(results, args.format)
+    sys.stdout.write(table if table.endswith("\n") else table + "\n")
+    sys.stdout.flush()
     out = write_claims_dashboard(results, state / "dashboards" / "verdicts.html")
-    print(f"dashboard: {Path(out).resolve()}")
-    print(f"{len(results)} claim(s) judged in {time.time() - started:.0f}s")
+    note(f"dashboard: {Path(out).resolve()}")
+    note(f"{len(results)} claim(s) judged in {time.time() - started:.0f}s")
     return 0

@@ -122,7 +122,8 @@ def _cmd_study_worker(args) -> int:
     from .studies import worker_loop
     from .study_config import load_study
     worker_loop(load_study(args.study), args.storage, state_dir(args.state))
-    return 0
+    from .worker_exit import exit_now
+    exit_now(0)   # every row is reported and every run closed: skip ~2 CPU-s of interpreter teardown
 
 
 def _cmd_table(args) -> int:

@@ -46,6 +46,7 @@ from .study_progress import (OUTCOME_ATTR, ROW_ATTR, RUN_ATTR, format_progress, 
                              row_states, summary)
 from .tracking import RunRecorder
 from .tracking_signals import RunKilled, raise_if_signalled
+from .worker_exit import wait_any
 
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -431,7 +432,7 @@ def _run_workers(path: str, storage_url: str, state: Path, workers: int, tick) -
     try:
         while any(p.poll() is None for p in procs):
             tick()
-            time.sleep(2)
+            wait_any(procs, 2.0)   # a worker's exit is seen within 0.1 s, not at the next 2 s poll
         tick()   # a worker that died last: its row is handed back before the summary
     except (KeyboardInterrupt, RunKilled):
         for p in procs:
