@@ -9,6 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from grpolab.config import build_config
 from grpolab.tracking import tracking_uri
+from conftest import tiny_dataset
 
 
 def _random_init_cfg(name, task, **train):
@@ -66,6 +67,7 @@ def _trainer(model, tmp_path, spec, rewards, task=None, **kw):
     from trl import GRPOConfig
 
     from conftest import tiny_dataset
+    from grpolab.dropin import task_correctness
     from grpolab.trainer import GrpoLabTrainer
     from grpolab.world.models import load_model
     base_task, train, ds = tiny_dataset(128)
@@ -73,7 +75,7 @@ def _trainer(model, tmp_path, spec, rewards, task=None, **kw):
                       max_completion_length=5, use_cpu=True, disable_tqdm=True, top_k=0, seed=0, **kw)
     _, tok = load_model(model if isinstance(model, str) else model.config._name_or_path)
     t = GrpoLabTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=ds, processing_class=tok,
-                       spec=spec, task=task or base_task, examples=train)
+                       method=spec, correctness=task_correctness(task or base_task, train))
     t.model.train()
     return t, train
 
@@ -137,10 +139,11 @@ def test_dynamic_sampling_filters_on_accuracy_by_default(filter_metric, tiny_mod
     if filter_metric == "reward":
         overrides["sampling_filter"] = "reward"
     spec = get_method("dapo").spec(overrides)
-    t, train = _trainer(str(tiny_model_dir), tmp_path, spec, [_shaped])
-    t.task = _ParityTask(t.task, train)
+    base, examples, _ = tiny_dataset(128)
+    parity = _ParityTask(base, examples)                             # the correctness source
+    t, train = _trainer(str(tiny_model_dir), tmp_path, spec, [_shaped], task=parity)
     t._generate_and_score_completions([{"prompt": train[i].prompt, "idx": i} for i in (0, 1) for _ in range(4)])
-    kept = [t.task.index[r["prompt"]] for r in t.last_rollout]
+    kept = [parity.index[r["prompt"]] for r in t.last_rollout]
     m = t._metrics["train"]
     if filter_metric == "accuracy":
         assert len(kept) == 8 and all(i % 2 == 0 for i in kept)     # the all-wrong group is dropped
@@ -390,10 +393,11 @@ def test_vapo_trains_with_every_switch(tiny_model_dir, tmp_path):
     from grpolab.methods import get_method
     spec = get_method("vapo").spec({"critic_warmup": 0, "value_clip": 0.2, "whiten_advantages": True,
                                     "gae_length_alpha": 1.0})
+    base, examples, _ = tiny_dataset(128)
+    parity = _ParityTask(base, examples)
+    parity.index = {p: 0 for p in parity.index}                # every prompt: half of its completions correct
     t, train = _trainer(str(tiny_model_dir), tmp_path, spec, [lambda prompts, completions, **kw: [
-        float(j % 2) for j in range(len(prompts))]], max_steps=2, steps_per_generation=2, logging_steps=1)
-    t.task = _ParityTask(t.task, train)
-    t.task.index = {p: 0 for p in t.task.index}                # every prompt: half of its completions correct
+        float(j % 2) for j in range(len(prompts))]], task=parity, max_steps=2, steps_per_generation=2, logging_steps=1)
     t.train()
     logged = {k for entry in t.state.log_history for k in entry}
     assert {"lm/positive_nll", "critic/value_loss", "clip/region_fraction"} <= logged

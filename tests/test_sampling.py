@@ -44,6 +44,7 @@ def test_concat_repads_prompts_left_and_completions_right():
 def _trainer(tiny_model_dir, tmp_path, spec, reward, **kw):
     from trl import GRPOConfig
 
+    from grpolab.dropin import task_correctness
     from grpolab.trainer import GrpoLabTrainer
     from grpolab.world.models import load_model
     task, train, ds = tiny_dataset(128)
@@ -51,7 +52,7 @@ def _trainer(tiny_model_dir, tmp_path, spec, reward, **kw):
                       max_completion_length=5, use_cpu=True, disable_tqdm=True, top_k=0, seed=0, **kw)
     _, tok = load_model(tiny_model_dir)
     t = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=[reward], args=args, train_dataset=ds,
-                       processing_class=tok, spec=spec, task=task, examples=train)
+                       processing_class=tok, method=spec, correctness=task_correctness(task, train))
     t.model.train()
     return t, train
 

@@ -38,6 +38,7 @@ def _hash_reward(salt):
 def _trainers(model_dir, tmp_path, spec, trl_kw, reward_funcs=None):
     from trl import GRPOTrainer
 
+    from grpolab.dropin import task_correctness
     from grpolab.trainer import GrpoLabTrainer
     from grpolab.world.models import load_model
     task, train, ds = tiny_dataset()
@@ -46,7 +47,8 @@ def _trainers(model_dir, tmp_path, spec, trl_kw, reward_funcs=None):
     stock = GRPOTrainer(model=str(model_dir), reward_funcs=funcs, args=_args(tmp_path / "a", **trl_kw),
                         train_dataset=ds, processing_class=tok)
     ours = GrpoLabTrainer(model=str(model_dir), reward_funcs=funcs, args=_args(tmp_path / "b", **trl_kw),
-                          train_dataset=ds, processing_class=tok, spec=spec, task=task, examples=train)
+                          train_dataset=ds, processing_class=tok, method=spec,
+                          correctness=task_correctness(task, train))
     return stock, ours
 
 

@@ -3,8 +3,9 @@
 tracking: the same run with MLflow tracking on and off, alternating; reports the median
           training seconds per optimizer step of each and the overhead.
 trainer:  grpolab's GrpoLabTrainer (GRPO spec) against stock TRL GRPOTrainer (loss_type grpo,
-          beta 0.04) on the same data and weights, alternating in one process; reports the
-          step-time ratio.
+          beta 0.04) on the same data and weights, alternating in one process, in fp32 (what runs
+          use on CPU) and bf16 autocast; then the drop-in against stock TRL on TRL's quickstart
+          script; reports each step-time ratio.
 workers:  rows per minute of the same small study with 1 and with 2 worker processes, and their
           ratio (bench_workers.py).
 cli:      seconds from starting `grpolab` to its answer for a typo'd subcommand (exit 2),
@@ -16,6 +17,7 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from transformers import TrainerCallback
@@ -63,11 +65,31 @@ def bench_tracking(state: Path, preset: str, steps: int, repeats: int) -> dict:
                     "figure is time inside tracking code / training time of the same run"}
 
 
+def _alternate(make_pair, repeats: int) -> dict:
+    """Median seconds per optimizer step of stock (False) and grpolab (True) trainers, built and
+    trained alternately ``repeats`` times each; the first 2 steps of each run are warm-up."""
+    times = {True: [], False: []}
+    for _ in range(repeats):
+        for ours in (False, True):
+            trainer = make_pair(ours)
+            trainer.remove_callback(PrinterCallback)
+            timer = _StepTimer()
+            trainer.add_callback(timer)
+            trainer.train()
+            times[ours].append(statistics.median(timer.times[2:]))
+    stock, mine = statistics.median(times[False]), statistics.median(times[True])
+    return {"stock_trl_s_per_step": stock, "grpolab_s_per_step": mine, "ratio": mine / stock}
+
+
 def bench_trainer(preset: str, steps: int, repeats: int) -> dict:
+    """GrpoLabTrainer(method="grpo") against stock GRPOTrainer (loss_type grpo, beta 0.04) on the
+    same data and weights, in fp32 (what runs train in on CPU: ``train.dtype`` defaults to fp32)
+    and in bf16 autocast (GRPOConfig's own default, emulated on CPUs); then the drop-in on TRL's
+    quickstart script (``bench_dropin``)."""
     import datasets
     from trl import GRPOConfig, GRPOTrainer
 
-    from .methods import get_method
+    from .dropin import task_correctness
     from .trainer import GrpoLabTrainer
     from .world.models import build_model, save_model
     from .world.tasks import make_task
@@ -83,28 +105,49 @@ def bench_trainer(preset: str, steps: int, repeats: int) -> dict:
     def reward(prompts, completions, idx, **kw):  # a fair coin: non-zero advantages from a random model
         return [coin.score(train[i], c)["random"] for i, c in zip(idx, completions)]
 
-    def make(ours: bool):
-        args = GRPOConfig(output_dir=str(tmp / "out"), report_to="none", max_steps=steps, logging_steps=1,
-                          per_device_train_batch_size=64, num_generations=8, max_completion_length=8,
-                          beta=0.04, loss_type="grpo", use_bias_correction_kl=False, use_cpu=True,
-                          disable_tqdm=True, save_strategy="no", seed=0, top_k=0)
-        kw = dict(model=str(model_dir), reward_funcs=[reward], args=args, train_dataset=ds)
-        if ours:
-            return GrpoLabTrainer(**kw, spec=get_method("grpo").spec(), task=task, examples=train)
-        return GRPOTrainer(**kw)
+    out = {"preset": preset, "steps": steps, "repeats": repeats}
+    for precision in ("fp32", "bf16"):
+        def make(ours: bool):
+            args = GRPOConfig(output_dir=str(tmp / "out"), report_to="none", max_steps=steps, logging_steps=1,
+                              per_device_train_batch_size=64, num_generations=8, max_completion_length=8,
+                              beta=0.04, loss_type="grpo", use_bias_correction_kl=False, use_cpu=True,
+                              bf16=precision == "bf16", disable_tqdm=True, save_strategy="no", seed=0, top_k=0)
+            kw = dict(model=str(model_dir), reward_funcs=[reward], args=args, train_dataset=ds)
+            if ours:
+                return GrpoLabTrainer(**kw, method="grpo", correctness=task_correctness(task, train))
+            return GRPOTrainer(**kw)
+        out[precision] = _alternate(make, repeats)
+    out["dropin_quickstart"] = bench_dropin(model_dir, ds, steps, repeats)
+    return out
 
-    times = {True: [], False: []}
-    for _ in range(repeats):
-        for ours in (False, True):
-            trainer = make(ours)
-            trainer.remove_callback(PrinterCallback)
-            timer = _StepTimer()
-            trainer.add_callback(timer)
-            trainer.train()
-            times[ours].append(statistics.median(timer.times[2:]))
-    stock, mine = statistics.median(times[False]), statistics.median(times[True])
-    return {"preset": preset, "steps": steps, "repeats": repeats, "stock_trl_s_per_step": stock,
-            "grpolab_s_per_step": mine, "ratio": mine / stock}
+
+def reward_num_unique_chars(completions, **kwargs):
+    """TRL's GRPO quickstart reward."""
+    return [len(set(c)) for c in completions]
+
+
+def bench_dropin(model_dir: Path, dataset, steps: int, repeats: int) -> dict:
+    """TRL's GRPO quickstart script as a user runs it, with ``GRPOTrainer`` and with the drop-in
+    ``GrpoLabTrainer``: GRPOConfig defaults except the step budget, fp32 and a completion cap of
+    128 (the toy models hold 256 positions; the default cap is 512), offline (a local model and
+    dataset). The drop-in's method is the stock defaults' update rule (loss_type dapo = token-mean
+    aggregation, beta 0, group std, clip 0.2), so both train the same thing."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from .trainer import GrpoLabTrainer
+    method = {"name": "grpo", "aggregation": "token_mean", "kl_coef": 0.0}
+
+    def make(ours: bool):
+        args = GRPOConfig(output_dir=str(Path(tempfile.mkdtemp()) / "quickstart"), report_to="none",
+                          max_steps=steps, use_cpu=True, bf16=False, max_completion_length=128, disable_tqdm=True,
+                          save_strategy="no")
+        kw = dict(model=str(model_dir), reward_funcs=reward_num_unique_chars, args=args, train_dataset=dataset)
+        if not ours:
+            return GRPOTrainer(**kw)
+        with warnings.catch_warnings():   # the quickstart has no correctness source (said once, on purpose)
+            warnings.simplefilter("ignore")
+            return GrpoLabTrainer(**kw, method=method)
+    return {"method": method, "max_completion_length": 128, **_alternate(make, repeats)}
 
 
 def bench_cli(repeats: int) -> dict:

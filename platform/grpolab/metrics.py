@@ -85,6 +85,18 @@ DEFINITIONS: dict[str, str] = {
     "trained/groups/zero_variance": "trained: fraction of the update batch's groups with equal total rewards",
     "trained/groups/all_correct": "trained: fraction of the update batch's groups that are all correct",
     "trained/groups/all_wrong": "trained: fraction of the update batch's groups that are all incorrect",
+    "above_group_mean/fraction": "generated, drop-in trainer without correctness=: fraction of completions whose "
+                                 "total reward is above their group's mean (stands in for `accuracy`)",
+    "length/above_group_mean": "generated, without correctness=: mean length of completions whose reward is above "
+                               "their group's mean (stands in for `length/correct`; NaN when none)",
+    "length/not_above_group_mean": "generated, without correctness=: mean length of the other completions (stands "
+                                   "in for `length/incorrect`; NaN when none)",
+    "trained/above_group_mean/fraction": "trained, without correctness=: as `above_group_mean/fraction`, over rows "
+                                         "with a non-empty loss mask",
+    "trained/length/above_group_mean": "trained, without correctness=: as `length/above_group_mean`, over rows with "
+                                       "a non-empty loss mask",
+    "trained/length/not_above_group_mean": "trained, without correctness=: as `length/not_above_group_mean`, over "
+                                           "rows with a non-empty loss mask",
     "trained/rows_fraction": "trained: fraction of the update batch's rows with a non-empty loss mask "
                              "(overlong filtering and the zero-variance filter empty rows)",
     "trained/entropy": "trained: mean per-token entropy of the current policy over trained tokens (loss mask), "

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from .config import RunConfig
 from .state import state_dir as default_state_dir
 from .lifecycle import sigterm_raises
 from .tracking import RunRecorder, git_commit
+from .dropin import task_correctness
 from .world.generation import evaluate
 from .world.models import load_model
 from .tasks import log_eval_samples, make_task, render_examples
@@ -147,32 +147,23 @@ def _grpo_args(cfg: RunConfig, task, output_dir: Path):
         num_generations=t.group_size, max_completion_length=t.max_completion_length or task.max_completion_length,
         temperature=t.temperature, top_k=0, learning_rate=t.learning_rate, lr_scheduler_type="constant",
         warmup_steps=0, max_grad_norm=t.max_grad_norm, seed=cfg.seed, data_seed=cfg.seed,
-        # beta and mask_truncated_completions are set from the spec by GrpoLabTrainer itself.
-        loss_type="grpo", scale_rewards="group",
+        # loss_type, beta, clip bounds, scale_rewards, mask_truncated_completions, ...: GrpoLabTrainer
+        # sets what the method decides (dropin.apply_method_settings).
         use_cpu=not torch.cuda.is_available(), disable_tqdm=True, log_completions=False,
         remove_unused_columns=False, **engines.grpo_kwargs(cfg),
     )
 
 
-def _reward_funcs(task, examples, spec, max_len: int):
+def _reward_funcs(task, examples, max_len: int):
+    """The task's named reward components (DAPO's soft overlong is added by GrpoLabTrainer)."""
     def component(name):
         def fn(prompts, completions, idx, **kwargs):
             return [task.score(examples[i], c)[name] for i, c in zip(idx, completions)]
         fn.__name__ = name
         return fn
     # tasks built from parts score each named reward once per completion, with failure accounting
-    funcs = task.reward_funcs(examples, max_len) if hasattr(task, "reward_funcs") else [
+    return task.reward_funcs(examples, max_len) if hasattr(task, "reward_funcs") else [
         component(n) for n in task.reward_names]
-    if spec.soft_overlong:
-        from .algorithms import soft_overlong_penalty
-
-        buffer = spec.overlong_buffer or max(1, math.ceil(0.2 * max_len))
-
-        def overlong(prompts, completions, completion_ids, **kwargs):
-            lengths = torch.tensor([len(ids) for ids in completion_ids])
-            return soft_overlong_penalty(lengths, max_len, buffer, spec.overlong_penalty).tolist()
-        funcs.append(overlong)
-    return funcs
 
 
 def _run_tags(cfg: RunConfig, task) -> dict:
@@ -253,11 +244,11 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
 
         callback = TrackingCallback(recorder, run_eval, cfg.eval.every, cfg.tracking.samples)
         saver = checkpoints.CheckpointCallback(cfg.train.keep_checkpoints, recorder)
-        trainer = GrpoLabTrainer(
-            model=model, reward_funcs=_reward_funcs(task, train, cfg.spec, max_len),
+        trainer = GrpoLabTrainer(   # the public drop-in signature; the task is one more correctness source
+            model=model, reward_funcs=_reward_funcs(task, train, max_len),
             args=_grpo_args(cfg, task, out_dir), train_dataset=dataset, peft_config=engines.peft_config(cfg.model.lora),
-            processing_class=tokenizer, callbacks=[callback, saver, *(callbacks or [])], spec=cfg.spec, task=task,
-            examples=train,
+            processing_class=tokenizer, callbacks=[callback, saver, *(callbacks or [])], method=cfg.spec,
+            correctness=task_correctness(task, train),
             **({"rollout_func": task.rollout(train)} if hasattr(task, "rollout") else {}),   # multi-turn envs (envs/)
         )
         if cfg.spec.needs_reference and trainer.ref_model is None and cfg.model.lora is None:  # LoRA: adapter off

@@ -13,6 +13,7 @@ Native TRL settings used where TRL is exact: ``mask_truncated_completions`` (ove
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -20,7 +21,7 @@ import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
-from . import algorithms, sampling
+from . import algorithms, dropin, sampling
 from .algorithms.losses import kl_estimate
 from .errors import NonFiniteLossError
 from .loss_stats import WindowStats, weighted
@@ -29,10 +30,33 @@ from .spec import MethodSpec
 
 
 class GrpoLabTrainer(GRPOTrainer):
-    def __init__(self, *args, spec: MethodSpec, task, examples, **kwargs):
+    """``trl.GRPOTrainer`` running a grpolab method: TRL's own arguments, plus ``method=`` (a
+    registered name such as ``"dapo"``, ``{"name": "dapo", **axis overrides}`` or a ``MethodSpec``)
+    and ``correctness=`` (a reward function's name, a dataset column or a callable; ``dropin.py``
+    says what each means). Everything is checked here, before TRL loads a model; the GRPOConfig
+    settings the method decides are written into ``args`` (a conflicting user value raises)."""
+
+    def __init__(self, model, reward_funcs=None, args=None, train_dataset=None, *trl_args,
+                 method="grpo", correctness=None, **trl_kwargs):
+        self.method_name, spec, regime = dropin.resolve_method(method)
+        if args is None:   # TRL's own default, built here so the method's settings can go into it
+            from trl import GRPOConfig
+            name = model if isinstance(model, str) else model.config._name_or_path
+            args = GRPOConfig(f"{str(name).split('/')[-1]}-GRPO")
+        funcs = list(reward_funcs) if isinstance(reward_funcs, list) else ([] if reward_funcs is None else [reward_funcs])
+        spec = self._reconcile_reward_weights(spec, args, len(funcs))
+        if spec.soft_overlong:   # DAPO eq. 13 is a reward component named "overlong"
+            funcs.append(dropin.overlong_reward(spec, args.max_completion_length))
+            if args.reward_weights is not None:
+                args.reward_weights = [*args.reward_weights, 1.0]
+            rpc = trl_kwargs.get("reward_processing_classes")
+            if isinstance(rpc, list):
+                trl_kwargs["reward_processing_classes"] = [*rpc, None]
+        self._correct_kind, self._correct_key = dropin.resolve_correctness(
+            correctness, dropin.reward_func_names(funcs), train_dataset)
+        spec = dropin.check_needs(self.method_name, spec, self._correct_kind != "none")
+        dropin.apply_method_settings(args, self.method_name, spec, regime)
         self.spec = spec
-        self.task = task
-        self.examples = examples                  # dataset row idx -> Example (for the verifier)
         self.tracker = algorithms.ValueTracker(spec.tracker_decay) if spec.advantage == "value_tracker" else None
         self.entropy_coef_now = spec.entropy_coef
         self.cumulative_tokens = 0.0
@@ -40,26 +64,68 @@ class GrpoLabTrainer(GRPOTrainer):
         self._stash: dict = {}
         self._sampling_rng: torch.Generator | None = None
         self._window, self._step_entropy = WindowStats(), WindowStats()   # loss-side curves (loss_stats.py)
-        grpo_args = kwargs.get("args")
-        if grpo_args is not None:  # TRL settings the spec decides: TRL's beta only switches the reference on
-            grpo_args.beta = spec.kl_coef if spec.kl_coef > 0 else (1.0 if spec.needs_reference else 0.0)
-            grpo_args.mask_truncated_completions = spec.overlong_filter
-        super().__init__(*args, **kwargs)
+        super().__init__(model, funcs, args, train_dataset, *trl_args, **trl_kwargs)
+        if "mlflow" in (self.args.report_to or []):   # grpolab's run tags on the run TRL's MLflow callback opens
+            self.add_callback(dropin.MlflowTagsCallback(dropin.mlflow_tags(self.method_name, spec, self.args.seed)))
         self.critic = self.critic_opt = None
         if spec.advantage == "gae":
             self._build_critic()
 
+    @staticmethod
+    def _reconcile_reward_weights(spec: MethodSpec, args, n_funcs: int) -> MethodSpec:
+        """TRL's ``reward_weights`` become the method's (one place for weights); both set and
+        different raises. The soft-overlong component, when on, weighs 1."""
+        n_total = n_funcs + (1 if spec.soft_overlong else 0)
+        if args.reward_weights is not None:
+            given = tuple(float(w) for w in args.reward_weights) + ((1.0,) if spec.soft_overlong else ())
+            if spec.reward_weights is not None and tuple(spec.reward_weights) != given:
+                raise ValueError(f"GRPOConfig.reward_weights={list(args.reward_weights)} conflicts with the method's "
+                                 f"reward_weights={list(spec.reward_weights)}; set weights in one place")
+            spec = dataclasses.replace(spec, reward_weights=given)
+        if spec.reward_weights is not None and len(spec.reward_weights) != n_total:
+            raise ValueError(f"method reward_weights: {len(spec.reward_weights)} weights for {n_total} reward "
+                             f"functions{' (the last is soft overlong)' if spec.soft_overlong else ''}")
+        return spec
+
     # -- rewards ------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's rewards, plus per row (correct, length, truncated, prompt, completion),
+        gathered over processes in rank order like the rewards."""
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         eos = self.processing_class.eos_token_id
+        correct = self._local_correctness(inputs, prompts, completions, completion_ids_list)
         local = [
-            (self.task.is_correct(self.examples[x["idx"]], c), len(ids), (not ids) or ids[-1] != eos, x["prompt"], c)
-            for x, c, ids in zip(inputs, completions, completion_ids_list)
+            (ok, len(ids), (not ids) or ids[-1] != eos, x["prompt"], c)
+            for ok, x, c, ids in zip(correct, inputs, completions, completion_ids_list)
         ]
         rows = gather_object(local) if self.accelerator.num_processes > 1 else local
+        if self._correct_kind in ("reward", "none"):   # decided on the gathered rewards
+            rows = [(ok, *r[1:]) for ok, r in zip(self._correct_from_rewards(rewards), rows)]
         self._stash = {"rewards": rewards, "rows": rows}
         return rewards
+
+    def _local_correctness(self, inputs, prompts, completions, completion_ids_list) -> list[bool]:
+        kind, key = self._correct_kind, self._correct_key
+        if kind == "column":
+            return dropin.correct_from_column(completions, [x[key] for x in inputs])
+        if kind == "callable":
+            columns = {k: [x[k] for x in inputs] for k in inputs[0] if k not in ("prompt", "completion", "completion_ids")}
+            out = key(prompts=prompts, completions=completions, completion_ids=completion_ids_list,
+                      trainer_state=self.state, **columns)
+            return [bool(v) for v in out]
+        return [False] * len(inputs)   # filled in from the gathered rewards
+
+    def _correct_from_rewards(self, rewards: torch.Tensor) -> list[bool]:
+        """``correctness=<reward name>``: that reward > 0. None: the stand-in, total reward above
+        its group's mean (curves renamed, ``dropin.PROXY_NAMES``)."""
+        if self._correct_kind == "reward":
+            return dropin.correct_from_reward(rewards[:, self._correct_key].tolist())
+        total = algorithms.combine_rewards(rewards, self.spec.reward_weights).float()
+        G = self.num_generations if self.model.training else self.num_generations_eval
+        if total.numel() % G:
+            return (total > total.mean()).tolist()
+        grouped = total.view(-1, G)
+        return (grouped > grouped.mean(1, keepdim=True)).view(-1).tolist()
 
     # -- advantages ---------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):
@@ -243,6 +309,8 @@ class GrpoLabTrainer(GRPOTrainer):
                                 torch.tensor([bool(r[2]) for r in gen_rows]), G)
         stats.update(trained_metrics(total.float().cpu(), torch.tensor([bool(r[0]) for r in rows]),
                                      torch.tensor([r[1] for r in rows], dtype=torch.float32), trained_rows, G))
+        if self._correct_kind == "none":   # "correct" was the stand-in: the names say so
+            stats = dropin.rename_for_proxy(stats)
         ent = generated["entropy"]
         if self.accelerator.num_processes > 1:
             ent = self.accelerator.reduce(ent.to(self.accelerator.device), reduction="sum").cpu()

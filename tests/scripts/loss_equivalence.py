@@ -13,6 +13,7 @@ from trl import GRPOConfig
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import tiny_dataset  # noqa: E402
 from grpolab.spec import build_spec
+from grpolab.dropin import task_correctness
 from grpolab.trainer import GrpoLabTrainer
 from grpolab.world.models import load_model
 
@@ -28,7 +29,8 @@ args = GRPOConfig(output_dir=out_path + ".out", report_to="none", max_steps=2, p
                   num_generations=4, max_completion_length=6, use_cpu=True, disable_tqdm=True, seed=0, top_k=0,
                   logging_steps=1)
 trainer = GrpoLabTrainer(model=model_dir, reward_funcs=[lambda prompts, completions, **kw: [0.0] * len(prompts)],
-                         args=args, train_dataset=ds, processing_class=tok, spec=spec, task=task, examples=train)
+                         args=args, train_dataset=ds, processing_class=tok, method=spec,
+                         correctness=task_correctness(task, train))
 acc = trainer.accelerator
 trainer.model.train()
 trainer.current_gradient_accumulation_steps = 1   # set by Trainer.train(); this script drives the steps itself

@@ -10,6 +10,7 @@ import torch
 from trl import GRPOConfig
 
 from grpolab.methods import get_method
+from grpolab.dropin import task_correctness
 from grpolab.trainer import GrpoLabTrainer
 from grpolab.world.models import load_model
 from grpolab.world.tasks import make_task
@@ -36,7 +37,7 @@ if method == "dapo":
 else:
     spec = get_method(method).spec()
 trainer = GrpoLabTrainer(model=model_dir, reward_funcs=[reward], args=args, train_dataset=ds, processing_class=tok,
-                         spec=spec, task=task, examples=train)
+                         method=spec, correctness=task_correctness(task, train))
 decisions = []
 original = trainer._dynamic_sampling
 

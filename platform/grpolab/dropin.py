@@ -1,0 +1,268 @@
+"""What ``GrpoLabTrainer(method=..., correctness=...)`` decides before TRL builds anything.
+
+Pure checks on the user's arguments, no model loaded: which method (a registered name, a dict of
+axis overrides on one, or a ``MethodSpec``), which ``GRPOConfig`` settings that method decides
+(and whether the user set one of them to something else), and where per-completion correctness
+comes from. ``trainer.py`` calls these first thing in its constructor.
+
+Correctness sources (``correctness=``):
+- the name of one of the reward functions: a completion is correct when that reward is > 0
+  (None / NaN count as incorrect), e.g. TRL's ``accuracy_reward`` (1 / 0);
+- the name of a dataset column: correct when the completion, stripped of surrounding
+  whitespace, equals ``str(value)`` of that column (use a reward function for anything looser);
+- a callable with TRL's reward-function signature returning one truthy value per completion:
+  an observer, never added to the reward (the CLI's tasks use this, named ``correctness``).
+With none, the correctness curves are replaced by reward-above-group-mean curves (``PROXY_NAMES``)
+and an accuracy filter filters on the reward instead; both are said once, as a warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import warnings
+
+from transformers import TrainerCallback
+
+from .spec import SPEC_FIELDS, MethodSpec
+
+
+class _NoEquivalent:
+    """A GRPOConfig setting the method replaces by something TRL has no value for."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"<no TRL equivalent: {self.reason}>"
+
+
+_REUSE_KEYS = ("minibatches", "num_iterations")   # method regime entries the drop-in applies to GRPOConfig
+
+
+def resolve_method(method) -> tuple[str, MethodSpec, dict]:
+    """``method=`` -> (base name, spec, rollout-reuse regime). A ``MethodSpec`` carries axes only
+    (no regime); a name or ``{"name": ..., **axis overrides}`` brings its method's regime."""
+    from .methods import METHODS
+    if isinstance(method, MethodSpec):
+        return "custom", method, {}
+    if isinstance(method, str):
+        name, overrides = method, {}
+    elif isinstance(method, dict):
+        if "name" not in method:
+            raise ValueError(f"method: a dict needs 'name' (a registered method) plus axis overrides; got keys "
+                             f"{sorted(method)}")
+        name, overrides = method["name"], {k: v for k, v in method.items() if k != "name"}
+    else:
+        raise ValueError(f"method: expected a registered name, a dict or a MethodSpec, got {type(method).__name__}")
+    if name not in METHODS:
+        close = difflib.get_close_matches(str(name), list(METHODS), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"method: unknown method {name!r}{hint}; known: {', '.join(METHODS)}")
+    unknown = [k for k in overrides if k not in SPEC_FIELDS]
+    if unknown:
+        raise ValueError(f"method: {', '.join(map(repr, unknown))} is not an axis; valid axes: {', '.join(SPEC_FIELDS)}")
+    spec = METHODS[name].spec(overrides)
+    regime = {k: v for k, v in METHODS[name].regime.items() if k in _REUSE_KEYS}
+    return name, spec, regime
+
+
+def _loss_type(spec: MethodSpec):
+    pairs = {("clip", "seq_mean_token_mean"): "grpo", ("clip", "token_mean"): "dapo",
+             ("clip", "seq_mean_token_sum_norm"): "dr_grpo", ("clip", "token_mean_local"): "bnpo",
+             ("cispo", "token_mean"): "cispo", ("sapo", "seq_mean_token_mean"): "sapo"}
+    if spec.ratio in ("token", "sequence") and (spec.surrogate, spec.aggregation) in pairs:
+        return pairs[(spec.surrogate, spec.aggregation)]
+    return _NoEquivalent(f"surrogate={spec.surrogate}, aggregation={spec.aggregation}, ratio={spec.ratio}")
+
+
+def _clip_bounds(spec: MethodSpec) -> tuple:
+    if spec.surrogate in ("clip", "dual_clip", "clip_cov") and spec.ratio in ("token", "sequence"):
+        return spec.eps_low, spec.eps_high
+    if spec.surrogate == "cispo":   # TRL's cispo truncates the IS weight at epsilon_high itself
+        return _NoEquivalent("cispo has no lower bound"), 1.0 + spec.eps_high
+    reason = f"surrogate={spec.surrogate}, ratio={spec.ratio} has no clip of TRL's kind"
+    return _NoEquivalent(reason), _NoEquivalent(reason)
+
+
+def trl_settings(spec: MethodSpec) -> dict:
+    """GRPOConfig field -> the value equivalent to ``spec`` (or ``_NoEquivalent``). TRL's beta
+    only switches the reference model on (grpolab's loss applies the KL itself)."""
+    eps_low, eps_high = _clip_bounds(spec)
+    scale = {"group_std": "group", "group_mean": "none", "batch_std": "batch"}
+    level = {"token": "token", "sequence": "sequence"}
+    return {
+        "loss_type": _loss_type(spec),
+        "beta": spec.kl_coef if spec.kl_coef > 0 else (1.0 if spec.needs_reference else 0.0),
+        "epsilon": eps_low, "epsilon_high": eps_high,
+        "mask_truncated_completions": spec.overlong_filter,
+        "scale_rewards": scale.get(spec.advantage, _NoEquivalent(f"advantage={spec.advantage}")),
+        "importance_sampling_level": level.get(spec.ratio, _NoEquivalent(f"ratio={spec.ratio}")),
+        "top_entropy_quantile": spec.top_entropy_quantile,
+        "use_bias_correction_kl": spec.kl_ratio_correction,
+        "entropy_coef": spec.entropy_coef if spec.entropy_mode == "static" else _NoEquivalent("adaptive entropy bonus"),
+    }
+
+
+def _default(config_cls, field: str):
+    f = {x.name: x for x in dataclasses.fields(config_cls)}[field]
+    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
+
+
+def apply_method_settings(args, method_name: str, spec: MethodSpec, regime: dict) -> None:
+    """Write the method's TRL settings into ``args``; a setting the user moved away from
+    GRPOConfig's default to a different value raises, naming both. (A value equal to the
+    default counts as not set: GRPOConfig cannot tell the two apart.)"""
+    for field, wanted in trl_settings(spec).items():
+        given, default = getattr(args, field), _default(type(args), field)
+        if isinstance(wanted, _NoEquivalent):
+            if given != default:
+                raise ValueError(f"GRPOConfig.{field}={given!r} conflicts with method {method_name!r}, which "
+                                 f"decides it ({wanted.reason}); leave {field} at its default")
+            continue
+        if given != default and given != wanted:
+            raise ValueError(f"GRPOConfig.{field}={given!r} conflicts with method {method_name!r}, which sets "
+                             f"{field}={wanted!r}; drop the setting or override the method's axis instead")
+        setattr(args, field, wanted)
+    _apply_reuse(args, method_name, regime)
+
+
+def _apply_reuse(args, method_name: str, regime: dict) -> None:
+    """A registered method whose point is off-policy correction (GSPO, CISPO, ...) gets its
+    rollout reuse when the user's config is on-policy by default."""
+    if "num_iterations" in regime:
+        if args.num_iterations not in (1, regime["num_iterations"]):
+            raise ValueError(f"GRPOConfig.num_iterations={args.num_iterations} conflicts with method "
+                             f"{method_name!r}, which sets num_iterations={regime['num_iterations']}")
+        args.num_iterations = regime["num_iterations"]
+    if "minibatches" in regime:
+        wanted = regime["minibatches"] * args.gradient_accumulation_steps
+        if args.steps_per_generation not in (args.gradient_accumulation_steps, wanted):
+            raise ValueError(f"GRPOConfig.steps_per_generation={args.steps_per_generation} conflicts with method "
+                             f"{method_name!r}, which reuses each rollout for {regime['minibatches']} optimizer "
+                             f"steps (steps_per_generation={wanted})")
+        args.steps_per_generation = wanted
+        args.generation_batch_size = args.per_device_train_batch_size * args.world_size * wanted
+
+
+def reward_func_names(reward_funcs) -> list[str]:
+    """The names TRL will give the reward functions (model ids: their last path part)."""
+    funcs = reward_funcs if isinstance(reward_funcs, list) else ([] if reward_funcs is None else [reward_funcs])
+    names = []
+    for f in funcs:
+        if isinstance(f, str):
+            names.append(f.split("/")[-1])
+        elif hasattr(f, "config") and hasattr(f.config, "_name_or_path"):
+            names.append(str(f.config._name_or_path).split("/")[-1])
+        else:
+            names.append(getattr(f, "__name__", type(f).__name__))
+    return names
+
+
+def resolve_correctness(correctness, names: list[str], dataset) -> tuple[str, object]:
+    """-> (kind, key): ("reward", index) | ("column", name) | ("callable", fn) | ("none", None)."""
+    if correctness is None:
+        return "none", None
+    if callable(correctness):
+        return "callable", correctness
+    if not isinstance(correctness, str):
+        raise ValueError(f"correctness: expected a reward function's name, a dataset column or a callable, "
+                         f"got {type(correctness).__name__}")
+    if correctness in names:
+        return "reward", names.index(correctness)
+    columns = list(getattr(dataset, "column_names", None) or [])
+    if correctness in columns:
+        return "column", correctness
+    raise ValueError(f"correctness: {correctness!r} is neither a reward function ({', '.join(names) or 'none'}) "
+                     f"nor a column of train_dataset ({', '.join(columns) or 'none'})")
+
+
+def check_needs(method_name: str, spec: MethodSpec, has_correctness: bool) -> MethodSpec:
+    """Settings that need correctness: VAPO's positive-example LM loss raises without it (no
+    stand-in exists); an accuracy filter falls back to the reward, said once."""
+    if spec.positive_lm_coef > 0 and not has_correctness:
+        raise ValueError(f"method {method_name!r}: positive_lm_coef={spec.positive_lm_coef} trains on correct "
+                         "completions and needs correctness=<reward function name | dataset column | callable>")
+    if spec.sampling != "static" and spec.sampling_filter == "accuracy" and not has_correctness:
+        warnings.warn(f"method {method_name!r}: sampling={spec.sampling} filters groups on accuracy, but no "
+                      "correctness= was given: it keeps groups whose total reward varies instead "
+                      "(sampling_filter=reward)", stacklevel=3)
+        spec = dataclasses.replace(spec, sampling_filter="reward")
+    if not has_correctness:
+        warnings.warn("GrpoLabTrainer: no correctness= given: correctness curves (accuracy, length/correct, "
+                      "groups/all_correct, ...) are replaced by curves of completions whose reward is above their "
+                      "group's mean (" + ", ".join(PROXY_NAMES.values()) + ")", stacklevel=3)
+    return spec
+
+
+# correctness curve -> its name when "correct" is the stand-in "reward above the group mean";
+# groups/all_correct (always 0) and groups/all_wrong (= groups/zero_variance) are left out.
+PROXY_NAMES = {
+    "accuracy": "above_group_mean/fraction",
+    "length/correct": "length/above_group_mean",
+    "length/incorrect": "length/not_above_group_mean",
+}
+_DROPPED_WITHOUT_CORRECTNESS = ("groups/all_correct", "groups/all_wrong")
+
+
+def rename_for_proxy(stats: dict) -> dict:
+    """Rollout stats computed with the stand-in correctness, under names that say so."""
+    out = {}
+    for key, value in stats.items():
+        prefix, base = ("trained/", key[8:]) if key.startswith("trained/") else ("", key)
+        if base in _DROPPED_WITHOUT_CORRECTNESS:
+            continue
+        out[prefix + PROXY_NAMES.get(base, base)] = value
+    return out
+
+
+def correct_from_reward(values) -> list[bool]:
+    """Correct = reward > 0; None and NaN are incorrect."""
+    return [v is not None and not math.isnan(float(v)) and float(v) > 0 for v in values]
+
+
+def correct_from_column(completions, answers) -> list[bool]:
+    """Correct = the completion text, whitespace-stripped, equals str(answer)."""
+    def text(c):
+        return c[-1]["content"] if isinstance(c, list) else c   # conversational: the last message
+    return [text(c).strip() == str(a).strip() for c, a in zip(completions, answers)]
+
+
+def task_correctness(task, examples):
+    """The CLI's tasks as a correctness source: ``task.is_correct`` on the dataset's ``idx`` column."""
+    def correctness(prompts, completions, idx, **kwargs):
+        return [bool(task.is_correct(examples[i], c)) for i, c in zip(idx, completions)]
+    return correctness
+
+
+def overlong_reward(spec: MethodSpec, max_len: int):
+    """DAPO's soft overlong punishment (eq. 13) as a reward function named ``overlong``."""
+    import torch
+
+    from .algorithms import soft_overlong_penalty
+    buffer = spec.overlong_buffer or max(1, math.ceil(0.2 * max_len))
+
+    def overlong(prompts, completions, completion_ids, **kwargs):
+        lengths = torch.tensor([len(ids) for ids in completion_ids])
+        return soft_overlong_penalty(lengths, max_len, buffer, spec.overlong_penalty).tolist()
+    return overlong
+
+
+def mlflow_tags(method_name: str, spec: MethodSpec, seed: int) -> dict:
+    from .run_layout import method_label
+    return {"grpolab.method": method_label(spec, method_name), "grpolab.method_base": method_name,
+            "grpolab.spec_hash": spec.spec_hash(), "grpolab.seed": str(seed), "grpolab.dropin": "true"}
+
+
+class MlflowTagsCallback(TrainerCallback):
+    """Sets grpolab's run tags on the MLflow run that ``report_to="mlflow"`` opened (TRL's
+    reporting callbacks run before user callbacks, so the run exists by then)."""
+
+    def __init__(self, tags: dict):
+        self.tags = tags
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        import mlflow
+        if state.is_world_process_zero and mlflow.active_run() is not None:
+            mlflow.set_tags(self.tags)

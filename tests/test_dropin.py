@@ -1,0 +1,209 @@
+"""The drop-in trainer: TRL's GRPO quickstart with ``GrpoLabTrainer(method=...)`` instead of
+``GRPOTrainer``, offline (a local tiny model, an in-memory dataset, the user's own rewards).
+
+TRL's quickstart (docs, "Quick start" of the GRPO trainer) and the drop-in differ in two lines:
+    -from trl import GRPOTrainer
+    +from grpolab import GrpoLabTrainer
+    -trainer = GRPOTrainer(
+    +trainer = GrpoLabTrainer(method="dapo",
+"""
+
+import math
+
+import pytest
+import torch
+
+from grpolab import GrpoLabTrainer
+
+
+def reward_num_unique_chars(completions, **kwargs):
+    """TRL quickstart's reward: the number of unique characters of each completion."""
+    return [float(len(set(c))) for c in completions]
+
+
+def solved(completions, solvable, **kwargs):
+    """The user's correctness-like reward: 1 for an even-length completion of a solvable prompt.
+    Three prompts in four can never be solved, so their groups are all-wrong and dynamic
+    sampling has to refill the batch."""
+    return [float(s and len(c) % 2 == 0) for c, s in zip(completions, solvable)]
+
+
+def _dataset(n=64):
+    import datasets
+    from conftest import tiny_dataset
+    _, train, _ = tiny_dataset(n)
+    return datasets.Dataset.from_dict({"prompt": [e.prompt for e in train], "answer": [e.answer for e in train],
+                                       "solvable": [i % 4 == 0 for i in range(len(train))]})
+
+
+def _args(tmp_path, **kw):
+    from trl import GRPOConfig
+    base = dict(output_dir=str(tmp_path / "out"), report_to="none", max_steps=2, logging_steps=1,
+                per_device_train_batch_size=8, num_generations=4, max_completion_length=8, use_cpu=True, bf16=False,
+                disable_tqdm=True, save_strategy="no", seed=0, top_k=0)
+    base.update(kw)
+    return GRPOConfig(**base)
+
+
+class _LossSpy:
+    """Records every ``policy_loss`` call of the trainer (inputs and result)."""
+
+    def __init__(self, monkeypatch):
+        from grpolab import algorithms
+        self.calls, original = [], algorithms.policy_loss
+
+        def spy(spec, logp, old, advantages, mask, *a, **kw):
+            loss, stats = original(spec, logp, old, advantages, mask, *a, **kw)
+            self.calls.append({"logp": logp.detach().clone(), "old": old.detach().clone(), "A": advantages.clone(),
+                               "mask": mask.clone(), "norm": float(kw["token_normaliser"]), "loss": loss.item()})
+            return loss, stats
+        monkeypatch.setattr(algorithms, "policy_loss", spy)
+
+
+def test_quickstart_dapo_acts_and_reports_through_trl_logging(tiny_model_dir, tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "dropin")
+    spy = _LossSpy(monkeypatch)
+    # num_iterations=2: the second pass reuses the rollout, so the ratio moves and clips can bind
+    args = _args(tmp_path, report_to="mlflow", num_iterations=2, learning_rate=0.05, max_completion_length=32)
+    trainer = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=[reward_num_unique_chars, solved], args=args,
+                             train_dataset=_dataset(), method="dapo", correctness="solved")
+    # DAPO's TRL-visible settings were written into the user's config
+    assert (args.loss_type, args.epsilon, args.epsilon_high, args.beta) == ("dapo", 0.2, 0.28, 0.0)
+    assert args.mask_truncated_completions is True
+    assert trainer.reward_func_names == ["reward_num_unique_chars", "solved", "overlong"]   # soft overlong
+    trainer.train()
+    history = trainer.state.log_history
+    logged = {k: v for entry in history for k, v in entry.items()}
+
+    # asymmetric clip bounds: the logged fractions are those of 1 - 0.2 and 1 + 0.28
+    ratio = [torch.exp(c["logp"] - c["old"]) for c in spy.calls]
+    def fraction(test):
+        hits = sum(float((test(r, c["A"].unsqueeze(1)) * c["mask"]).sum()) for r, c in zip(ratio, spy.calls))
+        return hits / sum(float(c["mask"].sum()) for c in spy.calls)
+    high = fraction(lambda r, A: (r > 1.28) & (A > 0))
+    low = fraction(lambda r, A: (r < 0.8) & (A < 0))
+    assert logged["clip/high_fraction"] == pytest.approx(high, abs=1e-6)
+    assert logged["clip/low_fraction"] == pytest.approx(low, abs=1e-6)
+    symmetric_high = fraction(lambda r, A: (r > 1.2) & (A > 0))
+    assert symmetric_high > high      # tokens between 1.2 and 1.28 were not clipped: eps_high acted
+    # token-level aggregation: the first (on-policy) pass's loss is -sum_i A_i |o_i| / tokens
+    first = spy.calls[0]
+    lengths = first["mask"].sum(1)
+    token_mean = -float((first["A"] * lengths).sum()) / first["norm"]
+    seq_mean = -float(first["A"].mean())
+    assert first["loss"] == pytest.approx(token_mean, abs=1e-6) and abs(token_mean - seq_mean) > 1e-3
+
+    # dynamic sampling refilled the batch: every round generates the batch's groups again
+    rounds = logged["sampling/rounds"]
+    assert rounds >= 2 and logged["sampling/kept_fraction"] == pytest.approx(1 / rounds)
+    assert logged["sampling/discarded_tokens"] > 0
+    assert logged["groups/all_wrong"] > 0 and logged["trained/groups/all_wrong"] <= logged["groups/all_wrong"]
+
+    # grpolab curves are in TRL's log history and in the MLflow run report_to="mlflow" created
+    curves = {"entropy", "accuracy", "length/correct", "length/incorrect", "groups/zero_variance",
+              "groups/all_correct", "clip/high_fraction", "clip/low_fraction", "tokens/cumulative",
+              "trained/entropy", "rewards/overlong/mean", "override/loss"}
+    assert curves <= set(logged)
+    client = MlflowClient(uri)
+    [run] = client.search_runs([client.get_experiment_by_name("dropin").experiment_id])
+    assert curves <= set(run.data.metrics)
+    assert run.data.metrics["clip/high_fraction"] == pytest.approx(logged["clip/high_fraction"], rel=1e-6)
+    assert run.data.tags["grpolab.method"] == "dapo" and run.data.tags["grpolab.seed"] == "0"
+    assert run.data.tags["grpolab.spec_hash"] == trainer.spec.spec_hash()
+
+
+def test_grpo_matches_stock_trl_on_the_first_step(tiny_model_dir, tmp_path):
+    """Same seed, model and data: GrpoLabTrainer(method="grpo") and GRPOTrainer(loss_type="grpo")
+    log the same loss and gradient norm at step 1."""
+    from trl import GRPOTrainer
+    logs = {}
+    for name in ("stock", "grpolab"):
+        args = _args(tmp_path / name, max_steps=1, loss_type="grpo", beta=0.04, use_bias_correction_kl=False)
+        kw = dict(model=str(tiny_model_dir), reward_funcs=reward_num_unique_chars, args=args,
+                  train_dataset=_dataset())
+        trainer = GRPOTrainer(**kw) if name == "stock" else GrpoLabTrainer(**kw, method="grpo", correctness="answer")
+        trainer.train()
+        logs[name] = trainer.state.log_history[0]
+    assert logs["grpolab"]["loss"] == pytest.approx(logs["stock"]["loss"], abs=1e-6)
+    assert logs["grpolab"]["grad_norm"] == pytest.approx(logs["stock"]["grad_norm"], rel=1e-5)
+    assert abs(logs["stock"]["loss"]) > 0 or logs["stock"]["grad_norm"] > 0   # the step did something
+    assert "entropy" in logs["grpolab"] and "accuracy" in logs["grpolab"]      # and grpolab's curves came along
+
+
+# -- bad input: each raises at construction, before any model loads --------------------------------
+
+MISSING_MODEL = "/nonexistent/model/dir"   # loading it would fail differently: the check comes first
+
+
+@pytest.mark.parametrize("method, match", [
+    ("dapoo", r"unknown method 'dapoo' \(did you mean 'dapo'\?\); known: grpo, dr_grpo, dapo"),
+    ({"name": "dapo", "eps_hi": 0.3}, r"'eps_hi' is not an axis; valid axes: advantage, "),
+    ({"eps_high": 0.3}, r"needs 'name'"),
+    (3, r"expected a registered name, a dict or a MethodSpec, got int"),
+    ({"name": "dapo", "eps_high": -1.0}, r"eps_high"),
+])
+def test_bad_method_raises_before_the_model_loads(method, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        GrpoLabTrainer(model=MISSING_MODEL, reward_funcs=reward_num_unique_chars, args=_args(tmp_path),
+                       train_dataset=_dataset(), method=method)
+
+
+@pytest.mark.parametrize("setting, match", [
+    ({"loss_type": "grpo"}, r"GRPOConfig.loss_type='grpo' conflicts with method 'dapo', which sets loss_type='dapo'"),
+    ({"beta": 0.04}, r"GRPOConfig.beta=0.04 conflicts with method 'dapo', which sets beta=0.0"),
+    ({"epsilon_high": 0.4}, r"epsilon_high=0.4 conflicts with method 'dapo', which sets epsilon_high=0.28"),
+    ({"scale_rewards": "none"}, r"scale_rewards='none' conflicts"),
+])
+def test_conflicting_grpo_config_names_both_values(setting, match, tmp_path):
+    with pytest.raises(ValueError, match=match):
+        GrpoLabTrainer(model=MISSING_MODEL, reward_funcs=[reward_num_unique_chars, solved],
+                       args=_args(tmp_path, **setting), train_dataset=_dataset(), method="dapo",
+                       correctness="solved")
+
+
+def test_settings_without_a_trl_equivalent_and_missing_sources_raise(tmp_path):
+    kw = dict(model=MISSING_MODEL, reward_funcs=reward_num_unique_chars, train_dataset=_dataset())
+    with pytest.raises(ValueError, match=r"epsilon=0.3 conflicts with method 'rloo', which decides it"):
+        GrpoLabTrainer(**kw, args=_args(tmp_path, epsilon=0.3), method="rloo")
+    with pytest.raises(ValueError, match=r"positive_lm_coef=0.1 .* needs correctness="):
+        GrpoLabTrainer(**kw, args=_args(tmp_path), method="vapo")
+    with pytest.raises(ValueError, match=r"'score' is neither a reward function \(reward_num_unique_chars\) "
+                                         r"nor a column of train_dataset \(prompt, answer, solvable\)"):
+        GrpoLabTrainer(**kw, args=_args(tmp_path), method="grpo", correctness="score")
+    with pytest.raises(ValueError, match=r"steps_per_generation=3 conflicts with method 'gspo'.*\(steps_per_generation=2\)"):
+        GrpoLabTrainer(**kw, args=_args(tmp_path, steps_per_generation=3), method="gspo")
+
+
+def test_registered_regime_and_overrides_reach_the_config(tiny_model_dir, tmp_path):
+    t = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=reward_num_unique_chars, args=_args(tmp_path),
+                       train_dataset=_dataset(), method={"name": "gspo", "eps_high": 5e-4}, correctness="answer")
+    assert (t.args.steps_per_generation, t.args.generation_batch_size) == (2, 16)   # GSPO reuses each rollout
+    assert (t.args.importance_sampling_level, t.args.epsilon, t.args.epsilon_high) == ("sequence", 3e-4, 5e-4)
+    assert t.spec.eps_high == 5e-4 and t.spec.ratio == "sequence"
+
+
+def test_without_correctness_it_says_which_signal_stands_in(tiny_model_dir, tmp_path):
+    with pytest.warns(UserWarning) as record:
+        t = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=reward_num_unique_chars, args=_args(tmp_path),
+                           train_dataset=_dataset(), method={"name": "dapo", "max_sampling_rounds": 1})
+    messages = " | ".join(str(w.message) for w in record)
+    assert "sampling_filter=reward" in messages and "length/above_group_mean" in messages
+    assert t.spec.sampling_filter == "reward"
+    t.model.train()
+    ds = _dataset()
+    out = t._generate_and_score_completions([dict(ds[i]) for i in (0, 1) for _ in range(4)])
+    m = t._metrics["train"]
+    assert "accuracy" not in m and "groups/all_correct" not in m and "length/correct" not in m
+    rows = t._stash["rows"]
+    total = t._stash["rewards"].sum(1).view(-1, 4)
+    above = (total > total.mean(1, keepdim=True)).view(-1)
+    assert [r[0] for r in rows] == above.tolist()
+    assert m["above_group_mean/fraction"][-1] == pytest.approx(above.float().mean().item())
+    assert out["completion_ids"].size(0) == 8
+    lengths = torch.tensor([r[1] for r in rows], dtype=torch.float32)
+    if above.any():
+        assert m["length/above_group_mean"][-1] == pytest.approx(lengths[above].mean().item())
+    assert not math.isnan(m["entropy"][-1])
