@@ -102,6 +102,8 @@ def trl_settings(spec: MethodSpec) -> dict:
         "top_entropy_quantile": spec.top_entropy_quantile,
         "use_bias_correction_kl": spec.kl_ratio_correction,
         "entropy_coef": spec.entropy_coef if spec.entropy_mode == "static" else _NoEquivalent("adaptive entropy bonus"),
+        # TRL applies DeepSeek-V3.2's off-policy sequence mask inside its own loss, which grpolab replaces
+        "off_policy_mask_threshold": _NoEquivalent("grpolab's loss does not implement the off-policy sequence mask"),
     }
 
 
