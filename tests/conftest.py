@@ -62,6 +62,23 @@ class PostgresServer:
         return self.url(name)
 
 
+def _start_on_a_free_port(as_pg: list, bin_dir: Path, data: Path, sock: Path, log: Path, tries: int = 5) -> int:
+    """Start the server on a port the kernel just gave out. Another process (a parallel test
+    session) may take that port before the server binds it: then the start fails and another
+    port is tried."""
+    for _ in range(tries):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        started = subprocess.run(as_pg + [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-o",
+                                          f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c max_connections=200",
+                                          "start"], capture_output=True, text=True)
+        if started.returncode == 0:
+            return port
+    raise RuntimeError(f"PostgreSQL did not start on a free port in {tries} tries: {started.stdout}{started.stderr}"
+                       f"{log.read_text()[-2000:] if log.exists() else ''}")
+
+
 @pytest.fixture(scope="session")
 def postgres_server():
     """A real PostgreSQL server started on 127.0.0.1 for the session, then stopped."""
@@ -76,14 +93,9 @@ def postgres_server():
     if as_pg:
         shutil.chown(root, "postgres")
         shutil.chown(sock, "postgres")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     subprocess.run(as_pg + [str(bin_dir / "initdb"), "-D", str(data), "-U", "grpolab", "--auth=trust"], check=True,
                    capture_output=True)
-    subprocess.run(as_pg + [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(root / "log"), "-w", "-o",
-                            f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c max_connections=200", "start"],
-                   check=True, capture_output=True)
+    port = _start_on_a_free_port(as_pg, bin_dir, data, sock, root / "log")
     yield PostgresServer(port)
     subprocess.run(as_pg + [str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "stop"], capture_output=True)
     shutil.rmtree(root, ignore_errors=True)

@@ -23,7 +23,8 @@ from optuna.trial import TrialState
 from conftest import REPO
 from grpolab.lifecycle import (HEARTBEAT_ATTR, WORKER_ATTR, Heartbeat, TrialReaped, abort_if_lost, host_identity,
                                reap_stale_trials, worker_record)
-from grpolab.studies import _report, create_or_load, default_storage, open_storage, run_study
+from grpolab.stores import setup_lock
+from grpolab.studies import _report, default_storage, enqueue_missing_rows, open_storage, run_study
 from grpolab.study_config import load_study
 from grpolab.tracking import tracking_uri
 
@@ -46,18 +47,37 @@ def grpolab(*args, env=None, cwd=None, **kw):
                             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
 
 
-def wait_for_running_row(cfg, storage: str, timeout=300):
-    """The first trial that a worker holds and has started its MLflow run for."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            study = create_or_load(cfg, storage)
-            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+def trials_of(cfg, storage: str) -> list:
+    """The study's trials, read without creating anything; the storage's engine is released."""
+    opened = open_storage(storage)
+    try:
+        return optuna.load_study(study_name=cfg.name, storage=opened).get_trials(deepcopy=False)
+    finally:
+        if hasattr(opened, "engine"):
+            opened.engine.dispose()
+
+
+def wait_for_running_row(cfg, storage: str, state: Path, timeout=300):
+    """The first trial that a worker holds and has started its MLflow run for. The storage is
+    opened once, under the setup lock (a fresh database gets its tables there, as a coordinator
+    would do it, never beside one), and the study is only loaded, never created."""
+    deadline, opened = time.time() + timeout, None
+    try:
+        while time.time() < deadline:
+            if opened is None:
+                with setup_lock(state, None, storage):
+                    opened = open_storage(storage)
+            try:
+                study = optuna.load_study(study_name=cfg.name, storage=opened)
+            except KeyError:
+                study = None   # the coordinator has not created it yet
+            for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) if study else []:
                 if WORKER_ATTR in t.user_attrs and "mlflow_run_id" in t.user_attrs:
                     return t
-        except (KeyError, ValueError):
-            pass   # the study is still being created by the coordinator
-        time.sleep(0.5)
+            time.sleep(0.5)
+    finally:
+        if hasattr(opened, "engine"):
+            opened.engine.dispose()
     raise AssertionError("no row started within the timeout")
 
 
@@ -79,13 +99,13 @@ def test_killed_workers_leave_every_row_complete_exactly_once(tmp_path, study_st
     killed = []
     for sig in (signal.SIGKILL, signal.SIGTERM):
         proc = grpolab("--state", state, "study", path, "--workers", 2, "--storage", study_storage)
-        trial = wait_for_running_row(cfg, study_storage)
+        trial = wait_for_running_row(cfg, study_storage, state)
         time.sleep(1.0)   # let the row get into its run (model, trainer, first evaluation)
         os.kill(trial.user_attrs[WORKER_ATTR]["pid"], sig)
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 1, out                       # the coordinator says rows did not complete
         assert "did not complete" in out and "Traceback" not in out, out
-        after = create_or_load(cfg, study_storage).get_trials(deepcopy=False)[trial.number]
+        after = trials_of(cfg, study_storage)[trial.number]
         assert after.state == TrialState.FAIL and after.user_attrs.get("outcome") != "error"
         killed.append((trial, out))
     client = MlflowClient(tracking_uri(state))
@@ -102,7 +122,7 @@ def test_killed_workers_leave_every_row_complete_exactly_once(tmp_path, study_st
         assert client.get_run(run9.info.run_id).data.tags["grpolab.restarted_as"] == run15.info.run_id
 
     assert run_study(str(path), state, study_storage, 1, False, echo=lambda s: None) == 0
-    trials = create_or_load(cfg, study_storage).get_trials(deepcopy=False)
+    trials = trials_of(cfg, study_storage)
     rows = {f"r0-s{s}" for s in cfg.seeds}
     complete = sorted(t.user_attrs["row"] for t in trials if t.state == TrialState.COMPLETE)
     assert complete == sorted(rows)                                          # every row once: none lost, none twice

@@ -7,6 +7,8 @@ keeps one equivalent for every storage, in the trial's user attributes:
   worker claims the trial.
 - ``heartbeat``: a wall-clock timestamp rewritten every ``GRPOLAB_HEARTBEAT_INTERVAL`` seconds
   (default 10) by a thread of the worker.
+- ``progress``: when the row last made progress (run started, a training step ended, an
+  evaluation reported), stored by the same thread: a hung row keeps beating but stops progressing.
 
 A RUNNING trial is stale when its holder is provably gone or silent:
 - same host (hostname and boot id): the holder's pid no longer exists, is a zombie, or belongs
@@ -15,6 +17,13 @@ A RUNNING trial is stale when its holder is provably gone or silent:
 - another host: no heartbeat for ``GRPOLAB_HEARTBEAT_GRACE`` seconds (default 120; hosts need
   clocks in sync to well within that, e.g. NTP). A trial with no heartbeat yet (killed between
   claiming it and writing its holder) ages from its start time.
+
+A RUNNING trial whose holder is alive but has made no progress for the study's ``row_timeout_s``
+(e.g. a reward function that never returns) is reaped too, and its holder is stopped: killed
+(SIGKILL) when it is another process on this host, interrupted (``RowTimedOut`` raised in its
+main thread) when it is this very process. A holder on another host learns it at its next
+heartbeat and stops at its next step; one hung for good there keeps its process (not the row)
+until it is stopped on that host.
 
 Reaping fails the trial (only one reaper wins: the storage refuses a second transition), ends
 its MLflow runs KILLED with the reason in ``grpolab.error``, and records the reason on the study.
@@ -40,7 +49,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 log = logging.getLogger(__name__)
-WORKER_ATTR, HEARTBEAT_ATTR = "worker", "heartbeat"
+WORKER_ATTR, HEARTBEAT_ATTR, PROGRESS_ATTR = "worker", "heartbeat", "progress"
 RESUMES_ATTR = "resumes_run_id"   # on a re-queued row: the MLflow run of its interrupted trial
 REAPED_PREFIX = "reaped_"         # study user attr reaped_<trial number> -> reason
 
@@ -98,6 +107,19 @@ def worker_record() -> dict:
     return {"host": host_identity(), "pid": pid, "pid_start": process_start(pid)}
 
 
+def stalled_reason(trial, now: float, row_timeout: float | None) -> str | None:
+    """Why a RUNNING trial whose holder may be alive is hung: no progress for ``row_timeout`` s
+    (progress and start times are wall clock: hosts need clocks in sync, as for the grace)."""
+    if not row_timeout:
+        return None
+    last = trial.user_attrs.get(PROGRESS_ATTR)
+    if last is None and trial.datetime_start is not None:
+        last = trial.datetime_start.timestamp()
+    if last is None or now - last <= row_timeout:
+        return None
+    return f"no progress for {now - last:.0f} s (row_timeout_s {row_timeout:g})"
+
+
 def stale_reason(trial, here: str, now: float, grace: float) -> str | None:
     """Why a RUNNING trial's holder is gone, or None while it may still be working."""
     worker = trial.user_attrs.get(WORKER_ATTR)
@@ -124,15 +146,24 @@ class Heartbeat:
         self.trial, self.interval = trial, interval or heartbeat_interval()
         self.lost = threading.Event()
         self._stop = threading.Event()
+        self.progressed_at, self._stored_progress = time.time(), None
         trial.set_user_attr(WORKER_ATTR, worker_record())
         trial.set_user_attr(HEARTBEAT_ATTR, time.time())
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{trial.number}", daemon=True)
         self._thread.start()
 
+    def progressed(self) -> None:
+        """The row made progress (cheap: stored by the heartbeat thread at its next beat)."""
+        self.progressed_at = time.time()
+
     def _beat(self) -> None:
         while not self._stop.wait(self.interval):
             try:
                 self.trial.set_user_attr(HEARTBEAT_ATTR, time.time())
+                progressed_at = self.progressed_at
+                if progressed_at != self._stored_progress:
+                    self.trial.set_user_attr(PROGRESS_ATTR, progressed_at)
+                    self._stored_progress = progressed_at
             except UpdateFinishedTrialError:
                 if not self._stop.is_set():
                     self.lost.set()
@@ -141,9 +172,14 @@ class Heartbeat:
                 log.warning("heartbeat of trial %d not stored: %s", self.trial.number, exc)
 
     def stop(self) -> None:
-        """Stop beating (before the worker finishes the trial itself)."""
+        """Stop beating (before the worker finishes the trial itself). A beat stuck in a storage
+        call is not waited for past a bound: the thread is a daemon, and its late write is
+        refused or harmless once the trial is finished."""
         self._stop.set()
-        self._thread.join()
+        self._thread.join(timeout=max(5.0, 2 * self.interval))
+        if self._thread.is_alive():
+            log.warning("heartbeat of trial %d did not stop within %.0f s; going on without it",
+                        self.trial.number, max(5.0, 2 * self.interval))
 
 
 class TrialReaped(Exception):
@@ -151,35 +187,137 @@ class TrialReaped(Exception):
     grpolab_status = "KILLED"
 
 
+class RowTimedOut(BaseException):
+    """Raised in this process's main thread when its own row was reaped for making no progress:
+    a BaseException, so a reward wrapper's ``except Exception`` cannot swallow it."""
+    grpolab_status = "KILLED"
+
+
+_timed_out: dict[int, str] = {}     # trial number -> reason, for the interrupt handler
+_current_trial: list[int] = []      # the trial this process's main thread runs now
+
+
+@contextlib.contextmanager
+def running_trial(number: int):
+    """Mark the trial this process's main thread runs (only it may be interrupted by a timeout)."""
+    _current_trial.append(number)
+    try:
+        yield
+    finally:
+        _current_trial.remove(number)
+        _timed_out.pop(number, None)
+
+
+@contextlib.contextmanager
+def timeouts_interrupt():
+    """In the main thread: SIGUSR1 raises RowTimedOut when the row it runs was reaped as hung."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        number = next((n for n in _current_trial if n in _timed_out), None)
+        if number is not None:
+            raise RowTimedOut(_timed_out.pop(number))
+    previous = signal.signal(signal.SIGUSR1, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def holder_stopper(trial):
+    """(what will be done, a function doing it) to stop the live holder of a trial reaped as hung.
+    The caller ends the trial's runs with the reason first, then stops the holder."""
+    worker = trial.user_attrs.get(WORKER_ATTR) or {}
+    pid = int(worker.get("pid", -1))
+    if worker.get("host") != host_identity():
+        return "its worker on another host stops at its next heartbeat", lambda reason: None
+    if pid == os.getpid():
+        def interrupt(reason: str) -> None:
+            if trial.number in _current_trial:
+                _timed_out[trial.number] = reason
+                signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        return f"its row is interrupted in this process ({pid})", interrupt
+
+    def kill(reason: str) -> None:
+        if process_alive(pid, worker.get("pid_start")):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    return f"its worker process {pid} is killed", kill
+
+
 def abort_if_lost(heartbeat: Heartbeat) -> None:
     """At a safe point of a trial: stop on a termination signal whose raise was swallowed, or
     when the trial was reaped."""
     from .tracking_signals import raise_if_signalled
     raise_if_signalled()
+    heartbeat.progressed()
     if heartbeat.lost.is_set():
         raise TrialReaped(f"trial {heartbeat.trial.number} was reaped as stale by another process "
                           "while this worker ran it; the row was handed back")
 
 
-def reap_stale_trials(study, state: Path, grace: float | None = None) -> dict[int, str]:
-    """Fail every RUNNING trial whose holder is gone; end its MLflow runs KILLED.
+def reap_stale_trials(study, state: Path, grace: float | None = None,
+                      row_timeout: float | None = None) -> dict[int, str]:
+    """Fail every RUNNING trial whose holder is gone, or alive but without progress for
+    ``row_timeout`` s (that holder is stopped, see holder_stopper); end its MLflow runs KILLED.
     Returns {trial number: reason} for the trials this call reaped."""
     here, now, grace = host_identity(), time.time(), heartbeat_grace() if grace is None else grace
     reaped = {}
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        reason = stale_reason(trial, here, now, grace)
+        reason, hung = stale_reason(trial, here, now, grace), False
+        if reason is None:
+            reason = stalled_reason(trial, now, row_timeout)
+            hung = reason is not None
         if reason is None:
             continue
         try:
             study.tell(trial.number, state=TrialState.FAIL)
         except (ValueError, UpdateFinishedTrialError):
             continue   # finished meanwhile: by its own worker, or another reaper won
-        reason = f"row handed back: {reason}"
-        study.set_user_attr(f"{REAPED_PREFIX}{trial.number}", reason)
-        end_trial_runs(study, state, trial, reason)
+        action, stop = holder_stopper(trial) if hung else ("", None)
+        reason = f"row handed back: {reason}" + (f"; {action}" if hung else "")
+        try:
+            study.set_user_attr(f"{REAPED_PREFIX}{trial.number}", reason)
+            end_trial_runs(study, state, trial, reason)
+        except Exception as exc:  # noqa: BLE001 - the row is handed back already; its run's status is best effort
+            log.warning("trial %d: its runs could not be ended KILLED: %s", trial.number, exc)
+        finally:
+            if stop is not None:   # after its runs are ended: a hung holder has written nothing since
+                stop(reason)
         reaped[trial.number] = reason
         log.warning("trial %d: %s", trial.number, reason)
     return reaped
+
+
+def reap_logged(study, state: Path, row_timeout: float | None, echo) -> None:
+    """reap_stale_trials, each reason echoed. A storage or MLflow hiccup is logged, never fatal:
+    a coordinator must outlive a failed pass, and the next pass tries again."""
+    try:
+        for reason in reap_stale_trials(study, state, row_timeout=row_timeout).values():
+            echo(reason)
+    except Exception as exc:  # noqa: BLE001 - see above
+        log.warning("could not check for stale rows (trying again): %s", exc)
+
+
+@contextlib.contextmanager
+def watchdog(study, state: Path, row_timeout: float | None, echo):
+    """While this process runs rows itself (--workers 1), a thread reaps stale and hung rows, its
+    own included (its own hung row is interrupted: holder_stopper)."""
+    stop = threading.Event()
+    every = min(heartbeat_interval(), row_timeout / 2) if row_timeout else heartbeat_interval()
+
+    def watch():
+        while not stop.wait(every):
+            reap_logged(study, state, row_timeout, echo)
+    thread = threading.Thread(target=watch, name="row-watchdog", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=max(5.0, 2 * every))
 
 
 def end_trial_runs(study, state: Path, trial, reason: str, status: str = "KILLED",
@@ -226,6 +364,25 @@ def sigterm_raises():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def previous_holder_gone(study, run_id: str) -> bool:
+    """Whether every trial that ran ``run_id`` has a holder that is gone: on this host its process
+    no longer exists; elsewhere it has been silent for the grace. A run whose old holder may
+    still write to it (e.g. a hung worker on another host) is never continued by a second one."""
+    here, now = host_identity(), time.time()
+    for trial in study.get_trials(deepcopy=False):
+        if trial.user_attrs.get("mlflow_run_id") != run_id:
+            continue
+        worker = trial.user_attrs.get(WORKER_ATTR)
+        if worker is None:
+            continue
+        if worker.get("host") == here:
+            if int(worker["pid"]) != os.getpid() and process_alive(int(worker["pid"]), worker.get("pid_start")):
+                return False
+        elif now - float(trial.user_attrs.get(HEARTBEAT_ATTR, 0.0)) <= heartbeat_grace():
+            return False
+    return True
 
 
 def checkpoint_to_resume(previous_run_id: str | None, state: Path, resolved: dict | None = None):

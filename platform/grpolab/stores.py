@@ -28,8 +28,10 @@ from .errors import ConfigError
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 5
-# One advisory-lock key for every grpolab coordinator on a server: setup sections are short.
+# Advisory-lock keys, one per role of a database (advisory locks are scoped to a database):
+# fixed, so two coordinators that share a store exclude each other whatever their other URLs are.
 ADVISORY_LOCK_KEY = 0x67_72_70_6F_6C_61_62  # "grpolab"
+TRACKING_LOCK_KEY, STUDY_LOCK_KEY = ADVISORY_LOCK_KEY, ADVISORY_LOCK_KEY + 1
 DATABASE_SCHEMES = ("postgresql", "mysql", "mssql", "oracle")
 
 
@@ -141,9 +143,9 @@ def init_tracking_store(state: Path) -> str:
     """Open the MLflow store once (a fresh database is created and migrated here, under the
     setup lock); a store MLflow refuses is reported in one line. Returns the URI."""
     uri = tracking_uri_for(state)
-    from mlflow.tracking import MlflowClient
-    try:
-        MlflowClient(uri).search_experiments(max_results=1)
+    from .tracking import client_for
+    try:   # client_for also writes the state folder's artifact-root mark here, under the lock
+        client_for(state).search_experiments(max_results=1)
     except Exception as exc:  # noqa: BLE001 - MlflowException, driver errors, unknown schemes
         raise StoreUnreachable(f"tracking store {redact(uri)}: {_first_line(exc)}") from None
     return uri
@@ -188,17 +190,21 @@ def lock_files(state: Path, urls) -> list[Path]:
 
 
 @contextlib.contextmanager
-def setup_lock(state: Path, *urls: str | None):
-    """Hold every lock that makes store init, parent run and enqueueing happen once:
-    file locks (sorted, so two holders never deadlock), then an advisory lock per PostgreSQL URL."""
-    urls = [u for u in urls if u]
+def setup_lock(state: Path, tracking_url: str | None = None, storage_url: str | None = None):
+    """Hold every lock that makes store init, parent run and enqueueing happen once: file locks
+    (sorted, so two holders never deadlock), then a PostgreSQL advisory lock on the tracking
+    store, then one on the study storage. The key is fixed per role (TRACKING_LOCK_KEY,
+    STUDY_LOCK_KEY), never derived from the other URLs: coordinators whose MLflow stores differ
+    but whose study storage is one database still exclude each other; one database in both
+    roles takes two distinct keys, so it never waits on itself; the order is the same everywhere."""
+    urls = [u for u in (tracking_url, storage_url) if u]
     with contextlib.ExitStack() as stack:
         for path in lock_files(state, urls):
             stack.enter_context(_file_lock(path))
-        for position, url in enumerate(sorted(set(urls))):
-            scheme = _scheme(url)
-            if scheme == "postgresql":   # one key per position: two URLs naming one database never self-deadlock
-                stack.enter_context(_advisory_lock(url, ADVISORY_LOCK_KEY + position))
+        for url, key in ((tracking_url, TRACKING_LOCK_KEY), (storage_url, STUDY_LOCK_KEY)):
+            scheme = _scheme(url) if url else ""
+            if scheme == "postgresql":
+                stack.enter_context(_advisory_lock(url, key))
             elif scheme in DATABASE_SCHEMES:
                 log.warning("%s: no cross-machine setup lock for %s; start coordinators on several machines "
                             "one after another", redact(url), scheme)

@@ -39,8 +39,9 @@ from optuna.trial import TrialState
 
 from .config import apply_overrides, build_config
 from .errors import ConfigError
-from .lifecycle import (RESUMES_ATTR, Heartbeat, TrialReaped, abort_if_lost, checkpoint_to_resume, end_trial_runs,
-                        link_restart, reap_stale_trials, sigterm_raises)
+from .lifecycle import (RESUMES_ATTR, Heartbeat, RowTimedOut, TrialReaped, abort_if_lost, checkpoint_to_resume,
+                        end_trial_runs, link_restart, previous_holder_gone, reap_logged, reap_stale_trials,
+                        running_trial, sigterm_raises, timeouts_interrupt, watchdog)
 from .study_config import StudyConfig, load_study, parse_threshold
 from .study_progress import (OUTCOME_ATTR, ROW_ATTR, RUN_ATTR, format_progress, progress, row_key,  # noqa: F401
                              row_states, summary)
@@ -96,10 +97,12 @@ def create_or_load(cfg: StudyConfig, storage_url: str) -> optuna.Study:
 
 
 def enqueue_missing_rows(study: optuna.Study, cfg: StudyConfig, retry_failed: bool) -> list[str]:
-    """Enqueue every ladder row that has no complete, running or waiting trial. Interrupted rows
-    (Ctrl-C, SIGTERM, or reaped after their worker died) are always re-queued; rows that failed
-    with an error only when ``retry_failed``. Call under the setup lock (stores.setup_lock): two
-    coordinators enqueueing at once would queue a row twice. Returns the rows left failed."""
+    """Enqueue every ladder row that has no complete, running or waiting trial. A row is decided
+    by its latest trial (as in study_progress.row_states): interrupted (Ctrl-C, SIGTERM, reaped
+    after its worker died or hung) is always re-queued, failed with an error only when
+    ``retry_failed``; so an interrupted ``--retry-failed`` retry is re-queued like any other
+    interruption. Call under the setup lock (stores.setup_lock): two coordinators enqueueing at
+    once would queue a row twice. Returns the rows left failed."""
     by_row: dict[str, list] = {}
     for t in study.get_trials(deepcopy=False):
         if ROW_ATTR in t.user_attrs:
@@ -110,9 +113,11 @@ def enqueue_missing_rows(study: optuna.Study, cfg: StudyConfig, retry_failed: bo
         trials = by_row.get(key, [])
         if any(t.state in (TrialState.COMPLETE, TrialState.RUNNING, TrialState.WAITING) for t in trials):
             continue
-        # a FAIL without an outcome was reaped (its worker died): interrupted, like Ctrl-C
-        errors = [t for t in trials if t.state == TrialState.FAIL and t.user_attrs.get(OUTCOME_ATTR) == "error"]
-        if errors and not retry_failed:
+        # a FAIL without an outcome was reaped (its worker died or hung): interrupted, like Ctrl-C
+        latest = max(trials, key=lambda t: t.number) if trials else None
+        failed = (latest is not None and latest.state == TrialState.FAIL
+                  and latest.user_attrs.get(OUTCOME_ATTR) == "error")
+        if failed and not retry_failed:
             left_failed.append(key)
             continue
         attrs = {ROW_ATTR: key}
@@ -192,6 +197,7 @@ def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run
     heartbeat (lifecycle.py) for as long as it runs."""
     if cfg.kind == "ladder" and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         return False
+    from . import runner  # noqa: F401 - the heavy imports happen before a row is claimed, not on its clock
     trial = study.ask()
     if cfg.kind == "ladder" and ROW_ATTR not in trial.user_attrs:
         # another worker took the last waiting row between our check and ask(): not a row
@@ -200,10 +206,11 @@ def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run
         return False
     heartbeat = Heartbeat(trial)
     try:
-        values = _train_trial(study, cfg, trial, state, parent_run_id, heartbeat)
+        with running_trial(trial.number):
+            values = _train_trial(study, cfg, trial, state, parent_run_id, heartbeat)
     except PrunedRun:
         _report(study, trial, heartbeat, state, "pruned", TrialState.PRUNED)
-    except TrialReaped as exc:
+    except (TrialReaped, RowTimedOut) as exc:   # handed back: its run is KILLED, the next row goes on
         log.warning("%s", exc)
     except (KeyboardInterrupt, SystemExit, RunKilled):
         _report(study, trial, heartbeat, state, "interrupted", TrialState.FAIL)
@@ -244,8 +251,13 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
 
     previous = trial.user_attrs.get(RESUMES_ATTR)
     resume_run_id = checkpoint_to_resume(previous, state, exp.resolved())
+    if resume_run_id and not previous_holder_gone(study, resume_run_id):
+        log.warning("run %s is not continued: the worker that ran it may still be alive; "
+                    "the row restarts in a fresh run", resume_run_id)
+        resume_run_id = None
 
     def on_run(run_id: str) -> None:
+        heartbeat.progressed()
         trial.set_user_attr(RUN_ATTR, run_id)
         if previous and run_id != previous:
             link_restart(state, previous, run_id)
@@ -256,7 +268,8 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
             **{f"grpolab.{k}": v for k, v in labels.items()}, "grpolab.method": method,
             **({"grpolab.restart_of": previous} if previous and not resume_run_id else {})}
     result = run_experiment(exp, state, parent_run_id=parent_run_id, extra_tags=tags, run_name=run_name,
-                            eval_hook=report, on_trainer=trainers.append, on_run=on_run, callbacks=[_abort_callback(heartbeat)],
+                            eval_hook=report, on_trainer=lambda t: (trainers.append(t), heartbeat.progressed()),
+                            on_run=on_run, callbacks=[_abort_callback(heartbeat)],
                             resume_run_id=resume_run_id)
     if "eval/pass_at_1" in result.final_eval:   # for the progress lines (study_progress.latest_finished)
         from .study_progress import PASS_AT_1_ATTR
@@ -318,7 +331,7 @@ def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=Non
     pin_worker_threads()
     study = create_or_load(cfg, storage_url)
     parent = study.user_attrs["mlflow_parent_run_id"]
-    with sigterm_raises():
+    with sigterm_raises(), timeouts_interrupt():
         while True:
             if after_trial is not None:
                 after_trial()
@@ -356,22 +369,26 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int, ret
             init_tracking_store(state)
             study = create_or_load(cfg, storage_url)
             check_definition(study, cfg, accept_changed)
-            for reason in reap_stale_trials(study, state).values():
+            for reason in reap_stale_trials(study, state, row_timeout=cfg.row_timeout_s).values():
                 echo(reason)
             if cfg.kind == "ladder":
                 enqueue_missing_rows(study, cfg, retry_failed)
             pending = has_pending_rows(study, cfg)
             parent = ensure_parent_run(study, cfg, state, reopen=pending)
-        return _coordinate(study, cfg, path, state, storage_url, workers, parent, pending, echo)
+        return _coordinate(study, cfg, path, state, storage_url, workers, parent, pending, echo,
+                           lambda: setup_lock(state, tracking, storage_url))
 
 
 def _coordinate(study, cfg: StudyConfig, path: str, state: Path, storage_url: str, workers: int, parent: str,
-                pending: bool, echo) -> int:
+                pending: bool, echo, locked) -> int:
+    """Run the workers, wait for other coordinators' rows, then close the parent run. ``locked()``
+    is the setup lock: the parent's tables, tags and status are written under it, because
+    coordinators that finish together would otherwise insert the same new tag at once (a
+    duplicate key: the PostgreSQL round of the three-coordinator test lost a coordinator to it)."""
     started, last = time.time(), {}
 
-    def tick():  # hand back rows of dead workers; print when rows change state, not every poll
-        for reason in reap_stale_trials(study, state).values():
-            echo(reason)
+    def tick():  # hand back rows of dead or hung workers; print when rows change state, not every poll
+        reap_logged(study, state, cfg.row_timeout_s, echo)
         p = progress(study, cfg, started, workers)
         key = (p["done"], p["running"], p["failed"], p["interrupted"])
         if last.get("key") != key:
@@ -379,7 +396,8 @@ def _coordinate(study, cfg: StudyConfig, path: str, state: Path, storage_url: st
             echo(format_progress(p))
     try:
         if workers <= 1:
-            worker_loop(cfg, storage_url, state, tick)
+            with watchdog(study, state, cfg.row_timeout_s, echo):   # this process runs rows: check them from a thread
+                worker_loop(cfg, storage_url, state, tick)
         else:
             for line in _run_workers(path, storage_url, state, workers, tick):
                 echo(line)
@@ -388,14 +406,18 @@ def _coordinate(study, cfg: StudyConfig, path: str, state: Path, storage_url: st
             time.sleep(2)
     except BaseException:
         if pending:
-            _close_parent(state, parent, progress(study, cfg, started, workers), interrupted=True)
+            try:   # not under the lock: an interrupted coordinator must never wait on it
+                _close_parent(state, parent, progress(study, cfg, started, workers), interrupted=True)
+            except Exception as exc:  # noqa: BLE001 - the interruption is what is reported
+                log.warning("could not close the study's parent run: %s", exc)
         raise
-    final = progress(study, cfg, started, workers)
+    with locked():
+        final = progress(study, cfg, started, workers)
+        if pending:  # a finished study run again keeps its parent run (and its end time) as it was
+            from .reports import record_study_tables
+            record_study_tables(state, parent, path, storage_url)
+            _close_parent(state, parent, final)
     echo(format_progress(final))
-    if pending:  # a finished study run again keeps its parent run (and its end time) as it was
-        from .reports import record_study_tables
-        record_study_tables(state, parent, path, storage_url)
-        _close_parent(state, parent, final)
     return summary(study, cfg, final, echo)
 
 
@@ -438,7 +460,11 @@ def _run_workers(path: str, storage_url: str, state: Path, workers: int, tick) -
         for p in procs:
             p.terminate()
         for p in procs:
-            p.wait(timeout=60)
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:   # stuck (e.g. a hung row): its row is handed back by the next run
+                p.kill()
+                p.wait()
         raise
     return [f"worker {p.pid} " + (f"was killed by signal {-p.returncode}" if p.returncode < 0 else
                                   f"exited with code {p.returncode}") for p in procs if p.returncode != 0]

@@ -56,6 +56,7 @@ class StudyConfig:
     n_trials: int = 0
     sampler: dict = field(default_factory=dict)
     pruner: dict = field(default_factory=dict)
+    row_timeout_s: float | None = 3600.0   # a row with no progress this long is hung: handed back (lifecycle.py)
 
     def rows(self) -> list[tuple[int, int]]:
         """(rung index, seed) for every row of a ladder."""
@@ -108,9 +109,9 @@ def _objectives(raw) -> tuple[Objective, ...]:
 
 
 _LADDER_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objectives", "budget", "rungs", "published_source",
-                "smallest_effect"}
+                "smallest_effect", "row_timeout_s"}
 _SEARCH_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objectives", "budget", "space", "n_trials",
-                "sampler", "pruner"}
+                "sampler", "pruner", "row_timeout_s"}
 
 
 def load_study(path: str | Path) -> StudyConfig:
@@ -143,7 +144,7 @@ def load_study(path: str | Path) -> StudyConfig:
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"name: expected a non-empty string (it names the Optuna study), got {name!r}")
     common = dict(name=name, kind=kind, path=str(path), base=base, seeds=seeds, objectives=objectives,
-                  description=data.get("description", ""))
+                  description=data.get("description", ""), row_timeout_s=_row_timeout(data))
     if kind == "ladder":
         delta = data.get("smallest_effect", 0.0)
         if not isinstance(delta, (int, float)) or delta < 0:
@@ -162,6 +163,17 @@ def load_study(path: str | Path) -> StudyConfig:
         raise ConfigError(f"n_trials: expected a positive integer, got {n_trials!r}")
     return StudyConfig(**common, space=space, n_trials=n_trials, sampler=data.get("sampler") or {"name": "tpe", "seed": 0},
                        pruner=data.get("pruner") or {})
+
+
+def _row_timeout(data: dict) -> float | None:
+    """``row_timeout_s``: seconds a row may go without progress (a step, an evaluation) before it
+    is handed back and its worker stopped; default 3600, null to never time out."""
+    value = data.get("row_timeout_s", 3600.0)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"row_timeout_s: expected a positive number of seconds (or null for none), got {value!r}")
+    return float(value)
 
 
 def _rungs(raw) -> tuple[Rung, ...]:

@@ -70,18 +70,37 @@ def relocate_artifacts(uri: str, state_dir: Path) -> int:
     import sqlite3
     mark = Path(state_dir) / LOCATION_MARK
     current = artifact_root(state_dir)
-    previous = mark.read_text().strip() if mark.exists() else current
+    previous = _read_mark(mark) or current
     db = uri[len("sqlite:///"):] if uri.startswith("sqlite:///") else ""
     changed = 0
     if previous != current and db and Path(db).exists():
+        # the root itself, or a path under it: "/" keeps /old/state from matching /old/state2/...
         with contextlib.closing(sqlite3.connect(db, timeout=60)) as conn, conn:
             for table, column in (("experiments", "artifact_location"), ("runs", "artifact_uri")):
                 changed += conn.execute(
-                    f"UPDATE {table} SET {column} = ? || substr({column}, ?) WHERE substr({column}, 1, ?) = ?",
-                    (current, len(previous) + 1, len(previous), previous)).rowcount
-    if previous != current or not mark.exists():
-        mark.write_text(current + "\n")
+                    f"UPDATE {table} SET {column} = ? || substr({column}, ?) "
+                    f"WHERE {column} = ? OR substr({column}, 1, ?) = ?",
+                    (current, len(previous) + 1, previous, len(previous) + 1, previous + "/")).rowcount
+    if previous != current or _read_mark(mark) is None:
+        _write_mark(mark, current)
     return changed
+
+
+def _read_mark(mark: Path) -> str | None:
+    """The artifact root recorded in the mark; None when it is absent, empty or partial (a mark
+    is complete only with its final newline), so a half-written mark never re-points paths."""
+    try:
+        text = mark.read_text()
+    except OSError:
+        return None
+    return text.strip() if text.endswith("\n") and text.strip().startswith("file:") else None
+
+
+def _write_mark(mark: Path, root: str) -> None:
+    """Written whole or not at all: a temporary file renamed over the mark (atomic on POSIX)."""
+    tmp = mark.with_name(f"{mark.name}.{os.getpid()}.tmp")
+    tmp.write_text(root + "\n")
+    os.replace(tmp, mark)
 
 
 def ensure_experiment(client: MlflowClient, name: str, state_dir: Path) -> str:

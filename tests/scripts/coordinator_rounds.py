@@ -3,6 +3,8 @@
 For each round it waits at a file barrier (so every coordinator starts that round at the same
 moment), points MLflow at the round's fresh store and runs the real CLI entry point on the
 round's fresh study storage. Imports are paid once per process, not once per round.
+On PostgreSQL rounds every coordinator has its own state folder (as on separate machines), so the
+state-folder file lock cannot serialise them: the PostgreSQL advisory locks are what is tested.
 Prints ``CODES [exit codes]`` as its last line.
 """
 
@@ -27,8 +29,9 @@ def run(spec: dict) -> list[int]:
     for i, (tracking, storage) in enumerate(spec["rounds"]):
         barrier(Path(spec["barrier"]), f"round{i}", spec["parties"])
         os.environ["MLFLOW_TRACKING_URI"] = tracking
+        state = spec["state"] + (f"-{os.getpid()}" if tracking.startswith("postgresql") else "")
         try:
-            codes.append(main(["--state", spec["state"], "study", spec["study"], "--storage", storage]))
+            codes.append(main(["--state", state, "study", spec["study"], "--storage", storage]))
         except SystemExit as exc:   # keep meeting the others at the barriers: the test shows the code
             codes.append(exc.code if isinstance(exc.code, int) else 1)
         except BaseException:  # noqa: BLE001 - printed (the test fails on "Traceback"), rounds go on
