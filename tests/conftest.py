@@ -3,6 +3,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -14,6 +15,10 @@ os.environ.pop("MLFLOW_TRACKING_URI", None)  # tests always use their own embedd
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 REPO = Path(__file__).resolve().parents[1]
+# Tests exercise this checkout, in-process and in the subprocesses they start, whatever the
+# editable install points at (running CI in another clone re-points `pip install -e`).
+sys.path.insert(0, str(REPO / "platform"))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "platform"), os.environ.get("PYTHONPATH")]))
 
 
 @pytest.fixture(scope="session")
@@ -30,6 +35,8 @@ def shared_state(tmp_path_factory):
     """One state folder for the session, so the warm start is trained once and reused."""
     path = tmp_path_factory.mktemp("state")
     os.environ["GRPOLAB_STATE"] = str(path)
+    from grpolab.stores import prepare_stores
+    prepare_stores(path)   # the MLflow store exists before any test's subprocess and reader race to create it
     return path
 
 
@@ -105,3 +112,23 @@ def postgres_server():
 def postgres_url(postgres_server):
     """A fresh database on the session's PostgreSQL server for Optuna studies."""
     return postgres_server.database("optuna")
+
+
+@pytest.fixture(autouse=True)
+def _signal_dispositions_restored(request):
+    """Each test leaves SIGINT/SIGTERM as it found them (handler and mask). Subprocesses inherit
+    an ignored or blocked signal, so one in-process test that leaves SIGINT ignored would make
+    every later test's child ignore Ctrl-C (seen in a full-suite run: a `run` kept training
+    through SIGINT). A change is restored and reported as a warning naming the test."""
+    import signal
+    watched = (signal.SIGINT, signal.SIGTERM)
+    handlers = {s: signal.getsignal(s) for s in watched}
+    yield
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if blocked & set(watched):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, watched)
+        warnings.warn(f"{request.node.nodeid} left {sorted(blocked & set(watched))} blocked")
+    for sig, handler in handlers.items():
+        if signal.getsignal(sig) != handler:
+            signal.signal(sig, handler)
+            warnings.warn(f"{request.node.nodeid} left the {sig.name} handler changed")

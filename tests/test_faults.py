@@ -88,20 +88,65 @@ def study_storage(request, tmp_path):
     return request.getfixturevalue("postgres_server").database(f"kill_{uuid.uuid4().hex[:8]}")
 
 
+HOLD_REWARD = '''
+import os, time
+
+def reward(*, completion, flag, **kwargs):
+    while os.path.exists(flag):   # holds its row (alive, in Python) while the flag file exists
+        time.sleep(0.05)
+    return 0.0
+'''
+
+
+def held_study(folder: Path, model_dir: Path, flag: Path, seeds=(0, 1)) -> Path:
+    """A 1-rung ladder whose rows cannot finish while ``flag`` exists: a signal is sure to land
+    mid-row however fast the machine is (a fixed sleep raced rows that finish in seconds)."""
+    (folder / "hold_reward.py").write_text(HOLD_REWARD)
+    sums = folder / "sums.jsonl"
+    sums.write_text("\n".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(40)))
+    base = {**BASE, "model": {"path": str(model_dir)},
+            "task": {"name": "local_dataset", "path": str(sums), "extract": "last_number", "grade": "numeric",
+                     "max_completion_length": 4,
+                     "rewards": ["correctness", {"name": "hold_reward:reward", "timeout_s": 0,
+                                                 "params": {"flag": str(flag)}}]}}
+    path = folder / "kill_rows.yaml"
+    path.write_text(yaml.safe_dump({"kind": "ladder", "name": "kill_rows", "base": base,
+                                    "budget": {"train.steps": 2}, "seeds": list(seeds), "rungs": [{"name": "base"}]}))
+    return path
+
+
+def wait_gone(pid: int, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"process {pid} still alive {timeout} s after its signal")
+
+
 @pytest.mark.slow
-def test_killed_workers_leave_every_row_complete_exactly_once(tmp_path, study_storage):
+def test_killed_workers_leave_every_row_complete_exactly_once(tmp_path, study_storage, tiny_model_dir, monkeypatch):
     """SIGKILL one of 2 workers mid-row, then SIGTERM one of 2 workers mid-row on the re-run,
     then re-run to the end: every row COMPLETE once, no run left RUNNING, killed runs KILLED."""
-    # no checkpoint before the end (save_every 0) and enough steps that the kill lands mid-row: a
-    # killed row restarts in a fresh run (resuming from a checkpoint is tested in test_checkpoints)
-    state, path = tmp_path / "state", study_file(tmp_path, "kill_rows", steps=40)
+    # Rows are held by a reward until the signalled worker is gone, then released so the other
+    # worker's row completes; a killed row restarts in a fresh run (no checkpoint at 2 steps;
+    # resuming from a checkpoint is tested in test_checkpoints and test_multiprocess_resume).
+    monkeypatch.syspath_prepend(str(tmp_path))
+    flag = tmp_path / "hold"
+    state, path = tmp_path / "state", held_study(tmp_path, tiny_model_dir, flag)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     cfg = load_study(path)
     killed = []
     for sig in (signal.SIGKILL, signal.SIGTERM):
-        proc = grpolab("--state", state, "study", path, "--workers", 2, "--storage", study_storage)
+        flag.touch()
+        proc = grpolab("--state", state, "study", path, "--workers", 2, "--storage", study_storage, env=env)
         trial = wait_for_running_row(cfg, study_storage, state)
-        time.sleep(1.0)   # let the row get into its run (model, trainer, first evaluation)
-        os.kill(trial.user_attrs[WORKER_ATTR]["pid"], sig)
+        pid = trial.user_attrs[WORKER_ATTR]["pid"]
+        os.kill(pid, sig)
+        wait_gone(pid)
+        flag.unlink()                                          # the other worker's row may finish now
         out, _ = proc.communicate(timeout=600)
         assert proc.returncode == 1, out                       # the coordinator says rows did not complete
         assert "did not complete" in out and "Traceback" not in out, out
