@@ -132,3 +132,18 @@ def _signal_dispositions_restored(request):
         if signal.getsignal(sig) != handler:
             signal.signal(sig, handler)
             warnings.warn(f"{request.node.nodeid} left the {sig.name} handler changed")
+    ignored = _ignored_at_c_level() & set(watched)
+    for sig in ignored:   # set by C code behind Python's back: signal.getsignal still shows the old handler
+        signal.signal(sig, handlers[sig] if callable(handlers[sig]) else signal.SIG_DFL)
+        warnings.warn(f"{request.node.nodeid} left {sig.name} ignored at the C level")
+
+
+def _ignored_at_c_level() -> set:
+    """Signals this process ignores per the kernel (/proc/self/status SigIgn), which children inherit."""
+    import signal
+    try:
+        line = next(l for l in Path("/proc/self/status").read_text().splitlines() if l.startswith("SigIgn:"))
+    except (OSError, StopIteration):
+        return set()
+    mask = int(line.split()[1], 16)
+    return {s for s in signal.Signals if s < 64 and mask >> (s - 1) & 1}

@@ -105,7 +105,8 @@ def test_signal_ends_killed(tmp_path, sig, code):
     env = {**os.environ, "GRPOLAB_STATE": str(shared_state)}
     proc = subprocess.Popen([sys.executable, "-m", "grpolab.cli", "run", str(REPO / "experiments/smoke.yaml"),
                              "train.steps=100000", f"name={name}", "eval.every=0"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interactive_signals)
     deadline = time.time() + 240
     while time.time() < deadline:
         runs = runs_named(shared_state, f"{name}-s0") if (shared_state / "mlflow.db").exists() else []
@@ -126,6 +127,14 @@ def test_signal_ends_killed(tmp_path, sig, code):
     (run,) = runs_named(shared_state, f"{name}-s0")
     assert run.info.status == "KILLED"
     assert "grpolab.error" in run.data.tags
+
+
+def interactive_signals():
+    """The child starts with SIGINT at its default, as a program run from a terminal does. An
+    ignored SIGINT is inherited (and Python keeps it ignored, as for background jobs), and in the
+    full suite the children of this test were seen ignoring it: a Ctrl-C test must not depend on
+    what earlier tests' libraries did to this process (conftest reports any such test)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def c_metric(state, run_id):

@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from conftest import REPO
+from test_run import interactive_signals
 from grpolab.study_tables import ladder_rows, ladder_table, load_results, mean_ci, study_table
 from grpolab.studies import create_or_load, default_storage, run_study
 from grpolab.study_config import load_study
@@ -118,7 +119,8 @@ def test_interrupted_study_resumes_without_redoing_rows(tmp_path):
     path = ladder_file(tmp_path, "resume_me", steps=400, seeds=(0,), rungs=2)
     env = {**os.environ, "GRPOLAB_STATE": str(shared_state)}
     proc = subprocess.Popen([sys.executable, "-m", "grpolab.cli", "study", str(path)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=interactive_signals)
     storage = default_storage(shared_state)
     cfg = load_study(path)
     deadline = time.time() + 240
