@@ -133,10 +133,11 @@ def test_interrupted_study_resumes_without_redoing_rows(tmp_path):
                 time.sleep(3)
                 break
     proc.send_signal(signal.SIGINT)
-    proc.communicate(timeout=120)
+    out, err = proc.communicate(timeout=120)
     study = create_or_load(cfg, storage)
     interrupted = [t for t in study.get_trials(deepcopy=False) if t.user_attrs.get("outcome") == "interrupted"]
-    assert len(interrupted) == 1 and not row_counts(study)
+    trials = [(t.number, t.state.name, dict(t.user_attrs)) for t in study.get_trials(deepcopy=False)]
+    assert len(interrupted) == 1 and not row_counts(study), (proc.returncode, trials, out[-2000:], err[-4000:])
     # resume with a smaller budget file of the same study: the interrupted row is re-queued and done
     data = yaml.safe_load(path.read_text())
     data["budget"]["train.steps"] = 1
@@ -210,3 +211,32 @@ def test_every_shipped_study_validates():
     last = dapo.rung_experiment(5, 0)["method"]     # cumulative: the last rung holds every change
     assert last["overlong_filter"] and last["eps_high"] == 0.28 and last["soft_overlong"]
     assert last["aggregation"] == "token_mean" and last["sampling"] == "dynamic"
+
+
+def test_ctrl_c_that_a_library_turns_into_another_error_still_interrupts_the_row(tmp_path, monkeypatch):
+    """Optuna's journal lock, interrupted while it waits, re-raises a KeyboardInterrupt as
+    RuntimeError("did not possess lock"): the row must be recorded interrupted (and re-queued),
+    not failed with an error while the study goes on (the CI flake of the Ctrl-C test)."""
+    import grpolab.runner
+    state = tmp_path / "state"
+    path = ladder_file(tmp_path, "converted_signal", steps=1, seeds=(0,), rungs=2)
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # whatever this process was started with
+    real_run = grpolab.runner.run_experiment
+
+    def library_that_converts_the_signal(*args, **kwargs):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except BaseException:
+            raise RuntimeError("Error: did not possess lock")
+        raise AssertionError("SIGINT was not delivered")
+    monkeypatch.setattr(grpolab.runner, "run_experiment", library_that_converts_the_signal)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        run_study(str(path), state, None, 1, False, echo=lambda s: None)
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    cfg, study = load_results(str(path), state, None)
+    outcomes = [t.user_attrs.get("outcome") for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING]
+    assert outcomes == ["interrupted"] and not row_counts(study)
+    monkeypatch.setattr(grpolab.runner, "run_experiment", real_run)
+    assert run_study(str(path), state, None, 1, False, echo=lambda s: None) == 0   # the row is re-queued
+    assert row_counts(create_or_load(cfg, default_storage(state))) == {"r0-s0": 1, "r1-s0": 1}

@@ -351,19 +351,28 @@ def link_restart(state: Path, previous_run_id: str, new_run_id: str) -> None:
 
 
 @contextlib.contextmanager
-def sigterm_raises():
-    """SIGTERM raises RunKilled in the main thread, so a worker or coordinator unwinds: its run
-    ends KILLED and its trial is handed back, instead of dying with both left RUNNING."""
-    from .tracking_signals import RunKilled, note_signal
+def signals_raise():
+    """SIGTERM raises RunKilled and SIGINT KeyboardInterrupt in the main thread, so a worker or
+    coordinator unwinds: its run ends KILLED and its trial is handed back, instead of dying with
+    both left RUNNING. Both are noted first, so a raise that a library swallows or converts is
+    raised again at the next safe point. A SIGINT the process was started with ignored (nohup, a
+    background job) stays ignored."""
+    from .tracking_signals import note_signal, raise_if_signalled, signal_exception
 
     def handler(signum, frame):
-        note_signal(signum)   # a raise swallowed in a GC callback is re-raised at the next safe point
-        raise RunKilled(f"received signal {signum}")
-    previous = signal.signal(signal.SIGTERM, handler)
+        note_signal(signum)
+        raise signal_exception(signum)
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, handler)}
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, handler)
     try:
         yield
+    except Exception as exc:
+        raise_if_signalled(exc)   # a library turned the signal's raise into this error: it is still the signal
+        raise
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, old in previous.items():
+            signal.signal(signum, old)
 
 
 def previous_holder_gone(study, run_id: str) -> bool:

@@ -16,7 +16,7 @@ from transformers.trainer_callback import PrinterCallback
 from . import checkpoints, engines, vllm_eval
 from .config import RunConfig
 from .state import state_dir as default_state_dir
-from .lifecycle import sigterm_raises
+from .lifecycle import signals_raise
 from .tracking import RunRecorder, git_commit
 from .dropin import task_correctness
 from .world.generation import evaluate
@@ -209,7 +209,7 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
     if recorder and on_run is not None:
         on_run(recorder.run_id)
     started = time.perf_counter()
-    with (recorder or contextlib.nullcontext()), sigterm_raises():
+    with (recorder or contextlib.nullcontext()), signals_raise():
         if recorder and cfg.warnings:
             recorder.set_tags({"grpolab.warnings": " | ".join(cfg.warnings)})
         if recorder:

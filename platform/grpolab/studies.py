@@ -41,12 +41,12 @@ from .config import apply_overrides, build_config
 from .errors import ConfigError
 from .lifecycle import (RESUMES_ATTR, Heartbeat, RowTimedOut, TrialReaped, abort_if_lost, checkpoint_to_resume,
                         end_trial_runs, link_restart, previous_holder_gone, reap_logged, reap_stale_trials,
-                        running_trial, sigterm_raises, timeouts_interrupt, watchdog)
+                        running_trial, signals_raise, timeouts_interrupt, watchdog)
 from .study_config import StudyConfig, load_study, parse_threshold
 from .study_progress import (OUTCOME_ATTR, ROW_ATTR, RUN_ATTR, format_progress, progress, row_key,  # noqa: F401
                              row_states, summary)
 from .tracking import RunRecorder
-from .tracking_signals import RunKilled, raise_if_signalled
+from .tracking_signals import RunKilled, forget_signals, raise_if_signalled, signal_pending
 from .worker_exit import wait_any
 
 log = logging.getLogger(__name__)
@@ -213,9 +213,13 @@ def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run
     except (TrialReaped, RowTimedOut) as exc:   # handed back: its run is KILLED, the next row goes on
         log.warning("%s", exc)
     except (KeyboardInterrupt, SystemExit, RunKilled):
+        forget_signals()   # this is the signal's exception: the unwinding must not raise it again
         _report(study, trial, heartbeat, state, "interrupted", TrialState.FAIL)
         raise
     except Exception as exc:  # noqa: BLE001 - recorded on the trial and in MLflow, the study goes on
+        if signal_pending():   # a library turned the signal's raise into this error (Optuna's journal lock)
+            _report(study, trial, heartbeat, state, "interrupted", TrialState.FAIL)
+            raise_if_signalled(exc)
         _report(study, trial, heartbeat, state, "error", TrialState.FAIL, error=f"{type(exc).__name__}: {exc}"[:2000])
         log.error("trial %d failed: %s", trial.number, exc)
     else:
@@ -331,7 +335,7 @@ def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=Non
     pin_worker_threads()
     study = create_or_load(cfg, storage_url)
     parent = study.user_attrs["mlflow_parent_run_id"]
-    with sigterm_raises(), timeouts_interrupt():
+    with signals_raise(), timeouts_interrupt():
         while True:
             if after_trial is not None:
                 after_trial()
@@ -364,7 +368,7 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int, ret
     storage_url = storage_url or default_storage(state)
     tracking = check_stores(state, storage_url)          # fail fast: nothing is written before this
     Path(state).mkdir(parents=True, exist_ok=True)
-    with sigterm_raises():
+    with signals_raise():
         with setup_lock(state, tracking, storage_url):
             init_tracking_store(state)
             study = create_or_load(cfg, storage_url)
