@@ -181,6 +181,6 @@ def main(args) -> int:
         print(json.dumps(out["trainer"], indent=2), flush=True)
     if args.what in ("workers", "all"):
         from .bench_workers import bench_workers
-        out["workers"] = bench_workers(state_dir(args.state), rows=8, steps=args.steps, repeats=max(1, args.repeats // 2))
+        out["workers"] = bench_workers(state_dir(args.state), rows=args.rows, steps=args.steps, repeats=max(1, args.repeats // 2))
         print(json.dumps(out["workers"], indent=2), flush=True)
     return 0
