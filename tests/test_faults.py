@@ -24,7 +24,8 @@ from conftest import REPO
 from grpolab.lifecycle import (HEARTBEAT_ATTR, WORKER_ATTR, Heartbeat, TrialReaped, abort_if_lost, host_identity,
                                reap_stale_trials, worker_record)
 from grpolab.stores import setup_lock
-from grpolab.studies import _report, default_storage, enqueue_missing_rows, open_storage, run_study
+from grpolab.studies import default_storage, enqueue_missing_rows, open_storage, run_study
+from grpolab.study_trials import _report
 from grpolab.study_config import load_study
 from grpolab.tracking import tracking_uri
 

@@ -183,7 +183,7 @@ def test_search_with_median_pruning_on_a_real_objective(tmp_path, shared_state):
 def test_threshold_metrics_steps_and_tokens_to_reach():
     from grpolab.errors import ConfigError
     from grpolab.runner import RunResult
-    from grpolab.studies import metric_value
+    from grpolab.study_trials import metric_value
     from grpolab.study_config import check_metric
     evals = {0: {"eval/pass_at_1": 0.2}, 10: {"eval/pass_at_1": 0.28}, 20: {"eval/pass_at_1": 0.31}, 30: {"eval/pass_at_1": 0.29}}
     curves = {"tokens/cumulative": [(s, 100.0 * s) for s in range(1, 31)], "entropy": [(s, float(s)) for s in range(1, 9)]}

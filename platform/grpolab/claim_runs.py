@@ -2,7 +2,7 @@
 every rung x seed row exists exactly once), read each row's metric windows back from MLflow, and
 judge every claim on its paired seeds. Nothing here trains directly.
 
-Metric windows go through the studies' own objective function (``studies.metric_value``, which
+Metric windows go through the studies' own objective function (``study_trials.metric_value``, which
 delegates to ``objectives.objective_value``: the one function behind tables, trial values and
 the pruner), on a RunResult rebuilt from the run's MLflow history, so a claim
 and a table never disagree on what ``tail:entropy`` means. Only the two within-run windows a
@@ -30,7 +30,7 @@ EVAL_KEYS = ("eval/pass_at_1", "eval/pass_at_k", "eval/greedy_accuracy", "eval/m
 
 @dataclass
 class _History:
-    """The RunResult interface that ``studies.metric_value`` reads, filled from MLflow."""
+    """The RunResult interface that ``study_trials.metric_value`` reads, filled from MLflow."""
     evals: dict
     train_curves: dict
 
@@ -57,7 +57,7 @@ def run_history(client, run_id: str, train_keys: set[str]) -> _History:
 
 def window_value(metric: str, history) -> float:
     """A metric window of one run: the shared objective function, plus head:/start: windows."""
-    from .studies import metric_value
+    from .study_trials import metric_value
     agg, _, key = metric.partition(":")
     if agg == "head":   # the mirror of tail: finite points at steps <= 1/4 of the latest step (at least the first)
         points = sorted((s, v) for s, v in history.train_curves.get(key, []) if v is not None and math.isfinite(v))

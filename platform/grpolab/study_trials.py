@@ -1,0 +1,232 @@
+"""A study worker: claims a row (a ladder's enqueued trial, or a search's sampled point) and
+trains it, reporting exactly once. Each claimed trial carries a heartbeat (lifecycle.py) while it
+runs; a trial whose worker is interrupted (Ctrl-C, SIGTERM, even when a library turned the
+signal into another error) is reported ``interrupted`` and re-queued by the next coordinator;
+one reaped by another process (its worker presumed dead or hung) is not reported at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from pathlib import Path
+
+import optuna
+import yaml
+from optuna.exceptions import UpdateFinishedTrialError
+from optuna.trial import TrialState
+
+from .config import apply_overrides, build_config
+from .errors import ConfigError
+from .lifecycle import (RESUMES_ATTR, Heartbeat, RowTimedOut, TrialReaped, abort_if_lost, checkpoint_to_resume,
+                        end_trial_runs, link_restart, previous_holder_gone, running_trial, signals_raise,
+                        timeouts_interrupt)
+from .study_config import StudyConfig
+from .study_progress import OUTCOME_ATTR, ROW_ATTR, RUN_ATTR
+from .tracking_signals import RunKilled, forget_signals, raise_if_signalled, signal_pending
+
+log = logging.getLogger(__name__)
+
+def objective_values(cfg: StudyConfig, result) -> list[float]:
+    return [metric_value(o.metric, result) for o in cfg.objectives]
+
+
+def metric_value(metric: str, result) -> float:
+    """The study metric of a finished (or partial) run: ``objectives.objective_value``, the one
+    function behind tables, trial values and the pruner."""
+    from .objectives import objective_value
+    return objective_value(metric, result.evals, result.train_curves)
+
+
+def _trial_experiment(cfg: StudyConfig, trial: optuna.Trial) -> tuple[dict, dict]:
+    """(experiment dict, labels) for the trial: a ladder row or a sampled search point."""
+    if cfg.kind == "ladder":
+        rung = trial.suggest_int("rung", 0, len(cfg.rungs) - 1)
+        seed = trial.suggest_categorical("seed", list(cfg.seeds))
+        return cfg.rung_experiment(rung, seed), {"rung": rung, "rung_name": cfg.rungs[rung].name, "seed": seed}
+    from .search_space import suggest
+    point = suggest(trial, cfg.space)
+    seed = cfg.seeds[trial.number % len(cfg.seeds)]
+    overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in point.items()]
+    data = apply_overrides(cfg.base, overrides + [f"seed={seed}"])
+    data["name"] = f"{cfg.name}-t{trial.number}"
+    return data, {"seed": seed, **{k: v for k, v in point.items()}}
+
+
+class PrunedRun(Exception):
+    """Raised from the eval hook when Optuna prunes: the MLflow run ends KILLED, tagged pruned."""
+    grpolab_status = "KILLED"
+
+
+def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run_id: str) -> bool:
+    """Run one trial; False when a ladder has no waiting row left. The trial is claimed with a
+    heartbeat (lifecycle.py) for as long as it runs."""
+    if cfg.kind == "ladder" and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+        return False
+    from . import runner  # noqa: F401 - the heavy imports happen before a row is claimed, not on its clock
+    trial = study.ask()
+    if cfg.kind == "ladder" and ROW_ATTR not in trial.user_attrs:
+        # another worker took the last waiting row between our check and ask(): not a row
+        study.tell(trial, state=TrialState.FAIL)
+        study.set_user_attr(f"spurious_{trial.number}", True)
+        return False
+    heartbeat = Heartbeat(trial)
+    try:
+        with running_trial(trial.number):
+            values = _train_trial(study, cfg, trial, state, parent_run_id, heartbeat)
+    except PrunedRun:
+        _report(study, trial, heartbeat, state, "pruned", TrialState.PRUNED)
+    except (TrialReaped, RowTimedOut) as exc:   # handed back: its run is KILLED, the next row goes on
+        log.warning("%s", exc)
+    except (KeyboardInterrupt, SystemExit, RunKilled):
+        forget_signals()   # this is the signal's exception: the unwinding must not raise it again
+        _report(study, trial, heartbeat, state, "interrupted", TrialState.FAIL)
+        raise
+    except Exception as exc:  # noqa: BLE001 - recorded on the trial and in MLflow, the study goes on
+        if signal_pending():   # a library turned the signal's raise into this error (Optuna's journal lock)
+            _report(study, trial, heartbeat, state, "interrupted", TrialState.FAIL)
+            raise_if_signalled(exc)
+        _report(study, trial, heartbeat, state, "error", TrialState.FAIL, error=f"{type(exc).__name__}: {exc}"[:2000])
+        log.error("trial %d failed: %s", trial.number, exc)
+    else:
+        _report(study, trial, heartbeat, state, "complete", TrialState.COMPLETE, values=values)
+    finally:
+        heartbeat.stop()
+    return True
+
+
+def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str, heartbeat) -> list[float]:
+    from .runner import run_experiment
+    data, labels = _trial_experiment(cfg, trial)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        exp = build_config(data)
+
+    seen: dict[int, dict] = {}   # the history so far, for the pruner
+    trainers: list = []
+
+    def curves_so_far() -> dict:
+        from .runner import TrackingCallback
+        callbacks = trainers[0].callback_handler.callbacks if trainers else []
+        return next((cb.curves for cb in callbacks if isinstance(cb, TrackingCallback)), {})
+
+    def report(step: int, metrics: dict) -> None:
+        abort_if_lost(heartbeat)
+        seen[step] = metrics
+        value = _partial_value(cfg.objectives[0].metric, seen, curves_so_far) if cfg.kind == "search" else None
+        if cfg.kind == "search" and len(cfg.objectives) == 1 and step > 0 and value is not None:
+            trial.report(value, step)
+            if trial.should_prune():
+                raise PrunedRun(f"pruned at step {step}")
+
+    previous = trial.user_attrs.get(RESUMES_ATTR)
+    resume_run_id = checkpoint_to_resume(previous, state, exp.resolved())
+    if resume_run_id and not previous_holder_gone(study, resume_run_id):
+        log.warning("run %s is not continued: the worker that ran it may still be alive; "
+                    "the row restarts in a fresh run", resume_run_id)
+        resume_run_id = None
+
+    def on_run(run_id: str) -> None:
+        heartbeat.progressed()
+        trial.set_user_attr(RUN_ATTR, run_id)
+        if previous and run_id != previous:
+            link_restart(state, previous, run_id)
+
+    from .run_layout import study_run_identity
+    run_name, method = study_run_identity(cfg, trial.number, labels, exp)
+    tags = {"grpolab.study": cfg.name, "optuna.study": cfg.name, "optuna.trial_number": trial.number,
+            **{f"grpolab.{k}": v for k, v in labels.items()}, "grpolab.method": method,
+            **({"grpolab.restart_of": previous} if previous and not resume_run_id else {})}
+    result = run_experiment(exp, state, parent_run_id=parent_run_id, extra_tags=tags, run_name=run_name,
+                            eval_hook=report, on_trainer=lambda t: (trainers.append(t), heartbeat.progressed()),
+                            on_run=on_run, callbacks=[_abort_callback(heartbeat)],
+                            resume_run_id=resume_run_id)
+    if "eval/pass_at_1" in result.final_eval:   # for the progress lines (study_progress.latest_finished)
+        from .study_progress import PASS_AT_1_ATTR
+        try:
+            trial.set_user_attr(PASS_AT_1_ATTR, result.final_eval["eval/pass_at_1"])
+        except UpdateFinishedTrialError:   # reaped meanwhile: _report discards the row
+            pass
+    return objective_values(cfg, result)
+
+
+def _abort_callback(heartbeat):
+    """A trainer callback that stops training at the next step once the trial was reaped (or a
+    termination signal was swallowed)."""
+    from transformers import TrainerCallback
+
+    class AbortIfReaped(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            abort_if_lost(heartbeat)
+    return AbortIfReaped()
+
+
+def _report(study, trial, heartbeat, state: Path, outcome: str, trial_state, values=None, error=None) -> None:
+    """Stop the heartbeat, then report. If a reaper finished the trial first (this worker was
+    presumed dead), nothing is reported and the trial's runs end KILLED: the row was handed back."""
+    heartbeat.stop()
+    try:
+        if error is not None:
+            trial.set_user_attr("error", error)
+        trial.set_user_attr(OUTCOME_ATTR, outcome)
+        if values is not None:
+            study.tell(trial, values if len(values) > 1 else values[0])
+            return
+        study.tell(trial, state=trial_state)
+    except (UpdateFinishedTrialError, ValueError):
+        current = study.get_trials(deepcopy=False)[trial.number]
+        if current.state == TrialState.RUNNING:
+            raise   # not a reaped trial: a real error
+        reason = (f"trial {trial.number} was reaped before its worker reported ({outcome}); "
+                  "its row was handed back and this result is discarded")
+        log.warning("%s", reason)
+        end_trial_runs(study, state, trial, reason)
+        return
+    # A signal between the run's creation and its recorder taking charge leaves it RUNNING: end it.
+    end_trial_runs(study, state, trial, f"trial {trial.number} ended {outcome} before its run was closed",
+                   status="FAILED" if outcome == "error" else "KILLED", from_statuses=("RUNNING",))
+
+
+def _partial_value(metric: str, evals: dict, curves_fn) -> float | None:
+    """The objective over the history up to an eval step (training curves logged before it);
+    None while it is not defined yet (e.g. no tail: point logged), so nothing is reported."""
+    from .objectives import objective_value
+    try:
+        return objective_value(metric, evals, curves_fn())
+    except ConfigError:
+        return None
+
+
+def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=None) -> None:
+    pin_worker_threads()
+    from .studies import create_or_load   # studies.py runs this module's worker loop
+    study = create_or_load(cfg, storage_url)
+    parent = study.user_attrs["mlflow_parent_run_id"]
+    with signals_raise(), timeouts_interrupt():
+        while True:
+            if after_trial is not None:
+                after_trial()
+            if cfg.kind == "search":
+                finished = [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL or
+                            t.user_attrs.get(OUTCOME_ATTR) == "error"]
+                if len(finished) >= cfg.n_trials:
+                    return
+            raise_if_signalled()   # a SIGTERM swallowed outside a trial still stops the worker
+            if not run_one_trial(study, cfg, state, parent):
+                return
+
+
+def pin_worker_threads() -> None:
+    """A worker process of a multi-worker study uses only its share of the cores: torch's
+    intra-op pool from GRPOLAB_WORKER_THREADS (set by the coordinator) and a single inter-op
+    thread; N workers with a full pool each would oversubscribe the machine (2 workers on 2 cores
+    measured 1.16x one worker before this). A single in-process worker keeps torch's default."""
+    threads = os.environ.get("GRPOLAB_WORKER_THREADS")
+    if threads:
+        import torch
+        torch.set_num_threads(int(threads))
+        try:
+            torch.set_num_interop_threads(1)
+        except RuntimeError:  # already set in this process (inter-op work started): keep it
+            pass
