@@ -240,3 +240,25 @@ def test_ctrl_c_that_a_library_turns_into_another_error_still_interrupts_the_row
     monkeypatch.setattr(grpolab.runner, "run_experiment", real_run)
     assert run_study(str(path), state, None, 1, False, echo=lambda s: None) == 0   # the row is re-queued
     assert row_counts(create_or_load(cfg, default_storage(state))) == {"r0-s0": 1, "r1-s0": 1}
+
+
+def test_a_ctrl_c_swallowed_in_a_finaliser_is_raised_at_the_next_safe_point():
+    """A signal handler's raise inside __del__ (or a GC/weakref callback) is ignored by Python;
+    the signal is noted, so the next safe point (a training step's end, between rows) raises it."""
+    from grpolab.lifecycle import signals_raise
+    from grpolab.tracking_signals import raise_if_signalled
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # whatever this process was started with
+    reached = []
+
+    class Finalised:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(100_000))   # the handler runs here, inside __del__: its KeyboardInterrupt is ignored
+
+    with pytest.raises(KeyboardInterrupt):
+        with signals_raise():
+            Finalised()
+            time.sleep(0.1)
+            reached.append("after the swallowed raise")
+            raise_if_signalled()
+    assert reached == ["after the swallowed raise"]
