@@ -22,6 +22,7 @@ from grpolab.envs.trainer_rollout import EpisodeRollout
 from grpolab.errors import ConfigError
 from grpolab.methods import METHODS
 from grpolab.spec import build_spec
+from grpolab.tasks import make_task
 
 SQ2 = math.sqrt(2.0)
 
@@ -66,6 +67,52 @@ def test_step_advantages_mean_only_and_mean_std_by_hand():
     assert all(math.isfinite(v) for row in with_std for v in row)
     biased = gigpo.step_advantages(returns, ids, std_norm=True, eps=0.0, unbiased=False)
     assert biased[1][0] == pytest.approx(1.0)                         # population std 0.125
+
+
+def test_a_state_revisited_within_one_episode_joins_its_own_step_group_with_each_steps_return():
+    # One episode group of G = 2. Episode 0 visits A, B, A (again), C and reaches the goal at the
+    # end; episode 1 visits A, C. gamma = 0.5, sparse reward 1 at the last step.
+    keys = [["A", "B", "A", "C"], ["A", "C"]]
+    rewards = [[0.0, 0.0, 0.0, 1.0], [0.0, 1.0]]
+    returns = [gigpo.discounted_returns(r, 0.5) for r in rewards]
+    assert returns == [pytest.approx([0.125, 0.25, 0.5, 1.0]), pytest.approx([0.5, 1.0])]   # Eq. 5 per step
+    ids = gigpo.anchor_groups(keys, 2)
+    assert ids[0][0] == ids[0][2] == ids[1][0]                         # A: (0, 0), (0, 2), (1, 0)
+    assert ids[0][3] == ids[1][1] and len({ids[0][0], ids[0][1], ids[0][3]}) == 3
+    stats = gigpo.anchor_metrics(ids)                                  # sizes 3 (A), 1 (B), 2 (C)
+    assert stats["anchor/groups"] == 3 and stats["anchor/group_size_mean"] == pytest.approx(2.0)
+    assert stats["anchor/singleton_step_fraction"] == pytest.approx(1 / 6)
+    # A's returns (0.125, 0.5, 0.5): mean 0.375; B singleton 0; C (1, 1) equal 0
+    mean_only = gigpo.step_advantages(returns, ids, std_norm=False)
+    assert mean_only == [pytest.approx([-0.25, 0.0, 0.125, 0.0]), pytest.approx([0.125, 0.0])]
+    std_a = math.sqrt((0.25 ** 2 + 2 * 0.125 ** 2) / 2)                # unbiased std of A's returns
+    with_std = gigpo.step_advantages(returns, ids, std_norm=True, eps=1e-4)
+    assert with_std[0] == pytest.approx([-0.25 / (std_a + 1e-4), 0.0, 0.125 / (std_a + 1e-4), 0.0])
+    # per token: the two visits of A in episode 0 get different step terms (turns 0 and 2)
+    turn_index = torch.tensor([[0, -1, 1, -1, 2, -1, 3], [0, -1, 1, -1, -1, -1, -1]])
+    A = gigpo.token_advantages(torch.zeros(2), mean_only, turn_index, omega=1.0)
+    assert A[0].tolist() == pytest.approx([-0.25, 0, 0, 0, 0.125, 0, 0]) and A[1, 0].item() == pytest.approx(0.125)
+
+
+def test_episode_norm_step_weights_each_episode_by_its_turns():
+    # returns (1, 0, 0) over 1, 3 and 2 turns: 6 step rows, mean 1/6 (per episode it would be 1/3)
+    mean_only = gigpo.step_row_episode_advantages([1.0, 0.0, 0.0], [1, 3, 2], 3, std_norm=False)
+    assert mean_only.tolist() == pytest.approx([5 / 6, -1 / 6, -1 / 6])
+    std = math.sqrt((1 * (5 / 6) ** 2 + 5 * (1 / 6) ** 2) / 5)       # sum T (R - mean)^2 / (6 - 1)
+    with_std = gigpo.step_row_episode_advantages([1.0, 0.0, 0.0], [1, 3, 2], 3, std_norm=True, eps=1e-4)
+    assert with_std.tolist() == pytest.approx([(5 / 6) / (std + 1e-4), (-1 / 6) / (std + 1e-4), (-1 / 6) / (std + 1e-4)])
+    # equal turns: the same mean and population std as per episode (the N - 1 divisor counts rows)
+    equal_turns = gigpo.step_row_episode_advantages([1.0, 0.0, 2.0, 2.0], [2, 2, 1, 4], 2, std_norm=True, unbiased=False)
+    per_episode = algorithms.compute_advantages(build_spec({"advantage": "group_std", "std_unbiased": False}),
+                                                torch.tensor([1.0, 0.0]), 2)
+    assert equal_turns[:2].tolist() == pytest.approx(per_episode.tolist(), rel=1e-6)
+    assert equal_turns[2:].tolist() == [0.0, 0.0]                                      # all-equal returns
+    episodes = _toy_episodes([["A"], ["A", "B", "C"]], [[1.0], [0.0, 0.0, 0.0]])
+    rollout = EpisodeRollout(_task(), [])
+    rollout.episodes, rollout.group_size = episodes, 2
+    spec = build_spec({"advantage": "group_mean", "episode_norm": "step"})
+    out, _ = rollout.finish(spec, torch.tensor([0.5, -0.5]), 12)        # per episode it would be +-0.5
+    assert out.tolist() == pytest.approx([0.75, -0.25])                # mean over 4 rows = 1/4
 
 
 def test_token_advantages_by_turn_and_omega_zero_is_episode_level():
@@ -178,11 +225,30 @@ def _cfg(method="gigpo", task=None, **train):
     ("gigpo", {"name": "gridworld", "max_turns": 0}, "task.max_turns"),
     ("gigpo", {"name": "gridworld", "reward": "dense"}, "task.reward: unknown value 'dense'; valid: sparse, per_step"),
     ("gigpo", {"name": "gridworld", "walls": 3}, "task.walls: not a parameter of task 'gridworld'"),
+    ({"base": "gigpo", "overlong_filter": True}, None, "method.overlong_filter: TRL's truncation test"),
+    ({"base": "grpo", "episode_norm": "step"}, {"name": "addition"}, "method.episode_norm=step: .*multi-turn"),
+    ({"base": "gigpo", "episode_norm": "step", "advantage": "batch_std", "step_omega": 0.0}, None,
+     "episode_norm=step .*use advantage group_std or group_mean"),
+    ({"base": "gigpo", "episode_norm": "step", "kl_coef": 0.1, "kl_placement": "reward"}, None,
+     "episode_norm=step normalises the episode returns themselves"),
+    ({"base": "gigpo", "episode_norm": "steps"}, None, "method.episode_norm: unknown value 'steps'; valid: episode, step"),
 ])
 def test_bad_input_is_refused_with_one_line(method, task, message):
     with pytest.raises(ConfigError, match=message) as info:
         _cfg(method, task)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("section", ["train", "eval"])
+def test_a_completion_cap_on_an_episode_task_is_refused_naming_the_section(section):
+    data = {"method": "gigpo", "task": {"name": "gridworld", "max_turns": 3, "action_tokens": 2},
+            section: {"max_completion_length": 64}, "tracking": {"enabled": False}}
+    with pytest.raises(ConfigError, match=f"^{section}.max_completion_length: .*task.max_turns") as info:
+        build_config(data)
+    assert "\n" not in str(info.value)
+    data[section] = {"max_completion_length": 0}                      # the default: episodes capped by turns
+    assert build_config(data).eval.max_completion_length == make_task("gridworld", max_turns=3,
+                                                                       action_tokens=2).max_completion_length
 
 
 def test_step_settings_without_the_step_term_are_warned_inert():
@@ -298,9 +364,9 @@ def _task():
     return make_task("gridworld")
 
 
-def _toy_episodes():
+def _toy_episodes(all_keys=KEYS, all_rewards=REWARDS):
     out = []
-    for keys, rewards in zip(KEYS, REWARDS):
+    for keys, rewards in zip(all_keys, all_rewards):
         e = Episode(prompt="p", seed=0)
         for t, (k, r) in enumerate(zip(keys, rewards)):
             e.completion_ids += [5, 2, 7]         # action, EOS, one observation token

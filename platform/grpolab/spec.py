@@ -26,6 +26,7 @@ AXIS_CHOICES: dict[str, tuple[str, ...]] = {
     "entropy_mode": ("static", "adaptive"),
     "sampling_cap_policy": ("fill", "fail"),
     "sampling_filter": ("accuracy", "reward"),
+    "episode_norm": ("episode", "step"),
 }
 
 
@@ -80,6 +81,7 @@ class MethodSpec:
     step_omega: float = 0.0               # GiGPO: weight of the step-level (anchor-state) advantage; 0 = episode-level only
     step_gamma: float = 0.95              # GiGPO: discount of the step returns within an episode
     anchor_similarity: float = 1.0        # GiGPO: 1 = equal states form an anchor group; < 1 = text similarity threshold
+    episode_norm: str = "episode"         # episode tasks: episode-level mean/std over episodes (paper Eq. 3) | step rows (verl-agent)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -97,7 +99,7 @@ class MethodSpec:
 SPEC_FIELDS = {f.name: f for f in fields(MethodSpec)}
 # axes added after spec hashes were recorded: left out of the hash at their defaults, so the
 # hashes of existing runs and studies stay what they were
-_HASHED_UNLESS_DEFAULT = ("step_omega", "step_gamma", "anchor_similarity")
+_HASHED_UNLESS_DEFAULT = ("step_omega", "step_gamma", "anchor_similarity", "episode_norm")
 _TYPES = {"str": str, "bool": bool, "float": float, "int": int}
 
 
@@ -176,5 +178,8 @@ def validate_spec(spec: MethodSpec) -> None:
     _check(spec.step_omega == 0 or spec.advantage in ("group_std", "group_mean"),
            f"method.step_omega > 0 (GiGPO) adds step-level group advantages to a group estimator: use advantage "
            f"group_std or group_mean, got {spec.advantage!r}")
+    _check(spec.episode_norm == "episode" or spec.advantage in ("group_std", "group_mean"),
+           f"method.episode_norm=step weights the episode group's mean/std by turns: use advantage group_std or "
+           f"group_mean, got {spec.advantage!r}")
     _check(spec.advantage != "value_tracker" or spec.kl_placement == "loss" or spec.kl_coef == 0,
            "method.advantage=value_tracker: kl_placement=reward is not supported with the tracker; use loss")

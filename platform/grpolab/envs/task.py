@@ -162,16 +162,40 @@ def check_episode_config(cfg, task) -> None:
         if s.step_omega > 0:
             raise ConfigError(f"method.step_omega > 0 (GiGPO's step-level advantage) needs a multi-turn environment "
                               f"task (task.name: {', '.join(ENVS)}), got task {name!r}")
+        if s.episode_norm != "episode":
+            raise ConfigError(f"method.episode_norm={s.episode_norm}: counts episodes per turn, which needs a multi-turn "
+                              f"environment task (task.name: {', '.join(ENVS)}), got task {name!r}")
         return
+    _check_episode_length_and_reward(s, name)
+    for section in ("train", "eval"):   # run_episodes caps by turns and task.action_tokens, never by this
+        if getattr(cfg, section).max_completion_length:
+            raise ConfigError(f"{section}.max_completion_length: episodes of task {name!r} are capped by task.max_turns "
+                              f"and task.action_tokens ({task.max_completion_length} tokens now), not by a completion "
+                              "cap; leave it 0")
     if s.sampling != "static":
         raise ConfigError(f"method.sampling={s.sampling}: task {name!r} runs episodes through TRL's rollout_func; "
                           "only sampling=static is supported")
     if s.advantage in ("gae", "decoupled"):
         raise ConfigError(f"method.advantage={s.advantage}: not supported on multi-turn task {name!r}; use group_std, "
                           "group_mean, batch_std, leave_one_out, reinforce_pp(_baseline) or value_tracker")
-    if s.soft_overlong:
-        raise ConfigError(f"method.soft_overlong: the episode length of task {name!r} includes environment tokens; "
-                          "cap episodes with task.max_turns instead")
     if cfg.generation.backend != "transformers":
         raise ConfigError(f"generation.backend={cfg.generation.backend}: task {name!r} generates its episodes turn by "
                           "turn with transformers; use generation.backend=transformers")
+
+
+def _check_episode_length_and_reward(s, name: str) -> None:
+    """Length axes cannot act as meant on an episode (environment tokens count toward its length, and
+    it ends at the environment's done or task.max_turns, not at EOS or a token cap), and
+    episode_norm=step recomputes A^E from the episode returns, which must then be the whole reward."""
+    if s.soft_overlong:
+        raise ConfigError(f"method.soft_overlong: the episode length of task {name!r} includes environment tokens; "
+                          "cap episodes with task.max_turns instead")
+    if s.overlong_filter:
+        raise ConfigError(f"method.overlong_filter: TRL's truncation test (last token not EOS) sees only the last "
+                          f"action of an episode of task {name!r}: it would drop a whole episode whose final action hit "
+                          "task.action_tokens and never one cut at task.max_turns; set overlong_filter: false "
+                          "(truncations are counted in episode/truncated)")
+    if s.episode_norm == "step" and ((s.kl_coef > 0 and s.kl_placement == "reward") or s.reward_weights is not None):
+        raise ConfigError("method.episode_norm=step normalises the episode returns themselves: a reward-side KL "
+                          "(kl_placement=reward) or reward_weights would be left out; use kl_placement=loss and no "
+                          "reward_weights")

@@ -52,6 +52,11 @@ class EpisodeRollout:
         episodes = self.episodes
         if episode_adv.dim() != 1 or episode_adv.numel() != len(episodes):
             raise ValueError(f"{episode_adv.numel()} advantages for {len(episodes)} episodes")
+        if spec.episode_norm == "step":   # verl-agent's population: every step row (check_episode_config guards the reward)
+            episode_adv = gigpo.step_row_episode_advantages(
+                [e.total_reward for e in episodes], [e.turns for e in episodes], self.group_size,
+                std_norm=spec.advantage == "group_std", eps=spec.adv_eps, unbiased=spec.std_unbiased,
+            ).to(episode_adv.device)
         group_ids = gigpo.anchor_groups([e.state_keys for e in episodes], self.group_size, spec.anchor_similarity)
         stats = {**self.task.metrics(episodes), **gigpo.anchor_metrics(group_ids)}
         if spec.step_omega == 0:
