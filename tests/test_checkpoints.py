@@ -2,10 +2,8 @@
 checkpoint continues from it into the same MLflow run, and ends where an uninterrupted run ends."""
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
+from fault_helpers import kill_after_first_checkpoint
 from grpolab import checkpoints
 from grpolab.run_layout import final_model_dir
 from grpolab.cli import main
@@ -53,15 +52,7 @@ def experiment_file(tmp_path_factory):
 
 def test_sigkill_then_resume_continues_the_same_run_exactly(tmp_path, experiment_file):
     killed_state, reference_state = tmp_path / "killed", tmp_path / "reference"
-    cmd, env = _cli(killed_state, experiment_file)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if list(killed_state.glob(f"runs/*/checkpoint-*/{checkpoints.COMPLETE}")):
-            break
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    assert proc.wait(60) == -signal.SIGKILL, "the run finished before it could be killed: " + proc.stderr.read()[-2000:]
+    kill_after_first_checkpoint(*_cli(killed_state, experiment_file), killed_state)
     client, (run,) = _runs(killed_state)
     assert run.info.status == "RUNNING"     # kill -9: nothing could end the run
     ckpt = checkpoints.find_resumable(killed_state, run.info.run_id)

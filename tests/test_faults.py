@@ -21,6 +21,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from conftest import REPO
+from fault_helpers import BASE, held_study
 from grpolab.lifecycle import (HEARTBEAT_ATTR, WORKER_ATTR, Heartbeat, TrialReaped, abort_if_lost, host_identity,
                                reap_stale_trials, worker_record)
 from grpolab.stores import setup_lock
@@ -28,11 +29,6 @@ from grpolab.studies import default_storage, enqueue_missing_rows, open_storage,
 from grpolab.study_trials import _report
 from grpolab.study_config import load_study
 from grpolab.tracking import tracking_uri
-
-BASE = {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
-        "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
-        "train": {"group_size": 4, "prompts_per_rollout": 2, "n_train_prompts": 32, "save_every": 0},
-        "eval": {"prompts": 4, "k": 2, "every": 0}, "tracking": {"experiment": "faults"}}
 
 
 def study_file(folder: Path, name: str, steps: int, seeds=(0, 1), rungs=1) -> Path:
@@ -87,33 +83,6 @@ def study_storage(request, tmp_path):
     if request.param == "journal":
         return default_storage(tmp_path / "state")
     return request.getfixturevalue("postgres_server").database(f"kill_{uuid.uuid4().hex[:8]}")
-
-
-HOLD_REWARD = '''
-import os, time
-
-def reward(*, completion, flag, **kwargs):
-    while os.path.exists(flag):   # holds its row (alive, in Python) while the flag file exists
-        time.sleep(0.05)
-    return 0.0
-'''
-
-
-def held_study(folder: Path, model_dir: Path, flag: Path, seeds=(0, 1)) -> Path:
-    """A 1-rung ladder whose rows cannot finish while ``flag`` exists: a signal is sure to land
-    mid-row however fast the machine is (a fixed sleep raced rows that finish in seconds)."""
-    (folder / "hold_reward.py").write_text(HOLD_REWARD)
-    sums = folder / "sums.jsonl"
-    sums.write_text("\n".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(40)))
-    base = {**BASE, "model": {"path": str(model_dir)},
-            "task": {"name": "local_dataset", "path": str(sums), "extract": "last_number", "grade": "numeric",
-                     "max_completion_length": 4,
-                     "rewards": ["correctness", {"name": "hold_reward:reward", "timeout_s": 0,
-                                                 "params": {"flag": str(flag)}}]}}
-    path = folder / "kill_rows.yaml"
-    path.write_text(yaml.safe_dump({"kind": "ladder", "name": "kill_rows", "base": base,
-                                    "budget": {"train.steps": 2}, "seeds": list(seeds), "rungs": [{"name": "base"}]}))
-    return path
 
 
 def wait_gone(pid: int, timeout: float = 120) -> None:

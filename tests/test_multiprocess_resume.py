@@ -7,12 +7,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from fault_helpers import kill_after_first_checkpoint
 from grpolab import checkpoints
 from grpolab.tracking import tracking_uri
 
@@ -66,15 +66,7 @@ def _kill_tree(pid: int) -> None:
 def test_two_process_run_killed_after_a_checkpoint_resumes_into_the_same_run(tmp_path):
     experiment, state = tmp_path / "exp.yaml", tmp_path / "state"
     experiment.write_text(yaml.safe_dump(EXPERIMENT))
-    cmd, env = _torchrun(state, experiment, 29581)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None:
-        if list(state.glob(f"runs/*/checkpoint-*/{checkpoints.COMPLETE}")):
-            break
-        time.sleep(0.02)
-    _kill_tree(proc.pid)
-    assert proc.wait(60) == -signal.SIGKILL, "finished before it could be killed: " + proc.stderr.read()[-2000:]
+    kill_after_first_checkpoint(*_torchrun(state, experiment, 29581), state, kill=lambda proc: _kill_tree(proc.pid))
     client = MlflowClient(tracking_uri(state))
     (run,) = client.search_runs([client.get_experiment_by_name("grpolab").experiment_id])
     killed_at = checkpoints.checkpoint_step(checkpoints.find_resumable(state, run.info.run_id))

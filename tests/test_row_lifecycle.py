@@ -4,7 +4,6 @@ advisory lock excludes coordinators whatever their MLflow stores; the state fold
 artifact-root mark is never half-read. Real journal files, a real MLflow SQLite store, a real
 PostgreSQL on loopback and real processes."""
 
-import json
 import os
 import sqlite3
 import threading
@@ -12,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
@@ -22,16 +20,8 @@ from grpolab.studies import create_or_load, default_storage, enqueue_missing_row
 from grpolab.study_config import load_study
 from grpolab.study_progress import row_states
 from grpolab.tracking import LOCATION_MARK, artifact_root, client_for, tracking_uri
-from test_faults import BASE, grpolab, study_file, trials_of
-
-HANG_REWARD = '''
-import os, time
-
-def reward(*, completion, flag, **kwargs):
-    while os.path.exists(flag):   # hangs (alive, in Python) for as long as the flag file exists
-        time.sleep(0.05)
-    return 0.0
-'''
+from fault_helpers import held_study
+from test_faults import grpolab, study_file, trials_of
 
 
 def _finish(study, row: str, outcome: str) -> None:
@@ -134,21 +124,6 @@ def test_a_partial_or_empty_artifact_root_mark_never_rewrites_paths(tmp_path):
     assert not list(state.glob(f"{LOCATION_MARK}.*.tmp"))
 
 
-def _hang_study(tmp_path: Path, model_dir: Path, timeout_s: float) -> Path:
-    (tmp_path / "hang_reward.py").write_text(HANG_REWARD)
-    sums = tmp_path / "sums.jsonl"
-    sums.write_text("\n".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(40)))
-    base = {**BASE, "model": {"path": str(model_dir)},
-            "task": {"name": "local_dataset", "path": str(sums), "extract": "last_number", "grade": "numeric",
-                     "max_completion_length": 4,
-                     "rewards": ["correctness", {"name": "hang_reward:reward", "timeout_s": 0,
-                                                 "params": {"flag": str(tmp_path / "hang")}}]}}
-    path = tmp_path / "hang.yaml"
-    path.write_text(yaml.safe_dump({"kind": "ladder", "name": "hang", "base": base, "budget": {"train.steps": 2},
-                                    "seeds": [0], "rungs": [{"name": "base"}], "row_timeout_s": timeout_s}))
-    return path
-
-
 @pytest.mark.slow
 def test_a_hung_row_is_handed_back_after_its_row_timeout(tmp_path, tiny_model_dir, monkeypatch):
     """A reward that never returns: the row makes no progress, so after row_timeout_s it is handed
@@ -157,7 +132,8 @@ def test_a_hung_row_is_handed_back_after_its_row_timeout(tmp_path, tiny_model_di
     Once the reward answers again, a rerun completes the row exactly once."""
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("GRPOLAB_HEARTBEAT_INTERVAL", "0.5")
-    state, path = tmp_path / "state", _hang_study(tmp_path, tiny_model_dir, timeout_s=20)
+    state = tmp_path / "state"
+    path = held_study(tmp_path, tiny_model_dir, tmp_path / "hang", name="hang", seeds=(0,), row_timeout_s=20)
     storage, cfg = default_storage(state), load_study(path)
     (tmp_path / "hang").touch()
     lines = []
