@@ -285,6 +285,18 @@ def test_user_sqlite_uri_writes_nothing_outside_the_state_folder(tmp_path):
     assert artifacts.startswith((tmp_path / "state").resolve().as_uri()), artifacts
 
 
+def _study_with_parent_run(tmp_path, name: str):
+    """(state, study, MLflow client, experiment id, parent run id): a study on a real journal
+    storage whose parent run exists in a real MLflow store, as a coordinator leaves them."""
+    state = tmp_path / "state"
+    study = optuna.create_study(study_name=name, storage=open_storage(default_storage(state)))
+    client = MlflowClient(tracking_uri(state))
+    experiment = client.create_experiment(name)
+    parent = client.create_run(experiment).info.run_id
+    study.set_user_attr("mlflow_parent_run_id", parent)
+    return state, study, client, experiment, parent
+
+
 def _claim(study, attrs: dict):
     trial = study.ask()
     for key, value in attrs.items():
@@ -296,12 +308,7 @@ def test_reaper_hands_back_dead_or_silent_holders_never_live_slow_ones(tmp_path)
     """Stale-trial rules, on a real journal storage and MLflow store: a dead pid on this host and
     a silent holder on another host are reaped once, with their runs ended KILLED; a live
     process with an old heartbeat (slow, not dead) and a fresh holder elsewhere are not."""
-    state = tmp_path / "state"
-    study = optuna.create_study(study_name="reap", storage=open_storage(default_storage(state)))
-    client = MlflowClient(tracking_uri(state))
-    experiment = client.create_experiment("reap")
-    parent = client.create_run(experiment).info.run_id
-    study.set_user_attr("mlflow_parent_run_id", parent)
+    state, study, client, experiment, parent = _study_with_parent_run(tmp_path, "reap")
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     hour_ago, here = time.time() - 3600, host_identity()
@@ -325,12 +332,7 @@ def test_reaper_hands_back_dead_or_silent_holders_never_live_slow_ones(tmp_path)
 def test_a_live_worker_whose_trial_was_reaped_reports_nothing(tmp_path):
     """Heartbeat refused (trial finished by a reaper) -> the worker aborts and its late result is
     discarded: the trial stays FAIL and its run ends KILLED, so the row is never counted twice."""
-    state = tmp_path / "state"
-    study = optuna.create_study(study_name="late", storage=open_storage(default_storage(state)))
-    client = MlflowClient(tracking_uri(state))
-    experiment = client.create_experiment("late")
-    parent = client.create_run(experiment).info.run_id
-    study.set_user_attr("mlflow_parent_run_id", parent)
+    state, study, client, experiment, parent = _study_with_parent_run(tmp_path, "late")
     trial = study.ask()
     heartbeat = Heartbeat(trial, interval=0.05)
     run = client.create_run(experiment, tags={"mlflow.parentRunId": parent, "optuna.trial_number": str(trial.number)})
