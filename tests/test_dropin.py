@@ -207,3 +207,41 @@ def test_without_correctness_it_says_which_signal_stands_in(tiny_model_dir, tmp_
     if above.any():
         assert m["length/above_group_mean"][-1] == pytest.approx(lengths[above].mean().item())
     assert not math.isnan(m["entropy"][-1])
+
+
+# -- a reward function returning None (TRL's accuracy_reward when the gold answer does not parse) --------
+
+def test_unscorable_completions_leave_the_baseline_and_get_zero_advantage():
+    """TRL 1.16: r_i = nansum_k w_k r_i^k; a row every function skipped is NaN, out of the group's
+    mean and std, advantage 0. Hand-computed: group 0 scorable totals 1, 3, 2 (mean 2, std 1)."""
+    from grpolab import algorithms
+    from grpolab.dropin import resolve_method
+    nan = float("nan")
+    rewards = torch.tensor([[1.0, nan], [nan, 3.0], [nan, nan], [1.0, 1.0],     # group 0: 1, 3, -, 2
+                            [nan, nan], [nan, nan], [0.5, nan], [nan, nan]])    # group 1: one scorable row
+    total = algorithms.combine_rewards(rewards, None)
+    assert total[[0, 1, 3, 6]].tolist() == [1.0, 3.0, 2.0, 0.5] and total[[2, 4, 5, 7]].isnan().all()
+    expected = {"grpo": [-1 / (1 + 1e-4), 1 / (1 + 1e-4), 0, 0], "dr_grpo": [-1, 1, 0, 0],
+                "rloo": [1 - 2.5, 3 - 1.5, 0, 2 - 2]}
+    for name, want in expected.items():
+        _, spec, _ = resolve_method(name)
+        a = algorithms.compute_advantages(spec, rewards, 4)
+        assert a[:4].tolist() == pytest.approx(want, abs=1e-6), name
+        assert a[4:].tolist() == [0.0] * 4, name    # a lone scorable row has no baseline to differ from
+    _, reinforce, _ = resolve_method("reinforce_pp")
+    with pytest.raises(ValueError, match=r"advantage=reinforce_pp: a reward function returned None .* group_std"):
+        algorithms.compute_advantages(reinforce, rewards, 4, mask=torch.ones(8, 3))
+
+
+def sometimes_none(completions, **kwargs):
+    """Like accuracy_reward on an unparsable gold answer: None for every other completion."""
+    return [None if i % 2 else float(len(c) % 3) for i, c in enumerate(completions)]
+
+
+def test_a_reward_returning_none_trains_like_stock_trl(tiny_model_dir, tmp_path):
+    t = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=sometimes_none, args=_args(tmp_path, max_steps=1),
+                       train_dataset=_dataset(), method="grpo", correctness="answer")
+    t.train()
+    [log] = [e for e in t.state.log_history if "loss" in e]
+    assert math.isfinite(log["loss"]) and math.isfinite(log["grad_norm"])
+    assert math.isfinite(log["reward/mean"]) and log["reward/mean"] == pytest.approx(log["reward"], abs=1e-6)

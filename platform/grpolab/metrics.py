@@ -12,6 +12,16 @@ import torch
 ZERO_VARIANCE_TOL = 1e-6   # a group is zero-variance when max(r) - min(r) <= this
 
 
+def group_spread(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """max - min reward per group over its scorable rows (NaN: every reward function returned
+    None), shape (N / G,); 0 for a group with none."""
+    g = rewards.view(-1, group_size).float()
+    valid = ~torch.isnan(g)
+    high = torch.where(valid, g, float("-inf")).max(1).values
+    low = torch.where(valid, g, float("inf")).min(1).values
+    return torch.where(valid.any(1), high - low, torch.zeros_like(high))
+
+
 def rollout_metrics(rewards: torch.Tensor, correct: torch.Tensor, lengths: torch.Tensor,
                     truncated: torch.Tensor, group_size: int) -> dict[str, float]:
     """Curves of one population of completions (groups contiguous blocks of G).
@@ -19,15 +29,17 @@ def rollout_metrics(rewards: torch.Tensor, correct: torch.Tensor, lengths: torch
     rewards (N,) total reward; correct (N,) bool from the task verifier; lengths (N,) completion
     tokens incl. EOS; truncated (N,) bool (hit the length cap without EOS). ``groups/zero_variance``
     is about the reward (no policy gradient); ``groups/all_correct`` and ``groups/all_wrong`` are
-    about correctness only, whatever the reward shaping adds."""
+    about correctness only, whatever the reward shaping adds. ``reward/mean`` and ``reward/std``
+    average the scorable completions only (a NaN total: every reward function returned None;
+    TRL's ``reward`` curve leaves them out the same way); every other curve counts them all."""
     correct = correct.bool()
     lengths = lengths.float()
-    g_r = rewards.view(-1, group_size)
     g_c = correct.view(-1, group_size)
-    zero_var = (g_r.max(1).values - g_r.min(1).values) <= ZERO_VARIANCE_TOL  # = not sampling.group_spread > tol
+    zero_var = group_spread(rewards, group_size) <= ZERO_VARIANCE_TOL  # = not sampling.group_spread > tol
+    scored = rewards[~torch.isnan(rewards)]
     return {
-        "reward/mean": rewards.mean().item(),
-        "reward/std": rewards.std().item() if rewards.numel() > 1 else 0.0,
+        "reward/mean": scored.mean().item() if scored.numel() else float("nan"),
+        "reward/std": scored.std().item() if scored.numel() > 1 else 0.0,
         "accuracy": correct.float().mean().item(),
         "length/mean": lengths.mean().item(),
         "length/correct": lengths[correct].mean().item() if correct.any() else float("nan"),

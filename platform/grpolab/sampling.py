@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .metrics import ZERO_VARIANCE_TOL  # one definition of a zero-variance group
+from .metrics import ZERO_VARIANCE_TOL, group_spread  # one definition of a zero-variance group
 
 # Row-aligned tensors and how to pad them when batches of different widths are joined.
 LEFT_PADDED = ("prompt_ids", "prompt_mask")
@@ -21,12 +21,6 @@ RECOMPUTED = ("advantages", "num_items_in_batch")
 
 class SamplingCapError(RuntimeError):
     """Dynamic sampling hit its round cap with too few informative groups (policy ``fail``)."""
-
-
-def group_spread(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
-    """max - min reward per group, shape (N / G,)."""
-    g = rewards.view(-1, group_size)
-    return g.max(1).values - g.min(1).values
 
 
 def filter_values(metric: str, total_reward: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:

@@ -123,9 +123,9 @@ class GrpoLabTrainer(GRPOTrainer):
         total = algorithms.combine_rewards(rewards, self.spec.reward_weights).float()
         G = self.num_generations if self.model.training else self.num_generations_eval
         if total.numel() % G:
-            return (total > total.mean()).tolist()
-        grouped = total.view(-1, G)
-        return (grouped > grouped.mean(1, keepdim=True)).view(-1).tolist()
+            return (total > total.nanmean()).tolist()
+        grouped = total.view(-1, G)   # unscorable (NaN) rows: never above, and out of the mean
+        return (grouped > grouped.nanmean(1, keepdim=True)).view(-1).tolist()
 
     # -- advantages ---------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):

@@ -24,13 +24,17 @@ __all__ = ["compute_advantages", "gae_advantages", "policy_loss", "entropy_mask"
 
 def combine_rewards(rewards: torch.Tensor, weights: tuple[float, ...] | None) -> torch.Tensor:
     """(N, K) components -> (N,) weighted sum; (N,) passes through (already combined: weights
-    are applied exactly once)."""
+    are applied exactly once). A reward function may return None for a completion (TRL makes it
+    NaN, e.g. ``accuracy_reward`` when the gold answer does not parse): as in TRL 1.16,
+    r_i = nansum_k w_k r_i^k, and a completion every function skipped is unscorable, r_i = NaN
+    (``compute_advantages`` leaves it out of the baselines and gives it advantage 0)."""
     if rewards.dim() == 1:
         return rewards
     if weights is not None and len(weights) != rewards.shape[1]:
         raise ValueError(f"method.reward_weights has {len(weights)} weights for {rewards.shape[1]} reward components")
     w = torch.ones(rewards.shape[1], dtype=rewards.dtype) if weights is None else torch.tensor(weights, dtype=rewards.dtype)
-    return (rewards * w.to(rewards.device)).sum(1)
+    total = (rewards * w.to(rewards.device)).nansum(1)
+    return total.masked_fill(torch.isnan(rewards).all(1), float("nan"))
 
 
 def compute_advantages(spec: MethodSpec, rewards: torch.Tensor, group_size: int, *, mask: torch.Tensor | None = None,
@@ -51,12 +55,18 @@ def compute_advantages(spec: MethodSpec, rewards: torch.Tensor, group_size: int,
     if rewards.shape[0] % G:
         raise ValueError(f"{rewards.shape[0]} rewards do not split into groups of {G}")
     if est == "decoupled":
+        if rewards.dim() == 2 and torch.isnan(rewards).any():
+            raise ValueError("advantage=decoupled: a reward function returned None for some completions; the "
+                             "per-component normalisation does not define those yet (use group_std, group_mean, "
+                             "batch_std or leave_one_out, which leave them out of the baseline)")
         if rewards.dim() != 2 or rewards.shape[1] < 2:
             raise ValueError("decoupled advantages need (N, K) rewards with K >= 2 components")
         K = rewards.shape[1]
         w = torch.ones(K) if spec.reward_weights is None else torch.tensor(spec.reward_weights)
         return adv.decoupled(rewards, G, w.to(rewards), eps, ub)
     r = combine_rewards(rewards, spec.reward_weights)
+    if torch.isnan(r).any():   # unscorable completions (every reward function returned None)
+        return adv.with_unscorable(est, r, G, eps, ub)
     if est == "group_std":
         return adv.group_std(r, G, eps, ub)
     if est == "group_mean":
@@ -86,6 +96,8 @@ def gae_advantages(spec: MethodSpec, rewards: torch.Tensor, values: torch.Tensor
     ``values`` (N, T); rewards (N,) or (N, K) summed with the reward weights. VAPO's
     length-adaptive lambda when ``spec.gae_length_alpha`` > 0, else ``spec.gae_lambda``."""
     r = combine_rewards(rewards, spec.reward_weights)
+    if torch.isnan(r).any():
+        adv.with_unscorable("gae", r, 1)   # raises: the critic's targets need a reward for every completion
     lam = adv.length_adaptive_lambda(mask, spec.gae_length_alpha) if spec.gae_length_alpha > 0 else spec.gae_lambda
     advantages, returns = adv.gae(r, values, mask, spec.gae_gamma, lam, spec.gae_lambda_critic, token_penalty)
     if spec.whiten_advantages:   # (A - mean) / std over the valid tokens of the (global, via ``reduce``) batch

@@ -17,6 +17,44 @@ def _std(x: torch.Tensor, dim: int | None, unbiased: bool, keepdim: bool = False
     return x.std(dim=dim, unbiased=unbiased, keepdim=keepdim)
 
 
+def _nan_std(x: torch.Tensor, dim: int | None, unbiased: bool) -> torch.Tensor:
+    """std over the non-NaN entries (n - 1 when ``unbiased``), kept dims; 0 with fewer than 2."""
+    x = x.reshape(1, -1) if dim is None else x
+    dim = 1 if dim is None else dim
+    n = (~torch.isnan(x)).sum(dim, keepdim=True)
+    square_sum = torch.nansum((x - torch.nanmean(x, dim, keepdim=True)) ** 2, dim, keepdim=True)
+    std = (square_sum / (n - 1 if unbiased else n).clamp(min=1)).sqrt()
+    return torch.where(n >= 2, std, torch.zeros_like(std))
+
+
+UNSCORABLE_ESTIMATORS = ("group_std", "group_mean", "batch_std", "leave_one_out")
+
+
+def with_unscorable(estimator: str, r: torch.Tensor, G: int, eps: float = 1e-4, unbiased: bool = True) -> torch.Tensor:
+    """Advantages when some totals r_i are NaN (every reward function returned None), as TRL 1.16:
+    those completions leave every baseline and get A_i = 0. With S_g the scorable rows of group g
+    (n_g of them): group_std A_i = (r_i - mean_{S_g} r) / (std_{S_g} r + eps); group_mean without
+    the std; batch_std with the std over every scorable row of the batch; leave_one_out
+    A_i = r_i - (sum_{S_g} r - r_i) / (n_g - 1), 0 when n_g < 2."""
+    if estimator not in UNSCORABLE_ESTIMATORS:
+        raise ValueError(f"advantage={estimator}: a reward function returned None for every reward of some "
+                         f"completions, which this estimator does not define; estimators that leave such "
+                         f"completions out of the baseline (as TRL does): {', '.join(UNSCORABLE_ESTIMATORS)}")
+    g = r.view(-1, G)
+    centred = g - torch.nanmean(g, 1, keepdim=True)
+    if estimator == "group_std":
+        a = centred / (_nan_std(g, 1, unbiased) + eps)
+    elif estimator == "group_mean":
+        a = centred
+    elif estimator == "batch_std":
+        a = centred / (_nan_std(r, None, unbiased) + eps)
+    else:
+        n = (~torch.isnan(g)).sum(1, keepdim=True)
+        others = (torch.nansum(g, 1, keepdim=True) - g) / (n - 1).clamp(min=1)
+        a = torch.where(n >= 2, g - others, torch.zeros_like(g))
+    return torch.nan_to_num(a.reshape(-1), nan=0.0)
+
+
 def group_std(r: torch.Tensor, G: int, eps: float = 1e-4, unbiased: bool = True) -> torch.Tensor:
     """A_i = (r_i - mean_g r) / (std_g r + eps)   (GRPO; std with N-1 when ``unbiased``)."""
     g = r.view(-1, G)

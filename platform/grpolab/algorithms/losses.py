@@ -111,12 +111,15 @@ def group_dpo_loss(logp, ref_logp, mask, rewards, group_ids, beta: float):
     """Group-DPO (seed 000's "GDPO"): in each group, the best (y+) and worst (y-) completions by
     reward form a pair;  loss = -log sigmoid(beta * ((log pi(y+) - log pi_ref(y+))
                                                   - (log pi(y-) - log pi_ref(y-)))).
-    log pi(y) sums token log-probs. Groups whose rewards are all equal give no pair.
+    log pi(y) sums token log-probs. Groups whose rewards are all equal give no pair; unscorable
+    completions (NaN reward: every reward function returned None) are never in one.
     Returns (mean loss over pairs, number of pairs)."""
     seq = ((logp - ref_logp) * mask).sum(-1)
     losses = []
     for g in torch.unique(group_ids):
-        rows = (group_ids == g).nonzero().view(-1)
+        rows = ((group_ids == g) & ~torch.isnan(rewards)).nonzero().view(-1)
+        if rows.numel() < 2:
+            continue
         r = rewards[rows]
         if r.max() - r.min() <= 1e-6:
             continue
