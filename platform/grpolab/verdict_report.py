@@ -24,7 +24,7 @@ def verdict_frame(results) -> pd.DataFrame:
     rows = []
     for r in results:
         c, v = r.claim, r.verdict
-        control = c.control.rung if c.control.rung else f"{c.control.value:g}"
+        control = c.control.rung if c.control.rung else f"the fixed value {c.control.value:g}"
         effect = f"{_fmt(v.mean)} [{_fmt(v.low)}, {_fmt(v.high)}]"
         extra = [f"{m}: {_fmt(d)} (n={n})" for m, (d, n) in r.report.items()]
         if r.censored:
