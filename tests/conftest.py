@@ -40,6 +40,18 @@ def shared_state(tmp_path_factory):
     return path
 
 
+def run_study_data(folder, data: dict, state, file_name: str = "study.yaml"):
+    """Write ``data`` as a study file in ``folder``, run it with one in-process worker (it must
+    exit 0) and return (config, study) as the tables read them."""
+    import yaml
+    from grpolab.study_tables import load_results
+    from grpolab.studies import run_study
+    path = Path(folder) / file_name
+    path.write_text(yaml.safe_dump(data))
+    assert run_study(str(path), state, None, 1, False, echo=lambda s: None) == 0
+    return load_results(str(path), state, None)
+
+
 def tiny_dataset(n=64):
     import datasets
     from grpolab.world.tasks import make_task

@@ -9,7 +9,7 @@ from mlflow.tracking import MlflowClient
 
 from grpolab.config import build_config
 from grpolab.tracking import tracking_uri
-from conftest import tiny_dataset
+from conftest import run_study_data, tiny_dataset
 
 
 def _random_init_cfg(name, task, **train):
@@ -189,12 +189,9 @@ def test_objectives_by_hand_on_full_and_partial_histories():
 
 
 def test_search_on_tail_entropy_completes_and_prunes_on_the_same_function(tmp_path, shared_state):
-    import yaml
     from optuna.trial import TrialState
 
     from grpolab.objectives import objective_value
-    from grpolab.study_tables import load_results
-    from grpolab.studies import run_study
     base = {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
             "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
             "train": {"group_size": 4, "prompts_per_rollout": 4}, "eval": {"prompts": 4, "k": 2}}
@@ -204,10 +201,7 @@ def test_search_on_tail_entropy_completes_and_prunes_on_the_same_function(tmp_pa
             "space": {"train.learning_rate": {"type": "float", "low": 1e-4, "high": 3e-3, "log": True}},
             "n_trials": 2, "sampler": {"name": "random", "seed": 0},
             "pruner": {"name": "median", "n_startup_trials": 1, "n_warmup_steps": 0}}
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(data))
-    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None) == 0
-    _, study = load_results(str(path), shared_state, None)
+    _, study = run_study_data(tmp_path, data, shared_state, "s.yaml")
     trials = study.get_trials(deepcopy=False)
     assert len(trials) == 2 and all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials)
     client = MlflowClient(tracking_uri(shared_state))

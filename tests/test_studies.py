@@ -8,14 +8,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from conftest import REPO
+from conftest import REPO, run_study_data
 from test_run import interactive_signals
 from grpolab.study_tables import ladder_rows, ladder_table, load_results, mean_ci, study_table
 from grpolab.studies import create_or_load, default_storage, run_study
@@ -160,10 +159,7 @@ def test_search_with_median_pruning_on_a_real_objective(tmp_path, shared_state):
                                              "when": {"method.surrogate": "dual_clip"}}},
             "n_trials": 6, "sampler": {"name": "tpe", "seed": 0},
             "pruner": {"name": "median", "n_startup_trials": 1, "n_warmup_steps": 0}}
-    path = tmp_path / "search.yaml"
-    path.write_text(yaml.safe_dump(data))
-    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None) == 0
-    cfg, study = load_results(str(path), shared_state, None)
+    cfg, study = run_study_data(tmp_path, data, shared_state, "search.yaml")
     trials = study.get_trials(deepcopy=False)
     states = [t.state for t in trials]
     assert len(trials) == 6 and TrialState.COMPLETE in states
@@ -175,7 +171,7 @@ def test_search_with_median_pruning_on_a_real_objective(tmp_path, shared_state):
     client = MlflowClient(tracking_uri(shared_state))
     for t in pruned:
         assert client.get_run(t.user_attrs["mlflow_run_id"]).info.status == "KILLED"
-    table = study_table(str(path), shared_state, None, "markdown")
+    table = study_table(cfg.path, shared_state, None, "markdown")
     assert "final:eval/pass_at_1" in table and "train.learning_rate" in table
     assert pruned, "median pruning never pruned a trial in 6"
 
