@@ -70,9 +70,10 @@ def test_quickstart_dapo_acts_and_reports_through_trl_logging(tiny_model_dir, tm
     args = _args(tmp_path, report_to="mlflow", num_iterations=2, learning_rate=0.05, max_completion_length=32)
     trainer = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=[reward_num_unique_chars, solved], args=args,
                              train_dataset=_dataset(), method="dapo", correctness="solved")
-    # DAPO's TRL-visible settings were written into the user's config
-    assert (args.loss_type, args.epsilon, args.epsilon_high, args.beta) == ("dapo", 0.2, 0.28, 0.0)
-    assert args.mask_truncated_completions is True
+    # DAPO's TRL-visible settings were written into the trainer's copy of the user's config
+    assert (trainer.args.loss_type, trainer.args.epsilon, trainer.args.epsilon_high) == ("dapo", 0.2, 0.28)
+    assert trainer.args.beta == 0.0 and trainer.args.mask_truncated_completions is True
+    assert args.epsilon_high is None and args.mask_truncated_completions is False   # the user's object: untouched
     assert trainer.reward_func_names == ["reward_num_unique_chars", "solved", "overlong"]   # soft overlong
     trainer.train()
     history = trainer.state.log_history
@@ -156,6 +157,9 @@ def test_bad_method_raises_before_the_model_loads(method, match, tmp_path):
     ({"beta": 0.04}, r"GRPOConfig.beta=0.04 conflicts with method 'dapo', which sets beta=0.0"),
     ({"epsilon_high": 0.4}, r"epsilon_high=0.4 conflicts with method 'dapo', which sets epsilon_high=0.28"),
     ({"scale_rewards": "none"}, r"scale_rewards='none' conflicts"),
+    ({"multi_objective_aggregation": "normalize_then_sum"},   # TRL's advantage: grpolab's is advantage=decoupled
+     r"multi_objective_aggregation='normalize_then_sum' conflicts with method 'dapo', which sets "
+     r"multi_objective_aggregation='sum_then_normalize'"),
 ])
 def test_conflicting_grpo_config_names_both_values(setting, match, tmp_path):
     with pytest.raises(ValueError, match=match):
@@ -186,11 +190,15 @@ def test_registered_regime_and_overrides_reach_the_config(tiny_model_dir, tmp_pa
 
 
 def test_without_correctness_it_says_which_signal_stands_in(tiny_model_dir, tmp_path):
+    from grpolab.dropin import MethodSettingsWarning
     with pytest.warns(UserWarning) as record:
         t = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=reward_num_unique_chars, args=_args(tmp_path),
                            train_dataset=_dataset(), method={"name": "dapo", "max_sampling_rounds": 1})
-    messages = " | ".join(str(w.message) for w in record)
-    assert "sampling_filter=reward" in messages and "length/above_group_mean" in messages
+    [stand_in] = [str(w.message) for w in record if "correctness=" in str(w.message)]   # one warning, not two
+    assert "sampling_filter=reward" in stand_in and "length/above_group_mean" in stand_in
+    [changed] = [str(w.message) for w in record if issubclass(w.category, MethodSettingsWarning)]
+    assert "epsilon_high: None -> 0.28" in changed and "mask_truncated_completions: False -> True" in changed
+    assert "loss_type" not in changed    # TRL's default is already dapo's
     assert t.spec.sampling_filter == "reward"
     t.model.train()
     ds = _dataset()
@@ -245,3 +253,62 @@ def test_a_reward_returning_none_trains_like_stock_trl(tiny_model_dir, tmp_path)
     [log] = [e for e in t.state.log_history if "loss" in e]
     assert math.isfinite(log["loss"]) and math.isfinite(log["grad_norm"])
     assert math.isfinite(log["reward/mean"]) and log["reward/mean"] == pytest.approx(log["reward"], abs=1e-6)
+
+
+# -- the user's GRPOConfig, method=, what the method changes, TRL's names ------------------------------
+
+def test_method_is_required_and_its_changes_to_defaults_are_warned_once(tmp_path):
+    import warnings as w
+    from grpolab.dropin import MethodSettingsWarning
+    kw = dict(model=MISSING_MODEL, reward_funcs=reward_num_unique_chars, train_dataset=_dataset())
+    with pytest.raises(TypeError, match=r"method= is required \(TRL's own default is loss_type='dapo'.*grpo, dr_grpo, dapo"):
+        GrpoLabTrainer(**kw, args=_args(tmp_path))
+    with w.catch_warnings(record=True) as record:
+        w.simplefilter("always")
+        with pytest.raises(Exception) as loading:   # the model path fails only after the checks and the warning
+            GrpoLabTrainer(**kw, args=_args(tmp_path, beta=0.0), method="grpo", correctness="answer")
+    assert "nonexistent" in str(loading.value)
+    [changed] = [str(x.message) for x in record if issubclass(x.category, MethodSettingsWarning)]
+    assert "beta: 0.0 -> 0.04" in changed and "loss_type: 'dapo' -> 'grpo'" in changed
+
+
+def test_one_config_two_trainers_leaves_the_users_object_alone(tiny_model_dir, tmp_path):
+    import copy
+    import dataclasses
+    args = _args(tmp_path, reward_weights=[1.0])
+    before = copy.deepcopy(args)
+    kw = dict(model=str(tiny_model_dir), reward_funcs=reward_num_unique_chars, args=args, train_dataset=_dataset(),
+              method="dapo", correctness="answer")
+    first, second = GrpoLabTrainer(**kw), GrpoLabTrainer(**kw)     # no spurious conflict the second time
+    for f in dataclasses.fields(args):
+        assert getattr(args, f.name) == getattr(before, f.name), f.name
+        assert getattr(first.args, f.name) == getattr(second.args, f.name), f.name
+    assert first.args.reward_weights == [1.0, 1.0] and first.spec.reward_weights == (1.0, 1.0)   # + overlong, once
+    assert first.args.epsilon_high == 0.28 and args.epsilon_high is None
+
+
+@pytest.mark.parametrize("field, value", [
+    ("delta", 1.5), ("sapo_temperature_neg", 2.0), ("sapo_temperature_pos", 2.0), ("vespo_k_pos", 5.0),
+    ("vespo_lambda_pos", 5.0), ("vespo_k_neg", 5.0), ("vespo_lambda_neg", 5.0), ("use_adaptive_entropy", True),
+    ("entropy_target", 0.5), ("entropy_coef_min", 0.01), ("entropy_coef_max", 0.5), ("entropy_coef_delta", 0.01),
+    ("router_aux_loss_coef", 0.01), ("off_policy_mask_threshold", 0.5),
+])
+def test_trl_loss_only_settings_are_refused_not_inert(field, value, tmp_path):
+    from grpolab.dropin import REFUSED_FIELDS
+    assert field in REFUSED_FIELDS
+    with pytest.raises(ValueError, match=rf"GRPOConfig.{field}={value!r} acts only inside TRL's own loss or "
+                                         rf"advantages .*grpolab's method 'grpo' decides the loss"):
+        GrpoLabTrainer(model=MISSING_MODEL, reward_funcs=reward_num_unique_chars, args=_args(tmp_path, **{field: value}),
+                       train_dataset=_dataset(), method="grpo", correctness="answer")
+
+
+def test_signature_and_reward_names_are_trls():
+    import functools
+    import inspect
+    from trl import GRPOTrainer
+    from grpolab.dropin import reward_func_names
+    ours, trls = inspect.signature(GrpoLabTrainer).parameters, inspect.signature(GRPOTrainer).parameters
+    assert list(ours) == [*trls, "method", "correctness"]
+    assert ours["method"].default is inspect.Parameter.empty and ours["method"].kind is inspect.Parameter.KEYWORD_ONLY
+    wrapped = functools.partial(functools.partial(solved, solvable=[True]))
+    assert reward_func_names([wrapped, reward_num_unique_chars]) == ["solved", "reward_num_unique_chars"]

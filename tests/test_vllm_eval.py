@@ -108,7 +108,8 @@ def test_trl_off_policy_mask_is_refused_not_ignored(tmp_path):
 
     from grpolab.trainer import GrpoLabTrainer
     args = GRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, off_policy_mask_threshold=0.5)
-    with pytest.raises(ValueError, match=r"GRPOConfig.off_policy_mask_threshold=0.5 conflicts with method 'grpo', "
-                                         r"which decides it \(grpolab's loss does not implement"):
+    with pytest.raises(ValueError, match=r"GRPOConfig.off_policy_mask_threshold=0.5 acts only inside TRL's own loss "
+                                         r"or advantages \(DeepSeek-V3.2's off-policy sequence mask\); grpolab's "
+                                         r"method 'grpo' decides the loss"):
         GrpoLabTrainer(model="/nonexistent/model/dir", reward_funcs=lambda completions, **kw: [0.0] * len(completions),
                        args=args, method="grpo")

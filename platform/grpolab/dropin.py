@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import inspect
 import math
 import warnings
 
@@ -38,6 +40,14 @@ class _NoEquivalent:
         return f"<no TRL equivalent: {self.reason}>"
 
 
+class _Required:
+    """``method=``'s placeholder default, so a missing method gets grpolab's own error."""
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+REQUIRED = _Required()
 _REUSE_KEYS = ("minibatches", "num_iterations")   # method regime entries the drop-in applies to GRPOConfig
 
 
@@ -45,6 +55,9 @@ def resolve_method(method) -> tuple[str, MethodSpec, dict]:
     """``method=`` -> (base name, spec, rollout-reuse regime). A ``MethodSpec`` carries axes only
     (no regime); a name or ``{"name": ..., **axis overrides}`` brings its method's regime."""
     from .methods import METHODS
+    if method is REQUIRED:
+        raise TypeError(f"GrpoLabTrainer: method= is required (TRL's own default is loss_type='dapo', grpolab picks "
+                        f"none for you): a registered name ({', '.join(METHODS)}), a dict or a MethodSpec")
     if isinstance(method, MethodSpec):
         return "custom", method, {}
     if isinstance(method, str):
@@ -66,6 +79,15 @@ def resolve_method(method) -> tuple[str, MethodSpec, dict]:
     spec = METHODS[name].spec(overrides)
     regime = {k: v for k, v in METHODS[name].regime.items() if k in _REUSE_KEYS}
     return name, spec, regime
+
+
+def dropin_signature(trl_init) -> inspect.Signature:
+    """GRPOTrainer.__init__'s parameters plus keyword-only ``method`` (required) and
+    ``correctness``: what ``inspect.signature(GrpoLabTrainer)`` and IDEs show."""
+    sig = inspect.signature(trl_init)
+    extra = [inspect.Parameter("method", inspect.Parameter.KEYWORD_ONLY),
+             inspect.Parameter("correctness", inspect.Parameter.KEYWORD_ONLY, default=None)]
+    return sig.replace(parameters=[*sig.parameters.values(), *extra])
 
 
 def _loss_type(spec: MethodSpec):
@@ -98,13 +120,35 @@ def trl_settings(spec: MethodSpec) -> dict:
         "epsilon": eps_low, "epsilon_high": eps_high,
         "mask_truncated_completions": spec.overlong_filter,
         "scale_rewards": scale.get(spec.advantage, _NoEquivalent(f"advantage={spec.advantage}")),
+        "multi_objective_aggregation": "normalize_then_sum" if spec.advantage == "decoupled" else "sum_then_normalize",
         "importance_sampling_level": level.get(spec.ratio, _NoEquivalent(f"ratio={spec.ratio}")),
         "top_entropy_quantile": spec.top_entropy_quantile,
         "use_bias_correction_kl": spec.kl_ratio_correction,
         "entropy_coef": spec.entropy_coef if spec.entropy_mode == "static" else _NoEquivalent("adaptive entropy bonus"),
-        # TRL applies DeepSeek-V3.2's off-policy sequence mask inside its own loss, which grpolab replaces
-        "off_policy_mask_threshold": _NoEquivalent("grpolab's loss does not implement the off-policy sequence mask"),
     }
+
+
+# GRPOConfig settings that act only inside TRL's own loss (``GRPOTrainer._compute_loss``) or
+# advantages, both of which grpolab's method replaces: a value away from GRPOConfig's default
+# would be silently inert, so it is refused. tests/test_trl_contract.py keeps every GRPOConfig
+# field either mapped (``trl_settings``), refused here, or listed as passed through to TRL.
+REFUSED_FIELDS = {
+    "off_policy_mask_threshold": "DeepSeek-V3.2's off-policy sequence mask",
+    "delta": "two-sided clipping's upper bound on the ratio",
+    "sapo_temperature_neg": "SAPO's gate temperature (grpolab's sapo surrogate has its own)",
+    "sapo_temperature_pos": "SAPO's gate temperature (grpolab's sapo surrogate has its own)",
+    "vespo_k_pos": "VESPO's weighting", "vespo_lambda_pos": "VESPO's weighting",
+    "vespo_k_neg": "VESPO's weighting", "vespo_lambda_neg": "VESPO's weighting",
+    "use_adaptive_entropy": "TRL's adaptive entropy bonus (grpolab's axis: entropy_mode=adaptive)",
+    "entropy_target": "TRL's adaptive entropy bonus (grpolab's axis: entropy_target)",
+    "entropy_coef_min": "TRL's adaptive entropy bonus", "entropy_coef_max": "TRL's adaptive entropy bonus",
+    "entropy_coef_delta": "TRL's adaptive entropy bonus (grpolab's axis: entropy_coef_step)",
+    "router_aux_loss_coef": "the MoE router's auxiliary loss, which grpolab's loss does not add",
+}
+
+
+class MethodSettingsWarning(UserWarning):
+    """The method changed GRPOConfig settings the user left at (or set to) their defaults."""
 
 
 def _default(config_cls, field: str):
@@ -112,10 +156,19 @@ def _default(config_cls, field: str):
     return f.default if f.default is not dataclasses.MISSING else f.default_factory()
 
 
-def apply_method_settings(args, method_name: str, spec: MethodSpec, regime: dict) -> None:
+def apply_method_settings(args, method_name: str, spec: MethodSpec, regime: dict) -> list[str]:
     """Write the method's TRL settings into ``args``; a setting the user moved away from
-    GRPOConfig's default to a different value raises, naming both. (A value equal to the
-    default counts as not set: GRPOConfig cannot tell the two apart.)"""
+    GRPOConfig's default to a different value raises, naming both, and so does a loss-only
+    setting grpolab would leave inert (``REFUSED_FIELDS``). A value equal to the default cannot
+    be told from an unset one: each one the method changes is returned as
+    ``"field: default -> value"`` for the caller's warning."""
+    for field, reason in REFUSED_FIELDS.items():
+        given, default = getattr(args, field), _default(type(args), field)
+        if given != default:
+            raise ValueError(f"GRPOConfig.{field}={given!r} acts only inside TRL's own loss or advantages ({reason}); "
+                             f"grpolab's method {method_name!r} decides the loss, so it would do nothing: leave "
+                             f"{field} at its default ({default!r})")
+    changed = []
     for field, wanted in trl_settings(spec).items():
         given, default = getattr(args, field), _default(type(args), field)
         if isinstance(wanted, _NoEquivalent):
@@ -126,13 +179,21 @@ def apply_method_settings(args, method_name: str, spec: MethodSpec, regime: dict
         if given != default and given != wanted:
             raise ValueError(f"GRPOConfig.{field}={given!r} conflicts with method {method_name!r}, which sets "
                              f"{field}={wanted!r}; drop the setting or override the method's axis instead")
+        if given != wanted:
+            changed.append(f"{field}: {given!r} -> {wanted!r}")
         setattr(args, field, wanted)
-    _apply_reuse(args, method_name, regime)
+    return changed + _apply_reuse(args, method_name, regime)
 
 
 def _apply_reuse(args, method_name: str, regime: dict) -> None:
     """A registered method whose point is off-policy correction (GSPO, CISPO, ...) gets its
-    rollout reuse when the user's config is on-policy by default."""
+    rollout reuse when the user's config is on-policy by default. Returns what it changed."""
+    changed = []
+    if "num_iterations" in regime and args.num_iterations != regime["num_iterations"]:
+        changed.append(f"num_iterations: {args.num_iterations} -> {regime['num_iterations']}")
+    if "minibatches" in regime and args.steps_per_generation != regime["minibatches"] * args.gradient_accumulation_steps:
+        changed.append(f"steps_per_generation: {args.steps_per_generation} -> "
+                       f"{regime['minibatches'] * args.gradient_accumulation_steps}")
     if "num_iterations" in regime:
         if args.num_iterations not in (1, regime["num_iterations"]):
             raise ValueError(f"GRPOConfig.num_iterations={args.num_iterations} conflicts with method "
@@ -146,6 +207,7 @@ def _apply_reuse(args, method_name: str, regime: dict) -> None:
                              f"steps (steps_per_generation={wanted})")
         args.steps_per_generation = wanted
         args.generation_batch_size = args.per_device_train_batch_size * args.world_size * wanted
+    return changed
 
 
 def reward_func_names(reward_funcs) -> list[str]:
@@ -158,6 +220,8 @@ def reward_func_names(reward_funcs) -> list[str]:
         elif hasattr(f, "config") and hasattr(f.config, "_name_or_path"):
             names.append(str(f.config._name_or_path).split("/")[-1])
         else:
+            while isinstance(f, functools.partial):   # TRL names a partial after the function it wraps
+                f = f.func
             names.append(getattr(f, "__name__", type(f).__name__))
     return names
 
@@ -182,19 +246,21 @@ def resolve_correctness(correctness, names: list[str], dataset) -> tuple[str, ob
 
 def check_needs(method_name: str, spec: MethodSpec, has_correctness: bool) -> MethodSpec:
     """Settings that need correctness: VAPO's positive-example LM loss raises without it (no
-    stand-in exists); an accuracy filter falls back to the reward, said once."""
+    stand-in exists); an accuracy filter falls back to the reward. Without correctness, one
+    warning says every stand-in."""
     if spec.positive_lm_coef > 0 and not has_correctness:
         raise ValueError(f"method {method_name!r}: positive_lm_coef={spec.positive_lm_coef} trains on correct "
                          "completions and needs correctness=<reward function name | dataset column | callable>")
-    if spec.sampling != "static" and spec.sampling_filter == "accuracy" and not has_correctness:
-        warnings.warn(f"method {method_name!r}: sampling={spec.sampling} filters groups on accuracy, but no "
-                      "correctness= was given: it keeps groups whose total reward varies instead "
-                      "(sampling_filter=reward)", stacklevel=3)
+    if has_correctness:
+        return spec
+    message = ("GrpoLabTrainer: no correctness= given: correctness curves (accuracy, length/correct, "
+               "groups/all_correct, ...) are replaced by curves of completions whose reward is above their "
+               "group's mean (" + ", ".join(PROXY_NAMES.values()) + ")")
+    if spec.sampling != "static" and spec.sampling_filter == "accuracy":
+        message += (f"; method {method_name!r}: sampling={spec.sampling} filters groups on accuracy, so it keeps "
+                    "groups whose total reward varies instead (sampling_filter=reward)")
         spec = dataclasses.replace(spec, sampling_filter="reward")
-    if not has_correctness:
-        warnings.warn("GrpoLabTrainer: no correctness= given: correctness curves (accuracy, length/correct, "
-                      "groups/all_correct, ...) are replaced by curves of completions whose reward is above their "
-                      "group's mean (" + ", ".join(PROXY_NAMES.values()) + ")", stacklevel=3)
+    warnings.warn(message, stacklevel=3)
     return spec
 
 

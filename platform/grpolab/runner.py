@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from .config import RunConfig
 from .state import state_dir as default_state_dir
 from .lifecycle import signals_raise
 from .tracking import RunRecorder, git_commit
-from .dropin import task_correctness
+from .dropin import MethodSettingsWarning, task_correctness
 from .world.generation import evaluate
 from .world.models import load_model
 from .tasks import log_eval_samples, make_task, render_examples
@@ -244,13 +245,15 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
 
         callback = TrackingCallback(recorder, run_eval, cfg.eval.every, cfg.tracking.samples)
         saver = checkpoints.CheckpointCallback(cfg.train.keep_checkpoints, recorder)
-        trainer = GrpoLabTrainer(   # the public drop-in signature; the task is one more correctness source
-            model=model, reward_funcs=_reward_funcs(task, train, max_len),
-            args=_grpo_args(cfg, task, out_dir), train_dataset=dataset, peft_config=engines.peft_config(cfg.model.lora),
-            processing_class=tokenizer, callbacks=[callback, saver, *(callbacks or [])], method=cfg.spec,
-            correctness=task_correctness(task, train),
-            **({"rollout_func": task.rollout(train)} if hasattr(task, "rollout") else {}),   # multi-turn envs (envs/)
-        )
+        with warnings.catch_warnings():   # its GRPOConfig leaves what the method decides at the defaults on purpose
+            warnings.simplefilter("ignore", MethodSettingsWarning)
+            trainer = GrpoLabTrainer(   # the public drop-in signature; the task is one more correctness source
+                model=model, reward_funcs=_reward_funcs(task, train, max_len),
+                args=_grpo_args(cfg, task, out_dir), train_dataset=dataset, peft_config=engines.peft_config(cfg.model.lora),
+                processing_class=tokenizer, callbacks=[callback, saver, *(callbacks or [])], method=cfg.spec,
+                correctness=task_correctness(task, train),
+                **({"rollout_func": task.rollout(train)} if hasattr(task, "rollout") else {}),   # multi-turn envs (envs/)
+            )
         if cfg.spec.needs_reference and trainer.ref_model is None and cfg.model.lora is None:  # LoRA: adapter off
             raise RuntimeError("the method needs a reference model but TRL did not build one")
         callback.trainer = saver.trainer = trainer

@@ -13,6 +13,7 @@ Native TRL settings used where TRL is exact: ``mask_truncated_completions`` (ove
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import warnings
@@ -34,15 +35,20 @@ class GrpoLabTrainer(GRPOTrainer):
     registered name such as ``"dapo"``, ``{"name": "dapo", **axis overrides}`` or a ``MethodSpec``)
     and ``correctness=`` (a reward function's name, a dataset column or a callable; ``dropin.py``
     says what each means). Everything is checked here, before TRL loads a model; the GRPOConfig
-    settings the method decides are written into ``args`` (a conflicting user value raises)."""
+    settings the method decides are written into a copy of ``args`` (the user's object is left
+    as it was; a conflicting user value raises; a default the method changes is warned about,
+    once, as ``dropin.MethodSettingsWarning``). ``method`` is required: TRL's own default
+    algorithm (loss_type="dapo") is not grpolab's "grpo", so no default is silently picked."""
 
     def __init__(self, model, reward_funcs=None, args=None, train_dataset=None, *trl_args,
-                 method="grpo", correctness=None, **trl_kwargs):
+                 method=dropin.REQUIRED, correctness=None, **trl_kwargs):
         self.method_name, spec, regime = dropin.resolve_method(method)
         if args is None:   # TRL's own default, built here so the method's settings can go into it
             from trl import GRPOConfig
             name = model if isinstance(model, str) else model.config._name_or_path
             args = GRPOConfig(f"{str(name).split('/')[-1]}-GRPO")
+        else:   # deepcopy, not dataclasses.replace: GRPOConfig.__post_init__ rejects its own resolved fields
+            args = copy.deepcopy(args)
         funcs = list(reward_funcs) if isinstance(reward_funcs, list) else ([] if reward_funcs is None else [reward_funcs])
         spec = self._reconcile_reward_weights(spec, args, len(funcs))
         if spec.soft_overlong:   # DAPO eq. 13 is a reward component named "overlong"
@@ -55,7 +61,11 @@ class GrpoLabTrainer(GRPOTrainer):
         self._correct_kind, self._correct_key = dropin.resolve_correctness(
             correctness, dropin.reward_func_names(funcs), train_dataset)
         spec = dropin.check_needs(self.method_name, spec, self._correct_kind != "none")
-        dropin.apply_method_settings(args, self.method_name, spec, regime)
+        changed = dropin.apply_method_settings(args, self.method_name, spec, regime)
+        if changed:
+            warnings.warn(f"GrpoLabTrainer: method {self.method_name!r} changed GRPOConfig settings left at their "
+                          f"defaults (a value set to the default cannot be told from an unset one): "
+                          f"{', '.join(changed)}", dropin.MethodSettingsWarning, stacklevel=2)
         self.spec = spec
         self.tracker = algorithms.ValueTracker(spec.tracker_decay) if spec.advantage == "value_tracker" else None
         self.entropy_coef_now = spec.entropy_coef
@@ -473,3 +483,6 @@ class GrpoLabTrainer(GRPOTrainer):
             vllm.llm.sleep(level=2)
             vllm._llm_weights_sleeping = True
         return [list(c.token_ids) for request in outputs for c in request.outputs]
+
+
+GrpoLabTrainer.__init__.__signature__ = dropin.dropin_signature(GRPOTrainer.__init__)   # TRL's names, not *args
