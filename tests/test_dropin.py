@@ -319,3 +319,17 @@ def test_signature_and_reward_names_are_trls():
     assert ours["method"].default is inspect.Parameter.empty and ours["method"].kind is inspect.Parameter.KEYWORD_ONLY
     wrapped = functools.partial(functools.partial(solved, solvable=[True]))
     assert reward_func_names([wrapped, reward_num_unique_chars]) == ["solved", "reward_num_unique_chars"]
+
+
+def test_reward_weights_meet_the_methods_in_one_place(tmp_path):
+    """GRPOConfig.reward_weights and the CLI's task weights go through one helper
+    (spec.with_reward_weights): the same rules, the same words."""
+    kw = dict(model=MISSING_MODEL, reward_funcs=[reward_num_unique_chars, solved], train_dataset=_dataset(),
+              correctness="solved")
+    with pytest.raises(ValueError, match=r"method.reward_weights: \[1.0, 0.5\] conflicts with GRPOConfig.reward_weights "
+                                         r"\[1.0, 2.0\]; set weights in one place"):
+        GrpoLabTrainer(**kw, args=_args(tmp_path, reward_weights=[1.0, 2.0]),
+                       method={"name": "grpo", "reward_weights": [1.0, 0.5]})
+    with pytest.raises(ValueError, match=r"method.reward_weights: 2 weights for 3 reward components "
+                                         r"\(reward_num_unique_chars, solved, overlong\)"):
+        GrpoLabTrainer(**kw, args=_args(tmp_path, reward_weights=[1.0]), method="dapo")

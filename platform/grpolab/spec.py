@@ -183,3 +183,23 @@ def validate_spec(spec: MethodSpec) -> None:
            f"group_mean, got {spec.advantage!r}")
     _check(spec.advantage != "value_tracker" or spec.kl_placement == "loss" or spec.kl_coef == 0,
            "method.advantage=value_tracker: kl_placement=reward is not supported with the tracker; use loss")
+
+
+def with_reward_weights(spec: MethodSpec, given, source: str, names, error=ConfigError) -> MethodSpec:
+    """``spec`` with ``given`` (one weight per named reward function, or None) as its
+    ``reward_weights``, plus weight 1 for the method's soft-overlong component when on: the one
+    place weights meet, for the CLI's task weights and for TRL's ``GRPOConfig.reward_weights``.
+    Weights given in ``source`` and in the method that differ raise ``error``, and so does a
+    weight list that is not one weight per reward component."""
+    overlong = (1.0,) if spec.soft_overlong else ()
+    if given is not None:
+        weights = (*(float(w) for w in given), *overlong)
+        if spec.reward_weights is not None and tuple(spec.reward_weights) != weights:
+            raise error(f"method.reward_weights: {list(spec.reward_weights)} conflicts with {source} "
+                        f"{list(weights)}; set weights in one place")
+        spec = dataclasses.replace(spec, reward_weights=weights)
+    n_components = len(names) + len(overlong)
+    if spec.reward_weights is not None and len(spec.reward_weights) != n_components:
+        raise error(f"method.reward_weights: {len(spec.reward_weights)} weights for {n_components} reward "
+                    f"components ({', '.join(names)}{', overlong' if overlong else ''})")
+    return spec

@@ -14,7 +14,6 @@ Native TRL settings used where TRL is exact: ``mask_truncated_completions`` (ove
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import warnings
 
@@ -27,7 +26,7 @@ from .algorithms.losses import kl_estimate
 from .errors import NonFiniteLossError
 from .loss_stats import WindowStats, weighted
 from .metrics import rollout_metrics, trained_metrics
-from .spec import MethodSpec
+from .spec import with_reward_weights
 
 
 class GrpoLabTrainer(GRPOTrainer):
@@ -50,7 +49,8 @@ class GrpoLabTrainer(GRPOTrainer):
         else:   # deepcopy, not dataclasses.replace: GRPOConfig.__post_init__ rejects its own resolved fields
             args = copy.deepcopy(args)
         funcs = list(reward_funcs) if isinstance(reward_funcs, list) else ([] if reward_funcs is None else [reward_funcs])
-        spec = self._reconcile_reward_weights(spec, args, len(funcs))
+        spec = with_reward_weights(spec, args.reward_weights, "GRPOConfig.reward_weights",   # TRL's become the method's
+                                   dropin.reward_func_names(funcs), error=ValueError)
         if spec.soft_overlong:   # DAPO eq. 13 is a reward component named "overlong"
             funcs.append(dropin.overlong_reward(spec, args.max_completion_length))
             if args.reward_weights is not None:
@@ -80,22 +80,6 @@ class GrpoLabTrainer(GRPOTrainer):
         self.critic = self.critic_opt = None
         if spec.advantage == "gae":
             self._build_critic()
-
-    @staticmethod
-    def _reconcile_reward_weights(spec: MethodSpec, args, n_funcs: int) -> MethodSpec:
-        """TRL's ``reward_weights`` become the method's (one place for weights); both set and
-        different raises. The soft-overlong component, when on, weighs 1."""
-        n_total = n_funcs + (1 if spec.soft_overlong else 0)
-        if args.reward_weights is not None:
-            given = tuple(float(w) for w in args.reward_weights) + ((1.0,) if spec.soft_overlong else ())
-            if spec.reward_weights is not None and tuple(spec.reward_weights) != given:
-                raise ValueError(f"GRPOConfig.reward_weights={list(args.reward_weights)} conflicts with the method's "
-                                 f"reward_weights={list(spec.reward_weights)}; set weights in one place")
-            spec = dataclasses.replace(spec, reward_weights=given)
-        if spec.reward_weights is not None and len(spec.reward_weights) != n_total:
-            raise ValueError(f"method reward_weights: {len(spec.reward_weights)} weights for {n_total} reward "
-                             f"functions{' (the last is soft overlong)' if spec.soft_overlong else ''}")
-        return spec
 
     # -- rewards ------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):

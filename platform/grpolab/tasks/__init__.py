@@ -100,16 +100,7 @@ def spec_with_task_weights(spec, task):
     """The method spec with the task's reward weights as ``reward_weights`` (one per component;
     the method's soft-overlong component, when on, weighs 1). Weights given both in the task and
     in ``method.reward_weights`` must agree; a weight list of the wrong length is an error."""
-    import dataclasses
-    n_components = len(task.reward_names) + (1 if spec.soft_overlong else 0)
+    from ..spec import with_reward_weights
     task_weights = getattr(task, "reward_weights", None)
-    if task_weights is not None and any(w != 1.0 for w in task_weights):
-        weights = (*task_weights, *((1.0,) if spec.soft_overlong else ()))
-        if spec.reward_weights is not None and tuple(spec.reward_weights) != weights:
-            raise ConfigError(f"method.reward_weights: {list(spec.reward_weights)} conflicts with the weights of "
-                              f"task.rewards {list(weights)}; set weights in one place")
-        spec = dataclasses.replace(spec, reward_weights=weights)
-    if spec.reward_weights is not None and len(spec.reward_weights) != n_components:
-        raise ConfigError(f"method.reward_weights: {len(spec.reward_weights)} weights for {n_components} reward "
-                          f"components ({', '.join(task.reward_names)}{', overlong' if spec.soft_overlong else ''})")
-    return spec
+    given = task_weights if task_weights is not None and any(w != 1.0 for w in task_weights) else None
+    return with_reward_weights(spec, given, "the weights of task.rewards", task.reward_names)
