@@ -53,7 +53,7 @@ def bench_tracking(state: Path, preset: str, steps: int, repeats: int) -> dict:
         for tracked in (False, True):
             timer, trainers = _StepTimer(), []
             run_experiment(_cfg(preset, steps, tracked), state, callbacks=[timer], on_trainer=trainers.append)
-            per_step[tracked].append(statistics.median(timer.times[2:]))  # skip warm-up steps
+            per_step[tracked].append(_steady(timer.times))  # skip warm-up steps
             if tracked:
                 cb = next(c for c in trainers[0].callback_handler.callbacks if isinstance(c, TrackingCallback))
                 accounted.append(cb.tracking_seconds / sum(timer.times))
@@ -63,6 +63,11 @@ def bench_tracking(state: Path, preset: str, steps: int, repeats: int) -> dict:
             "accounted_overhead_percent": 100 * statistics.median(accounted),
             "note": "A/B step times of separate runs carry run-to-run noise at this scale; the accounted "
                     "figure is time inside tracking code / training time of the same run"}
+
+
+def _steady(times: list[float]) -> float:
+    """Median seconds per step after the 2 warm-up steps (a run of <= 2 steps: its last step)."""
+    return statistics.median(times[min(2, len(times) - 1):])
 
 
 def _alternate(make_pair, repeats: int) -> dict:
@@ -76,7 +81,7 @@ def _alternate(make_pair, repeats: int) -> dict:
             timer = _StepTimer()
             trainer.add_callback(timer)
             trainer.train()
-            times[ours].append(statistics.median(timer.times[2:]))
+            times[ours].append(_steady(timer.times))
     stock, mine = statistics.median(times[False]), statistics.median(times[True])
     return {"stock_trl_s_per_step": stock, "grpolab_s_per_step": mine, "ratio": mine / stock}
 
@@ -89,7 +94,7 @@ def bench_trainer(preset: str, steps: int, repeats: int) -> dict:
     import datasets
     from trl import GRPOConfig, GRPOTrainer
 
-    from .dropin import task_correctness
+    from .dropin import MethodSettingsWarning, task_correctness
     from .trainer import GrpoLabTrainer
     from .world.models import build_model, save_model
     from .world.tasks import make_task
@@ -114,7 +119,9 @@ def bench_trainer(preset: str, steps: int, repeats: int) -> dict:
                               bf16=precision == "bf16", disable_tqdm=True, save_strategy="no", seed=0, top_k=0)
             kw = dict(model=str(model_dir), reward_funcs=[reward], args=args, train_dataset=ds)
             if ours:
-                return GrpoLabTrainer(**kw, method="grpo", correctness=task_correctness(task, train))
+                with warnings.catch_warnings():   # the GRPOConfig above is stock's; the method's changes are the point
+                    warnings.simplefilter("ignore", MethodSettingsWarning)
+                    return GrpoLabTrainer(**kw, method="grpo", correctness=task_correctness(task, train))
             return GRPOTrainer(**kw)
         out[precision] = _alternate(make, repeats)
     out["dropin_quickstart"] = bench_dropin(model_dir, ds, steps, repeats)

@@ -18,6 +18,7 @@ and an accuracy filter filters on the reward instead; both are said once, as a w
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import functools
@@ -27,7 +28,7 @@ import warnings
 
 from transformers import TrainerCallback
 
-from .spec import SPEC_FIELDS, MethodSpec
+from .spec import SPEC_FIELDS, MethodSpec, with_reward_weights
 
 
 class _NoEquivalent:
@@ -88,6 +89,50 @@ def dropin_signature(trl_init) -> inspect.Signature:
     extra = [inspect.Parameter("method", inspect.Parameter.KEYWORD_ONLY),
              inspect.Parameter("correctness", inspect.Parameter.KEYWORD_ONLY, default=None)]
     return sig.replace(parameters=[*sig.parameters.values(), *extra])
+
+
+@dataclasses.dataclass
+class DropIn:
+    """What ``prepare`` decided: the trainer's own GRPOConfig (a copy) and reward functions."""
+    method_name: str
+    spec: MethodSpec
+    args: object
+    reward_funcs: list
+    correct_kind: str
+    correct_key: object
+
+
+def prepare(model, reward_funcs, args, train_dataset, method, correctness, trl_kwargs: dict) -> DropIn:
+    """Everything ``GrpoLabTrainer`` decides before TRL builds anything: the method, a deep copy
+    of ``args`` (``dataclasses.replace`` would rerun GRPOConfig.__post_init__, which rejects its
+    own resolved fields) with the method's settings, the reward weights, DAPO's soft-overlong
+    reward (appended, with its entry in ``trl_kwargs["reward_processing_classes"]``) and the
+    correctness source. One ``MethodSettingsWarning`` lists the defaults the method changed."""
+    method_name, spec, regime = resolve_method(method)
+    if args is None:   # TRL's own default, built here so the method's settings can go into it
+        from trl import GRPOConfig
+        name = model if isinstance(model, str) else model.config._name_or_path
+        args = GRPOConfig(f"{str(name).split('/')[-1]}-GRPO")
+    else:
+        args = copy.deepcopy(args)
+    funcs = list(reward_funcs) if isinstance(reward_funcs, list) else ([] if reward_funcs is None else [reward_funcs])
+    spec = with_reward_weights(spec, args.reward_weights, "GRPOConfig.reward_weights",   # TRL's become the method's
+                               reward_func_names(funcs), error=ValueError)
+    if spec.soft_overlong:   # DAPO eq. 13 is a reward component named "overlong"
+        funcs.append(overlong_reward(spec, args.max_completion_length))
+        if args.reward_weights is not None:
+            args.reward_weights = [*args.reward_weights, 1.0]
+        rpc = trl_kwargs.get("reward_processing_classes")
+        if isinstance(rpc, list):
+            trl_kwargs["reward_processing_classes"] = [*rpc, None]
+    kind, key = resolve_correctness(correctness, reward_func_names(funcs), train_dataset)
+    spec = check_needs(method_name, spec, kind != "none")
+    changed = apply_method_settings(args, method_name, spec, regime)
+    if changed:
+        warnings.warn(f"GrpoLabTrainer: method {method_name!r} changed GRPOConfig settings left at their defaults "
+                      f"(a value set to the default cannot be told from an unset one): {', '.join(changed)}",
+                      MethodSettingsWarning, stacklevel=4)
+    return DropIn(method_name, spec, args, funcs, kind, key)
 
 
 def _loss_type(spec: MethodSpec):
@@ -179,8 +224,8 @@ def apply_method_settings(args, method_name: str, spec: MethodSpec, regime: dict
         if given != default and given != wanted:
             raise ValueError(f"GRPOConfig.{field}={given!r} conflicts with method {method_name!r}, which sets "
                              f"{field}={wanted!r}; drop the setting or override the method's axis instead")
-        if given != wanted:
-            changed.append(f"{field}: {given!r} -> {wanted!r}")
+        if given != wanted and not (field == "epsilon_high" and given is None and args.epsilon == wanted):
+            changed.append(f"{field}: {given!r} -> {wanted!r}")   # (TRL reads epsilon_high=None as epsilon)
         setattr(args, field, wanted)
     return changed + _apply_reuse(args, method_name, regime)
 
@@ -260,7 +305,7 @@ def check_needs(method_name: str, spec: MethodSpec, has_correctness: bool) -> Me
         message += (f"; method {method_name!r}: sampling={spec.sampling} filters groups on accuracy, so it keeps "
                     "groups whose total reward varies instead (sampling_filter=reward)")
         spec = dataclasses.replace(spec, sampling_filter="reward")
-    warnings.warn(message, stacklevel=3)
+    warnings.warn(message, stacklevel=5)   # check_needs < prepare < GrpoLabTrainer.__init__ < the caller
     return spec
 
 

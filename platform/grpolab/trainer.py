@@ -13,7 +13,6 @@ Native TRL settings used where TRL is exact: ``mask_truncated_completions`` (ove
 
 from __future__ import annotations
 
-import copy
 import math
 import warnings
 
@@ -26,7 +25,6 @@ from .algorithms.losses import kl_estimate
 from .errors import NonFiniteLossError
 from .loss_stats import WindowStats, weighted
 from .metrics import rollout_metrics, trained_metrics
-from .spec import with_reward_weights
 
 
 class GrpoLabTrainer(GRPOTrainer):
@@ -41,31 +39,9 @@ class GrpoLabTrainer(GRPOTrainer):
 
     def __init__(self, model, reward_funcs=None, args=None, train_dataset=None, *trl_args,
                  method=dropin.REQUIRED, correctness=None, **trl_kwargs):
-        self.method_name, spec, regime = dropin.resolve_method(method)
-        if args is None:   # TRL's own default, built here so the method's settings can go into it
-            from trl import GRPOConfig
-            name = model if isinstance(model, str) else model.config._name_or_path
-            args = GRPOConfig(f"{str(name).split('/')[-1]}-GRPO")
-        else:   # deepcopy, not dataclasses.replace: GRPOConfig.__post_init__ rejects its own resolved fields
-            args = copy.deepcopy(args)
-        funcs = list(reward_funcs) if isinstance(reward_funcs, list) else ([] if reward_funcs is None else [reward_funcs])
-        spec = with_reward_weights(spec, args.reward_weights, "GRPOConfig.reward_weights",   # TRL's become the method's
-                                   dropin.reward_func_names(funcs), error=ValueError)
-        if spec.soft_overlong:   # DAPO eq. 13 is a reward component named "overlong"
-            funcs.append(dropin.overlong_reward(spec, args.max_completion_length))
-            if args.reward_weights is not None:
-                args.reward_weights = [*args.reward_weights, 1.0]
-            rpc = trl_kwargs.get("reward_processing_classes")
-            if isinstance(rpc, list):
-                trl_kwargs["reward_processing_classes"] = [*rpc, None]
-        self._correct_kind, self._correct_key = dropin.resolve_correctness(
-            correctness, dropin.reward_func_names(funcs), train_dataset)
-        spec = dropin.check_needs(self.method_name, spec, self._correct_kind != "none")
-        changed = dropin.apply_method_settings(args, self.method_name, spec, regime)
-        if changed:
-            warnings.warn(f"GrpoLabTrainer: method {self.method_name!r} changed GRPOConfig settings left at their "
-                          f"defaults (a value set to the default cannot be told from an unset one): "
-                          f"{', '.join(changed)}", dropin.MethodSettingsWarning, stacklevel=2)
+        setup = dropin.prepare(model, reward_funcs, args, train_dataset, method, correctness, trl_kwargs)
+        self.method_name, spec, args, funcs = setup.method_name, setup.spec, setup.args, setup.reward_funcs
+        self._correct_kind, self._correct_key = setup.correct_kind, setup.correct_key
         self.spec = spec
         self.tracker = algorithms.ValueTracker(spec.tracker_decay) if spec.advantage == "value_tracker" else None
         self.entropy_coef_now = spec.entropy_coef
