@@ -75,8 +75,10 @@ def trained_metrics(rewards: torch.Tensor, correct: torch.Tensor, lengths: torch
 # micro-batch of a generation batch (fresh and reused passes) and every process, logged once per
 # generation batch.
 DEFINITIONS: dict[str, str] = {
-    "reward/mean": "generated: mean total reward (all components, weighted, shaping included)",
-    "reward/std": "generated: std (N-1) of the total reward",
+    "reward/mean": "generated: mean total reward (all components, weighted, shaping included; the nansum of "
+                   "the rewards given) over the scorable completions (one every reward function returned None "
+                   "for is left out, as from TRL's `reward`)",
+    "reward/std": "generated: std (N-1) of the total reward over the scorable completions",
     "accuracy": "generated: fraction of completions the task verifier marks correct (independent of reward shaping)",
     "entropy": "generated: mean per-token entropy (nats) of the sampling policy over every generated completion "
                "token, truncated completions included (one no-grad forward per generation round)",
@@ -89,7 +91,7 @@ DEFINITIONS: dict[str, str] = {
     "groups/all_wrong": "generated: fraction of groups whose completions are all incorrect (verifier)",
     "tokens/generated": "completion tokens generated for this generation batch (every round, discarded ones included)",
     "tokens/cumulative": "completion tokens generated since the run started",
-    "trained/reward/mean": "trained: mean total reward of the rows with a non-empty loss mask",
+    "trained/reward/mean": "trained: mean total reward of the scorable rows with a non-empty loss mask",
     "trained/accuracy": "trained: fraction correct among rows with a non-empty loss mask",
     "trained/length/mean": "trained: mean length of rows with a non-empty loss mask",
     "trained/length/correct": "trained: mean length of correct rows with a non-empty loss mask (NaN when none)",

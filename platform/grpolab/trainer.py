@@ -22,12 +22,13 @@ from trl import GRPOTrainer
 
 from . import algorithms, dropin, sampling
 from .algorithms.losses import kl_estimate
+from .critic import CriticMixin
 from .errors import NonFiniteLossError
 from .loss_stats import WindowStats, weighted
 from .metrics import rollout_metrics, trained_metrics
 
 
-class GrpoLabTrainer(GRPOTrainer):
+class GrpoLabTrainer(CriticMixin, GRPOTrainer):
     """``trl.GRPOTrainer`` running a grpolab method: TRL's own arguments, plus ``method=`` (a
     registered name such as ``"dapo"``, ``{"name": "dapo", **axis overrides}`` or a ``MethodSpec``)
     and ``correctness=`` (a reward function's name, a dataset column or a callable; ``dropin.py``
@@ -362,36 +363,6 @@ class GrpoLabTrainer(GRPOTrainer):
         padded[:values.numel()] = values
         gathered = self.accelerator.gather(padded)
         return gathered[~torch.isnan(gathered)]
-
-    # -- critic (PPO, VAPO) -------------------------------------------------------------
-    def _build_critic(self) -> None:
-        from .critic import ValueModel
-        if self.accelerator.num_processes > 1:
-            raise NotImplementedError("the critic axis (gae) is single-process for now: its value model is not "
-                                      "wrapped for data parallelism")
-        self.critic = ValueModel(self.model.config._name_or_path).to(self.accelerator.device)
-        self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=self.spec.critic_lr)
-        self._critic_micro_steps = 0
-
-    def _critic_values(self, batch: dict, grad: bool) -> torch.Tensor:
-        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
-        attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
-        with torch.set_grad_enabled(grad):
-            return self.critic(ids, attn, batch["completion_ids"].size(1))
-
-    def _train_critic(self, inputs: dict) -> float:
-        """One micro-batch of value regression to the GAE targets; the critic's own optimizer
-        steps once per gradient-accumulation window."""
-        from .critic import value_loss
-        loss = value_loss(self._critic_values(inputs, grad=True), inputs["returns"], inputs["completion_mask"],
-                          inputs.get("old_values"), self.spec.value_clip)
-        (loss / self.current_gradient_accumulation_steps).backward()
-        self._critic_micro_steps += 1
-        if self._critic_micro_steps % self.current_gradient_accumulation_steps == 0:
-            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.args.max_grad_norm)
-            self.critic_opt.step()
-            self.critic_opt.zero_grad(set_to_none=True)
-        return loss.item()
 
     def _update_entropy_coef(self, entropy: float | None) -> None:
         """Adaptive entropy bonus: coef += step while entropy < target, else coef -= step (>= 0),
