@@ -188,6 +188,20 @@ def test_settings_without_a_trl_equivalent_and_missing_sources_raise(tmp_path):
         GrpoLabTrainer(**kw, args=_args(tmp_path, steps_per_generation=3), method="gspo")
 
 
+def test_episode_axes_need_an_episode_rollout_and_refuse_length_axes_on_it(tmp_path):
+    """GiGPO's step term (step_omega) and per-turn episode counting (episode_norm=step) act only on
+    multi-turn episodes; on episodes, overlong filtering cannot act as meant. Raised at construction."""
+    from grpolab.envs.trainer_rollout import EpisodeRollout
+    from grpolab.tasks import make_task
+    kw = dict(model=MISSING_MODEL, reward_funcs=reward_num_unique_chars, args=_args(tmp_path), train_dataset=_dataset())
+    for method in ("gigpo", {"name": "grpo", "episode_norm": "step"}):
+        with pytest.raises(ValueError, match=r"needs multi-turn episodes: pass rollout_func=EpisodeRollout"):
+            GrpoLabTrainer(**kw, method=method)
+    rollout = EpisodeRollout(make_task("gridworld"), [])
+    with pytest.raises(ValueError, match=r"method.overlong_filter: TRL's truncation test .* sees only the last action"):
+        GrpoLabTrainer(**kw, method={"name": "gigpo", "overlong_filter": True}, rollout_func=rollout)
+
+
 def test_registered_regime_and_overrides_reach_the_config(tiny_model_dir, tmp_path):
     t = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=reward_num_unique_chars, args=_args(tmp_path),
                        train_dataset=_dataset(), method={"name": "gspo", "eps_high": 5e-4}, correctness="answer")

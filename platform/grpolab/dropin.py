@@ -127,12 +127,24 @@ def prepare(model, reward_funcs, args, train_dataset, method, correctness, trl_k
             trl_kwargs["reward_processing_classes"] = [*rpc, None]
     kind, key = resolve_correctness(correctness, reward_func_names(funcs), train_dataset)
     spec = check_needs(method_name, spec, kind != "none")
+    check_episode_axes(spec, trl_kwargs.get("rollout_func"))
     changed = apply_method_settings(args, method_name, spec, regime)
     if changed:
         warnings.warn(f"GrpoLabTrainer: method {method_name!r} changed GRPOConfig settings left at their defaults "
                       f"(a value set to the default cannot be told from an unset one): {', '.join(changed)}",
                       MethodSettingsWarning, stacklevel=4)
     return DropIn(method_name, spec, args, funcs, kind, key)
+
+
+def check_episode_axes(spec: MethodSpec, rollout_func) -> None:
+    """GiGPO's step term and per-turn episode counting need multi-turn episodes (an
+    ``EpisodeRollout``); on episodes, the length axes that cannot act are refused (envs/task.py)."""
+    if hasattr(rollout_func, "finish"):   # grpolab.envs.EpisodeRollout
+        from .envs.task import check_episode_method
+        check_episode_method(spec, rollout_func.task.name)
+    elif spec.step_omega > 0 or spec.episode_norm != "episode":
+        raise ValueError(f"method step_omega={spec.step_omega:g}, episode_norm={spec.episode_norm} (GiGPO) needs "
+                         "multi-turn episodes: pass rollout_func=EpisodeRollout (grpolab.envs), e.g. task: {name: gridworld}")
 
 
 def _loss_type(spec: MethodSpec):

@@ -140,9 +140,6 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
             advantages, episode_stats = self.rollout_func.finish(self.spec, advantages, out["completion_ids"].size(1))
             for key, value in episode_stats.items():
                 self._metrics["train"][key].append(value)
-        elif self.spec.step_omega > 0:
-            raise ValueError("method step_omega > 0 (GiGPO) needs multi-turn episodes: pass rollout_func=EpisodeRollout "
-                             "(grpolab.envs), e.g. task: {name: gridworld}")
         out["advantages"] = advantages.to(device)
         out["group_ids"] = (torch.arange(total.numel(), device=device) // G)[start:start + n_local]
         out["seq_rewards"] = total[start:start + n_local]

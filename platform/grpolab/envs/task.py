@@ -166,7 +166,7 @@ def check_episode_config(cfg, task) -> None:
             raise ConfigError(f"method.episode_norm={s.episode_norm}: counts episodes per turn, which needs a multi-turn "
                               f"environment task (task.name: {', '.join(ENVS)}), got task {name!r}")
         return
-    _check_episode_length_and_reward(s, name)
+    check_episode_method(s, name)
     for section in ("train", "eval"):   # run_episodes caps by turns and task.action_tokens, never by this
         if getattr(cfg, section).max_completion_length:
             raise ConfigError(f"{section}.max_completion_length: episodes of task {name!r} are capped by task.max_turns "
@@ -183,7 +183,7 @@ def check_episode_config(cfg, task) -> None:
                           "turn with transformers; use generation.backend=transformers")
 
 
-def _check_episode_length_and_reward(s, name: str) -> None:
+def check_episode_method(s, name: str) -> None:
     """Length axes cannot act as meant on an episode (environment tokens count toward its length, and
     it ends at the environment's done or task.max_turns, not at EOS or a token cap), and
     episode_norm=step recomputes A^E from the episode returns, which must then be the whole reward."""
