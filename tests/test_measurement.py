@@ -395,3 +395,37 @@ def test_vapo_trains_with_every_switch(tiny_model_dir, tmp_path):
     t.train()
     logged = {k for entry in t.state.log_history for k in entry}
     assert {"lm/positive_nll", "critic/value_loss", "clip/region_fraction"} <= logged
+
+
+# -- the entropy curve: the loss's own forward when it sees every generated token under pi_old -----
+
+@pytest.mark.parametrize("reuse", [False, True])
+def test_entropy_curve_is_the_same_whether_or_not_the_loss_forward_supplies_it(tiny_model_dir, tmp_path, reuse):
+    """Static sampling, one pass, one optimizer step per generation: the loss's token-weighted
+    entropy is pi_old's over every generated token, so the extra forward is skipped; the curve
+    must equal the extra forward's, step by step. With rollout reuse (2 passes) the loss sees
+    updated weights, so the extra forward must run."""
+    from grpolab.spec import build_spec
+
+    def coin(prompts, completions, idx, **kw):
+        return [float((len(c) + j) % 2) for j, c in enumerate(completions)]
+    curves, forwards = {}, {}
+    for deferred in (True, False):
+        t, _ = _trainer(str(tiny_model_dir), tmp_path / str(deferred), build_spec({"kl_coef": 0.0}), [coin],
+                        max_steps=4, logging_steps=1, learning_rate=0.05, num_iterations=2 if reuse else 1)
+        forwards[deferred] = []
+        original = t._entropy_sums
+        t._entropy_sums = lambda out, calls=forwards[deferred]: calls.append(1) or original(out)
+        if not deferred:
+            t._loss_sees_pi_old_on_every_token = lambda out: False
+        t.train()
+        curves[deferred] = {key: [(h["step"], h[key]) for h in t.state.log_history if key in h]
+                            for key in ("entropy", "trained/entropy")}
+    generations = 2 if reuse else 4
+    assert (len(forwards[True]), len(forwards[False])) == ((generations, generations) if reuse else (0, generations))
+    for key in ("entropy", "trained/entropy"):
+        assert [s for s, _ in curves[True][key]] == [s for s, _ in curves[False][key]] and len(curves[True][key]) >= 2
+        assert [v for _, v in curves[True][key]] == pytest.approx([v for _, v in curves[False][key]], rel=1e-5)
+    if not reuse:   # every generated token trained under pi_old: the two curves are one
+        assert [v for _, v in curves[True]["entropy"]] == pytest.approx(
+            [v for _, v in curves[True]["trained/entropy"]], rel=1e-6)
