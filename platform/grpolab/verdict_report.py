@@ -24,7 +24,9 @@ def verdict_frame(results) -> pd.DataFrame:
     rows = []
     for r in results:
         c, v = r.claim, r.verdict
-        control = c.control.rung if c.control.rung else f"the fixed value {c.control.value:g}"
+        treatment = c.treatment.rung + (f" ({c.treatment.metric})" if c.treatment.metric else "")
+        control = (c.control.rung + (f" ({c.control.metric})" if c.control.metric else "")
+                   if c.control.rung else f"the fixed value {c.control.value:g}")
         effect = f"{_fmt(v.mean)} [{_fmt(v.low)}, {_fmt(v.high)}]"
         extra = [f"{m}: {_fmt(d)} (n={n})" for m, (d, n) in r.report.items()]
         if r.censored:
@@ -34,7 +36,8 @@ def verdict_frame(results) -> pd.DataFrame:
         rows.append({
             "claim": c.name, "statement": c.statement, "source": c.source,
             "published": f"{ARROW[c.direction]}" + (f"; {c.published}" if c.published else ""),
-            "toy comparison": f"{c.treatment.rung} vs {control} on {c.metric}",
+            "toy comparison": f"{treatment} vs {control}" + ("" if c.treatment.metric and c.control.metric
+                                                             else f" on {c.metric}"),
             "toy effect [95% BCa CI]": effect, "smallest effect": f"{c.smallest_effect:g}",
             "seeds (resamples)": f"{v.n} ({v.n_resamples})", "verdict": v.verdict,
             "seeds for 80% power": v.seeds_needed if v.seeds_needed is not None else "--",
