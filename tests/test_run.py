@@ -86,7 +86,8 @@ def test_reward_function_error_ends_failed_with_reason(shared_state, monkeypatch
 
 def test_non_finite_loss_stops_the_run_as_failed(shared_state, monkeypatch):
     from grpolab.world import tasks
-    monkeypatch.setattr(tasks.Task, "score", lambda self, e, c: {"correct": math.nan})
+    # an infinite reward (NaN is TRL's "None: unscorable", which is skipped, not a failure)
+    monkeypatch.setattr(tasks.Task, "score", lambda self, e, c: {"correct": math.inf})
     from grpolab.errors import NonFiniteLossError
     with pytest.raises(NonFiniteLossError):
         run_experiment(small_cfg("nan"), shared_state)
