@@ -258,3 +258,18 @@ def test_a_ctrl_c_swallowed_in_a_finaliser_is_raised_at_the_next_safe_point():
             reached.append("after the swallowed raise")
             raise_if_signalled()
     assert reached == ["after the swallowed raise"]
+
+
+def test_a_handled_ctrl_c_is_not_raised_again_by_the_next_run():
+    """A caller that catches the KeyboardInterrupt (a notebook: Ctrl-C a run, start another) must
+    not have it raised again at the next run's first safe point."""
+    from grpolab.lifecycle import signals_raise
+    from grpolab.tracking_signals import raise_if_signalled, signal_pending
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with pytest.raises(KeyboardInterrupt):
+        with signals_raise():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+    assert not signal_pending()
+    with signals_raise():
+        raise_if_signalled()   # the next run's safe point: nothing pending

@@ -357,7 +357,7 @@ def signals_raise():
     both left RUNNING. Both are noted first, so a raise that a library swallows or converts is
     raised again at the next safe point. A SIGINT the process was started with ignored (nohup, a
     background job) stays ignored."""
-    from .tracking_signals import note_signal, raise_if_signalled, signal_exception
+    from .tracking_signals import RunKilled, forget_signals, note_signal, raise_if_signalled, signal_exception
 
     def handler(signum, frame):
         note_signal(signum)
@@ -367,9 +367,14 @@ def signals_raise():
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, handler)
     try:
         yield
+    except (KeyboardInterrupt, RunKilled):
+        forget_signals()   # delivered: a caller that handles it (a notebook) must not see it again later
+        raise
     except Exception as exc:
         raise_if_signalled(exc)   # a library turned the signal's raise into this error: it is still the signal
         raise
+    else:
+        raise_if_signalled()      # swallowed after the last safe point: this exit is the next one
     finally:
         for signum, old in previous.items():
             signal.signal(signum, old)
