@@ -35,6 +35,7 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
+from .config import rollout_steps
 from .errors import ConfigError
 
 COMPLETE = "grpolab_complete.json"
@@ -61,29 +62,12 @@ def shared_run_folder(run_id: str | None) -> str:
     return name
 
 
-def rollout_steps(train) -> int:
-    """Optimizer steps that share one generated rollout (a checkpoint must not split it)."""
-    return train.minibatches * train.num_iterations
-
-
 def save_interval(train) -> int:
     """Optimizer steps between checkpoints (0: only at the end)."""
     if train.save_every >= 0:
         return train.save_every
     per = rollout_steps(train)
     return -(-AUTO_SAVE_EVERY // per) * per
-
-
-def check_save_settings(train) -> None:
-    """Config-time check: checkpoints only at rollout boundaries, keep at least one."""
-    per = rollout_steps(train)
-    if train.save_every > 0 and train.save_every % per:
-        raise ConfigError(f"train.save_every: must be a multiple of minibatches x num_iterations = {per} "
-                          f"(a checkpoint cannot split a rollout), got {train.save_every}; or 0 (end only), -1 (auto)")
-    if train.save_every < -1:
-        raise ConfigError(f"train.save_every: must be >= 0, or -1 (auto), got {train.save_every}")
-    if train.keep_checkpoints < 1:
-        raise ConfigError(f"train.keep_checkpoints: must be >= 1, got {train.keep_checkpoints}")
 
 
 def complete_checkpoints(folder: Path) -> list[tuple[int, Path]]:

@@ -118,11 +118,18 @@ def _parent_run_id(study_path: str, state, storage_url) -> str | None:
 
 
 def _cmd_study_worker(args) -> int:
+    from .worker_exit import exit_now
+    if args.wait_for_go:   # started by a coordinator before its set-up (worker_procs.py)
+        from .worker_procs import wait_for_go
+        try:
+            if not wait_for_go():
+                exit_now(0)   # not needed (nothing to run, or the set-up failed): nothing was touched
+        except KeyboardInterrupt:   # Ctrl-C reached the whole process group during the set-up
+            exit_now(130)
     from .state import state_dir
     from .studies import worker_loop
     from .study_config import load_study
     worker_loop(load_study(args.study), args.storage, state_dir(args.state))
-    from .worker_exit import exit_now
     exit_now(0)   # every row is reported and every run closed: skip ~2 CPU-s of interpreter teardown
 
 
@@ -202,6 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("study-worker", help="(internal) one worker process of `grpolab study`")
     worker.add_argument("study")
     worker.add_argument("--storage", required=True)
+    worker.add_argument("--wait-for-go", action="store_true", help=argparse.SUPPRESS)
     worker.set_defaults(func=_cmd_study_worker)
     table = sub.add_parser("table", help="results table of a study: mean, 95%% CI, paired deltas, published values")
     table.add_argument("study", help="path to studies/<name>.yaml")
@@ -248,8 +256,9 @@ def _quiet_libraries(args) -> None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    if args.command in TRAINING_COMMANDS:
-        import transformers
+    coordinates_only = args.command == "study" and args.workers > 1   # its worker processes train, it never does
+    if args.command in TRAINING_COMMANDS and not coordinates_only:
+        import transformers   # (and torch: ~3 s a multi-worker coordinator would take from its workers' start)
         transformers.utils.logging.disable_progress_bar()
         transformers.utils.logging.set_verbosity_error()
 

@@ -26,7 +26,6 @@ from pathlib import Path
 import yaml
 
 from .engines import GenerationCfg, check_engines
-from .checkpoints import check_save_settings
 from .errors import ConfigError
 from .methods import METHODS, get_method
 from .spec import MethodSpec, build_spec
@@ -280,6 +279,24 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     from .regime import inert_notes
     notes += inert_notes(cfg)   # each axis value declares one requirement (regime.py); unmet: inert, warned once
     return notes
+
+
+def rollout_steps(train) -> int:
+    """Optimizer steps that share one generated rollout (a checkpoint must not split it)."""
+    return train.minibatches * train.num_iterations
+
+
+def check_save_settings(train) -> None:
+    """Checkpoints only at rollout boundaries (checkpoints.py), keep at least one. Here, not in
+    checkpoints.py, so that validating a config (a study's coordinator) does not import torch."""
+    per = rollout_steps(train)
+    if train.save_every > 0 and train.save_every % per:
+        raise ConfigError(f"train.save_every: must be a multiple of minibatches x num_iterations = {per} "
+                          f"(a checkpoint cannot split a rollout), got {train.save_every}; or 0 (end only), -1 (auto)")
+    if train.save_every < -1:
+        raise ConfigError(f"train.save_every: must be >= 0, or -1 (auto), got {train.save_every}")
+    if train.keep_checkpoints < 1:
+        raise ConfigError(f"train.keep_checkpoints: must be >= 1, got {train.keep_checkpoints}")
 
 
 def parse_override(text: str) -> tuple[list[str], object]:

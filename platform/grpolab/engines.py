@@ -23,8 +23,6 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-import torch
-
 from .errors import ConfigError
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -52,9 +50,15 @@ def vllm_installed() -> bool:
 
 
 def bf16_supported() -> bool:
+    import torch   # lazy: a study's coordinator validates configs without loading torch (~2 s)
     if torch.cuda.is_available():
         return torch.cuda.is_bf16_supported()
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def _cuda_available() -> bool:
+    import torch
+    return torch.cuda.is_available()
 
 
 def check_engines(cfg) -> list[str]:
@@ -65,13 +69,17 @@ def check_engines(cfg) -> list[str]:
     if t.dtype == "bf16" and not bf16_supported():
         raise ConfigError("train.dtype: bf16 needs hardware support (a CUDA GPU with bf16, or a CPU with "
                           "AVX512-BF16/AMX) and this machine has none; use train.dtype=fp32")
-    if t.dtype == "fp16" and not torch.cuda.is_available():
+    if t.dtype == "fp16" and not _cuda_available():
         raise ConfigError("train.dtype: fp16 mixed precision needs a CUDA GPU; use train.dtype=fp32 (or bf16)")
     if t.cast_lm_head_to_fp32 and t.dtype == "fp32":
         notes.append("train.cast_lm_head_to_fp32 has no effect with train.dtype=fp32 (the head already is fp32)")
     if cfg.model.lora is not None:
         check_lora(cfg.model.lora)
-    model_config = _model_config(cfg.model)
+    # a preset's own config can only fail the LoRA and fp32-head checks: built (torch is imported
+    # with it) only when they apply, so validating a plain preset config stays light
+    from .world.models import PRESETS
+    needs_model_check = cfg.model.lora is not None or t.cast_lm_head_to_fp32 or cfg.model.preset not in PRESETS
+    model_config = _model_config(cfg.model) if needs_model_check else None
     if model_config is not None:   # else (a GGUF preset) checked right after loading, before training
         check_model(model_config, cfg, where=cfg.model.path or f"preset {cfg.model.preset!r}")
     if g.backend not in BACKENDS:
@@ -141,6 +149,7 @@ def check_model(model_config, cfg, where: str) -> None:
 
 def check_lora_targets(model_config, lora: dict, where: str) -> None:
     """Every target module name must exist in the model: built on the meta device (no weights)."""
+    import torch
     from transformers import AutoModelForCausalLM
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(model_config)

@@ -24,9 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -41,8 +38,7 @@ from .study_progress import (OUTCOME_ATTR, ROW_ATTR, RUN_ATTR, format_progress, 
                              row_states, summary)
 from .tracking import RunRecorder
 from .study_trials import worker_loop
-from .tracking_signals import RunKilled
-from .worker_exit import wait_any
+from .tracking_signals import raise_if_signalled
 
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -175,42 +171,64 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int, ret
     storage_url = storage_url or default_storage(state)
     tracking = check_stores(state, storage_url)          # fail fast: nothing is written before this
     Path(state).mkdir(parents=True, exist_ok=True)
-    with signals_raise():
-        with setup_lock(state, tracking, storage_url):
-            init_tracking_store(state)
-            study = create_or_load(cfg, storage_url)
-            check_definition(study, cfg, accept_changed)
-            for reason in reap_stale_trials(study, state, row_timeout=cfg.row_timeout_s).values():
-                echo(reason)
-            if cfg.kind == "ladder":
-                enqueue_missing_rows(study, cfg, retry_failed)
-            pending = has_pending_rows(study, cfg)
-            parent = ensure_parent_run(study, cfg, state, reopen=pending)
-        return _coordinate(study, cfg, path, state, storage_url, workers, parent, pending, echo,
-                           lambda: setup_lock(state, tracking, storage_url))
+    from .worker_procs import release, start_workers
+    procs = start_workers(path, storage_url, state, workers) if workers > 1 else []   # they import meanwhile
+    try:
+        with signals_raise():
+            with setup_lock(state, tracking, storage_url):
+                init_tracking_store(state)
+                study = create_or_load(cfg, storage_url)
+                check_definition(study, cfg, accept_changed)
+                for reason in reap_stale_trials(study, state, row_timeout=cfg.row_timeout_s).values():
+                    echo(reason)
+                if cfg.kind == "ladder":
+                    enqueue_missing_rows(study, cfg, retry_failed)
+                pending = has_pending_rows(study, cfg)
+                parent = ensure_parent_run(study, cfg, state, reopen=pending)
+            release(procs, go=pending)
+            return _coordinate(study, cfg, state, storage_url, procs if pending else [], workers, parent, pending,
+                               echo, lambda: setup_lock(state, tracking, storage_url))
+    finally:
+        release(procs, go=False)   # set-up failed or was interrupted: workers never told to go are killed
 
 
-def _coordinate(study, cfg: StudyConfig, path: str, state: Path, storage_url: str, workers: int, parent: str,
-                pending: bool, echo, locked) -> int:
-    """Run the workers, wait for other coordinators' rows, then close the parent run. ``locked()``
-    is the setup lock: the parent's tables, tags and status are written under it, because
-    coordinators that finish together would otherwise insert the same new tag at once (a
-    duplicate key: the PostgreSQL round of the three-coordinator test lost a coordinator to it)."""
+def _ticker(study, cfg: StudyConfig, state: Path, workers: int, echo):
+    """The coordinator's periodic check: hand back rows of dead or hung workers, print progress when
+    rows change state (not every poll), and raise a pending Ctrl-C/SIGTERM that a library swallowed
+    or turned into another error while the check waited on the store (reap_logged logs store errors
+    and goes on). Called between rows and every 2 s while workers run, always in the main thread."""
     started, last = time.time(), {}
 
-    def tick():  # hand back rows of dead or hung workers; print when rows change state, not every poll
-        reap_logged(study, state, cfg.row_timeout_s, echo)
-        p = progress(study, cfg, started, workers)
+    def tick():
+        try:
+            reap_logged(study, state, cfg.row_timeout_s, echo)
+            p = progress(study, cfg, started, workers)
+        except Exception as exc:   # Optuna's journal lock re-raises an interrupted wait as RuntimeError
+            raise_if_signalled(exc)
+            raise
         key = (p["done"], p["running"], p["failed"], p["interrupted"])
         if last.get("key") != key:
             last["key"] = key
             echo(format_progress(p))
+        raise_if_signalled()
+    return tick
+
+
+def _coordinate(study, cfg: StudyConfig, state: Path, storage_url: str, procs: list, workers: int, parent: str,
+                pending: bool, echo, locked) -> int:
+    """Run the rows (in this process when ``workers`` is 1, else in the released worker
+    processes ``procs``), wait for other coordinators' rows, then close the parent run. ``locked()``
+    is the setup lock: the parent's tables, tags and status are written under it, because
+    coordinators that finish together would otherwise insert the same new tag at once (a
+    duplicate key: the PostgreSQL round of the three-coordinator test lost a coordinator to it)."""
+    started, tick = time.time(), _ticker(study, cfg, state, workers, echo)
     try:
         if workers <= 1:
             with watchdog(study, state, cfg.row_timeout_s, echo):   # this process runs rows: check them from a thread
                 worker_loop(cfg, storage_url, state, tick)
         else:
-            for line in _run_workers(path, storage_url, state, workers, tick):
+            from .worker_procs import run_workers
+            for line in run_workers(procs, tick):
                 echo(line)
         while study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             tick()   # rows run by other coordinators' workers: wait until they end or are handed back
@@ -226,7 +244,7 @@ def _coordinate(study, cfg: StudyConfig, path: str, state: Path, storage_url: st
         final = progress(study, cfg, started, workers)
         if pending:  # a finished study run again keeps its parent run (and its end time) as it was
             from .reports import record_study_tables
-            record_study_tables(state, parent, path, storage_url)
+            record_study_tables(state, parent, cfg.path, storage_url)
             _close_parent(state, parent, final)
     echo(format_progress(final))
     return summary(study, cfg, final, echo)
@@ -239,31 +257,6 @@ def has_pending_rows(study: optuna.Study, cfg: StudyConfig) -> bool:
     finished = [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL or
                 t.user_attrs.get(OUTCOME_ATTR) == "error"]
     return len(finished) < cfg.n_trials
-
-
-def _run_workers(path: str, storage_url: str, state: Path, workers: int, tick) -> list[str]:
-    """Run worker processes until all exit; returns a line for each that did not exit cleanly."""
-    threads = str(max(1, (os.cpu_count() or 2) // workers))
-    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "GRPOLAB_WORKER_THREADS": threads}
-    cmd = [sys.executable, "-m", "grpolab.cli", "--state", str(state), "study-worker", path, "--storage", storage_url]
-    procs = [subprocess.Popen(cmd, env=env) for _ in range(workers)]
-    try:
-        while any(p.poll() is None for p in procs):
-            tick()
-            wait_any(procs, 2.0)   # a worker's exit is seen within 0.1 s, not at the next 2 s poll
-        tick()   # a worker that died last: its row is handed back before the summary
-    except (KeyboardInterrupt, RunKilled):
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:   # stuck (e.g. a hung row): its row is handed back by the next run
-                p.kill()
-                p.wait()
-        raise
-    return [f"worker {p.pid} " + (f"was killed by signal {-p.returncode}" if p.returncode < 0 else
-                                  f"exited with code {p.returncode}") for p in procs if p.returncode != 0]
 
 
 def _close_parent(state: Path, parent_run_id: str, final: dict, interrupted: bool = False) -> None:

@@ -34,12 +34,13 @@ def exit_now(code: int) -> NoReturn:
     os._exit(code)
 
 
-def wait_any(procs: list[subprocess.Popen], seconds: float, step: float = 0.1) -> None:
+def wait_any(procs: list[subprocess.Popen], seconds: float, step: float = 0.1, until_all: bool = False) -> None:
     """Sleep up to ``seconds``, returning as soon as one of the still running ``procs`` exits
-    (ones that had already exited do not cut the wait short)."""
+    (ones that had already exited do not cut the wait short), or with ``until_all`` once all have."""
     running = [p for p in procs if p.poll() is None]
     deadline = time.monotonic() + seconds
     while running and time.monotonic() < deadline:
-        if any(p.poll() is not None for p in running):
+        ended = [p.poll() is not None for p in running]
+        if all(ended) if until_all else any(ended):
             return
         time.sleep(step)

@@ -17,7 +17,6 @@ from ..errors import ConfigError
 from ..world.tasks import Example
 from .base import checked_reset, checked_step
 from .gridworld import GridWorld
-from .rollout import episode_metrics, run_episodes
 
 OUTCOMES_KEPT = 200_000   # recorded (prompt, episode text) outcomes before the store is cleared
 
@@ -136,6 +135,7 @@ class EpisodeTask:
         from ..world.generation import EvalResult
         prompts = [e.prompt for e in examples for _ in range(k)]
         seeds = [e.meta["env_seed"] for e in examples for _ in range(k)]
+        from .rollout import run_episodes   # torch: imported when episodes run, not when a config is checked
         run = lambda ps, ss, greedy: run_episodes(model, tokenizer, self.make_env, ps, ss, self.max_turns,  # noqa: E731
                                                   self.params["action_tokens"], temperature, greedy)
         sampled = run(prompts, seeds, False)
@@ -151,6 +151,7 @@ class EpisodeTask:
                           mean_length=sum(e.model_tokens for e in sampled) / max(len(sampled), 1), samples=samples)
 
     def metrics(self, episodes) -> dict[str, float]:
+        from .rollout import episode_metrics
         return episode_metrics(episodes)
 
 

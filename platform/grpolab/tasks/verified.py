@@ -11,8 +11,6 @@ from __future__ import annotations
 import logging
 import random
 
-import torch
-
 from ..errors import ConfigError
 from ..world.tasks import Example
 from .prompting import Prompting
@@ -146,6 +144,7 @@ def log_eval_samples(recorder, task, samples: list[dict], examples: list[Example
 
 def soft_overlong(length: int, max_len: int, buffer: int | None = None, penalty: float = 1.0) -> float:
     """DAPO soft overlong punishment: 0 up to L_max - B, linear to -penalty at L_max, -penalty beyond."""
+    import torch   # lazy here and below: validating a config (a study's coordinator) needs no torch
     from ..algorithms import soft_overlong_penalty
     buffer = buffer or max(1, round(0.2 * max_len))
     return float(soft_overlong_penalty(torch.tensor([length]), max_len, buffer, penalty)[0])
@@ -153,6 +152,7 @@ def soft_overlong(length: int, max_len: int, buffer: int | None = None, penalty:
 
 def _sum_over_processes(failed: int, total: int) -> tuple[int, int]:
     """Failure counts summed over processes, so every rank takes the same stop decision."""
+    import torch
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         device = "cuda" if torch.distributed.get_backend() == "nccl" else "cpu"
         counts = torch.tensor([failed, total], dtype=torch.float64, device=device)

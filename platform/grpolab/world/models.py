@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
 from ..errors import ConfigError
 from .tokenizer import build_char_tokenizer
@@ -25,7 +23,10 @@ PRESETS: dict[str, tuple[int, int, int, int]] = {
 }
 
 
-def preset_config(preset: str, vocab_size: int, max_positions: int = 256) -> LlamaConfig:
+def preset_config(preset: str, vocab_size: int, max_positions: int = 256):
+    """A transformers LlamaConfig (imported here: transformers' config classes import torch, which
+    validating a config, e.g. a study's coordinator, does not need)."""
+    from transformers import LlamaConfig
     if preset not in PRESETS:
         raise ConfigError(f"model.preset: unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
     hidden, layers, heads, inter = PRESETS[preset]
@@ -40,6 +41,8 @@ def build_model(preset: str, seed: int):
     """A fresh model and the tokenizer it pairs with, initialised deterministically from seed."""
     tokenizer = build_char_tokenizer()
     config = preset_config(preset, len(tokenizer))
+    import torch   # lazy here and below: validating a config (a study's coordinator) needs no torch
+    from transformers import AutoModelForCausalLM
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -63,6 +66,8 @@ def load_model(directory: Path):
     directory = Path(directory)
     if not (directory / "config.json").exists():
         raise ConfigError(f"model.path: {str(directory)!r} is not a local model directory (no config.json)")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(directory)
     tokenizer.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)

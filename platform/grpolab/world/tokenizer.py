@@ -7,16 +7,17 @@ are specials. The tokenizer is a real ``PreTrainedTokenizerFast`` so TRL, genera
 
 from __future__ import annotations
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
-
 SPECIALS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 # Digits, arithmetic, separators and lower-case letters cover every toy task's prompts and
 # completions (scratchpads use letters and punctuation).
 CHARACTERS = list("0123456789+-*/=:;,.()# ") + list("abcdefghijklmnopqrstuvwxyz") + list("ACST")
 
 
-def build_char_tokenizer() -> PreTrainedTokenizerFast:
+def build_char_tokenizer():
+    """A transformers PreTrainedTokenizerFast over SPECIALS + CHARACTERS (imported here:
+    transformers' tokenizer classes import torch, which validating a config does not need)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
     vocab = {tok: i for i, tok in enumerate(SPECIALS + CHARACTERS)}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     # Split every character into its own piece (spaces included) and glue them back on decode.

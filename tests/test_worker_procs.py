@@ -1,0 +1,119 @@
+"""The coordinator's side of a multi-worker study: workers started before its set-up wait for
+its word, and no path out of the coordinator leaves a worker running or a signal unraised."""
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+
+from grpolab.studies import _ticker, create_or_load
+from grpolab.study_config import load_study
+from grpolab.tracking_signals import RunKilled, forget_signals, note_signal
+from grpolab.worker_procs import release, run_workers
+
+# a stand-in worker process: it waits on stdin like a real one, reports what it read, then sleeps
+# (a real worker imports torch for ~5 s first: these tests are about the processes, not rows)
+WAITER = ("import sys, time; line = sys.stdin.readline().strip(); print('read', repr(line), flush=True); "
+          "time.sleep(30 if line == 'go' else 0)")
+
+
+def _waiters(n: int) -> list[subprocess.Popen]:
+    return [subprocess.Popen([sys.executable, "-c", WAITER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            for _ in range(n)]
+
+
+def test_released_workers_get_go_and_unreleased_ones_are_killed_before_touching_anything():
+    told, untold = _waiters(2), _waiters(2)
+    release(told, go=True)
+    assert [p.stdout.readline().strip() for p in told] == ["read 'go'", "read 'go'"]
+    assert all(p.poll() is None for p in told)   # they go on working
+    release(untold, go=False)
+    assert [p.returncode for p in untold] == [-signal.SIGKILL] * 2   # never got a word: killed at once
+    release(told, go=True)   # a second word changes nothing for released workers
+    assert all(p.poll() is None for p in told)
+    release(told, go=False)  # ... but being called off stops them (the coordinator is leaving)
+    assert all(p.returncode is not None for p in told)
+
+
+def test_any_error_out_of_the_watch_stops_the_workers():
+    """Review finding 1: only KeyboardInterrupt/RunKilled stopped them; a store error (or a signal
+    Optuna's journal lock turned into RuntimeError) left them training after the coordinator left."""
+    procs = _waiters(2)
+    release(procs, go=True)
+    calls = []
+
+    def tick():
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("Error: did not possess lock")
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="did not possess lock"):
+        run_workers(procs, tick)
+    assert [p.poll() is not None for p in procs] == [True, True]
+    assert time.monotonic() - started < 25   # stopped, not waited out (they sleep 30 s)
+
+
+@pytest.fixture
+def ladder_study(tmp_path):
+    data = {"kind": "ladder", "name": "ticker", "base": {"method": {"base": "grpo"}, "task": {"name": "addition"},
+                                                        "model": {"preset": "tiny"}},
+            "budget": {"train.steps": 1}, "seeds": [0], "rungs": [{"name": "grpo"}]}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
+    cfg = load_study(tmp_path / "s.yaml")
+    return cfg, create_or_load(cfg, f"journal:{tmp_path / 'optuna.journal'}"), tmp_path
+
+
+@pytest.mark.parametrize("store_error", [False, True])
+def test_the_coordinators_tick_raises_a_signal_a_library_swallowed(ladder_study, store_error, monkeypatch):
+    """Review finding 2: a SIGTERM whose raise a library swallowed (reap_logged logs store errors
+    and goes on) or turned into RuntimeError ran the whole study to the end before it surfaced."""
+    cfg, study, state = ladder_study
+    lines = []
+    tick = _ticker(study, cfg, state, 2, lines.append)
+    tick()   # nothing pending: a progress line, no raise
+    assert len(lines) == 1
+    if store_error:
+        import grpolab.studies as studies
+
+        def converted(*args, **kwargs):
+            raise RuntimeError("Error: did not possess lock")
+        monkeypatch.setattr(studies, "progress", converted)
+    note_signal(signal.SIGTERM)   # the handler ran; its raise was lost
+    try:
+        with pytest.raises(RunKilled) as raised:
+            tick()
+    finally:
+        forget_signals()
+    assert isinstance(raised.value.__cause__, RuntimeError) == store_error
+
+
+def test_a_failed_set_up_kills_the_early_started_workers_before_they_touch_a_store(ladder_study, monkeypatch):
+    """Workers start before the coordinator's set-up; when the set-up refuses the study (here a
+    changed definition), they are killed and no trial is claimed."""
+    import grpolab.worker_procs as worker_procs
+    from grpolab.errors import ConfigError
+    from grpolab.studies import run_study
+    cfg, study, state = ladder_study
+    study.set_user_attr("definition_hash", "made-from-another-definition")
+    started = []
+    real_start = worker_procs.start_workers
+    monkeypatch.setattr(worker_procs, "start_workers", lambda *a: started.extend(real_start(*a)) or started)
+    with pytest.raises(ConfigError, match="different definition"):
+        run_study(cfg.path, state, f"journal:{state / 'optuna.journal'}", 2, False, echo=lambda s: None)
+    assert len(started) == 2 and [p.returncode for p in started] == [-signal.SIGKILL] * 2
+    assert study.get_trials(deepcopy=False) == []
+
+
+def test_validating_a_study_imports_no_torch():
+    """A multi-worker coordinator validates every row's config while its workers import torch:
+    it must not import torch itself (~3 s of the workers' 2 cores at every study start)."""
+    code = ("import sys; from grpolab.study_config import load_study; import grpolab.studies; "
+            "import glob; [load_study(p) for p in sorted(glob.glob('studies/*.yaml'))]; "
+            "print(sorted(m for m in ('torch', 'transformers', 'trl', 'peft') if m in sys.modules))")
+    from pathlib import Path
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "[]", out.stderr[-2000:]
