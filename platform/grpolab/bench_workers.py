@@ -1,23 +1,24 @@
 """Benchmark: study throughput with 1 and with 2 worker processes (reported, never enforced).
 
-The same small ladder (``rows`` rows: 2 rungs x rows/2 seeds, one shared warm start trained once
-before any timing) is run as fresh studies in the same state folder in three configurations:
-1 worker with torch's default threads (all cores: what ``--workers 1`` does), 1 worker pinned to one
-thread, and 2 workers (one thread each), rotating the order across repeats so that drift in machine
-load favours none. Each is timed as the command a user runs, ``grpolab study FILE --workers N`` in a
-fresh process: imports, worker start-up and exit included (timing the 1-worker case in a process
-that had already imported torch, as this benchmark first did, left out ~6 s that only the 2-worker
-case paid, and read 0.99x).
+The workload is the main job's: the first rows/2 rungs of the DAPO Table 1 ladder
+(studies/dapo_table1.yaml, its base, eval and rollout settings) x 2 paired seeds, whose warm
+starts are trained (or found in the cache) before any timing. It runs as fresh studies in the
+same state folder in three configurations: 1 worker with torch's default threads (all cores:
+what ``--workers 1`` does), 1 worker pinned to one thread, and 2 workers (one thread each),
+rotating the order across repeats so that drift in machine load favours none. Each is timed as
+the command a user runs, ``grpolab study FILE --workers N`` in a fresh process: imports, worker
+start-up and exit included (timing the 1-worker case in a process that had already imported
+torch, as this benchmark first did, left out ~6 s that only the 2-worker case paid).
 
 Two throughputs per configuration: end to end (rows / wall seconds of the command) and steady
 state (rows / seconds from the first row's MLflow start to the last row's end: start-up and exit
 left out, which is what a long study sees). Their 2-worker / 1-worker ratios are the figures of
-merit (target 1.7x on 2 cores). Measured here (idle, 8 rows x 60 steps): one 2-thread worker keeps
-~1.56 cores busy, so a second worker can add at most the remaining ~0.44 core; the ratio against
-the 1-thread worker shows what process parallelism itself buys. CPU seconds (user + sys of the
-command and its workers) are reported beside the wall time: unlike wall time they are not
-inflated by other processes sharing the cores; the load average before and after says whether
-the wall-clock ratios are the machine's.
+merit (target 1.7x on 2 cores). One worker with torch's 2 threads is itself ~1.25x a 1-thread
+worker on this workload, so two 1-thread workers (at most 2x a 1-thread worker) can give at most
+~1.6x it; the ratio against the 1-thread worker shows what process parallelism itself buys.
+CPU seconds (user + sys of the command and its workers) are reported beside the wall time:
+unlike wall time they are not inflated by other processes sharing the cores; the load average
+before and after says whether the wall-clock ratios are the machine's.
 """
 
 from __future__ import annotations
@@ -34,16 +35,30 @@ from pathlib import Path
 
 import yaml
 
-BASE = {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
-        "model": {"preset": "tiny"}, "warm_start": {"seed": 0},
-        "train": {"group_size": 8, "prompts_per_rollout": 16, "learning_rate": 0.0005},
-        "eval": {"prompts": 32, "k": 2}, "tracking": {"experiment": "grpolab-bench"}}
+LADDER = Path(__file__).resolve().parents[2] / "studies" / "dapo_table1.yaml"
+SEEDS = (0, 1)
+
+
+def _ladder() -> dict:
+    if not LADDER.exists():
+        from .errors import ConfigError
+        raise ConfigError(f"bench --what workers times the main job's ladder, {LADDER}, which this install "
+                          "does not have: run it from a grpolab checkout (pip install -e .)")
+    return yaml.safe_load(LADDER.read_text())
 
 
 def _study_file(folder: Path, name: str, rows: int, steps: int) -> Path:
-    data = {"kind": "ladder", "name": name, "base": BASE, "budget": {"train.steps": steps, "eval.every": 0},
-            "seeds": list(range(max(1, rows // 2))), "metric": "final:eval/pass_at_1",
-            "rungs": [{"name": "grpo"}, {"name": "+ token-level loss", "changes": {"method.aggregation": "token_mean"}}]}
+    """The first rows/2 rungs of the DAPO ladder x SEEDS, ``steps`` steps, evals only at the end
+    (the main job's held-out eval every 20 steps is kept when ``steps`` is larger)."""
+    ladder = _ladder()
+    n_rungs = max(1, rows // len(SEEDS))
+    if n_rungs > len(ladder["rungs"]):
+        from .errors import ConfigError
+        raise ConfigError(f"--rows: at most {len(SEEDS) * len(ladder['rungs'])} (the ladder's "
+                          f"{len(ladder['rungs'])} rungs x {len(SEEDS)} seeds), got {rows}")
+    data = {"kind": "ladder", "name": name, "base": {**ladder["base"], "tracking": {"experiment": "grpolab-bench"}},
+            "budget": {**ladder.get("budget", {}), "train.steps": steps}, "seeds": list(SEEDS),
+            "metric": ladder.get("metric", "final:eval/pass_at_1"), "rungs": ladder["rungs"][:n_rungs]}
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -89,12 +104,16 @@ def bench_workers(state: Path, rows: int = 8, steps: int = 20, repeats: int = 1)
     from .runner import run_experiment
     folder = Path(tempfile.mkdtemp(prefix="grpolab-bench-workers-"))
     load_before = os.getloadavg()[0]
-    # the shared warm start, trained (or found in the cache) outside the timing
+    # the seeds' warm starts, trained (or found in the cache) outside the timing
+    ladder = _ladder()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")   # the clip is inert on-policy; irrelevant to a throughput benchmark
-        warm = build_config({**BASE, "name": "bench-warm", "train": {**BASE["train"], "steps": 1},
-                             "eval": {"every": 0, "prompts": 4, "k": 1}})
-    run_experiment(warm, state)
+        warnings.simplefilter("ignore")   # the ladder's own regime notes: irrelevant to a throughput benchmark
+        for seed in SEEDS:
+            warm = build_config({**ladder["base"], "name": "bench-warm", "seed": seed,
+                                 "tracking": {"experiment": "grpolab-bench"},
+                                 "train": {**ladder["base"]["train"], "steps": 1},
+                                 "eval": {**ladder["base"].get("eval", {}), "every": 0, "prompts": 4, "k": 1}})
+            run_experiment(warm, state)
     measured: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": [], "span": []} for name in CONFIGS}
     stamp, names = int(time.time()), list(CONFIGS)
     for rep in range(repeats):
@@ -104,7 +123,7 @@ def bench_workers(state: Path, rows: int = 8, steps: int = 20, repeats: int = 1)
             wall, cpu_s = _timed_study(path, state, workers, env)
             for key, value in (("wall", wall), ("cpu", cpu_s), ("span", _row_span(path, state))):
                 measured[name][key].append(value)
-    return _summary(measured, 2 * max(1, rows // 2), steps, repeats, load_before)
+    return _summary(measured, len(SEEDS) * max(1, rows // len(SEEDS)), steps, repeats, load_before)
 
 
 def _summary(measured: dict, n_rows: int, steps: int, repeats: int, load_before: float) -> dict:
