@@ -399,12 +399,14 @@ def test_vapo_trains_with_every_switch(tiny_model_dir, tmp_path):
 
 # -- the entropy curve: the loss's own forward when it sees every generated token under pi_old -----
 
-@pytest.mark.parametrize("reuse", [False, True])
-def test_entropy_curve_is_the_same_whether_or_not_the_loss_forward_supplies_it(tiny_model_dir, tmp_path, reuse):
+@pytest.mark.parametrize("reuse, pad_to", [(False, None), (True, None), (False, 8)])
+def test_entropy_curve_is_the_same_whether_or_not_the_loss_forward_supplies_it(tiny_model_dir, tmp_path, reuse,
+                                                                               pad_to):
     """Static sampling, one pass, one optimizer step per generation: the loss's token-weighted
     entropy is pi_old's over every generated token, so the extra forward is skipped; the curve
     must equal the extra forward's, step by step. With rollout reuse (2 passes) the loss sees
-    updated weights, so the extra forward must run."""
+    updated weights, so the extra forward must run. ``pad_to_multiple_of`` 8 over completions
+    capped at 5 tokens: a truncated row's padding (pad id not an EOS id) is in neither population."""
     from grpolab.spec import build_spec
 
     def coin(prompts, completions, idx, **kw):
@@ -412,17 +414,25 @@ def test_entropy_curve_is_the_same_whether_or_not_the_loss_forward_supplies_it(t
     curves, forwards = {}, {}
     for deferred in (True, False):
         t, _ = _trainer(str(tiny_model_dir), tmp_path / str(deferred), build_spec({"kl_coef": 0.0}), [coin],
-                        max_steps=4, logging_steps=1, learning_rate=0.05, num_iterations=2 if reuse else 1)
+                        max_steps=4, logging_steps=1, learning_rate=0.05, num_iterations=2 if reuse else 1,
+                        pad_to_multiple_of=pad_to)
         forwards[deferred] = []
-        original = t._entropy_sums
-        t._entropy_sums = lambda out, calls=forwards[deferred]: calls.append(1) or original(out)
+        def counted(out, calls=forwards[deferred], original=t._entropy_sums):   # (its tokens, the loss's)
+            sums = original(out)
+            calls.append((int(sums[1]), int(out["completion_mask"].sum())))
+            return sums
+        t._entropy_sums = counted
         if not deferred:
             t._loss_sees_pi_old_on_every_token = lambda out: False
         t.train()
         curves[deferred] = {key: [(h["step"], h[key]) for h in t.state.log_history if key in h]
                             for key in ("entropy", "trained/entropy")}
     generations = 2 if reuse else 4
+    if pad_to:   # the case needs truncated rows, whose padding the old EOS-derived population counted
+        assert t.processing_class.pad_token_id not in t.eos_token_ids
+        assert max(h.get("length/truncated_fraction", 0) for h in t.state.log_history) > 0
     assert (len(forwards[True]), len(forwards[False])) == ((generations, generations) if reuse else (0, generations))
+    assert all(mine == loss for mine, loss in forwards[True] + forwards[False]), forwards   # one token population
     for key in ("entropy", "trained/entropy"):
         assert [s for s, _ in curves[True][key]] == [s for s, _ in curves[False][key]] and len(curves[True][key]) >= 2
         assert [v for _, v in curves[True][key]] == pytest.approx([v for _, v in curves[False][key]], rel=1e-5)

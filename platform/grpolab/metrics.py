@@ -80,8 +80,10 @@ DEFINITIONS: dict[str, str] = {
                    "for is left out, as from TRL's `reward`)",
     "reward/std": "generated: std (N-1) of the total reward over the scorable completions",
     "accuracy": "generated: fraction of completions the task verifier marks correct (independent of reward shaping)",
-    "entropy": "generated: mean per-token entropy (nats) of the sampling policy over every generated completion "
-               "token, truncated completions included (one no-grad forward per generation round)",
+    "entropy": "generated: mean per-token entropy (nats) of the sampling policy (pi_old) over every generated "
+               "completion token: each completion's returned tokens (EOS included, padding not; multi-turn "
+               "episodes: the model's own), truncated completions included; from the loss's forward when it "
+               "sees exactly these under pi_old, else one no-grad forward per generation round",
     "length/mean": "generated: mean completion length in tokens, EOS included",
     "length/correct": "generated: mean length of correct completions (NaN when none)",
     "length/incorrect": "generated: mean length of incorrect completions (NaN when none)",

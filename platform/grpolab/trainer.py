@@ -264,15 +264,16 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
     @torch.no_grad()
     def _entropy_sums(self, out: dict) -> torch.Tensor:
         """(sum of per-token entropy, tokens) of pi_old over every generated completion token of
-        this process's rows, truncated ones included (one no-grad forward per generation round):
-        the ``entropy`` curve, whose population no filter changes."""
-        ids = out["completion_ids"]
-        T = ids.size(1)
-        is_eos = torch.isin(ids, torch.tensor(self.eos_token_ids, device=ids.device))
-        first = torch.where(is_eos.any(1), is_eos.int().argmax(1), torch.full_like(ids[:, 0], T))
-        valid = attend = (torch.arange(T, device=ids.device).unsqueeze(0) <= first.unsqueeze(1)).to(out["prompt_mask"].dtype)
-        if "tool_mask" in out:   # multi-turn episodes: attend to every token, count the model's own
-            attend, valid = out["completion_mask"], out["completion_mask"] * out["tool_mask"]
+        this process's rows (one no-grad forward per generation round): the ``entropy`` curve.
+        Its tokens are the loss's: TRL's ``completion_mask``, ones over each returned id list (an EOS
+        inside a rollout_func's completion does not end it; padding after a vLLM stop string or to
+        ``pad_to_multiple_of`` is out), before ``mask_truncated_completions`` zeroes truncated rows
+        (lengths: ``_calculate_rewards``' stash of this round)."""
+        ids, T, n = out["completion_ids"], out["completion_ids"].size(1), out["completion_ids"].size(0)
+        start = self.accelerator.process_index * n
+        lengths = torch.tensor([r[1] for r in self._stash["rows"][start:start + n]], device=ids.device)
+        attend = (torch.arange(T, device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)).to(out["prompt_mask"].dtype)
+        valid = attend * out["tool_mask"] if "tool_mask" in out else attend   # multi-turn: the model's own tokens
         _, ent, _ = self._get_per_token_logps_and_entropies(
             self.model, torch.cat([out["prompt_ids"], ids], 1), torch.cat([out["prompt_mask"], attend], 1), T,
             compute_entropy=True)
