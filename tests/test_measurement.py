@@ -63,7 +63,7 @@ def test_top_entropy_mask_keeps_the_in_loss_kl_on_every_token():
 
 # -- trainer helpers ------------------------------------------------------------------------------
 
-def _trainer(model, tmp_path, spec, rewards, task=None, **kw):
+def _trainer(model, tmp_path, spec, rewards, task=None, rollout_func=None, **kw):
     from trl import GRPOConfig
 
     from conftest import tiny_dataset
@@ -75,7 +75,7 @@ def _trainer(model, tmp_path, spec, rewards, task=None, **kw):
                       max_completion_length=5, use_cpu=True, disable_tqdm=True, top_k=0, seed=0, **kw)
     _, tok = load_model(model if isinstance(model, str) else model.config._name_or_path)
     t = GrpoLabTrainer(model=model, reward_funcs=rewards, args=args, train_dataset=ds, processing_class=tok,
-                       method=spec, correctness=task_correctness(task or base_task, train))
+                       method=spec, correctness=task_correctness(task or base_task, train), rollout_func=rollout_func)
     t.model.train()
     return t, train
 
@@ -399,14 +399,23 @@ def test_vapo_trains_with_every_switch(tiny_model_dir, tmp_path):
 
 # -- the entropy curve: the loss's own forward when it sees every generated token under pi_old -----
 
-@pytest.mark.parametrize("reuse, pad_to", [(False, None), (True, None), (False, 8)])
+def _two_turns(prompts, trainer):
+    """A user's multi-turn text without env_mask: 3 to 6 tokens, the first turn ending in EOS at 3."""
+    eos = trainer.eos_token_ids[0]
+    ids = [[5 + j % 7, 6, eos, 7, 8 + j % 3, eos][: 3 + j % 4] for j in range(len(prompts))]
+    return {"prompt_ids": [[5, 6, 7]] * len(prompts), "completion_ids": ids, "logprobs": [[0.0] * len(c) for c in ids]}
+
+
+@pytest.mark.parametrize("reuse, pad_to, rollout", [(False, None, None), (True, None, None), (False, 8, None),
+                                                    (False, None, _two_turns)])
 def test_entropy_curve_is_the_same_whether_or_not_the_loss_forward_supplies_it(tiny_model_dir, tmp_path, reuse,
-                                                                               pad_to):
+                                                                               pad_to, rollout):
     """Static sampling, one pass, one optimizer step per generation: the loss's token-weighted
     entropy is pi_old's over every generated token, so the extra forward is skipped; the curve
     must equal the extra forward's, step by step. With rollout reuse (2 passes) the loss sees
     updated weights, so the extra forward must run. ``pad_to_multiple_of`` 8 over completions
-    capped at 5 tokens: a truncated row's padding (pad id not an EOS id) is in neither population."""
+    capped at 5 tokens: a truncated row's padding (pad id not an EOS id) is in neither population; a
+    rollout_func's completion with an EOS inside counts whole in both."""
     from grpolab.spec import build_spec
 
     def coin(prompts, completions, idx, **kw):
@@ -415,7 +424,7 @@ def test_entropy_curve_is_the_same_whether_or_not_the_loss_forward_supplies_it(t
     for deferred in (True, False):
         t, _ = _trainer(str(tiny_model_dir), tmp_path / str(deferred), build_spec({"kl_coef": 0.0}), [coin],
                         max_steps=4, logging_steps=1, learning_rate=0.05, num_iterations=2 if reuse else 1,
-                        pad_to_multiple_of=pad_to)
+                        pad_to_multiple_of=pad_to, rollout_func=rollout)
         forwards[deferred] = []
         def counted(out, calls=forwards[deferred], original=t._entropy_sums):   # (its tokens, the loss's)
             sums = original(out)
