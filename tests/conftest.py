@@ -144,7 +144,7 @@ def _signal_dispositions_restored(request):
         if signal.getsignal(sig) != handler:
             signal.signal(sig, handler)
             warnings.warn(f"{request.node.nodeid} left the {sig.name} handler changed")
-    ignored = _ignored_at_c_level() & set(watched)
+    ignored = (_ignored_at_c_level() - _IGNORED_AT_START) & set(watched)   # pytest started with SIGINT ignored: not the test's doing
     for sig in ignored:   # set by C code behind Python's back: signal.getsignal still shows the old handler
         signal.signal(sig, handlers[sig] if callable(handlers[sig]) else signal.SIG_DFL)
         warnings.warn(f"{request.node.nodeid} left {sig.name} ignored at the C level")
@@ -159,3 +159,6 @@ def _ignored_at_c_level() -> set:
         return set()
     mask = int(line.split()[1], 16)
     return {s for s in signal.Signals if s < 64 and mask >> (s - 1) & 1}
+
+
+_IGNORED_AT_START = _ignored_at_c_level()   # the session's own SigIgn mask (nohup, a background job)

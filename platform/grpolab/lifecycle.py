@@ -48,6 +48,8 @@ from pathlib import Path
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
+from .tracking_signals import signals_raise  # noqa: F401 - imported from here by the runner and studies
+
 log = logging.getLogger(__name__)
 WORKER_ATTR, HEARTBEAT_ATTR, PROGRESS_ATTR = "worker", "heartbeat", "progress"
 RESUMES_ATTR = "resumes_run_id"   # on a re-queued row: the MLflow run of its interrupted trial
@@ -298,6 +300,9 @@ def reap_logged(study, state: Path, row_timeout: float | None, echo) -> None:
         for reason in reap_stale_trials(study, state, row_timeout=row_timeout).values():
             echo(reason)
     except Exception as exc:  # noqa: BLE001 - see above
+        if threading.current_thread() is threading.main_thread():   # the watchdog thread leaves it to the main one
+            from .tracking_signals import raise_if_signalled
+            raise_if_signalled(exc)   # the store's code turned a Ctrl-C/SIGTERM into this error: not a hiccup
         log.warning("could not check for stale rows (trying again): %s", exc)
 
 
@@ -347,37 +352,9 @@ def link_restart(state: Path, previous_run_id: str, new_run_id: str) -> None:
     try:
         client_for(state).set_tag(previous_run_id, "grpolab.restarted_as", new_run_id)
     except Exception as exc:  # noqa: BLE001 - the old run may live in a store no longer reachable
+        from .tracking_signals import raise_if_signalled
+        raise_if_signalled(exc)   # a SIGTERM the store's code turned into an error is still the signal
         log.warning("could not tag run %s as restarted: %s", previous_run_id, exc)
-
-
-@contextlib.contextmanager
-def signals_raise():
-    """SIGTERM raises RunKilled and SIGINT KeyboardInterrupt in the main thread, so a worker or
-    coordinator unwinds: its run ends KILLED and its trial is handed back, instead of dying with
-    both left RUNNING. Both are noted first, so a raise that a library swallows or converts is
-    raised again at the next safe point. A SIGINT the process was started with ignored (nohup, a
-    background job) stays ignored."""
-    from .tracking_signals import RunKilled, forget_signals, note_signal, raise_if_signalled, signal_exception
-
-    def handler(signum, frame):
-        note_signal(signum)
-        raise signal_exception(signum)
-    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, handler)}
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
-        previous[signal.SIGINT] = signal.signal(signal.SIGINT, handler)
-    try:
-        yield
-    except (KeyboardInterrupt, RunKilled):
-        forget_signals()   # delivered: a caller that handles it (a notebook) must not see it again later
-        raise
-    except Exception as exc:
-        raise_if_signalled(exc)   # a library turned the signal's raise into this error: it is still the signal
-        raise
-    else:
-        raise_if_signalled()      # swallowed after the last safe point: this exit is the next one
-    finally:
-        for signum, old in previous.items():
-            signal.signal(signum, old)
 
 
 def previous_holder_gone(study, run_id: str) -> bool:

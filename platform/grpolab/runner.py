@@ -18,6 +18,7 @@ from . import checkpoints, engines, vllm_eval
 from .config import RunConfig
 from .state import state_dir as default_state_dir
 from .lifecycle import signals_raise
+from .tracking_signals import raise_if_signalled
 from .tracking import RunRecorder, git_commit
 from .dropin import MethodSettingsWarning, task_correctness
 from .world.generation import evaluate
@@ -72,6 +73,7 @@ class TrackingCallback(TrainerCallback):
             self.samples.extend({"step": state.global_step, **row} for row in self.trainer.last_rollout[: self.samples_keep])
 
     def on_step_end(self, args, state, control, **kwargs):
+        raise_if_signalled()   # a step's end is a safe point: a Ctrl-C a finaliser swallowed stops the run here
         if self.every and state.global_step % self.every == 0 and state.global_step < state.max_steps:
             self.evaluate_fn(state.global_step)
 
@@ -230,6 +232,7 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
         eval_sampler = None   # generation.backend=vllm: the trainer's vLLM engine (vllm_eval.py), set below
 
         def run_eval(step: int) -> None:
+            raise_if_signalled()   # a safe point too: no evaluation (nor final save) after a swallowed Ctrl-C
             if eval_sampler is not None:
                 eval_sampler.sync()   # every process: the weight push may gather sharded parameters
             if _rank() != 0:

@@ -8,6 +8,7 @@ one reaped by another process (its worker presumed dead or hung) is not reported
 from __future__ import annotations
 
 import logging
+import math
 import os
 import warnings
 from pathlib import Path
@@ -66,12 +67,16 @@ def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run
         return False
     from . import runner  # noqa: F401 - the heavy imports happen before a row is claimed, not on its clock
     trial = study.ask()
-    if cfg.kind == "ladder" and ROW_ATTR not in trial.user_attrs:
-        # another worker took the last waiting row between our check and ask(): not a row
-        study.tell(trial, state=TrialState.FAIL)
-        study.set_user_attr(f"spurious_{trial.number}", True)
-        return False
-    heartbeat = Heartbeat(trial)
+    try:
+        if cfg.kind == "ladder" and ROW_ATTR not in trial.user_attrs:
+            # another worker took the last waiting row between our check and ask(): not a row
+            study.tell(trial, state=TrialState.FAIL)
+            study.set_user_attr(f"spurious_{trial.number}", True)
+            return False
+        heartbeat = Heartbeat(trial)
+    except BaseException:
+        _hand_back_claim(study, trial)
+        raise
     try:
         with running_trial(trial.number):
             values = _train_trial(study, cfg, trial, state, parent_run_id, heartbeat)
@@ -90,10 +95,35 @@ def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run
         _report(study, trial, heartbeat, state, "error", TrialState.FAIL, error=f"{type(exc).__name__}: {exc}"[:2000])
         log.error("trial %d failed: %s", trial.number, exc)
     else:
-        _report(study, trial, heartbeat, state, "complete", TrialState.COMPLETE, values=values)
+        undefined = _nan_objectives(cfg, values)
+        if undefined:   # Optuna would FAIL a NaN silently, and the row would read interrupted, re-queued forever
+            _report(study, trial, heartbeat, state, "error", TrialState.FAIL, error=undefined)
+            log.error("trial %d failed: %s", trial.number, undefined)
+        else:
+            _report(study, trial, heartbeat, state, "complete", TrialState.COMPLETE, values=values)
     finally:
         heartbeat.stop()
     return True
+
+
+def _hand_back_claim(study, trial) -> None:
+    """A Ctrl-C or a storage error between ``study.ask()`` and the heartbeat: the trial has no
+    holder yet, and would stay RUNNING until the reaper's grace ran out. It is failed at once as
+    ``interrupted``, so the next coordinator re-queues its row."""
+    try:
+        trial.set_user_attr(OUTCOME_ATTR, "interrupted")
+        study.tell(trial, state=TrialState.FAIL)
+    except Exception as exc:  # noqa: BLE001 - the claim's own error is the one to raise; the reaper is the fallback
+        log.warning("trial %d: could not hand back the claim: %s", trial.number, exc)
+
+
+def _nan_objectives(cfg: StudyConfig, values: list[float]) -> str | None:
+    """The error for a row whose objective value is NaN (undefined), or None. inf is a value:
+    ``steps_to:``/``tokens_to:`` give it to a run that never reached the threshold."""
+    undefined = [o.metric for o, v in zip(cfg.objectives, values) if math.isnan(v)]
+    if not undefined:
+        return None
+    return f"objective {', '.join(undefined)} is NaN for this run: the row has no value to report"
 
 
 def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str, heartbeat) -> list[float]:
