@@ -28,7 +28,7 @@ run: install
 	$(PYTHON) -m grpolab.cli --state $(STATE) study studies/dapo_table1.yaml --workers $(WORKERS) --table --dashboard
 
 test: install-test
-	$(PYTHON) -m pytest -q -p no:cacheprovider --durations=25 tests
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2 --dist worksteal --durations=25 tests
 
 bench: install
 	$(PYTHON) -m grpolab.cli --state $(STATE) bench

@@ -222,6 +222,7 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
                 recorder.start_system_metrics(resumed=resume_run_id is not None)
         model_dir, ws_record = _resolve_model_once(cfg, task, state)
         model, tokenizer = load_model(model_dir)
+        raise_if_signalled()   # loading can swallow a SIGTERM (a finaliser); stop before tokenising and building the trainer
         engines.check_model(model.config, cfg, str(model_dir))
         train, held_out = task.splits(cfg.seed, cfg.train.n_train_prompts, cfg.eval.prompts)
         train, held_out = render_examples(task, train, tokenizer), render_examples(task, held_out, tokenizer)
