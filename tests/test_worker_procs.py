@@ -117,3 +117,24 @@ def test_validating_a_study_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "[]", out.stderr[-2000:]
+
+
+def test_worker_bench_ratios_and_its_workload_are_the_main_jobs(tmp_path):
+    """bench --what workers: ratios are 1-worker time / 2-worker time (medians), end to end and
+    steady state; its study is the DAPO ladder's first rows/2 rungs x 2 seeds at the asked steps."""
+    from grpolab.bench_workers import LADDER, _study_file, _summary
+    from grpolab.errors import ConfigError
+    measured = {"one_worker": {"wall": [60.0, 62.0, 58.0], "cpu": [100.0] * 3, "span": [50.0, 51.0, 49.0]},
+                "one_worker_one_thread": {"wall": [70.0] * 3, "cpu": [70.0] * 3, "span": [62.0] * 3},
+                "two_workers": {"wall": [40.0, 41.0, 39.0], "cpu": [78.0] * 3, "span": [31.0, 30.0, 32.0]}}
+    out = _summary(measured, n_rows=8, steps=60, repeats=3, load_before=0.1)
+    assert out["ratio_2_over_one_worker"] == 1.5 and out["steady_ratio_2_over_one_worker"] == round(50 / 31, 3)
+    assert out["ratio_2_over_one_worker_one_thread"] == 1.75 and out["two_workers"]["rows_per_min"] == 12.0
+    assert out["one_worker"]["busy_cores"] == round(100 / 60, 2) and out["rotations"] == 3
+    ladder = yaml.safe_load(LADDER.read_text())
+    study = yaml.safe_load(_study_file(tmp_path, "w", rows=6, steps=60).read_text())
+    assert [r["name"] for r in study["rungs"]] == [r["name"] for r in ladder["rungs"][:3]]
+    assert study["seeds"] == [0, 1] and study["budget"]["train.steps"] == 60
+    assert study["base"]["train"] == ladder["base"]["train"]
+    with pytest.raises(ConfigError, match="--rows: at most"):
+        _study_file(tmp_path, "w", rows=2 * len(ladder["rungs"]) + 2, steps=60)

@@ -128,7 +128,7 @@ def bench_workers(state: Path, rows: int = 8, steps: int = 20, repeats: int = 1)
 
 def _summary(measured: dict, n_rows: int, steps: int, repeats: int, load_before: float) -> dict:
     med = {name: {key: statistics.median(values) for key, values in m.items()} for name, m in measured.items()}
-    out = {"rows": n_rows, "steps": steps, "repeats": repeats, "cores": os.cpu_count(), "target": 1.7}
+    out = {"rows": n_rows, "steps": steps, "rotations": repeats, "cores": os.cpu_count(), "target": 1.7}
     for name, m in med.items():
         out[name] = {"wall_s": round(m["wall"], 1), "rows_per_min": round(60 * n_rows / m["wall"], 2),
                      "steady_rows_per_min": round(60 * n_rows / m["span"], 2), "cpu_s": round(m["cpu"], 1),

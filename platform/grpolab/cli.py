@@ -241,7 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--what", choices=["cli", "tracking", "trainer", "workers", "all"], default="all")
     bench.add_argument("--preset", default=None, help="model preset (default: tiny for tracking, small for trainer)")
     bench.add_argument("--steps", type=int, default=30)
-    bench.add_argument("--repeats", type=int, default=3)
+    bench.add_argument("--repeats", type=int, default=3,
+                       help="timed runs per variant (workers: repeats // 2 rotations of its three configurations)")
     bench.add_argument("--rows", type=int, default=8, help="rows of the workers benchmark's study (2 rungs x rows/2 seeds)")
     bench.set_defaults(func=_cmd_bench)
     return parser
