@@ -13,9 +13,10 @@ torch, as this benchmark first did, left out ~6 s that only the 2-worker case pa
 Two throughputs per configuration: end to end (rows / wall seconds of the command) and steady
 state (rows / seconds from the first row's MLflow start to the last row's end: start-up and exit
 left out, which is what a long study sees). Their 2-worker / 1-worker ratios are the figures of
-merit (target 1.7x on 2 cores). One worker with torch's 2 threads is itself ~1.25x a 1-thread
-worker on this workload, so two 1-thread workers (at most 2x a 1-thread worker) can give at most
-~1.6x it; the ratio against the 1-thread worker shows what process parallelism itself buys.
+merit (target 1.7x on 2 cores). One worker with torch's 2 threads is itself ~1.2x a 1-thread
+worker on this workload (2026-11-25: 6.3 s vs 7.6 s a row), so two 1-thread workers (at most 2x a
+1-thread worker) can give at most ~1.66x it (measured 1.63x steady, 1.46x end to end); the ratio
+against the 1-thread worker (1.95x steady) shows what process parallelism itself buys.
 CPU seconds (user + sys of the command and its workers) are reported beside the wall time:
 unlike wall time they are not inflated by other processes sharing the cores; the load average
 before and after says whether the wall-clock ratios are the machine's.
