@@ -138,3 +138,29 @@ def test_worker_bench_ratios_and_its_workload_are_the_main_jobs(tmp_path):
     assert study["base"]["train"] == ladder["base"]["train"]
     with pytest.raises(ConfigError, match="--rows: at most"):
         _study_file(tmp_path, "w", rows=2 * len(ladder["rungs"]) + 2, steps=60)
+
+
+def test_a_store_hiccup_in_the_tick_does_not_stop_the_workers_until_it_persists(ladder_study, monkeypatch):
+    """Review 5, finding 2: one failed progress read (no signal pending) used to end the watch, and
+    the watch's error path stops every worker mid-row; now it is reported and only
+    TICK_FAILURES failures in a row end the watch."""
+    import grpolab.studies as studies
+    cfg, study, state = ladder_study
+    lines, real, fails = [], studies.progress, {"left": 1}
+
+    def flaky(*args, **kwargs):
+        if fails["left"]:
+            fails["left"] -= 1
+            raise RuntimeError("server closed the connection unexpectedly")
+        return real(*args, **kwargs)
+    monkeypatch.setattr(studies, "progress", flaky)
+    tick = _ticker(study, cfg, state, 2, lines.append)
+    tick()   # the hiccup: reported, no raise
+    assert "store read failed" in lines[-1] and "1/5" in lines[-1]
+    tick()   # the store is back: a progress line, and the count starts again
+    assert "store read failed" not in lines[-1]
+    fails["left"] = studies.TICK_FAILURES
+    for _ in range(studies.TICK_FAILURES - 1):
+        tick()
+    with pytest.raises(RuntimeError, match="closed the connection"):
+        tick()

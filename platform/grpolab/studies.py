@@ -192,12 +192,15 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int, ret
         release(procs, go=False)   # set-up failed or was interrupted: workers never told to go are killed
 
 
+TICK_FAILURES = 5   # consecutive unreadable-store ticks (2 s apart) before the coordinator gives up
+
+
 def _ticker(study, cfg: StudyConfig, state: Path, workers: int, echo):
     """The coordinator's periodic check: hand back rows of dead or hung workers, print progress when
     rows change state (not every poll), and raise a pending Ctrl-C/SIGTERM that a library swallowed
     or turned into another error while the check waited on the store (reap_logged logs store errors
     and goes on). Called between rows and every 2 s while workers run, always in the main thread."""
-    started, last = time.time(), {}
+    started, last = time.time(), {"failures": 0}
 
     def tick():
         try:
@@ -205,7 +208,15 @@ def _ticker(study, cfg: StudyConfig, state: Path, workers: int, echo):
             p = progress(study, cfg, started, workers)
         except Exception as exc:   # Optuna's journal lock re-raises an interrupted wait as RuntimeError
             raise_if_signalled(exc)
-            raise
+            # a store hiccup (a PostgreSQL restart) must not stop every worker mid-row: the watch
+            # gives up, stopping them, only when the store stays unreadable for TICK_FAILURES ticks
+            last["failures"] += 1
+            if last["failures"] >= TICK_FAILURES:
+                raise
+            echo(f"progress: store read failed ({type(exc).__name__}: {exc}); "
+                 f"workers go on ({last['failures']}/{TICK_FAILURES} failures in a row)")
+            return
+        last["failures"] = 0
         key = (p["done"], p["running"], p["failed"], p["interrupted"])
         if last.get("key") != key:
             last["key"] = key

@@ -91,8 +91,10 @@ def run_workers(procs: list[subprocess.Popen], tick) -> list[str]:
             tick()
             wait_any(procs, 2.0)   # a worker's exit is seen within 0.1 s, not at the next 2 s poll
         tick()   # a worker that died last: its row is handed back before the summary
-    except BaseException:
-        stop(procs)
+    except BaseException as exc:
+        # the grace is for a terminal Ctrl-C, which already reached every worker; a SIGTERM to the
+        # coordinator alone or a store error reached none of them: waiting would be wasted
+        stop(procs, grace=3.0 if isinstance(exc, KeyboardInterrupt) else 0.0)
         raise
     return [f"worker {p.pid} " + (f"was killed by signal {-p.returncode}" if p.returncode < 0 else
                                   f"exited with code {p.returncode}") for p in procs if p.returncode != 0]
