@@ -199,7 +199,8 @@ def _ticker(study, cfg: StudyConfig, state: Path, workers: int, echo):
     """The coordinator's periodic check: hand back rows of dead or hung workers, print progress when
     rows change state (not every poll), and raise a pending Ctrl-C/SIGTERM that a library swallowed
     or turned into another error while the check waited on the store (reap_logged logs store errors
-    and goes on). Called between rows and every 2 s while workers run, always in the main thread."""
+    and goes on; a failed progress read is reported and raised only at TICK_FAILURES in a row).
+    Called between rows and every 2 s while workers run, always in the main thread."""
     started, last = time.time(), {"failures": 0}
 
     def tick():
