@@ -1,76 +1,133 @@
-"""Verdict logic on synthetic paired data with known effects, and the saturating compute fit on
-synthetic curves with known parameters (no training: pure statistics)."""
+"""Verdict logic on synthetic paired data built for each label (every label in verdicts.LABELS),
+and the saturating compute fit on synthetic curves with known parameters (no training)."""
 
 import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
+from grpolab import inference
 from grpolab.scaling import fit_curve, fit_seeds, saturating
-from grpolab.verdicts import (CONTRADICTED, INCONCLUSIVE, REPRODUCED, UNDERPOWERED, paired_verdict,
-                              seeds_for_power)
+from grpolab.verdicts import (DECIDED, EFFECT, INCONCLUSIVE, LABELS, NO_EFFECT, NO_MECHANISM, NOT_RUN, OPPOSITE,
+                              REPRODUCED, SMALLER, UNDERPOWERED, holm_text, paired_verdict, with_censoring,
+                              with_holm, with_mechanism)
 
 
 def paired(effect, sd, n, seed=0):
-    """{seed: treatment - control} for n seeds: shared per-seed baseline noise cancels in the pair."""
+    """{seed: treatment - control} for n seeds with sample mean exactly ``effect`` and sample sd
+    exactly ``sd`` (shared per-seed baseline noise cancels in the pair)."""
     rng = np.random.default_rng(seed)
-    base = rng.normal(0.3, 0.2, n)                     # large seed-to-seed spread, shared by both arms
-    noise = rng.normal(0, sd, n)
-    noise = (noise - noise.mean()) / noise.std(ddof=1) * sd    # sample mean exactly `effect`, sample sd exactly `sd`
-    control = base
-    treatment = base + effect + noise
-    return {s: t - c for s, (t, c) in enumerate(zip(treatment, control))}
+    noise = rng.normal(0, 1, n)
+    noise = (noise - noise.mean()) / noise.std(ddof=1) * sd
+    return {s: effect + e for s, e in enumerate(noise)}
 
 
-def test_clear_positive_effect_is_reproduced_and_its_interval_covers_the_truth():
-    v = paired_verdict(paired(0.10, 0.03, 8), "increase", smallest_effect=0.02, n_resamples=2000)
-    assert v.verdict == REPRODUCED and v.n == 8 and v.n_resamples == 2000
-    assert v.low > 0 and v.low < 0.10 < v.high
-    assert v.mean == pytest.approx(0.10) and v.sd == pytest.approx(0.03)
+def t_half(sd, n, level=0.95):
+    return stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
 
 
-def test_clear_negative_effect_contradicts_an_increase_and_reproduces_a_decrease():
+COMPATIBLE = ({REPRODUCED}, {EFFECT}, {NO_EFFECT, SMALLER}, {NO_EFFECT, OPPOSITE})
+
+# (differences, direction, smallest effect) built so that each label is the only right answer
+LABEL_DATA = {
+    REPRODUCED: (paired(0.10, 0.03, 8), "increase", 0.05),            # [0.075, 0.125]: > 0, estimate >= delta
+    SMALLER: (paired(0.03, 0.01, 8), "increase", 0.05),               # [0.022, 0.038]: > 0 but below delta
+    NO_EFFECT: (paired(0.0, 0.01, 8), "increase", 0.05),              # [-0.008, 0.008] inside (-0.05, 0.05)
+    OPPOSITE: (paired(-0.10, 0.03, 8), "increase", 0.05),
+    EFFECT: (paired(0.10, 0.03, 8), "none", 0.05),                    # a claim of no effect, and a clear one
+    INCONCLUSIVE: (paired(0.025, 0.045, 10), "increase", 0.05),       # [-0.007, 0.057]; 10 seeds give 80 % power
+    UNDERPOWERED: (paired(0.02, 0.2, 8), "increase", 0.05),           # spans both; needs ~130 seeds
+    NOT_RUN: ({}, "increase", 0.05),
+}
+
+
+@pytest.mark.parametrize("label", list(LABEL_DATA))
+def test_each_label_comes_from_data_built_for_it(label):
+    diffs, direction, delta = LABEL_DATA[label]
+    v = paired_verdict(diffs, direction, delta)
+    assert v.verdict == label, v.reason
+    assert label in LABELS and v.reason
+    if diffs:
+        n, sd = len(diffs), np.std(list(diffs.values()), ddof=1)
+        assert (v.low, v.high) == pytest.approx((v.mean - t_half(sd, n), v.mean + t_half(sd, n)))
+
+
+def test_a_claim_of_no_effect_is_reproduced_by_an_equivalence_interval():
+    v = paired_verdict(paired(0.0, 0.01, 8), "none", 0.05)
+    assert v.verdict == REPRODUCED and v.test == "equivalence" and v.p_value < 0.05
+    assert paired_verdict(paired(0.0, 0.01, 8), "increase", 0.05).test == "equivalence"   # no effect that matters
+
+
+def test_decrease_is_the_mirror_of_increase():
     diffs = paired(-0.10, 0.03, 8, seed=1)
-    up = paired_verdict(diffs, "increase", 0.02, n_resamples=2000)
-    down = paired_verdict(diffs, "decrease", 0.02, n_resamples=2000)
-    assert up.verdict == CONTRADICTED and "opposite" in up.reason and up.high < 0
-    assert down.verdict == REPRODUCED
-    assert (up.low, up.high) == (down.low, down.high)     # the interval is of the unsigned difference
+    up, down = paired_verdict(diffs, "increase", 0.02), paired_verdict(diffs, "decrease", 0.02)
+    assert up.verdict == OPPOSITE and down.verdict == REPRODUCED and (up.low, up.high) == (down.low, down.high)
 
 
-def test_null_effect_tight_interval_rules_out_what_matters_wide_interval_is_inconclusive():
-    tight = paired(0.0, 0.005, 10, seed=2)
-    assert paired_verdict(tight, "increase", 0.05, n_resamples=2000).verdict == CONTRADICTED
-    assert paired_verdict(tight, "none", 0.05, n_resamples=2000).verdict == REPRODUCED
-    wide = paired(0.0, 0.2, 6, seed=3)
-    v = paired_verdict(wide, "increase", 0.05, n_resamples=2000)
-    assert v.verdict == INCONCLUSIVE and v.low < 0 < v.high
-    # the spread of these differences needs far more than 6 seeds to see 0.05
-    assert v.seeds_needed > 20
-    assert v.seeds_needed == math.ceil(((1.959964 + 0.841621) * v.sd / 0.05) ** 2)
+def test_zero_spread_is_never_certain_and_fewer_than_five_seeds_is_underpowered():
+    v = paired_verdict({s: 0.0 for s in range(8)} | {9: math.inf}, "none", 0.02)
+    assert v.verdict == INCONCLUSIVE and "spread is unmeasured" in v.reason and math.isnan(v.low)
+    assert "1 seed(s) without a finite difference" in "; ".join(v.diagnostics) and v.n == 8
+    assert paired_verdict({s: 0.5 for s in range(8)}, "increase", 0.02).verdict == INCONCLUSIVE
+    few = paired_verdict(paired(0.5, 0.01, 4), "increase", 0.02)
+    assert few.verdict == UNDERPOWERED and "4 < 5" in few.reason and "reproduced at face value" in few.reason
 
 
-def test_fewer_than_five_seeds_is_underpowered_even_with_a_clear_effect():
-    v = paired_verdict(paired(0.5, 0.01, 4, seed=4), "increase", 0.02, n_resamples=1000)
-    assert v.verdict == UNDERPOWERED and "4 < 5" in v.reason and "reproduced at face value" in v.reason
-    assert v.low > 0
-    one = paired_verdict({0: 0.3}, "increase", 0.02)
-    assert one.verdict == UNDERPOWERED and math.isnan(one.low)
+def test_the_label_is_monotone_in_the_evidence():
+    """Narrowing the interval around the same estimate never turns a decided label into one that
+    contradicts it (the BCa rules turned 'reproduced' into 'contradicted' that way). Compatible:
+    an effect below delta may read 'no effect that matters' and, more precisely measured, 'direction
+    holds, smaller than claimed' or 'opposite direction' (both still below delta); 'reproduced' and
+    'effect that matters' never change once reached."""
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        est, delta, direction = rng.normal(0, 0.1), 0.05, rng.choice(["increase", "decrease", "none"])
+        labels = [paired_verdict(paired(est, sd, 8), direction, delta).verdict for sd in (0.4, 0.2, 0.1, 0.05, 0.01, 0.001)]
+        decided = set(x for x in labels if x in DECIDED)
+        assert any(decided <= group for group in COMPATIBLE), (est, direction, labels)
+        first = next((i for i, x in enumerate(labels) if x in DECIDED), len(labels))
+        assert all(x in DECIDED for x in labels[first:]), labels
 
 
-def test_identical_differences_give_a_point_interval_and_non_finite_seeds_are_left_out():
-    v = paired_verdict({s: 0.0 for s in range(5)} | {9: math.inf}, "none", 0.02)
-    assert (v.low, v.high) == (0.0, 0.0) and v.verdict == REPRODUCED and v.n == 5
-    assert "1 seed(s) without a finite difference" in v.reason
+def test_power_is_t_based_and_matches_the_textbook_value():
+    # a standardised effect of 1 needs 10 pairs for 80 % power (two-sided 5 %), 8 give 0.69 (noncentral t)
+    assert inference.seeds_for_power(1.0, 1.0) == 10
+    assert inference.power_direction(10, 1.0, 1.0) == pytest.approx(0.8031, abs=1e-3)
+    assert inference.seeds_for_power(0.0, 0.1) is None and inference.seeds_for_power(math.nan, 0.1) is None
+    v = LABEL_DATA[UNDERPOWERED]
+    u = paired_verdict(*v)
+    assert u.seeds_needed == inference.seeds_for_power(0.2, 0.05) and f"needs {u.seeds_needed} seeds" in u.reason
 
 
-def test_bootstrap_is_reproducible_and_bad_direction_raises():
-    d = paired(0.05, 0.05, 7, seed=5)
-    a, b = paired_verdict(d, "increase", 0.01), paired_verdict(d, "increase", 0.01)
-    assert (a.low, a.high) == (b.low, b.high)
-    with pytest.raises(ValueError, match="direction"):
-        paired_verdict(d, "up", 0.01)
-    assert seeds_for_power(0.0, 0.1) == 5 and seeds_for_power(math.nan, 0.1) is None
+def test_holm_adjusts_a_family_by_hand():
+    assert inference.holm([0.01, 0.04, 0.03, math.nan]) == pytest.approx([0.03, 0.06, 0.06, math.nan], nan_ok=True)
+    family = with_holm([paired_verdict(*LABEL_DATA[k]) for k in (REPRODUCED, INCONCLUSIVE, NOT_RUN)])
+    assert [v.family for v in family] == [2, 2, 2]
+    assert family[0].p_holm == pytest.approx(min(1, 2 * min(family[0].p_value, family[1].p_value))
+                                             if family[0].p_value < family[1].p_value else family[1].p_value * 2)
+    assert "holds at familywise 5 %" in holm_text(family[0]) and holm_text(family[2]) == "no test"
+
+
+def test_mechanism_floor_replaces_the_label_and_keeps_the_face_value():
+    v = paired_verdict(*LABEL_DATA[REPRODUCED])
+    off = with_mechanism(v, "tail:clip/high_fraction", 0.00056, 0.005, "'Naive GRPO' rows")
+    assert off.verdict == NO_MECHANISM and off.face_value == REPRODUCED
+    assert "tail:clip/high_fraction = 0.00056 < 0.005" in off.reason
+    assert with_mechanism(v, "m", math.nan, 0.005, "x").verdict == NO_MECHANISM          # never measured
+    on = with_mechanism(v, "m", 0.02, 0.005, "x")
+    assert on.verdict == REPRODUCED and "mechanism acted" in on.diagnostics[-1]
+
+
+def test_censoring_keeps_only_outcomes_the_unknown_values_cannot_overturn():
+    # steps to a threshold, claim: the treatment needs fewer (decrease). A censored control could
+    # only need more steps: the true effect is larger, 'reproduced' stands.
+    v = paired_verdict(paired(-20.0, 5.0, 8), "decrease", 10)
+    assert v.verdict == REPRODUCED
+    assert with_censoring(v, 0, 2, "steps_to:x").verdict == REPRODUCED
+    # a censored treatment could need more: the claim's favour is not earned
+    hidden = with_censoring(v, 1, 0, "steps_to:x")
+    assert hidden.verdict == INCONCLUSIVE and hidden.face_value == REPRODUCED and "overturn" in hidden.reason
 
 
 TRUE = {"R0": 0.2, "A": 0.8, "C_mid": 50.0, "B": 1.8}
@@ -114,27 +171,28 @@ def test_too_few_points_give_no_fit():
 def test_ladder_table_verdict_column_tests_the_published_direction_per_rung():
     import pandas as pd
 
-    from grpolab.study_tables import ladder_table
     from grpolab.study_config import Objective, Rung, StudyConfig
-    cfg = StudyConfig(name="x", kind="ladder", path="x", base={}, seeds=tuple(range(6)),
-                      objectives=(Objective("final:eval/pass_at_1"),), smallest_effect=0.02,
+    from grpolab.study_tables import ladder_table
+    cfg = StudyConfig(name="x", kind="ladder", path="x", base={}, seeds=tuple(range(8)),
+                      objectives=(Objective("final:eval/pass_at_1", "maximize", 0.02),),
                       rungs=(Rung("a", {}, 30.0), Rung("b", {"k": 1}, 36.0), Rung("c", {"k": 2}, 20.0),
                              Rung("d", {"k": 3}, None)))
-    base = [0.1, 0.3, 0.2, 0.25, 0.15, 0.35]                 # big seed-to-seed spread, shared by all rungs
-    bump = [0.09, 0.11, 0.10, 0.12, 0.08, 0.10]              # rung b: a clear +0.1 on every seed
-    wobble = [0.05, -0.04, 0.03, -0.05, 0.04, -0.03]         # rung c vs b: no effect either way
+    base = [0.1, 0.3, 0.2, 0.25, 0.15, 0.35, 0.22, 0.28]                  # big seed-to-seed spread, shared
+    bump = [0.09, 0.11, 0.10, 0.12, 0.08, 0.10, 0.11, 0.09]               # rung b: a clear +0.1 on every seed
+    wobble = [0.05, -0.04, 0.03, -0.05, 0.04, -0.03, 0.02, -0.02]         # rung c vs b: no effect either way
     values = {0: base, 1: [b + d for b, d in zip(base, bump)]}
     values[2] = [v + w for v, w in zip(values[1], wobble)]
-    values[3] = values[2][:4] + [math.nan, math.nan]
-    rows = pd.DataFrame([{"rung": r, "seed": s, "state": "COMPLETE" if math.isfinite(v) else "FAIL", "value": v}
-                         for r, vs in values.items() for s, v in enumerate(vs)])
+    values[3] = values[2][:4] + [math.nan] * 4
+    rows = pd.DataFrame([{"rung": r, "seed": s, "state": "COMPLETE" if math.isfinite(v) else "FAIL", "value": v,
+                          "run_id": ""} for r, vs in values.items() for s, v in enumerate(vs)])
     t = ladder_table(rows, cfg)
-    assert t.loc[1, "verdict_vs_prev"] == "reproduced"
-    # published 36 -> 20 is a drop: tested as a drop, and the data show neither a drop nor a rise
-    assert t.loc[2, "verdict_vs_prev"] == "inconclusive (tested: drop)"
-    assert t.loc[3, "verdict_vs_prev"] == "inconclusive (underpowered)"       # 4 paired seeds
-    low, high = map(float, t.loc[1, "delta_bca95"].strip("[]").split(","))
-    assert 0 < low < 0.1 < high
+    assert t.loc[1, "verdict_vs_prev"] == REPRODUCED
+    # published 36 -> 20 is a drop: tested as a drop; the data show neither a drop nor a rise of 0.02
+    assert t.loc[2, "verdict_vs_prev"] == UNDERPOWERED + " (tested: drop)" and "needs" in t.loc[2, "why"]
+    assert t.loc[3, "verdict_vs_prev"] == UNDERPOWERED and "4 < 5" in t.loc[3, "why"]
+    d = [b for b in bump]
+    assert t.loc[1, "delta_ci95"] == pytest.approx(t_half(np.std(d, ddof=1), 8))
+    assert "Holm" in t.loc[1, "tests"] and t.loc[1, "mechanism"] == "none named"
 
 
 def test_verdict_panel_scales_by_smallest_effect_and_marks_the_published_direction():

@@ -1,12 +1,14 @@
 """``grpolab verdicts``: run what the claims' studies are missing (through the study driver, so
-every rung x seed row exists exactly once), read each row's metric windows back from MLflow, and
-judge every claim on its paired seeds. Nothing here trains directly.
+every rung x seed row exists exactly once), read each row's metric windows back from MLflow
+(``run_windows``), and judge every claim on its paired seeds. Nothing here trains directly.
 
-Metric windows go through the studies' own objective function (``study_trials.metric_value``, which
-delegates to ``objectives.objective_value``: the one function behind tables, trial values and
-the pruner), on a RunResult rebuilt from the run's MLflow history, so a claim
-and a table never disagree on what ``tail:entropy`` means. Only the two within-run windows a
-claim may add (``head:``, ``start:``) are computed here.
+Every verdict carries, besides its label and reason: the mechanism check (``mechanism:``, a
+floor fixed in advance), the censoring policy (``verdicts.with_censoring``), its Holm-adjusted
+p-value within the run's family of claims, its deviations and its pre-registration status.
+
+``--until-decided --max-seeds N`` adds paired seeds in batches until every verdict is decided or
+N is reached; each look's interval is at the Bonferroni-spent level 1 - alpha/K over the K
+planned looks (``inference.sequential_level``; its error rate measured in ``coverage``).
 """
 
 from __future__ import annotations
@@ -21,66 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .claims import Claim, Side, claim_files, is_censored, load_claim
+from . import inference, preregistration
+from .claims import Claim, Side, claim_files, load_claim
 from .errors import ConfigError
-from .verdicts import UNDERPOWERED, Verdict, paired_verdict
-
-EVAL_KEYS = ("eval/pass_at_1", "eval/pass_at_k", "eval/greedy_accuracy", "eval/mean_length")
-
-
-@dataclass
-class _History:
-    """The RunResult interface that ``study_trials.metric_value`` reads, filled from MLflow."""
-    evals: dict
-    train_curves: dict
-
-    @property
-    def start_eval(self) -> dict:
-        return self.evals[min(self.evals)]
-
-    @property
-    def final_eval(self) -> dict:
-        return self.evals[max(self.evals)]
-
-
-def run_history(client, run_id: str, train_keys: set[str]) -> _History:
-    from .tracking import clean_metric_name
-    evals: dict[int, dict] = {}
-    for key in EVAL_KEYS:
-        for m in client.get_metric_history(run_id, clean_metric_name(key)):
-            evals.setdefault(m.step, {})[key] = m.value
-    curves = {}
-    for key in train_keys | {"tokens/cumulative"}:
-        curves[key] = sorted((m.step, m.value) for m in client.get_metric_history(run_id, clean_metric_name(key)))
-    return _History(evals, curves)
-
-
-def window_value(metric: str, history) -> float:
-    """A metric window of one run: the shared objective function, plus head:/start: windows."""
-    from .study_trials import metric_value
-    agg, _, key = metric.partition(":")
-    if agg == "head":   # the mirror of tail: finite points at steps <= 1/4 of the latest step (at least the first)
-        points = sorted((s, v) for s, v in history.train_curves.get(key, []) if v is not None and math.isfinite(v))
-        if not points:
-            return math.nan
-        head = [v for s, v in points if s <= 0.25 * points[-1][0]] or [points[0][1]]
-        return sum(head) / len(head)
-    if agg == "start":
-        return history.start_eval[key]
-    try:
-        return metric_value(metric, history)
-    except ConfigError:   # e.g. no finite point of the curve (nothing clipped): no value for this seed
-        return math.nan
-
-
-def _censor(metric: str, value: float, history, budget_steps: int) -> tuple[float, bool]:
-    """A threshold never reached is at least the budget: use the budget (a conservative bound)."""
-    if not is_censored(metric, value):
-        return value, False
-    if metric.startswith("steps_to"):
-        return float(budget_steps), True
-    tokens = history.train_curves.get("tokens/cumulative") or [(0, math.nan)]
-    return float(tokens[-1][1]), True
+from .run_windows import censored_value, mean_window, run_history, train_keys, window_value
+from .verdicts import DECIDED, Verdict, paired_verdict, with_censoring, with_holm, with_mechanism
 
 
 @dataclass
@@ -88,33 +35,28 @@ class ClaimResult:
     claim: Claim
     verdict: Verdict
     censored: int = 0
-    regime_value: float | None = None
-    regime_met: bool = True
+    mechanism_value: float | None = None
     report: dict = field(default_factory=dict)      # metric -> (mean paired difference, n)
     treatment_values: dict = field(default_factory=dict)
     control_values: dict = field(default_factory=dict)
+    preregistration: str = ""
+    sequential: str = ""            # the look this verdict was made at, when seeds were added on demand
 
 
-def _train_keys(claim: Claim) -> set[str]:
-    metrics = [claim.metric_of(claim.treatment), claim.metric_of(claim.control), *claim.report]
-    if claim.regime_check:
-        metrics.append(claim.regime_check["metric"])
-    return {m.split(":", 1)[1] for m in metrics if m.split(":", 1)[0] in ("tail", "head")}
-
-
-def _side_values(claim: Claim, side: Side, metric: str, runs: dict, histories: dict, budget: int) -> tuple[dict, int]:
-    """seed -> value of one side (a rung's runs, or the fixed reference for every seed)."""
+def _side_values(claim: Claim, side: Side, metric: str, runs: dict, histories: dict) -> tuple[dict, int]:
+    """seed -> value of one side (a rung's runs, or the fixed reference for every seed), and how
+    many of them were censored (counted at the budget)."""
     if side.value is not None:
         return {seed: side.value for seed in runs.get(claim.treatment.rung, {})}, 0
     out, censored = {}, 0
     for seed, run_id in runs.get(side.rung, {}).items():
-        value, was = _censor(metric, window_value(metric, histories[run_id]), histories[run_id], budget)
+        value, was = censored_value(metric, window_value(metric, histories[run_id]), histories[run_id])
         out[seed], censored = value, censored + was
     return out, censored
 
 
-def judge(claim: Claim, state: Path, storage_url: str | None) -> ClaimResult:
-    """Read the claim's rows (already run) and return its verdict on the paired seeds."""
+def _claim_rows(claim: Claim, state: Path, storage_url: str | None):
+    """(runs {rung name: {seed: run id}}, histories {run id: History}, rows complete, study config)."""
     from mlflow.tracking import MlflowClient
 
     from .study_tables import ladder_rows, load_results
@@ -124,42 +66,60 @@ def judge(claim: Claim, state: Path, storage_url: str | None) -> ClaimResult:
     runs: dict[str, dict] = {}
     for row in rows[rows.state == "COMPLETE"].itertuples():
         runs.setdefault(cfg.rungs[row.rung].name, {})[row.seed] = row.run_id
-    client, keys = MlflowClient(tracking_uri(state)), _train_keys(claim)
+    metrics = [claim.metric_of(claim.treatment), claim.metric_of(claim.control), *claim.report,
+               claim.mechanism.metric if claim.mechanism else None]
+    client, keys = MlflowClient(tracking_uri(state)), train_keys(metrics)
     needed = {r for side in (claim.treatment, claim.control) if side.rung for r in runs.get(side.rung, {}).values()}
-    histories = {run_id: run_history(client, run_id, keys) for run_id in needed}
-    budget = int((cfg.base.get("train") or {}).get("steps", 0))
+    return runs, {run_id: run_history(client, run_id, keys) for run_id in needed}, int((rows.state == "COMPLETE").sum())
+
+
+def judge(claim: Claim, state: Path, storage_url: str | None, level: float = 0.95) -> ClaimResult:
+    """Read the claim's rows (already run) and return its verdict on the paired seeds."""
+    runs, histories, _ = _claim_rows(claim, state, storage_url)
 
     def paired(t_metric: str, c_metric: str):
-        t, ct = _side_values(claim, claim.treatment, t_metric, runs, histories, budget)
-        c, cc = _side_values(claim, claim.control, c_metric, runs, histories, budget)
-        return {s: t[s] - c[s] for s in sorted(set(t) & set(c))}, t, c, ct + cc
+        t, ct = _side_values(claim, claim.treatment, t_metric, runs, histories)
+        c, cc = _side_values(claim, claim.control, c_metric, runs, histories)
+        return {s: t[s] - c[s] for s in sorted(set(t) & set(c))}, t, c, ct, cc
 
-    diffs, t, c, censored = paired(claim.metric_of(claim.treatment), claim.metric_of(claim.control))
-    verdict = paired_verdict(diffs, claim.direction, claim.smallest_effect)
-    result = ClaimResult(claim, verdict, censored, treatment_values=t, control_values=c)
+    diffs, t, c, ct, cc = paired(claim.metric_of(claim.treatment), claim.metric_of(claim.control))
+    verdict = paired_verdict(diffs, claim.direction, claim.smallest_effect, level)
+    verdict = with_censoring(verdict, ct, cc, claim.metric)
+    result = ClaimResult(claim, verdict, ct + cc, treatment_values=t, control_values=c)
     for metric in claim.report if claim.control.rung else ():   # beside-metrics compare two rungs
         d = paired(metric, metric)[0]
         finite = [v for v in d.values() if math.isfinite(v)]
         result.report[metric] = (float(np.mean(finite)) if finite else math.nan, len(finite))
-    if claim.regime_check:
-        side = claim.control if claim.control.rung else claim.treatment
-        values = [window_value(claim.regime_check["metric"], histories[r]) for r in runs.get(side.rung, {}).values()]
-        values = [v for v in values if math.isfinite(v)]
-        result.regime_value = float(np.mean(values)) if values else math.nan
-        result.regime_met = bool(values) and result.regime_value >= claim.regime_check["at_least"]
-        if not result.regime_met and verdict.verdict != UNDERPOWERED:
-            result.verdict = Verdict("inconclusive (regime not met)",
-                                     f"{claim.regime_check['metric']} = {result.regime_value:.3g} < "
-                                     f"{claim.regime_check['at_least']:g} on {side.rung!r}; at face value: {verdict.verdict}",
-                                     verdict.n, verdict.n_resamples, verdict.mean, verdict.low, verdict.high,
-                                     verdict.sd, verdict.seeds_needed, verdict.differences, verdict.level)
+    if claim.mechanism:
+        m = claim.mechanism
+        side = claim.control if m.rows == "control" else claim.treatment
+        value = mean_window(m.metric, [histories[r] for r in runs.get(side.rung, {}).values()])
+        result.mechanism_value = value
+        result.verdict = with_mechanism(result.verdict, m.metric, value, m.at_least, f"{side.rung!r} rows")
+    result.preregistration = preregistration.status(state, _prereg_key(claim), claim.registered_fields,
+                                                    claim.deviations)
     return result
 
 
-def run_claims(names: list[str] | None, state: Path, storage_url: str | None, workers: int, echo=print) -> list[ClaimResult]:
-    """Validate every claim first, run each needed study's missing rows once, then judge."""
+def _prereg_key(claim: Claim) -> str:
+    return f"claim:{claim.name}"
+
+
+def register_claims(claims: list[Claim], state: Path, storage_url: str | None) -> None:
+    """Hash each claim's pre-registered fields the first time it is seen in this state, with the
+    number of its study's rows already complete (0: registered before any row ran)."""
+    from .study_tables import ladder_rows, load_results
+    done: dict[str, int] = {}
+    for claim in claims:
+        if claim.study_path not in done:
+            cfg, study = load_results(claim.study_path, state, storage_url)
+            rows = ladder_rows(study, cfg)
+            done[claim.study_path] = int((rows.state == "COMPLETE").sum())
+        preregistration.record(state, _prereg_key(claim), claim.registered_fields, done[claim.study_path])
+
+
+def _run_studies(claims: list[Claim], state: Path, storage_url: str | None, workers: int, echo) -> None:
     from .studies import run_study
-    claims = [load_claim(p) for p in claim_files(names)]      # bad claims stop here, before any training
     from .study_config import load_study
 
     def cost(path: str) -> int:   # cheapest study first: early verdicts come early
@@ -170,7 +130,70 @@ def run_claims(names: list[str] | None, state: Path, storage_url: str | None, wo
         echo(f"study {Path(path).name}: running missing rows ({workers} worker(s))")
         code = run_study(path, state, storage_url, workers, retry_failed=False, echo=echo)
         echo(f"study {Path(path).name}: done in {time.time() - started:.0f}s" + (" (some rows failed)" if code else ""))
-    return [judge(c, state, storage_url) for c in claims]
+
+
+def judge_family(claims: list[Claim], state: Path, storage_url: str | None, level: float = 0.95) -> list[ClaimResult]:
+    """Judge every claim, then Holm-adjust their label tests as one family."""
+    results = [judge(c, state, storage_url, level) for c in claims]
+    for r, v in zip(results, with_holm([r.verdict for r in results])):
+        r.verdict = v
+    return results
+
+
+def run_claims(names: list[str] | None, state: Path, storage_url: str | None, workers: int, echo=print,
+               until_decided: bool = False, max_seeds: int | None = None, batch: int = 2) -> list[ClaimResult]:
+    """Validate every claim first, register them, run each needed study's missing rows once, then
+    judge; with ``until_decided``, add seeds and look again (see the module docstring)."""
+    claims = [load_claim(p) for p in claim_files(names)]      # bad claims stop here, before any training
+    looks = _plan_looks(claims, until_decided, max_seeds, batch)
+    Path(state).mkdir(parents=True, exist_ok=True)
+    register_claims(claims, state, storage_url)
+    if not looks:
+        _run_studies(claims, state, storage_url, workers, echo)
+        return judge_family(claims, state, storage_url)
+    return _sequential(claims, looks, state, storage_url, workers, echo)
+
+
+def _plan_looks(claims: list[Claim], until_decided: bool, max_seeds: int | None, batch: int) -> list[int]:
+    if not until_decided:
+        if max_seeds is not None:
+            raise ConfigError("--max-seeds: only with --until-decided")
+        return []
+    from .study_config import load_study
+    start = max(len(load_study(c.study_path).seeds) for c in claims)
+    if max_seeds is None or max_seeds < start:
+        raise ConfigError(f"--until-decided needs --max-seeds N with N >= the studies' seeds ({start})")
+    if batch < 1:
+        raise ConfigError(f"--batch: must be >= 1, got {batch}")
+    return inference.planned_looks(start, batch, max_seeds)
+
+
+def _sequential(claims, looks, state, storage_url, workers, echo) -> list[ClaimResult]:
+    """Look at start, start + batch, ..., max seeds, each at level 1 - alpha/K; stop at the first look
+    where every verdict is decided. Undecided claims get seeds; decided ones keep theirs."""
+    from .studies import add_seeds, default_storage
+    from .study_config import load_study
+    level = inference.sequential_level(0.95, len(looks))
+    storage = storage_url or default_storage(state)
+    pending, final = list(claims), {}
+    for j, n in enumerate(looks, 1):
+        for path in dict.fromkeys(c.study_path for c in pending):
+            add_seeds(load_study(path), storage, n)
+        _run_studies(pending, state, storage_url, workers, echo)
+        results = [judge(c, state, storage_url, level) for c in pending]
+        echo(f"look {j}/{len(looks)} at {n} seeds (per-look level {100 * level:.4g} %): " +
+             ", ".join(f"{r.claim.name}: {r.verdict.verdict}" for r in results))
+        for r in results:
+            r.sequential = (f"look {j} of {len(looks)} planned at {looks} seeds; interval at {100 * level:.4g} % "
+                            f"(Bonferroni over the looks)")
+            final[r.claim.name] = r
+        pending = [r.claim for r in results if r.verdict.verdict not in DECIDED]
+        if not pending:
+            break
+    ordered = [final[c.name] for c in claims]
+    for r, v in zip(ordered, with_holm([r.verdict for r in ordered])):
+        r.verdict = v
+    return ordered
 
 
 @contextlib.contextmanager
@@ -200,13 +223,16 @@ def verdicts_command(args) -> int:
         print(line, file=sys.stderr, flush=True)
     if args.workers < 1:
         raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
+    if args.no_run and args.until_decided:
+        raise ConfigError("--until-decided runs rows; it cannot go with --no-run")
     state = state_dir(args.state)
     started = time.time()
     with _stdout_to_stderr():   # what the studies, their workers and libraries print is not table data
         if args.no_run:
-            results = [judge(load_claim(p), state, args.storage) for p in claim_files(args.claims)]
+            results = judge_family([load_claim(p) for p in claim_files(args.claims)], state, args.storage)
         else:
-            results = run_claims(args.claims, state, args.storage, args.workers, echo=note)
+            results = run_claims(args.claims, state, args.storage, args.workers, echo=note,
+                                 until_decided=args.until_decided, max_seeds=args.max_seeds, batch=args.batch)
     table = render_verdicts(results, args.format)
     sys.stdout.write(table if table.endswith("\n") else table + "\n")
     sys.stdout.flush()

@@ -13,26 +13,30 @@ is written, and the pre-registered toy test of it.
     smallest_effect: 0.02                   # the smallest difference that matters
     regime: rollout reuse so the upper clip can bind
     requires: [rollout_reuse]               # checked before anything runs
-    regime_check: {metric: tail:clip/high_fraction, at_least: 0.001}   # checked on the control rows
+    mechanism: {metric: tail:clip/high_fraction, at_least: 0.001}   # floor fixed in advance; rows: control (default) | treatment
     report: [tail:clip/high_fraction]       # shown beside the verdict (paired means)
+    kind: reproduction                      # or construction_check: holds by how the toy is built
+    statistic_note: ""                      # where the toy's statistic differs from the paper's
+    deviations: []                          # {date, change, after_seeing}: changes made after seeing results
 
 Besides the studies' metrics a claim may use two windows for within-run contrasts:
 ``head:<train key>`` (mean over the first quarter of the curve) and ``start:<eval key>`` (the
 held-out value before any RL step).
 
-The verdict itself is ``grpolab.verdicts.paired_verdict`` on the per-seed differences.
+The verdict itself is ``grpolab.verdicts.paired_verdict`` on the per-seed differences; the
+fields that decide it (``PREREGISTERED``) are hashed at its first verdict (``preregistration``).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from .errors import ConfigError
-from .study_config import StudyConfig, check_metric, load_study
+from .preregistration import parse_deviations
+from .study_config import Mechanism, StudyConfig, check_metric, load_study, parse_mechanism
 from .verdicts import DIRECTIONS
 
 CLAIMS_DIR = Path(__file__).resolve().parents[2] / "studies" / "claims"
@@ -40,7 +44,10 @@ LOCAL_AGGS = ("head", "start")
 REQUIREMENTS = ("rollout_reuse", "free_length", "warm_start_band", "length_cap", "cold_start")
 FREE_LENGTH_TASKS = ("addition_scratchpad",)
 _KEYS = {"name", "source", "statement", "published", "study", "treatment", "control", "metric", "direction",
-         "smallest_effect", "regime", "requires", "regime_check", "report"}
+         "smallest_effect", "regime", "requires", "mechanism", "report", "kind", "statistic_note", "deviations"}
+KINDS = ("reproduction", "construction_check")
+# what decides a verdict: hashed at the first verdict, a later change is flagged (preregistration.py)
+PREREGISTERED = ("study", "treatment", "control", "metric", "direction", "smallest_effect", "mechanism")
 
 
 @dataclass(frozen=True)
@@ -64,9 +71,13 @@ class Claim:
     smallest_effect: float
     regime: str
     requires: tuple
-    regime_check: dict
+    mechanism: Mechanism | None
     report: tuple
     path: str
+    kind: str = "reproduction"
+    statistic_note: str = ""
+    deviations: tuple = ()
+    registered_fields: dict = None     # the PREREGISTERED fields as written in the file
 
     def metric_of(self, side: Side) -> str:
         return side.metric or self.metric
@@ -130,11 +141,12 @@ def load_claim(path: str | Path) -> Claim:
     bad = [r for r in requires if r not in REQUIREMENTS]
     if bad:
         raise ConfigError(f"{path.name}: requires: unknown {bad[0]!r}; valid: {', '.join(REQUIREMENTS)}")
-    check = data.get("regime_check") or {}
-    if check and (set(check) != {"metric", "at_least"} or not isinstance(check["at_least"], (int, float))):
-        raise ConfigError(f"{path.name}: regime_check: expected {{metric: M, at_least: NUMBER}}")
-    if check:
-        check_claim_metric(check["metric"], f"{path.name}: regime_check.metric")
+    mechanism = parse_mechanism(data.get("mechanism"), f"{path.name}: mechanism", ("control", "treatment"),
+                                lambda m: check_claim_metric(m, "metric"))
+    if data.get("kind", "reproduction") not in KINDS:
+        raise ConfigError(f"{path.name}: kind: {data['kind']!r}; valid: {', '.join(KINDS)}")
+    if not isinstance(data.get("statistic_note", ""), str):
+        raise ConfigError(f"{path.name}: statistic_note: expected text")
     for i, m in enumerate(data.get("report") or ()):
         check_claim_metric(m, f"{path.name}: report[{i}]")
     treatment = _side(data["treatment"], f"{path.name}: treatment", study)
@@ -142,8 +154,12 @@ def load_claim(path: str | Path) -> Claim:
         raise ConfigError(f"{path.name}: treatment: must name a rung (only the control may be a fixed value)")
     claim = Claim(data.get("name") or path.stem, str(data["source"]), str(data["statement"]), str(data.get("published", "")),
                   str(resolve_study_path(path, data["study"])), treatment, _side(data["control"], f"{path.name}: control", study),
-                  data["metric"], data["direction"], float(delta), str(data.get("regime", "")), requires, check,
-                  tuple(data.get("report") or ()), str(path))
+                  data["metric"], data["direction"], float(delta), str(data.get("regime", "")), requires, mechanism,
+                  tuple(data.get("report") or ()), str(path), data.get("kind", "reproduction"),
+                  data.get("statistic_note", "").strip(), parse_deviations(data.get("deviations"), path.name),
+                  {k: data.get(k) for k in PREREGISTERED})
+    if mechanism is not None and mechanism.rows == "control" and claim.control.rung is None:
+        raise ConfigError(f"{path.name}: mechanism.rows: control is a fixed value here; use rows: treatment")
     check_requirements(claim, study)
     return claim
 
@@ -185,7 +201,3 @@ def claim_files(names: list[str] | None) -> list[Path]:
             raise ConfigError(f"claim {name!r}: no such claim file; shipped claims: {valid}")
         out.append(path)
     return out
-
-
-def is_censored(metric: str, value: float) -> bool:
-    return metric.split(":", 1)[0] in ("steps_to", "tokens_to") and value == math.inf

@@ -236,6 +236,11 @@ def build_parser() -> argparse.ArgumentParser:
     verdicts.add_argument("--storage", default=None, help="Optuna storage URL of the claims' studies")
     verdicts.add_argument("--format", choices=["markdown", "csv"], default="markdown")
     verdicts.add_argument("--no-run", action="store_true", help="judge only the rows already run; run nothing")
+    verdicts.add_argument("--until-decided", action="store_true",
+                          help="add paired seeds in batches until every verdict is decided or --max-seeds is reached "
+                               "(each look's interval at 1 - 0.05/K over the K planned looks)")
+    verdicts.add_argument("--max-seeds", type=int, default=None, help="with --until-decided: the most paired seeds")
+    verdicts.add_argument("--batch", type=int, default=2, help="with --until-decided: seeds added per look (default 2)")
     verdicts.set_defaults(func=_cmd_verdicts)
     bench = sub.add_parser("bench", help="measure tracking and trainer overhead against stock TRL, and 2-worker study throughput")
     bench.add_argument("--what", choices=["cli", "tracking", "trainer", "workers", "all"], default="all")

@@ -365,8 +365,8 @@ def overlong_reward(spec: MethodSpec, max_len: int):
     """DAPO's soft overlong punishment (eq. 13) as a reward function named ``overlong``."""
     import torch
 
-    from .algorithms import soft_overlong_penalty
-    buffer = spec.overlong_buffer or max(1, math.ceil(0.2 * max_len))
+    from .algorithms import overlong_buffer, soft_overlong_penalty
+    buffer = overlong_buffer(max_len, spec.overlong_buffer)   # the zone length/soft_penalized_fraction counts
 
     def overlong(prompts, completions, completion_ids, **kwargs):
         lengths = torch.tensor([len(ids) for ids in completion_ids])

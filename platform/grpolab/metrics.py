@@ -22,12 +22,27 @@ def group_spread(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return torch.where(valid.any(1), high - low, torch.zeros_like(high))
 
 
+def soft_penalized_fraction(lengths: torch.Tensor, max_length: int, buffer: int) -> float:
+    """Fraction of completions in soft overlong punishment's zone, where DAPO eq. 13 gives a
+    penalty < 0: |o| > L_max - L_cache, with L_cache = ``buffer`` (0: 20 % of the cap, as the
+    punishment itself, ``algorithms.overlong_buffer``). Truncated completions (|o| = L_max) are
+    in it. Computed the same whether or not the method punishes, so it means the same on every
+    rung: how many completions the punishment reaches (or would reach)."""
+    from .algorithms.shaping import overlong_buffer
+    start = max_length - overlong_buffer(max_length, buffer)
+    return (lengths.float() > start).float().mean().item() if lengths.numel() else float("nan")
+
+
 def rollout_metrics(rewards: torch.Tensor, correct: torch.Tensor, lengths: torch.Tensor,
-                    truncated: torch.Tensor, group_size: int) -> dict[str, float]:
+                    truncated: torch.Tensor, group_size: int, overlong: tuple[int, int] | None = None
+                    ) -> dict[str, float]:
     """Curves of one population of completions (groups contiguous blocks of G).
 
     rewards (N,) total reward; correct (N,) bool from the task verifier; lengths (N,) completion
-    tokens incl. EOS; truncated (N,) bool (hit the length cap without EOS). ``groups/zero_variance``
+    tokens incl. EOS; truncated (N,) bool (hit the length cap without EOS); overlong (L_max,
+    configured L_cache or 0) adds ``length/soft_penalized_fraction``. ``length/std`` is the
+    spread of lengths (std, N-1) that token-level aggregation weighs differently from sequence-
+    level: sum_i sum_t / sum_i |o_i| vs mean_i (1/|o_i|) sum_t. ``groups/zero_variance``
     is about the reward (no policy gradient); ``groups/all_correct`` and ``groups/all_wrong`` are
     about correctness only, whatever the reward shaping adds. ``reward/mean`` and ``reward/std``
     average the scorable completions only (a NaN total: every reward function returned None;
@@ -37,19 +52,23 @@ def rollout_metrics(rewards: torch.Tensor, correct: torch.Tensor, lengths: torch
     g_c = correct.view(-1, group_size)
     zero_var = group_spread(rewards, group_size) <= ZERO_VARIANCE_TOL  # = not sampling.group_spread > tol
     scored = rewards[~torch.isnan(rewards)]
-    return {
+    out = {
         "reward/mean": scored.mean().item() if scored.numel() else float("nan"),
         "reward/std": scored.std().item() if scored.numel() > 1 else 0.0,
         "accuracy": correct.float().mean().item(),
         "length/mean": lengths.mean().item(),
         "length/correct": lengths[correct].mean().item() if correct.any() else float("nan"),
         "length/incorrect": lengths[~correct].mean().item() if (~correct).any() else float("nan"),
+        "length/std": lengths.std().item() if lengths.numel() > 1 else 0.0,
         "length/truncated_fraction": truncated.float().mean().item(),
         "groups/zero_variance": zero_var.float().mean().item(),
         "groups/all_correct": g_c.all(1).float().mean().item(),
         "groups/all_wrong": (~g_c.any(1)).float().mean().item(),
         "tokens/generated": lengths.sum().item(),
     }
+    if overlong is not None:
+        out["length/soft_penalized_fraction"] = soft_penalized_fraction(lengths, *overlong)
+    return out
 
 
 def trained_metrics(rewards: torch.Tensor, correct: torch.Tensor, lengths: torch.Tensor, trained: torch.Tensor,
@@ -87,7 +106,15 @@ DEFINITIONS: dict[str, str] = {
     "length/mean": "generated: mean completion length in tokens, EOS included",
     "length/correct": "generated: mean length of correct completions (NaN when none)",
     "length/incorrect": "generated: mean length of incorrect completions (NaN when none)",
+    "length/std": "generated: std (N-1) of completion lengths in tokens, EOS included, over the generation batch: "
+                  "the spread that token-level aggregation (token_mean) weighs differently from sequence-level "
+                  "(seq_mean_token_mean); 0 when every completion has the same length",
     "length/truncated_fraction": "generated: fraction of completions that hit the length cap without EOS",
+    "length/soft_penalized_fraction": "generated: fraction of completions in soft overlong punishment's zone, "
+                                      "|o| > L_max - L_cache (DAPO eq. 13 gives them a penalty < 0; truncated "
+                                      "completions included), with L_max the training cap and L_cache "
+                                      "method.overlong_buffer or 20 % of the cap; computed for every method, "
+                                      "punishing or not, so it means the same on every rung",
     "groups/zero_variance": "generated: fraction of groups whose total rewards all agree within 1e-6 (no policy gradient)",
     "groups/all_correct": "generated: fraction of groups whose completions are all correct (verifier)",
     "groups/all_wrong": "generated: fraction of groups whose completions are all incorrect (verifier)",
@@ -172,7 +199,7 @@ DEFINITIONS.update(EPISODE_DEFINITIONS)
 # Keys every tracked training run must hold (tests read them back from MLflow).
 REQUIRED_RUN_METRICS = (
     "reward/mean", "accuracy", "entropy", "length/mean", "length/correct", "length/incorrect",
-    "length/truncated_fraction", "clip/low_fraction", "clip/high_fraction", "clip/region_fraction",
+    "length/truncated_fraction", "length/std", "length/soft_penalized_fraction", "clip/low_fraction", "clip/high_fraction", "clip/region_fraction",
     "groups/zero_variance", "groups/all_correct", "groups/all_wrong", "tokens/cumulative", "step_time",
     "override/advantage", "override/loss", "eval/pass_at_1", "eval/pass_at_k", "eval/greedy_accuracy",
 )

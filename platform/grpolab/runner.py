@@ -113,8 +113,12 @@ def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
                 import shutil
                 shutil.rmtree(scratch, ignore_errors=True)
         return target, {"source": "random-init"}
+    # the band is checked at the cap the run's held-out pass@1 is measured at (eval's, which
+    # defaults to the training cap), not the task's own: a start in band at 44 tokens can be
+    # far below it at a training cap of 24 (issue 24)
     wcfg = WarmStartConfig(band=tuple(ws.band), group_size=cfg.train.group_size, learning_rate=ws.learning_rate,
-                           max_steps=ws.max_steps, check_every=ws.check_every)
+                           max_steps=ws.max_steps, check_every=ws.check_every,
+                           max_completion_length=cfg.eval.max_completion_length)
     # By default the warm start's seed is the run seed (different seeds, different SFT models);
     # warm_start.seed pins one shared warm start, e.g. to compare methods from the same model.
     return warm_start(cfg.model.preset, task, ws.seed if ws.seed >= 0 else cfg.seed, wcfg, state / "models")

@@ -21,6 +21,7 @@ tag, and the run id stored on the trial (``mlflow_run_id``): linked both ways.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -85,6 +86,28 @@ def create_or_load(cfg: StudyConfig, storage_url: str) -> optuna.Study:
     return optuna.create_study(study_name=cfg.name, storage=open_storage(storage_url), load_if_exists=True,
                                directions=directions, sampler=_sampler(cfg) if cfg.kind == "search" else None,
                                pruner=_pruner(cfg) if cfg.kind == "search" else None)
+
+
+SEEDS_ADDED_ATTR = "grpolab_seeds_added"
+
+
+def with_added_seeds(cfg: StudyConfig, study: optuna.Study) -> StudyConfig:
+    """The study's seeds: the file's, then those added on demand (``verdicts --until-decided``),
+    which the Optuna study keeps, so every worker, table and verdict sees the same rows."""
+    added = tuple(s for s in study.user_attrs.get(SEEDS_ADDED_ATTR, []) if s not in cfg.seeds)
+    return dataclasses.replace(cfg, seeds=cfg.seeds + added) if added else cfg
+
+
+def add_seeds(cfg: StudyConfig, storage_url: str, count: int) -> StudyConfig:
+    """Make the study's paired seeds at least ``count``: new seeds are max(seed) + 1, + 2, ... (a
+    seed's rows, warm start and eval set depend on the seed only, so earlier rows stay valid)."""
+    study = create_or_load(cfg, storage_url)
+    cfg = with_added_seeds(cfg, study)
+    if len(cfg.seeds) >= count:
+        return cfg
+    new = tuple(range(max(cfg.seeds) + 1, max(cfg.seeds) + 1 + count - len(cfg.seeds)))
+    study.set_user_attr(SEEDS_ADDED_ATTR, [*study.user_attrs.get(SEEDS_ADDED_ATTR, []), *new])
+    return dataclasses.replace(cfg, seeds=cfg.seeds + new)
 
 
 def enqueue_missing_rows(study: optuna.Study, cfg: StudyConfig, retry_failed: bool) -> list[str]:
@@ -179,6 +202,10 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int, ret
                 init_tracking_store(state)
                 study = create_or_load(cfg, storage_url)
                 check_definition(study, cfg, accept_changed)
+                cfg = with_added_seeds(cfg, study)
+                if cfg.kind == "ladder":   # before any row of this run: the verdict fields as they stand
+                    from .preregistration import register_ladder
+                    register_ladder(state, cfg, study)
                 for reason in reap_stale_trials(study, state, row_timeout=cfg.row_timeout_s).values():
                     echo(reason)
                 if cfg.kind == "ladder":

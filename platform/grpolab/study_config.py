@@ -28,16 +28,30 @@ EVAL_KEYS = ("eval/pass_at_1", "eval/pass_at_k", "eval/greedy_accuracy", "eval/m
 
 
 @dataclass(frozen=True)
+class Mechanism:
+    """The curve that shows a change acting, and its floor fixed in advance: below it the change's
+    verdict is ``mechanism did not act``. ``rows``: whose runs are measured (mean over their seeds)."""
+    metric: str
+    at_least: float
+    rows: str = "this"      # rungs: this | previous; claims: treatment | control
+
+    def text(self) -> str:
+        return f"{self.metric} >= {self.at_least:g} on the {self.rows} rows"
+
+
+@dataclass(frozen=True)
 class Rung:
     name: str
     changes: dict
     published: float | None = None
+    mechanism: Mechanism | None = None
 
 
 @dataclass(frozen=True)
 class Objective:
     metric: str
     direction: str = "maximize"
+    smallest_effect: float | None = None    # in the metric's own unit; None: its verdicts are not judged
 
 
 @dataclass(frozen=True)
@@ -50,7 +64,7 @@ class StudyConfig:
     objectives: tuple[Objective, ...]
     rungs: tuple[Rung, ...] = ()
     published_source: str = ""
-    smallest_effect: float = 0.0    # ladders: the smallest rung-to-rung difference that matters (verdicts)
+    deviations: tuple = ()          # preregistration.Deviation entries: changes made after seeing results
     description: str = ""
     space: dict = field(default_factory=dict)
     n_trials: int = 0
@@ -93,25 +107,58 @@ def check_metric(metric: str) -> None:
         raise ConfigError(f"metric {metric!r}: {agg} needs a held-out key; valid: {', '.join(EVAL_KEYS)}")
 
 
-def _objectives(raw) -> tuple[Objective, ...]:
+def _positive(value, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{where}: expected a positive number (in the metric's own unit), got {value!r}")
+    return float(value)
+
+
+def _objectives(raw, study_delta) -> tuple[Objective, ...]:
+    """Each objective its own direction and smallest effect; a study-level ``smallest_effect``
+    belongs to a single objective only (steps, tokens and pass@1 share no unit)."""
     items = raw if isinstance(raw, list) else [raw]
+    if study_delta is not None and len(items) > 1:
+        raise ConfigError("smallest_effect: with several objectives give each its own "
+                          "(objectives: [{metric, direction, smallest_effect}, ...]); they share no unit")
     out = []
     for item in items:
         item = {"metric": item} if isinstance(item, str) else dict(item)
-        unknown = set(item) - {"metric", "direction"}
+        unknown = set(item) - {"metric", "direction", "smallest_effect"}
         if unknown or "metric" not in item:
-            raise ConfigError(f"objectives: each needs metric (and optional direction), got {item}")
+            raise ConfigError(f"objectives: each needs metric (and optional direction, smallest_effect), got {item}")
         check_metric(item["metric"])
         if item.get("direction", "maximize") not in ("maximize", "minimize"):
             raise ConfigError(f"objectives.direction: maximize or minimize, got {item['direction']!r}")
-        out.append(Objective(item["metric"], item.get("direction", "maximize")))
+        delta = _positive(item.get("smallest_effect", study_delta), f"objectives[{item['metric']}].smallest_effect")
+        out.append(Objective(item["metric"], item.get("direction", "maximize"), delta))
     return tuple(out)
 
 
+def parse_mechanism(raw, where: str, sides: tuple[str, ...], check=check_metric) -> Mechanism | None:
+    """``mechanism: {metric, at_least[, rows]}`` with rows one of ``sides`` (default: the first)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not {"metric", "at_least"} <= set(raw) <= {"metric", "at_least", "rows"}:
+        raise ConfigError(f"{where}: expected {{metric: M, at_least: NUMBER[, rows: {'|'.join(sides)}]}}, got {raw!r}")
+    floor = raw["at_least"]
+    if isinstance(floor, bool) or not isinstance(floor, (int, float)):
+        raise ConfigError(f"{where}.at_least: expected a number, got {floor!r}")
+    rows = raw.get("rows", sides[0])
+    if rows not in sides:
+        raise ConfigError(f"{where}.rows: {rows!r}; valid: {', '.join(sides)}")
+    try:
+        check(raw["metric"])
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.metric: {exc}") from None
+    return Mechanism(raw["metric"], float(floor), rows)
+
+
 _LADDER_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objectives", "budget", "rungs", "published_source",
-                "smallest_effect", "row_timeout_s"}
+                "smallest_effect", "row_timeout_s", "deviations"}
 _SEARCH_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objectives", "budget", "space", "n_trials",
-                "sampler", "pruner", "row_timeout_s"}
+                "sampler", "pruner", "row_timeout_s", "deviations"}
 
 
 def load_study(path: str | Path) -> StudyConfig:
@@ -139,18 +186,19 @@ def load_study(path: str | Path) -> StudyConfig:
                                                             for s in seeds) or len(set(seeds)) != len(seeds)):
         raise ConfigError(f"seeds: expected a non-empty list of distinct non-negative integers, got {seeds!r}")
     seeds = tuple(seeds)
-    objectives = _objectives(data.get("objectives") or data.get("metric") or "final:eval/pass_at_1")
+    if kind == "search" and "smallest_effect" in data:
+        raise ConfigError("smallest_effect: only ladders have verdicts; give it per objective of a ladder")
+    objectives = _objectives(data.get("objectives") or data.get("metric") or "final:eval/pass_at_1",
+                             _positive(data.get("smallest_effect"), "smallest_effect"))
+    from .preregistration import parse_deviations
     name = data.get("name", path.stem)
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"name: expected a non-empty string (it names the Optuna study), got {name!r}")
     common = dict(name=name, kind=kind, path=str(path), base=base, seeds=seeds, objectives=objectives,
-                  description=data.get("description", ""), row_timeout_s=_row_timeout(data))
+                  description=data.get("description", ""), row_timeout_s=_row_timeout(data),
+                  deviations=parse_deviations(data.get("deviations"), path.name))
     if kind == "ladder":
-        delta = data.get("smallest_effect", 0.0)
-        if not isinstance(delta, (int, float)) or delta < 0:
-            raise ConfigError(f"smallest_effect: expected a non-negative number, got {delta!r}")
-        study = StudyConfig(**common, rungs=_rungs(data.get("rungs")), published_source=data.get("published_source", ""),
-                            smallest_effect=float(delta))
+        study = StudyConfig(**common, rungs=_rungs(data.get("rungs")), published_source=data.get("published_source", ""))
         for rung in range(len(study.rungs)):  # every rung must validate before anything runs
             _validate_experiment(study.rung_experiment(rung, seeds[0]), f"rungs[{rung}]")
         return study
@@ -183,9 +231,12 @@ def _rungs(raw) -> tuple[Rung, ...]:
     for i, item in enumerate(raw):
         if not isinstance(item, dict) or "name" not in item:
             raise ConfigError(f"rungs[{i}]: expected a mapping with name, changes and optional published")
-        unknown = set(item) - {"name", "changes", "published"}
+        unknown = set(item) - {"name", "changes", "published", "mechanism"}
         if unknown:
-            raise ConfigError(f"rungs[{i}].{sorted(unknown)[0]}: unknown key; valid: name, changes, published")
+            raise ConfigError(f"rungs[{i}].{sorted(unknown)[0]}: unknown key; valid: name, changes, published, mechanism")
+        if i == 0 and item.get("mechanism") is not None:
+            raise ConfigError(f"rungs[0].mechanism: the first rung is not judged against anything; "
+                              "give mechanisms to the rungs that change something")
         if not isinstance(item["name"], str) or not item["name"].strip():
             raise ConfigError(f"rungs[{i}].name: expected a non-empty string, got {item['name']!r}")
         if item["name"] in {r.name for r in out}:  # rows, tables and dashboards are keyed by rung name
@@ -199,7 +250,8 @@ def _rungs(raw) -> tuple[Rung, ...]:
         published = item.get("published")
         if published is not None and (isinstance(published, bool) or not isinstance(published, (int, float))):
             raise ConfigError(f"rungs[{i}].published: expected a number or nothing, got {published!r}")
-        out.append(Rung(item["name"], changes, published))
+        out.append(Rung(item["name"], changes, published,
+                        parse_mechanism(item.get("mechanism"), f"rungs[{i}].mechanism", ("this", "previous"))))
     return tuple(out)
 
 

@@ -1,10 +1,9 @@
 """Results tables from Optuna storage (never by re-running anything).
 
 Ladder: per rung the mean over seeds with a 95 % t-interval, the paired delta against the
-previous rung (mean of per-seed differences, t-interval over the seeds both rungs completed),
-and the published value beside it. Missing or failed rows are shown, never dropped. ``finite``
-counts seeds with a finite value: a threshold metric that was never reached is inf, and then
-the mean is inf and no interval or delta is claimed.
+previous rung with its verdict (``ladder_verdicts``), and the published value beside it. Missing
+or failed rows are shown, never dropped. A threshold metric that was never reached counts at the
+run's budget, a lower bound (``censored`` counts them), as in claims.
 """
 
 from __future__ import annotations
@@ -30,6 +29,8 @@ def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
     if n < 2:
         return mean, math.nan
     sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    if sd == 0:   # zero spread: the uncertainty is unmeasured, not zero (as in verdicts)
+        return mean, math.nan
     return mean, stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
 
 
@@ -42,26 +43,38 @@ def ladder_rows(study, cfg: StudyConfig, objective: int = 0) -> pd.DataFrame:
     return rows[["rung", "seed", "state", "value", "run_id", "trial"]].reset_index(drop=True)
 
 
-def ladder_table(rows: pd.DataFrame, cfg: StudyConfig) -> pd.DataFrame:
+def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state: Path | None = None) -> pd.DataFrame:
+    """Per rung: mean over seeds with its t-interval (censored values at their budget, counted),
+    the paired delta against the previous rung with the verdict's interval, label, reason, Holm
+    p-value and mechanism check (``ladder_verdicts``: the same numbers the dashboard shows)."""
+    from .ladder_verdicts import rung_verdicts
+    from .verdicts import holm_text
+    rows, verdicts = rung_verdicts(rows, cfg, objective, state)
     out = []
     for i, rung in enumerate(cfg.rungs):
-        mine = rows[(rows.rung == i) & (rows.state == "COMPLETE")].set_index("seed")["value"]
-        mean, half = mean_ci(list(mine))
-        entry = {"rung": rung.name, "n": len(mine), "finite": int(sum(math.isfinite(v) for v in mine)),
-                 "mean": mean, "ci95": half,
-                 "delta_vs_prev": math.nan, "delta_ci95": math.nan, "published": rung.published,
+        done = rows[(rows.rung == i) & (rows.state == "COMPLETE")]
+        mean, half = mean_ci(list(done.value))
+        entry = {"rung": rung.name, "n": len(done), "censored": int(done.censored.sum()), "mean": mean, "ci95": half,
+                 "delta_vs_prev": math.nan, "delta_ci95": math.nan, "published": rung.published, "verdict_vs_prev": "",
+                 "why": "", "tests": "", "mechanism": "",
                  "missing_or_failed": ", ".join(f"s{s}:{st}" for s, st in
                                                 rows[(rows.rung == i) & (rows.state != "COMPLETE")][["seed", "state"]].values)}
         if i > 0:
-            prev = rows[(rows.rung == i - 1) & (rows.state == "COMPLETE")].set_index("seed")["value"]
-            common = sorted(set(mine.index) & set(prev.index))
-            deltas = [mine[s] - prev[s] for s in common]
-            entry["delta_vs_prev"], entry["delta_ci95"] = mean_ci(deltas) if all(map(math.isfinite, deltas)) else (math.nan, math.nan)
-            from .verdicts import ladder_step   # "this rung improves on the previous one", paired seeds, BCa
-            verdict, direction = ladder_step(rows, cfg, i)
-            entry["delta_bca95"] = f"[{verdict.low:.3g}, {verdict.high:.3g}]" if verdict.n > 1 else "--"
-            entry["verdict_vs_prev"] = verdict.verdict + ("" if direction == "increase" else " (tested: drop)")
-            entry["seeds_for_power"] = verdict.seeds_needed
+            rv = verdicts[i - 1]
+            prev = rows[(rows.rung == i - 1) & (rows.state == "COMPLETE")].set_index("seed").value
+            mine = done.set_index("seed").value
+            deltas = [mine[s] - prev[s] for s in sorted(set(mine.index) & set(prev.index))]
+            entry["delta_vs_prev"], entry["delta_ci95"] = mean_ci(deltas)   # = the verdict's t-interval
+            if rv.verdict is None:
+                entry["verdict_vs_prev"] = f"not judged: no smallest_effect for {cfg.objectives[objective].metric}"
+            else:
+                v = rv.verdict
+                entry["verdict_vs_prev"] = v.verdict + ("" if rv.direction == "increase" else " (tested: drop)")
+                entry["why"] = "; ".join([v.reason, *v.diagnostics])
+                entry["tests"] = holm_text(v)
+            mech = rung.mechanism
+            entry["mechanism"] = ("none named" if mech is None else
+                                  f"{mech.metric} = {rv.mechanism_value:.3g} (floor {mech.at_least:g}, {mech.rows} rows)")
         out.append(entry)
     return pd.DataFrame(out)
 
@@ -80,11 +93,30 @@ def search_table(study, cfg: StudyConfig) -> pd.DataFrame:
     return frame.sort_values(cfg.objectives[0].metric, ascending=cfg.objectives[0].direction == "minimize")
 
 
+def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None) -> str:
+    """What the ladder table states: its metric, intervals, family, censoring, deviations and
+    pre-registration status (every output of a ladder's verdicts carries it)."""
+    from .preregistration import ladder_fields, ladder_key, status
+    obj = cfg.objectives[objective]
+    delta = f"{obj.smallest_effect:g}" if obj.smallest_effect is not None else "not set (no verdicts)"
+    caption = (f"{cfg.name}: {obj.metric} ({obj.direction}), mean over seeds {list(cfg.seeds)} with 95% t-interval; "
+               f"verdict_vs_prev: each rung against the previous one on paired seeds, 95% paired t-interval of the "
+               f"difference, smallest effect that matters {delta} (labels: README); tests: each rung's label test "
+               f"with Holm over the {len(cfg.rungs) - 1} rungs as one family (familywise 5%); threshold metrics never "
+               f"reached count at the budget (a lower bound, column censored)")
+    if cfg.published_source:
+        caption += f"; published: {cfg.published_source}"
+    caption += f"; deviations: {'; '.join(d.text() for d in cfg.deviations) or 'none'}"
+    if state is not None:
+        caption += f"; {status(state, ladder_key(cfg), ladder_fields(cfg), cfg.deviations)}"
+    return caption
+
+
 def load_results(path: str, state: Path, storage_url: str | None):
-    from .studies import create_or_load, default_storage
+    from .studies import create_or_load, default_storage, with_added_seeds
     cfg = load_study(path)
     study = create_or_load(cfg, storage_url or default_storage(state))
-    return cfg, study
+    return with_added_seeds(cfg, study), study
 
 
 def render(frame: pd.DataFrame, fmt: str, caption: str = "") -> str:
@@ -93,7 +125,14 @@ def render(frame: pd.DataFrame, fmt: str, caption: str = "") -> str:
     if fmt == "latex":
         from .tables import latex_table
         return latex_table(frame, caption)
-    return frame.to_markdown(index=False, floatfmt=".4g")
+    return markdown_table(frame)
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A pipe table whose cells cannot break it: ``|`` escaped, newlines as spaces."""
+    def clean(v):
+        return v.replace("|", "\\|").replace("\n", " ") if isinstance(v, str) else v
+    return frame.map(clean).rename(columns=clean).to_markdown(index=False, floatfmt=".4g")
 
 
 def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "markdown", metric: str | None = None) -> str:
@@ -104,12 +143,8 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
     index = names.index(metric) if metric else 0
     metric = names[index]
     if cfg.kind == "ladder":
-        frame = ladder_table(ladder_rows(study, cfg, index), cfg)
-        caption = (f"{cfg.name}: {metric}, mean over seeds {list(cfg.seeds)} with 95% t-interval; verdict_vs_prev: "
-                   f"does this rung improve on the previous one (paired seeds, 95% BCa bootstrap of the paired "
-                   f"difference, smallest effect {cfg.smallest_effect:g}, < 5 seeds = underpowered)")
-        if cfg.published_source:
-            caption += f"; published: {cfg.published_source}"
+        frame = ladder_table(ladder_rows(study, cfg, index), cfg, index, state)
+        caption = ladder_caption(cfg, index, state)
     else:
         frame = search_table(study, cfg)
         caption = f"{cfg.name}: {len(frame)} trials, objectives {[o.metric for o in cfg.objectives]}"

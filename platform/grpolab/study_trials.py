@@ -230,8 +230,9 @@ def _partial_value(metric: str, evals: dict, curves_fn) -> float | None:
 
 def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=None) -> None:
     pin_worker_threads()
-    from .studies import create_or_load   # studies.py runs this module's worker loop
+    from .studies import create_or_load, with_added_seeds   # studies.py runs this module's worker loop
     study = create_or_load(cfg, storage_url)
+    cfg = with_added_seeds(cfg, study)
     parent = study.user_attrs["mlflow_parent_run_id"]
     with signals_raise(), timeouts_interrupt():
         while True:

@@ -288,7 +288,8 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         gen_total = algorithms.combine_rewards(generated["rewards"], self.spec.reward_weights)
         stats = rollout_metrics(gen_total.float().cpu(), torch.tensor([bool(r[0]) for r in gen_rows]),
                                 torch.tensor([r[1] for r in gen_rows], dtype=torch.float32),
-                                torch.tensor([bool(r[2]) for r in gen_rows]), G)
+                                torch.tensor([bool(r[2]) for r in gen_rows]), G,
+                                overlong=(self.max_completion_length, self.spec.overlong_buffer))
         stats.update(trained_metrics(total.float().cpu(), torch.tensor([bool(r[0]) for r in rows]),
                                      torch.tensor([r[1] for r in rows], dtype=torch.float32), trained_rows, G))
         if self._correct_kind == "none":   # "correct" was the stand-in: the names say so

@@ -21,35 +21,53 @@ def _fmt(x: float) -> str:
 
 
 def verdict_frame(results) -> pd.DataFrame:
+    """One row per claim: label and reason, interval, tests with Holm, mechanism, power,
+    pre-registration and deviations (CSV, markdown and the dashboard share it)."""
+    from .verdicts import holm_text
     rows = []
     for r in results:
         c, v = r.claim, r.verdict
         treatment = c.treatment.rung + (f" ({c.treatment.metric})" if c.treatment.metric else "")
         control = (c.control.rung + (f" ({c.control.metric})" if c.control.metric else "")
                    if c.control.rung else f"the fixed value {c.control.value:g}")
-        effect = f"{_fmt(v.mean)} [{_fmt(v.low)}, {_fmt(v.high)}]"
         extra = [f"{m}: {_fmt(d)} (n={n})" for m, (d, n) in r.report.items()]
-        if r.censored:
-            extra.append(f"{r.censored} run(s) never reached the threshold (counted at the budget)")
-        if r.regime_value is not None:
-            extra.append(f"regime {c.regime_check['metric']} = {_fmt(r.regime_value)}")
+        mechanism = "none named"
+        if c.mechanism:
+            mechanism = f"{c.mechanism.metric} = {_fmt(r.mechanism_value)} (floor {c.mechanism.at_least:g}, {c.mechanism.rows} rows)"
+        kind = ("construction check: holds by how the toy is built, not a reproduction" if c.kind == "construction_check"
+                else "reproduction")
+        if c.statistic_note:
+            kind += f"; statistic differs from the paper's: {c.statistic_note}"
         rows.append({
-            "claim": c.name, "statement": c.statement, "source": c.source,
+            "claim": c.name, "kind": kind, "statement": c.statement, "source": c.source,
             "published": f"{ARROW[c.direction]}" + (f"; {c.published}" if c.published else ""),
             "toy comparison": f"{treatment} vs {control}" + ("" if c.treatment.metric and c.control.metric
                                                              else f" on {c.metric}"),
-            "toy effect [95% BCa CI]": effect, "smallest effect": f"{c.smallest_effect:g}",
-            "seeds (resamples)": f"{v.n} ({v.n_resamples})", "verdict": v.verdict,
+            f"toy effect [{v.interval} CI]": f"{_fmt(v.mean)} [{_fmt(v.low)}, {_fmt(v.high)}]",
+            "smallest effect": f"{c.smallest_effect:g}", "seeds": v.n, "verdict": v.verdict,
+            "why": "; ".join([v.reason, *v.diagnostics] + ([r.sequential] if r.sequential else [])),
+            "tests": holm_text(v), "mechanism": mechanism,
             "seeds for 80% power": v.seeds_needed if v.seeds_needed is not None else "--",
-            "why": v.reason, "beside": "; ".join(extra)})
+            "pre-registration": r.preregistration,
+            "deviations": "; ".join(d.text() for d in c.deviations) or "none",
+            "beside": "; ".join(extra)})
     return pd.DataFrame(rows)
+
+
+def family_statement(results) -> str:
+    """The multiplicity statement of a verdicts run."""
+    size = max((r.verdict.family for r in results), default=0)
+    return (f"Family: these {len(results)} claims are one family; each label uses its own 95% interval "
+            f"(unadjusted); the tests column gives each label's test with Holm's adjustment over the {size} "
+            "claims that have a test, which holds the familywise error at 5%. Labels: README, 'Verdict labels'.")
 
 
 def render_verdicts(results, fmt: str = "markdown") -> str:
     frame = verdict_frame(results)
     if fmt == "csv":
         return frame.to_csv(index=False)
-    return frame.to_markdown(index=False)
+    from .study_tables import markdown_table
+    return markdown_table(frame) + "\n\n" + family_statement(results) + "\n"
 
 
 def verdict_figure(labels: list[str], means, lows, highs, deltas, directions, verdicts, title: str) -> go.Figure:
@@ -58,11 +76,12 @@ def verdict_figure(labels: list[str], means, lows, highs, deltas, directions, ve
     x = [m / s for m, s in zip(means, scale)]
     err_hi = [(h - m) / s for h, m, s in zip(highs, means, scale)]
     err_lo = [(m - lo) / s for lo, m, s in zip(lows, means, scale)]
-    text = [f"{v}<br>effect {_fmt(m)} [{_fmt(lo)}, {_fmt(h)}], delta {d:g}"
-            for v, m, lo, h, d in zip(verdicts, means, lows, highs, scale)]
-    fig = go.Figure(go.Scatter(x=x, y=labels, mode="markers", name="toy effect / delta (95% BCa CI)",
+    hover = [f"{v}<br>effect {_fmt(m)} [{_fmt(lo)}, {_fmt(h)}], delta {d:g}"
+             for v, m, lo, h, d in zip(verdicts, means, lows, highs, scale)]
+    fig = go.Figure(go.Scatter(x=x, y=labels, mode="markers+text", name="toy effect / delta (95% paired t CI)",
+                               text=list(verdicts), textposition="top center", textfont={"size": 10},
                                error_x={"type": "data", "array": err_hi, "arrayminus": err_lo, "visible": True},
-                               marker={"size": 10, "color": "#1f77b4"}, hovertext=text, hoverinfo="text"))
+                               marker={"size": 10, "color": "#1f77b4"}, hovertext=hover, hoverinfo="text"))
     marks = {"increase": ("triangle-right", 1.0), "decrease": ("triangle-left", -1.0), "none": ("diamond", 0.0)}
     fig.add_trace(go.Scatter(x=[marks[d][1] for d in directions], y=labels, mode="markers", name="published direction",
                              marker={"symbol": [marks[d][0] for d in directions], "size": 12, "color": "#d62728"}))
@@ -95,12 +114,13 @@ def claim_sections(results) -> list[tuple[str, go.Figure]]:
     deltas = [r.claim.smallest_effect for r in results]
     return [("Verdicts", verdict_figure(labels, [x.mean for x in v], [x.low for x in v], [x.high for x in v], deltas,
                                         [r.claim.direction for r in results], [x.verdict for x in v],
-                                        "Claims: toy effect with 95% BCa CI (red: published direction)")),
+                                        "Claims: toy effect with 95% paired t CI and its label (red: published direction)")),
             ("Per-seed paired differences", seed_figure(labels, [x.differences for x in v], deltas,
                                                        "Per-seed paired differences (treatment - control)"))]
 
 
 def write_claims_dashboard(results, out) -> str:
+    import html
     from pathlib import Path
 
     from .dashboards import render_page
@@ -108,27 +128,26 @@ def write_claims_dashboard(results, out) -> str:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_page("grpolab verdicts on published claims", claim_sections(results), [],
-                               [f"<h2>Verdicts</h2>{table}"]))
+                               [f"<h2>Verdicts</h2><p>{html.escape(family_statement(results))}</p>{table}"]))
     return str(out)
 
 
 def ladder_sections(state, study_path: str, storage_url: str | None) -> list[tuple[str, go.Figure]]:
     """Rung verdict panels for a ladder dashboard: each rung vs the previous one, paired by seed
-    (the same numbers as the table's verdict_vs_prev column)."""
+    (``ladder_verdicts``: the same numbers and labels as the table's verdict_vs_prev column)."""
+    from .ladder_verdicts import rung_verdicts
     from .study_tables import ladder_rows, load_results
-    from .verdicts import ladder_step
     cfg, study = load_results(study_path, state, storage_url)
-    rows = ladder_rows(study, cfg)
-    steps = [ladder_step(rows, cfg, i) for i in range(1, len(cfg.rungs))]
+    steps = [r for r in rung_verdicts(ladder_rows(study, cfg), cfg, 0, state)[1] if r.verdict is not None]
     if not steps:
         return []
-    labels = [r.name for r in cfg.rungs[1:]]
-    deltas = [cfg.smallest_effect] * len(steps)
-    verdicts = [v for v, _ in steps]
+    labels = [cfg.rungs[r.rung].name for r in steps]
+    deltas = [cfg.objectives[0].smallest_effect] * len(steps)
+    verdicts = [r.verdict for r in steps]
     return [("Rung verdicts", verdict_figure(labels, [v.mean for v in verdicts], [v.low for v in verdicts],
-                                             [v.high for v in verdicts], deltas, [d for _, d in steps],
+                                             [v.high for v in verdicts], deltas, [r.direction for r in steps],
                                              [v.verdict for v in verdicts],
-                                             "Each rung vs the previous: paired difference, 95% BCa CI "
+                                             "Each rung vs the previous: paired difference, 95% paired t CI, label "
                                              "(units of the smallest effect; red: published direction)")),
             ("Per-seed rung differences", seed_figure(labels, [v.differences for v in verdicts], deltas,
                                                      "Per-seed paired difference vs the previous rung"))]

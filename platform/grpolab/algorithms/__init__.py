@@ -16,10 +16,10 @@ from ..spec import MethodSpec
 from . import advantages as adv
 from . import losses as L
 from .advantages import ValueTracker
-from .shaping import soft_overlong_penalty
+from .shaping import overlong_buffer, soft_overlong_penalty
 
 __all__ = ["compute_advantages", "gae_advantages", "policy_loss", "entropy_mask", "ValueTracker",
-           "soft_overlong_penalty", "combine_rewards"]
+           "soft_overlong_penalty", "overlong_buffer", "combine_rewards"]
 
 
 def combine_rewards(rewards: torch.Tensor, weights: tuple[float, ...] | None) -> torch.Tensor:

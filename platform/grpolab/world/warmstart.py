@@ -2,7 +2,9 @@
 
 GRPO only learns from groups whose rewards differ, so a random-init model (pass@G = 0) gives
 no signal. The warm start trains a preset with teacher forcing on task targets and stops as
-soon as held-out pass@1 lies inside ``band`` and pass@G > 0. If one interval jumps over the
+soon as held-out pass@1 lies inside ``band`` and pass@G > 0, measured at ``max_completion_length``
+(the cap the RL run evaluates with; 0: the task's own) so that a run starts inside the band at the
+length it actually trains and is judged at. If one interval jumps over the
 band, training restarts from the last checkpoint below it with half the learning rate and
 checks twice as often. The result is cached under a key that hashes everything that
 determines it; a second request with the same key loads the cache instead of retraining.
@@ -42,14 +44,32 @@ class WarmStartConfig:
     check_every: int = 50
     eval_prompts: int = 64
     n_train: int = 4000
+    max_completion_length: int = 0   # cap the band is checked at (the run's eval cap); 0: the task's own
+
+
+def check_cap(task: Task, cfg: WarmStartConfig) -> int:
+    """The completion cap the band is checked at: ``cfg.max_completion_length`` or the task's."""
+    if cfg.max_completion_length < 0:
+        raise ConfigError(f"warm start max_completion_length: must be >= 0 (0 = the task's own), "
+                          f"got {cfg.max_completion_length}")
+    return cfg.max_completion_length or task.max_completion_length
 
 
 def cache_key(preset: str, task: Task, seed: int, cfg: WarmStartConfig) -> str:
+    """Hash of everything that determines the warm-started model. The band's cap enters as the
+    effective cap, and only when it differs from the task's own: a warm start checked at the task
+    cap (all caches made before the cap was configurable) keeps its key, one checked at another
+    cap gets a new one, so a cache checked at 44 tokens is never reused for a run at 24."""
+    config = asdict(cfg)
+    config.pop("max_completion_length")
+    cap = check_cap(task, cfg)
     payload = {
         "version": WARMSTART_VERSION, "preset": preset, "arch": PRESETS[preset], "task": task.name,
-        "task_params": task.params, "seed": seed, "config": asdict(cfg),
+        "task_params": task.params, "seed": seed, "config": config,
         "torch": torch.__version__, "transformers": transformers.__version__,
     }
+    if cap != task.max_completion_length:
+        payload["band_cap"] = cap
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -95,6 +115,7 @@ def _train_to_band(model, tokenizer, task: Task, seed: int, cfg: WarmStartConfig
     low, high = cfg.band
     if not 0.0 <= low < high <= 1.0:
         raise ConfigError(f"warm_start.band: need 0 <= low < high <= 1, got {list(cfg.band)}")
+    cap = check_cap(task, cfg)
     train, held_out = task.splits(seed, cfg.n_train, cfg.eval_prompts)
     rng = random.Random(seed)
     torch.manual_seed(seed)
@@ -112,12 +133,12 @@ def _train_to_band(model, tokenizer, task: Task, seed: int, cfg: WarmStartConfig
             loss.backward()
             opt.step()
             step += 1
-        result = evaluate(model, tokenizer, task, held_out, cfg.group_size)
+        result = evaluate(model, tokenizer, task, held_out, cfg.group_size, max_new_tokens=cap)
         history.append({"step": step, "loss": round(loss.item(), 4), "pass@1": result.pass_at_1, f"pass@{cfg.group_size}": result.pass_at_k})
         log.info("warm start step %d loss %.3f pass@1 %.3f", step, loss.item(), result.pass_at_1)
         if low <= result.pass_at_1 <= high and result.pass_at_k > 0:
             return {"steps": step, "pass@1": result.pass_at_1, f"pass@{cfg.group_size}": result.pass_at_k,
-                    "band": list(cfg.band), "history": history}
+                    "band": list(cfg.band), "max_completion_length": cap, "history": history}
         if result.pass_at_1 > high:  # overshot: back up, smaller steps, look more often
             model.load_state_dict(below[0])
             step, lr, every = below[1], lr / 2, max(every // 2, 5)
@@ -126,5 +147,6 @@ def _train_to_band(model, tokenizer, task: Task, seed: int, cfg: WarmStartConfig
             below = (copy.deepcopy(model.state_dict()), step)
     raise ConfigError(
         f"warm_start: {task.name} did not reach pass@1 in {list(cfg.band)} within warm_start.max_steps="
-        f"{cfg.max_steps} (last pass@1 {history[-1]['pass@1']:.3f}); raise max_steps, widen the band or ease the task"
+        f"{cfg.max_steps} at {cap} completion tokens (last pass@1 {history[-1]['pass@1']:.3f}); raise max_steps, "
+        f"widen the band, raise the completion cap or ease the task"
     )
