@@ -1,6 +1,7 @@
 """Claims as data: every shipped claim validates and cites its source; bad claims are refused
 before anything runs; one small real end-to-end verdict through the study driver."""
 
+import math
 import re
 
 import pytest
@@ -9,6 +10,7 @@ import yaml
 from conftest import REPO
 from grpolab.claims import CLAIMS_DIR, claim_files, load_claim
 from grpolab.errors import ConfigError
+from grpolab.verdicts import LABELS
 
 CITATION = re.compile(r"arXiv:\d{4}\.\d{5}\).*(Section|Table|Figure)")
 
@@ -22,6 +24,13 @@ def test_at_least_eight_shipped_claims_each_cited_and_in_a_regime():
     sources = " ".join(c.source for c in claims)
     assert "DAPO" in sources and "Dr. GRPO" in sources and "GSPO" in sources
     assert {"rollout_reuse", "free_length", "cold_start"} <= {r for c in claims for r in c.requires}
+    # every claim names the curve that shows its mechanism acting, with a floor
+    assert all(c.mechanism is not None and c.mechanism.metric for c in claims), [c.name for c in claims if not c.mechanism]
+    # what the review found changed after the data were seen is declared, not only in comments
+    by_name = {c.name: c for c in claims}
+    assert any("0.3 -> 0.5" in d.change for d in by_name["dynamic_sampling_fewer_steps"].deviations)
+    assert by_name["zero_variance_no_learning"].kind == "construction_check"
+    assert "maximum" in by_name["upper_clipped_low_probability"].statistic_note
 
 
 def _claim(tmp_path, **changes):
@@ -41,6 +50,11 @@ def _claim(tmp_path, **changes):
     ({"requires": ["free_length"]}, "requires free_length, but rung"),
     ({"requires": ["magic"]}, "requires: unknown 'magic'"),
     ({"control": {"value": 0.2, "rung": "eps_high 0.2"}}, "control: expected"),
+    ({"mechanism": {"metric": "tail:clip/high_fraction"}}, "mechanism: expected {metric: M, at_least: NUMBER"),
+    ({"mechanism": {"metric": "tail:x", "at_least": 0.1, "rows": "both"}}, "mechanism.rows: 'both'; valid: control, treatment"),
+    ({"kind": "replication"}, "kind: 'replication'; valid: reproduction, construction_check"),
+    ({"deviations": [{"date": "yesterday", "change": "x", "after_seeing": "y"}]}, "deviations[0].date: expected YYYY-MM-DD"),
+    ({"deviations": [{"date": "2026-11-25", "change": "x"}]}, "deviations[0]: expected exactly the keys date, change, after_seeing"),
 ])
 def test_bad_claims_are_refused_naming_the_key(tmp_path, changes, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
@@ -76,8 +90,10 @@ def test_verdict_end_to_end_reads_the_same_values_the_study_table_holds(tmp_path
     value = {(r.rung, r.seed): r.value for r in rows.itertuples()}
     expected = {s: value[(1, s)] - value[(0, s)] for s in range(5)}
     assert result.verdict.differences == pytest.approx(expected)
-    assert result.verdict.n == 5 and result.verdict.n_resamples == 9999
-    assert result.verdict.verdict in ("reproduced", "contradicted", "inconclusive")
+    assert result.verdict.n == 5 and result.verdict.interval == "95% paired t"
+    assert result.verdict.verdict in LABELS and result.verdict.family == (1 if math.isfinite(result.verdict.p_value) else 0)
+    # registered before any row ran, unchanged: the one case that may say pre-registered
+    assert result.preregistration.startswith("pre-registered ") and "before any row ran" in result.preregistration
     assert result.verdict.mean == pytest.approx(sum(expected.values()) / 5)
     # a second call runs nothing new: rows stay exactly once
     run_claims([str(tmp_path / "claims" / "b_beats_a.yaml")], shared_state, None, 1, echo=lambda s: None)

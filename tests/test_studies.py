@@ -68,8 +68,8 @@ def test_ladder_runs_end_to_end_and_links_mlflow_both_ways(tmp_path, shared_stat
     table = study_table(str(path), shared_state, None, "markdown")
     assert "+ clip higher" in table and re.search(r"\|\s+38(\.0+)?\s+\|", table)
     # on-policy (no rollout reuse) eps_high cannot change anything: the paired delta is exactly 0
-    assert re.search(r"\+ clip higher \|\s+2 \|\s+2 \|[^|]+\|[^|]+\|\s+0(\.0+)? \|", table)
-    assert "rung,n,finite,mean,ci95" in study_table(str(path), shared_state, None, "csv")
+    assert re.search(r"\+ clip higher \|\s+2 \|\s+0 \|[^|]+\|[^|]+\|\s+0(\.0+)? \|", table)
+    assert "rung,n,censored,mean,ci95" in study_table(str(path), shared_state, None, "csv")
     assert "\\begin{tabular}" in study_table(str(path), shared_state, None, "latex")
 
 
@@ -79,9 +79,10 @@ def test_table_statistics_match_hand_computation():
     assert mean == pytest.approx(0.3) and half == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-5)
     import pandas as pd
     from grpolab.study_config import Rung, StudyConfig
-    cfg = StudyConfig(name="x", kind="ladder", path="x", base={}, seeds=(0, 1, 2), objectives=(),
+    from grpolab.study_config import Objective
+    cfg = StudyConfig(name="x", kind="ladder", path="x", base={}, seeds=(0, 1, 2), objectives=(Objective("final:eval/pass_at_1"),),
                       rungs=(Rung("a", {}, 30.0), Rung("b", {"k": 1}, 36.0)))
-    rows = pd.DataFrame([{"rung": r, "seed": s, "state": "COMPLETE", "value": v}
+    rows = pd.DataFrame([{"rung": r, "seed": s, "state": "COMPLETE", "value": v, "run_id": ""}
                          for r, s, v in [(0, 0, .1), (0, 1, .2), (0, 2, .3), (1, 0, .2), (1, 1, .4), (1, 2, .3)]])
     t = ladder_table(rows, cfg)
     assert t.loc[0, "mean"] == pytest.approx(0.2) and t.loc[1, "mean"] == pytest.approx(0.3)

@@ -47,7 +47,8 @@ def test_csv_verdicts_write_only_the_table_to_stdout(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
     assert len(rows) == 1 and rows[0]["claim"] == "lr_helps", done.stdout
-    assert rows[0]["verdict"] == "inconclusive (underpowered)" and rows[0]["seeds (resamples)"].startswith("2 ")
+    assert rows[0]["verdict"] == "underpowered" and rows[0]["seeds"] == "2" and "2 < 5 paired seeds" in rows[0]["why"]
+    assert rows[0]["deviations"] == "none" and rows[0]["pre-registration"].startswith("pre-registered ")
     assert done.stdout.count("\n") == 2 and done.stdout.endswith("\n") and not done.stdout.endswith("\n\n")
     assert "dashboard: " in done.stderr and "1 claim(s) judged" in done.stderr
     assert "rows 4/4 done" in done.stderr          # the study's progress went to stderr, not into the CSV
@@ -56,6 +57,7 @@ def test_csv_verdicts_write_only_the_table_to_stdout(tmp_path):
     again = _verdicts(state, cwd, "--no-run", str(claim))
     assert again.returncode == 0, again.stderr[-2000:]
     lines = again.stdout.splitlines()
-    assert lines[0].startswith("| claim") and len(lines) == 3 and "lr_helps" in lines[2]
+    assert lines[0].startswith("| claim") and len(lines) == 5 and "lr_helps" in lines[2]
+    assert lines[3] == "" and lines[4].startswith("Family: these 1 claims are one family")
     assert "dashboard: " not in again.stdout and "dashboard: " in again.stderr
     assert list(cwd.iterdir()) == []

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import numpy as np
 from scipy import stats
@@ -53,7 +54,9 @@ def skewness(values) -> float:
     x = np.asarray(values, dtype=float)
     if len(x) < 3 or np.ptp(x) == 0:
         return math.nan
-    return float(stats.skew(x, bias=False))
+    with warnings.catch_warnings():    # near-identical values: scipy warns of precision loss
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return float(stats.skew(x, bias=False))
 
 
 @functools.lru_cache(maxsize=64)
