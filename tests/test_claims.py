@@ -99,3 +99,40 @@ def test_verdict_end_to_end_reads_the_same_values_the_study_table_holds(tmp_path
     run_claims([str(tmp_path / "claims" / "b_beats_a.yaml")], shared_state, None, 1, echo=lambda s: None)
     _, again = load_results(str(tmp_path / "claim_e2e.yaml"), shared_state, None)
     assert len([t for t in again.get_trials() if "row" in t.user_attrs]) == 10
+
+
+def test_until_decided_adds_paired_seeds_at_planned_looks_each_row_once(tmp_path, shared_state):
+    """--until-decided on one claim, end to end: 5 seeds, then looks at 6 and 7 (batch 1, max 7),
+    each at level 1 - 0.05/3; new seeds 5, 6 run through the study driver as rows of the same study,
+    each row exactly once; the verdict says which look decided it (or that the seeds ran out)."""
+    from grpolab.claim_runs import run_claims
+    from grpolab.study_tables import ladder_rows, load_results
+    study = {"kind": "ladder", "name": "claim_seq", "seeds": [0, 1, 2, 3, 4], "metric": "final:eval/pass_at_1",
+             "base": {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
+                      "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
+                      "train": {"group_size": 4, "prompts_per_rollout": 2}, "eval": {"prompts": 4, "k": 1}},
+             "budget": {"train.steps": 1, "eval.every": 0},
+             "rungs": [{"name": "a"}, {"name": "b", "changes": {"train.learning_rate": 0.002}}]}
+    (tmp_path / "claim_seq.yaml").write_text(yaml.safe_dump(study))
+    claim = {"source": "test (arXiv:0000.00000), Section 1", "statement": "b beats a", "study": "claim_seq.yaml",
+             "treatment": {"rung": "b"}, "control": {"rung": "a"}, "metric": "final:eval/pass_at_1",
+             "direction": "increase", "smallest_effect": 0.05, "regime": "none needed"}
+    (tmp_path / "claims").mkdir()
+    path = tmp_path / "claims" / "seq.yaml"
+    path.write_text(yaml.safe_dump(claim))
+    with pytest.raises(ConfigError, match="needs --max-seeds N with N >= the studies' seeds \\(5\\)"):
+        run_claims([str(path)], shared_state, None, 1, echo=print, until_decided=True, max_seeds=3)
+    lines = []
+    [result] = run_claims([str(path)], shared_state, None, 1, echo=lines.append, until_decided=True, max_seeds=7, batch=1)
+    looks = [line for line in lines if line.startswith("look ")]
+    assert looks[0].startswith("look 1/3 at 5 seeds (per-look level 98.33 %)")
+    assert result.verdict.level == pytest.approx(1 - 0.05 / 3)
+    decided = result.verdict.verdict in ("reproduced", "direction holds, smaller than claimed",
+                                         "no effect that matters", "opposite direction")
+    assert len(looks) == (len(looks) if decided else 3) and result.verdict.n == 5 + len(looks) - 1
+    assert result.sequential.startswith(f"look {len(looks)} of 3 planned at [5, 6, 7] seeds")
+    cfg, optuna_study = load_results(str(tmp_path / "claim_seq.yaml"), shared_state, None)
+    rows = ladder_rows(optuna_study, cfg)
+    assert list(cfg.seeds) == list(range(5 + len(looks) - 1)) and (rows.state == "COMPLETE").all()
+    keys = [t.user_attrs["row"] for t in optuna_study.get_trials() if "row" in t.user_attrs]
+    assert len(keys) == len(set(keys)) == 2 * len(cfg.seeds)

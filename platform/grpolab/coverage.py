@@ -29,7 +29,7 @@ import warnings
 import numpy as np
 from scipy import stats
 
-from .inference import planned_looks, sequential_level, skew_threshold
+from .inference import ZERO_SPREAD_RTOL, planned_looks, sequential_level, skew_threshold
 
 SEED_COUNTS = (5, 8, 10)
 
@@ -95,7 +95,7 @@ def t_bounds(x: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
     n = x.shape[1]
     mean, sd = x.mean(1), x.std(1, ddof=1)
     half = stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
-    half = np.where(sd > 0, half, np.nan)
+    half = np.where(sd > ZERO_SPREAD_RTOL * np.abs(x).max(1), half, np.nan)
     return mean - half, mean + half
 
 

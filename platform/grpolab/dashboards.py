@@ -244,7 +244,8 @@ def _ladder_sections(state, study_path, storage_url, cfg, layout, sections, tabl
     if layout.get("ablation"):
         from .verdict_report import ladder_sections   # rung verdicts: effect + BCa CI, and per-seed differences
         sections.extend(ladder_sections(state, study_path, storage_url))
-    tables.append(f"<h2>Ablation table</h2><p>{html.escape(cfg.published_source)}</p>"
+    from .study_tables import ladder_caption   # metric, family, censoring, deviations, pre-registration
+    tables.append(f"<h2>Ablation table</h2><p>{html.escape(ladder_caption(cfg, 0, state))}</p>"
                   + table.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="--"))
 
 

@@ -95,7 +95,7 @@ def with_added_seeds(cfg: StudyConfig, study: optuna.Study) -> StudyConfig:
     """The study's seeds: the file's, then those added on demand (``verdicts --until-decided``),
     which the Optuna study keeps, so every worker, table and verdict sees the same rows."""
     added = tuple(s for s in study.user_attrs.get(SEEDS_ADDED_ATTR, []) if s not in cfg.seeds)
-    return dataclasses.replace(cfg, seeds=cfg.seeds + added) if added else cfg
+    return dataclasses.replace(cfg, seeds=cfg.seeds + added, added_seeds=cfg.added_seeds + added) if added else cfg
 
 
 def add_seeds(cfg: StudyConfig, storage_url: str, count: int) -> StudyConfig:
@@ -107,7 +107,13 @@ def add_seeds(cfg: StudyConfig, storage_url: str, count: int) -> StudyConfig:
         return cfg
     new = tuple(range(max(cfg.seeds) + 1, max(cfg.seeds) + 1 + count - len(cfg.seeds)))
     study.set_user_attr(SEEDS_ADDED_ATTR, [*study.user_attrs.get(SEEDS_ADDED_ATTR, []), *new])
-    return dataclasses.replace(cfg, seeds=cfg.seeds + new)
+    return dataclasses.replace(cfg, seeds=cfg.seeds + new, added_seeds=cfg.added_seeds + new)
+
+
+def seed_param(cfg: StudyConfig, seed: int) -> str:
+    """Optuna's categorical ``seed`` cannot grow its choices within a study, so a seed added on
+    demand is the integer parameter ``added_seed`` (the row key carries the seed either way)."""
+    return "added_seed" if seed in cfg.added_seeds else "seed"
 
 
 def enqueue_missing_rows(study: optuna.Study, cfg: StudyConfig, retry_failed: bool) -> list[str]:
@@ -138,7 +144,7 @@ def enqueue_missing_rows(study: optuna.Study, cfg: StudyConfig, retry_failed: bo
         previous = [t.user_attrs[RUN_ATTR] for t in trials if RUN_ATTR in t.user_attrs]
         if previous:   # the row restarts (or, with a checkpoint, resumes) its latest run
             attrs[RESUMES_ATTR] = previous[-1]
-        study.enqueue_trial({"rung": rung, "seed": seed}, user_attrs=attrs)
+        study.enqueue_trial({"rung": rung, seed_param(cfg, seed): seed}, user_attrs=attrs)
     return left_failed
 
 

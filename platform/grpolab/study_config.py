@@ -65,6 +65,7 @@ class StudyConfig:
     rungs: tuple[Rung, ...] = ()
     published_source: str = ""
     deviations: tuple = ()          # preregistration.Deviation entries: changes made after seeing results
+    added_seeds: tuple = ()         # seeds added on demand (studies.add_seeds), also in ``seeds``
     description: str = ""
     space: dict = field(default_factory=dict)
     n_trials: int = 0

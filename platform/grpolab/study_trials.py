@@ -40,11 +40,18 @@ def metric_value(metric: str, result) -> float:
     return objective_value(metric, result.evals, result.train_curves)
 
 
+ADDED_SEED_MAX = 2**31 - 1
+
+
 def _trial_experiment(cfg: StudyConfig, trial: optuna.Trial) -> tuple[dict, dict]:
     """(experiment dict, labels) for the trial: a ladder row or a sampled search point."""
     if cfg.kind == "ladder":
         rung = trial.suggest_int("rung", 0, len(cfg.rungs) - 1)
-        seed = trial.suggest_categorical("seed", list(cfg.seeds))
+        row_seed = int(trial.user_attrs.get(ROW_ATTR, "s-1").rsplit("-s", 1)[-1])
+        if row_seed in cfg.added_seeds:   # enqueued by studies.enqueue_missing_rows as added_seed
+            seed = trial.suggest_int("added_seed", 0, ADDED_SEED_MAX)
+        else:
+            seed = trial.suggest_categorical("seed", [s for s in cfg.seeds if s not in cfg.added_seeds])
         return cfg.rung_experiment(rung, seed), {"rung": rung, "rung_name": cfg.rungs[rung].name, "seed": seed}
     from .search_space import suggest
     point = suggest(trial, cfg.space)

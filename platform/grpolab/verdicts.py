@@ -147,7 +147,7 @@ def paired_verdict(differences: dict, direction: str, smallest_effect: float, le
                 direction=direction, smallest_effect=delta, diagnostics=tuple(notes))
     if n == 0:
         return Verdict(NOT_RUN, "no paired seed", **base)
-    if n > 1 and sd == 0:
+    if n > 1 and sd == 0:   # inference.t_interval: equal up to rounding
         label, reason = INCONCLUSIVE, f"all {n} paired differences equal {values[0]:.4g}: the spread is unmeasured"
     elif n < 2:
         label, reason = UNDERPOWERED, f"{n} paired seed: no interval"
