@@ -207,3 +207,10 @@ def test_verdict_panel_scales_by_smallest_effect_and_marks_the_published_directi
     assert [s.x0 for s in fig.layout.shapes] == [0, -1, 1]                    # zero line, +-1 smallest effect
     seeds = seed_figure(["entropy"], [{0: 0.02, 1: 0.06}], [0.02], "s")
     assert list(seeds.data[0].x) == pytest.approx([1.0, 3.0])
+
+
+def test_the_readme_defines_every_label_in_one_table():
+    from conftest import REPO
+    readme = (REPO / "README.md").read_text()
+    for label, meaning in LABELS.items():
+        assert f"| `{label}` | {meaning} |" in readme, label
