@@ -136,3 +136,30 @@ def test_until_decided_adds_paired_seeds_at_planned_looks_each_row_once(tmp_path
     assert list(cfg.seeds) == list(range(5 + len(looks) - 1)) and (rows.state == "COMPLETE").all()
     keys = [t.user_attrs["row"] for t in optuna_study.get_trials() if "row" in t.user_attrs]
     assert len(keys) == len(set(keys)) == 2 * len(cfg.seeds)
+
+
+def test_a_ladder_until_decided_keeps_its_level_in_the_table(tmp_path, shared_state):
+    """`grpolab study LADDER --until-decided --max-seeds 6 --batch 1`: looks at 5 and 6 seeds at
+    level 97.5 %, each row once; the table afterwards states that level and its intervals use it."""
+    import csv
+    import io
+
+    from grpolab.ladder_verdicts import run_until_decided
+    from grpolab.study_tables import study_table
+    study = {"kind": "ladder", "name": "ladder_seq", "seeds": [0, 1, 2, 3, 4], "metric": "final:eval/pass_at_1",
+             "smallest_effect": 0.05,
+             "base": {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
+                      "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
+                      "train": {"group_size": 4, "prompts_per_rollout": 2}, "eval": {"prompts": 4, "k": 1}},
+             "budget": {"train.steps": 1, "eval.every": 0},
+             "rungs": [{"name": "a"}, {"name": "b", "changes": {"train.learning_rate": 0.003}}]}
+    path = tmp_path / "ladder_seq.yaml"
+    path.write_text(yaml.safe_dump(study))
+    lines = []
+    assert run_until_decided(str(path), shared_state, None, 1, 6, 1, echo=lines.append) == 0
+    looks = [line for line in lines if line.startswith("look ")]
+    assert looks[0].startswith("look 1/2 at 5 seeds (per-look level 97.5 %)") and len(looks) in (1, 2)
+    table = study_table(str(path), shared_state, None, "markdown")
+    assert "97.5% paired t-interval" in table and "per-look level of seeds added until decided" in table
+    rows = list(csv.DictReader(io.StringIO(study_table(str(path), shared_state, None, "csv"))))
+    assert int(rows[1]["n"]) == 4 + len(looks)

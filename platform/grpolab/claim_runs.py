@@ -27,7 +27,7 @@ from . import inference, preregistration
 from .claims import Claim, Side, claim_files, load_claim
 from .errors import ConfigError
 from .run_windows import censored_value, mean_window, run_history, train_keys, window_value
-from .verdicts import DECIDED, Verdict, paired_verdict, with_censoring, with_holm, with_mechanism
+from .verdicts import DECIDED, NO_MECHANISM, Verdict, paired_verdict, with_censoring, with_holm, with_mechanism
 
 
 @dataclass
@@ -56,9 +56,10 @@ def _side_values(claim: Claim, side: Side, metric: str, runs: dict, histories: d
 
 
 def _claim_rows(claim: Claim, state: Path, storage_url: str | None):
-    """(runs {rung name: {seed: run id}}, histories {run id: History}, rows complete, study config)."""
+    """(runs {rung name: {seed: run id}}, histories {run id: History}, the study's verdict level)."""
     from mlflow.tracking import MlflowClient
 
+    from .studies import verdict_level
     from .study_tables import ladder_rows, load_results
     from .tracking import tracking_uri
     cfg, study = load_results(claim.study_path, state, storage_url)
@@ -70,12 +71,13 @@ def _claim_rows(claim: Claim, state: Path, storage_url: str | None):
                claim.mechanism.metric if claim.mechanism else None]
     client, keys = MlflowClient(tracking_uri(state)), train_keys(metrics)
     needed = {r for side in (claim.treatment, claim.control) if side.rung for r in runs.get(side.rung, {}).values()}
-    return runs, {run_id: run_history(client, run_id, keys) for run_id in needed}, int((rows.state == "COMPLETE").sum())
+    return runs, {run_id: run_history(client, run_id, keys) for run_id in needed}, verdict_level(study)
 
 
-def judge(claim: Claim, state: Path, storage_url: str | None, level: float = 0.95) -> ClaimResult:
-    """Read the claim's rows (already run) and return its verdict on the paired seeds."""
-    runs, histories, _ = _claim_rows(claim, state, storage_url)
+def judge(claim: Claim, state: Path, storage_url: str | None) -> ClaimResult:
+    """Read the claim's rows (already run) and return its verdict on the paired seeds, at its
+    study's verdict level (0.95, or the per-look level of seeds added until decided)."""
+    runs, histories, level = _claim_rows(claim, state, storage_url)
 
     def paired(t_metric: str, c_metric: str):
         t, ct = _side_values(claim, claim.treatment, t_metric, runs, histories)
@@ -132,9 +134,9 @@ def _run_studies(claims: list[Claim], state: Path, storage_url: str | None, work
         echo(f"study {Path(path).name}: done in {time.time() - started:.0f}s" + (" (some rows failed)" if code else ""))
 
 
-def judge_family(claims: list[Claim], state: Path, storage_url: str | None, level: float = 0.95) -> list[ClaimResult]:
+def judge_family(claims: list[Claim], state: Path, storage_url: str | None) -> list[ClaimResult]:
     """Judge every claim, then Holm-adjust their label tests as one family."""
-    results = [judge(c, state, storage_url, level) for c in claims]
+    results = [judge(c, state, storage_url) for c in claims]
     for r, v in zip(results, with_holm([r.verdict for r in results])):
         r.verdict = v
     return results
@@ -171,23 +173,25 @@ def _plan_looks(claims: list[Claim], until_decided: bool, max_seeds: int | None,
 def _sequential(claims, looks, state, storage_url, workers, echo) -> list[ClaimResult]:
     """Look at start, start + batch, ..., max seeds, each at level 1 - alpha/K; stop at the first look
     where every verdict is decided. Undecided claims get seeds; decided ones keep theirs."""
-    from .studies import add_seeds, default_storage
+    from .studies import add_seeds, default_storage, record_sequential
     from .study_config import load_study
     level = inference.sequential_level(0.95, len(looks))
     storage = storage_url or default_storage(state)
+    for path in dict.fromkeys(c.study_path for c in claims):
+        record_sequential(load_study(path), storage, looks, level)
     pending, final = list(claims), {}
     for j, n in enumerate(looks, 1):
         for path in dict.fromkeys(c.study_path for c in pending):
             add_seeds(load_study(path), storage, n)
         _run_studies(pending, state, storage_url, workers, echo)
-        results = [judge(c, state, storage_url, level) for c in pending]
+        results = [judge(c, state, storage_url) for c in pending]
         echo(f"look {j}/{len(looks)} at {n} seeds (per-look level {100 * level:.4g} %): " +
              ", ".join(f"{r.claim.name}: {r.verdict.verdict}" for r in results))
         for r in results:
             r.sequential = (f"look {j} of {len(looks)} planned at {looks} seeds; interval at {100 * level:.4g} % "
                             f"(Bonferroni over the looks)")
             final[r.claim.name] = r
-        pending = [r.claim for r in results if r.verdict.verdict not in DECIDED]
+        pending = [r.claim for r in results if r.verdict.verdict not in (*DECIDED, NO_MECHANISM)]
         if not pending:
             break
     ordered = [final[c.name] for c in claims]

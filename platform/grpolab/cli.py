@@ -92,8 +92,17 @@ def _cmd_study(args) -> int:
     check_stores(state_path(args.state), args.storage)   # fail fast, before the study's imports
     from .studies import run_study
     started = time.time()
-    code = run_study(args.study, state_path(args.state), args.storage, args.workers, args.retry_failed,
-                     accept_changed=args.accept_changed)
+    if args.until_decided:
+        from .ladder_verdicts import run_until_decided
+        if args.max_seeds is None:
+            raise ConfigError("--until-decided needs --max-seeds N")
+        code = run_until_decided(args.study, state_path(args.state), args.storage, args.workers, args.max_seeds,
+                                 args.batch, retry_failed=args.retry_failed, accept_changed=args.accept_changed)
+    elif args.max_seeds is not None:
+        raise ConfigError("--max-seeds: only with --until-decided")
+    else:
+        code = run_study(args.study, state_path(args.state), args.storage, args.workers, args.retry_failed,
+                         accept_changed=args.accept_changed)
     if args.table:
         from .study_tables import study_table
         print(study_table(args.study, state_dir(args.state), args.storage, "markdown"))
@@ -109,6 +118,14 @@ def _cmd_study(args) -> int:
                 attach_dashboard(state, parent, out)
         print(f"dashboard: {out.resolve()}" + (f" (also on the study's MLflow parent run {parent})" if parent else ""))
     return code
+
+
+def _sequential_flags(parser, what: str) -> None:
+    parser.add_argument("--until-decided", action="store_true",
+                        help=f"add paired seeds in batches until {what} is decided or --max-seeds is reached "
+                             "(each look's interval at level 1 - 0.05/K over the K planned looks)")
+    parser.add_argument("--max-seeds", type=int, default=None, help="with --until-decided: the most paired seeds")
+    parser.add_argument("--batch", type=int, default=2, help="with --until-decided: seeds added per look (default 2)")
 
 
 def _parent_run_id(study_path: str, state, storage_url) -> str | None:
@@ -205,6 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="go on although the study file changed since its rows were made (keeps the old rows)")
     study.add_argument("--table", action="store_true", help="print the results table at the end")
     study.add_argument("--dashboard", action="store_true", help="write the study's HTML dashboard at the end")
+    _sequential_flags(study, "every rung verdict")
     study.set_defaults(func=_cmd_study)
     worker = sub.add_parser("study-worker", help="(internal) one worker process of `grpolab study`")
     worker.add_argument("study")
@@ -236,11 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
     verdicts.add_argument("--storage", default=None, help="Optuna storage URL of the claims' studies")
     verdicts.add_argument("--format", choices=["markdown", "csv"], default="markdown")
     verdicts.add_argument("--no-run", action="store_true", help="judge only the rows already run; run nothing")
-    verdicts.add_argument("--until-decided", action="store_true",
-                          help="add paired seeds in batches until every verdict is decided or --max-seeds is reached "
-                               "(each look's interval at 1 - 0.05/K over the K planned looks)")
-    verdicts.add_argument("--max-seeds", type=int, default=None, help="with --until-decided: the most paired seeds")
-    verdicts.add_argument("--batch", type=int, default=2, help="with --until-decided: seeds added per look (default 2)")
+    _sequential_flags(verdicts, "every claim's verdict")
     verdicts.set_defaults(func=_cmd_verdicts)
     bench = sub.add_parser("bench", help="measure tracking and trainer overhead against stock TRL, and 2-worker study throughput")
     bench.add_argument("--what", choices=["cli", "tracking", "trainer", "workers", "all"], default="all")

@@ -95,3 +95,45 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
     for r, v in zip(judged, with_holm([r.verdict for r in judged])):
         out[out.index(r)] = RungVerdict(r.rung, r.direction, v, r.mechanism_value)
     return rows, out
+
+
+def run_until_decided(path: str, state: Path, storage_url: str | None, workers: int, max_seeds: int, batch: int,
+                      echo=print, retry_failed: bool = False, accept_changed: bool = False) -> int:
+    """``grpolab study LADDER --until-decided --max-seeds N``: run the ladder, then add ``batch``
+    paired seeds at a time until every judged rung is decided (or its mechanism did not act) or N
+    seeds ran; each of the K planned looks is judged at level 1 - 0.05/K (``inference``), which the
+    study keeps, so its table and dashboard state the same level. Returns run_study's exit code."""
+    from . import inference
+    from .studies import add_seeds, default_storage, record_sequential, run_study
+    from .study_config import load_study
+    from .study_tables import ladder_rows, load_results
+    from .errors import ConfigError
+    from .verdicts import DECIDED, NO_MECHANISM
+    cfg = load_study(path)
+    if cfg.kind != "ladder":
+        raise ConfigError(f"--until-decided: {cfg.name} is a search; only ladders have rung verdicts")
+    if cfg.objectives[0].smallest_effect is None:
+        raise ConfigError(f"--until-decided: {cfg.name} has no smallest_effect for {cfg.objectives[0].metric}: "
+                          "nothing can be decided")
+    if max_seeds < len(cfg.seeds) or batch < 1:
+        raise ConfigError(f"--until-decided needs --max-seeds N >= the study's seeds ({len(cfg.seeds)}) and --batch >= 1")
+    looks = inference.planned_looks(len(cfg.seeds), batch, max_seeds)
+    level = inference.sequential_level(0.95, len(looks))
+    storage = storage_url or default_storage(state)
+    from .stores import init_tracking_store
+    Path(state).mkdir(parents=True, exist_ok=True)
+    init_tracking_store(state)
+    record_sequential(cfg, storage, looks, level)
+    code = 0
+    for j, n in enumerate(looks, 1):
+        add_seeds(cfg, storage, n)
+        code = run_study(path, state, storage_url, workers, retry_failed, echo=echo, accept_changed=accept_changed)
+        if code:
+            return code
+        cfg_now, study = load_results(path, state, storage_url)
+        verdicts = [r.verdict for r in rung_verdicts(ladder_rows(study, cfg_now), cfg_now, 0, state, level)[1]]
+        echo(f"look {j}/{len(looks)} at {n} seeds (per-look level {100 * level:.4g} %): "
+             + ", ".join(v.verdict for v in verdicts if v is not None))
+        if all(v is None or v.verdict in (*DECIDED, NO_MECHANISM) for v in verdicts):
+            break
+    return code

@@ -110,6 +110,20 @@ def add_seeds(cfg: StudyConfig, storage_url: str, count: int) -> StudyConfig:
     return dataclasses.replace(cfg, seeds=cfg.seeds + new, added_seeds=cfg.added_seeds + new)
 
 
+SEQUENTIAL_ATTR = "grpolab_sequential"
+
+
+def record_sequential(cfg: StudyConfig, storage_url: str, looks: list[int], level: float) -> None:
+    """Keep a study's sequential plan (its planned looks and per-look level) with the study, so that
+    every later table, dashboard and verdict of it states the same, adjusted, level."""
+    create_or_load(cfg, storage_url).set_user_attr(SEQUENTIAL_ATTR, {"looks": list(looks), "level": level})
+
+
+def verdict_level(study: optuna.Study) -> float:
+    """The confidence level of a study's verdicts: 0.95, or its sequential plan's per-look level."""
+    return float((study.user_attrs.get(SEQUENTIAL_ATTR) or {}).get("level", 0.95))
+
+
 def seed_param(cfg: StudyConfig, seed: int) -> str:
     """Optuna's categorical ``seed`` cannot grow its choices within a study, so a seed added on
     demand is the integer parameter ``added_seed`` (the row key carries the seed either way)."""

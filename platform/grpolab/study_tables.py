@@ -43,13 +43,14 @@ def ladder_rows(study, cfg: StudyConfig, objective: int = 0) -> pd.DataFrame:
     return rows[["rung", "seed", "state", "value", "run_id", "trial"]].reset_index(drop=True)
 
 
-def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state: Path | None = None) -> pd.DataFrame:
+def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state: Path | None = None,
+                 level: float = 0.95) -> pd.DataFrame:
     """Per rung: mean over seeds with its t-interval (censored values at their budget, counted),
     the paired delta against the previous rung with the verdict's interval, label, reason, Holm
     p-value and mechanism check (``ladder_verdicts``: the same numbers the dashboard shows)."""
     from .ladder_verdicts import rung_verdicts
     from .verdicts import holm_text
-    rows, verdicts = rung_verdicts(rows, cfg, objective, state)
+    rows, verdicts = rung_verdicts(rows, cfg, objective, state, level)
     out = []
     for i, rung in enumerate(cfg.rungs):
         done = rows[(rows.rung == i) & (rows.state == "COMPLETE")]
@@ -64,7 +65,7 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
             prev = rows[(rows.rung == i - 1) & (rows.state == "COMPLETE")].set_index("seed").value
             mine = done.set_index("seed").value
             deltas = [mine[s] - prev[s] for s in sorted(set(mine.index) & set(prev.index))]
-            entry["delta_vs_prev"], entry["delta_ci95"] = mean_ci(deltas)   # = the verdict's t-interval
+            entry["delta_vs_prev"], entry["delta_ci95"] = mean_ci(deltas, level)   # = the verdict's t-interval
             if rv.verdict is None:
                 entry["verdict_vs_prev"] = f"not judged: no smallest_effect for {cfg.objectives[objective].metric}"
             else:
@@ -93,15 +94,17 @@ def search_table(study, cfg: StudyConfig) -> pd.DataFrame:
     return frame.sort_values(cfg.objectives[0].metric, ascending=cfg.objectives[0].direction == "minimize")
 
 
-def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None) -> str:
+def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: float = 0.95) -> str:
     """What the ladder table states: its metric, intervals, family, censoring, deviations and
     pre-registration status (every output of a ladder's verdicts carries it)."""
     from .preregistration import ladder_fields, ladder_key, status
     obj = cfg.objectives[objective]
     delta = f"{obj.smallest_effect:g}" if obj.smallest_effect is not None else "not set (no verdicts)"
     caption = (f"{cfg.name}: {obj.metric} ({obj.direction}), mean over seeds {list(cfg.seeds)} with 95% t-interval; "
-               f"verdict_vs_prev: each rung against the previous one on paired seeds, 95% paired t-interval of the "
-               f"difference, smallest effect that matters {delta} (labels: README); tests: each rung's label test "
+               f"verdict_vs_prev: each rung against the previous one on paired seeds, {100 * level:.4g}% paired "
+               f"t-interval of the difference (delta_ci95 its half-width"
+               + ("" if level == 0.95 else "; the per-look level of seeds added until decided")
+               + f"), smallest effect that matters {delta} (labels: README); tests: each rung's label test "
                f"with Holm over the {len(cfg.rungs) - 1} rungs as one family (familywise 5%); threshold metrics never "
                f"reached count at the budget (a lower bound, column censored)")
     if cfg.published_source:
@@ -143,8 +146,10 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
     index = names.index(metric) if metric else 0
     metric = names[index]
     if cfg.kind == "ladder":
-        frame = ladder_table(ladder_rows(study, cfg, index), cfg, index, state)
-        caption = ladder_caption(cfg, index, state)
+        from .studies import verdict_level
+        level = verdict_level(study)
+        frame = ladder_table(ladder_rows(study, cfg, index), cfg, index, state, level)
+        caption = ladder_caption(cfg, index, state, level)
     else:
         frame = search_table(study, cfg)
         caption = f"{cfg.name}: {len(frame)} trials, objectives {[o.metric for o in cfg.objectives]}"

@@ -137,8 +137,10 @@ def ladder_sections(state, study_path: str, storage_url: str | None) -> list[tup
     (``ladder_verdicts``: the same numbers and labels as the table's verdict_vs_prev column)."""
     from .ladder_verdicts import rung_verdicts
     from .study_tables import ladder_rows, load_results
+    from .studies import verdict_level
     cfg, study = load_results(study_path, state, storage_url)
-    steps = [r for r in rung_verdicts(ladder_rows(study, cfg), cfg, 0, state)[1] if r.verdict is not None]
+    level = verdict_level(study)
+    steps = [r for r in rung_verdicts(ladder_rows(study, cfg), cfg, 0, state, level)[1] if r.verdict is not None]
     if not steps:
         return []
     labels = [cfg.rungs[r.rung].name for r in steps]
@@ -147,7 +149,7 @@ def ladder_sections(state, study_path: str, storage_url: str | None) -> list[tup
     return [("Rung verdicts", verdict_figure(labels, [v.mean for v in verdicts], [v.low for v in verdicts],
                                              [v.high for v in verdicts], deltas, [r.direction for r in steps],
                                              [v.verdict for v in verdicts],
-                                             "Each rung vs the previous: paired difference, 95% paired t CI, label "
+                                             f"Each rung vs the previous: paired difference, {100 * level:.4g}% paired t CI, label "
                                              "(units of the smallest effect; red: published direction)")),
             ("Per-seed rung differences", seed_figure(labels, [v.differences for v in verdicts], deltas,
                                                      "Per-seed paired difference vs the previous rung"))]
