@@ -18,7 +18,7 @@ from grpolab.study_config import load_study
 from grpolab.study_progress import ROW_ATTR, RUN_ATTR, row_key
 from grpolab.study_tables import ladder_caption, study_table
 from grpolab.studies import create_or_load, default_storage
-from grpolab.verdicts import INCONCLUSIVE, NO_EFFECT, OPPOSITE, REPRODUCED, SMALLER, UNDERPOWERED
+from grpolab.verdicts import NO_EFFECT, OPPOSITE, REPRODUCED, SMALLER, UNDERPOWERED, UNDETERMINED
 
 SEEDS = list(range(8))
 BASE = {"task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
@@ -30,7 +30,7 @@ STEPS = {
     "+ nothing": ([0.001, -0.002, 0.0, 0.002, -0.001, 0.001, 0.0, -0.001], NO_EFFECT),
     "+ loss": ([-0.10, -0.12, -0.09, -0.11, -0.10, -0.08, -0.12, -0.10], OPPOSITE),
     "+ noise": ([0.3, -0.25, 0.2, -0.3, 0.35, -0.2, 0.1, -0.15], UNDERPOWERED),
-    "+ steady": ([0.04, 0.04, 0.04, 0.04, 0.04, 0.04, 0.04, 0.04], INCONCLUSIVE),    # zero spread
+    "+ steady": ([0.04, 0.04, 0.04, 0.04, 0.04, 0.04, 0.04, 0.04], UNDETERMINED),    # zero spread: sign test
 }
 LABELS = [label for _, label in STEPS.values()]
 
@@ -78,14 +78,15 @@ def test_every_ladder_output_gives_the_same_labels_and_caveats(tmp_path):
     assert [r["verdict_vs_prev"] for r in rows[1:]] == LABELS
     for r in rows[1:]:
         assert r["why"] and r["why"].replace("|", "\\|") in md                  # reason beside the label
-        assert "Holm" in r["tests"] or r["tests"] == "no test"
+        assert "Holm" in r["tests"] or r["tests"].startswith("no label test")
+    assert rows[1]["tests"].endswith("(over 16 hypotheses): holds at familywise 5 %")   # H0, Hd, Heq x 5 rungs + a sign test
     for label in LABELS:
         assert f"| {label} " in md and label in latex
-    assert "zero" not in rows[1]["why"] and "spread is unmeasured" in rows[6]["why"]
+    assert "unmeasured" not in rows[1]["why"] and "size, is unmeasured" in rows[6]["why"]
     caption = ladder_caption(cfg, 0, state)
     assert "deviations: 2026-11-25: smallest_effect 0.05 (after seeing a pilot)" in caption
-    assert "not pre-registered: 1 deviation(s) declared" in caption and caption in md
-    assert "Holm over the 6 rungs" in caption
+    assert "but 1 deviation(s) declared: changed after results were seen" in caption and caption in md
+    assert "pre-registered" not in md and "Holm over every hypothesis (H0, Hd, Heq) of the 6 rungs" in caption
     # the dashboard's panels and table: the same labels
     from grpolab.dashboards import _ladder_sections
     sections, tables = [], []
@@ -139,7 +140,8 @@ def test_a_changed_claim_field_is_flagged_declared_or_not(tmp_path):
     state = tmp_path / "s"
     fields = {"metric": "final:eval/pass_at_1", "smallest_effect": 0.02}
     record(state, "claim:x", fields, rows_done=0)
-    assert status(state, "claim:x", fields, ()).startswith("pre-registered ")
+    assert status(state, "claim:x", fields, ()).startswith("registered in this state ")
+    assert "pre-registered" not in status(state, "claim:x", fields, ())
     record(state, "claim:x", {**fields, "smallest_effect": 9}, rows_done=5)      # the first record stays
     moved = {**fields, "smallest_effect": 0.05}
     assert "CHANGED" in status(state, "claim:x", moved, ()) and "smallest_effect" in status(state, "claim:x", moved, ())
@@ -147,7 +149,7 @@ def test_a_changed_claim_field_is_flagged_declared_or_not(tmp_path):
     today = __import__("datetime").date.today().isoformat()
     assert "declared in deviations" in status(state, "claim:x", moved, (Deviation(today, "0.02 -> 0.05", "data"),))
     record(state, "claim:late", fields, rows_done=3)
-    assert status(state, "claim:late", fields, ()).startswith("not pre-registered: first registered")
+    assert status(state, "claim:late", fields, ()).startswith("not registered before its rows: first registered")
     assert math.isfinite(len(status(state, "claim:none", fields, ())))
 
 
@@ -182,7 +184,7 @@ def test_claim_outputs_agree_and_carry_kind_deviations_and_family(tmp_path):
     assert [r["verdict"] for r in rows] == LABELS[:4]
     assert "construction check" in rows[0]["kind"] and "mean, not max" in rows[1]["kind"]
     assert rows[2]["deviations"] == "2026-11-20: delta 0.03 -> 0.05 (after seeing pilot)" and rows[3]["deviations"] == "none"
-    assert all("Holm" in r["tests"] and "over 4" in r["tests"] for r in rows)
+    assert all("Holm" in r["tests"] and "over 12 hypotheses" in r["tests"] for r in rows)
     for r in rows:
         assert r["why"].replace("|", "\\|") in md and r["verdict"] in html_text
     assert "+ big gain \\| helps" in md                                      # a | in a cell no longer breaks the row

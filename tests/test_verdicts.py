@@ -10,8 +10,8 @@ from scipy import stats
 from grpolab import inference
 from grpolab.scaling import fit_curve, fit_seeds, saturating
 from grpolab.verdicts import (DECIDED, EFFECT, INCONCLUSIVE, LABELS, NO_EFFECT, NO_MECHANISM, NOT_RUN, OPPOSITE,
-                              REPRODUCED, SMALLER, UNDERPOWERED, holm_text, paired_verdict, with_censoring,
-                              with_holm, with_mechanism)
+                              REPRODUCED, SMALLER, UNDERPOWERED, UNDETERMINED, holm_text, paired_verdict,
+                              with_censoring, with_holm, with_mechanism)
 
 
 def paired(effect, sd, n, seed=0):
@@ -28,14 +28,16 @@ def t_half(sd, n, level=0.95):
 
 
 COMPATIBLE = ({REPRODUCED}, {EFFECT}, {NO_EFFECT, SMALLER}, {NO_EFFECT, OPPOSITE})
+PROVISIONAL = {UNDETERMINED: {REPRODUCED, SMALLER}}   # an undetermined size may settle either way
 
 # (differences, direction, smallest effect) built so that each label is the only right answer
 LABEL_DATA = {
-    REPRODUCED: (paired(0.10, 0.03, 8), "increase", 0.05),            # [0.075, 0.125]: > 0, estimate >= delta
-    SMALLER: (paired(0.03, 0.01, 8), "increase", 0.05),               # [0.022, 0.038]: > 0 but below delta
+    REPRODUCED: (paired(0.10, 0.03, 8), "increase", 0.05),            # [0.075, 0.125]: wholly beyond delta
+    SMALLER: (paired(0.03, 0.01, 8), "increase", 0.05),               # [0.022, 0.038]: > 0 and wholly below delta
+    UNDETERMINED: (paired(0.05, 0.03, 8), "increase", 0.05),          # [0.025, 0.075]: > 0 and contains delta
     NO_EFFECT: (paired(0.0, 0.01, 8), "increase", 0.05),              # [-0.008, 0.008] inside (-0.05, 0.05)
     OPPOSITE: (paired(-0.10, 0.03, 8), "increase", 0.05),
-    EFFECT: (paired(0.10, 0.03, 8), "none", 0.05),                    # a claim of no effect, and a clear one
+    EFFECT: (paired(0.10, 0.03, 8), "none", 0.05),                    # a claim of no effect; interval beyond delta
     INCONCLUSIVE: (paired(0.025, 0.045, 10), "increase", 0.05),       # [-0.007, 0.057]; 10 seeds give 80 % power
     UNDERPOWERED: (paired(0.02, 0.2, 8), "increase", 0.05),           # spans both; needs ~130 seeds
     NOT_RUN: ({}, "increase", 0.05),
@@ -53,10 +55,19 @@ def test_each_label_comes_from_data_built_for_it(label):
         assert (v.low, v.high) == pytest.approx((v.mean - t_half(sd, n), v.mean + t_half(sd, n)))
 
 
-def test_a_claim_of_no_effect_is_reproduced_by_an_equivalence_interval():
+def test_each_label_rests_on_hypotheses_whose_p_values_match_its_interval():
+    """p < 0.05 exactly when the 95 % interval excludes the hypothesis' value: H0 (0), Hd (delta),
+    Heq (the interval inside the margin)."""
     v = paired_verdict(paired(0.0, 0.01, 8), "none", 0.05)
-    assert v.verdict == REPRODUCED and v.test == "equivalence" and v.p_value < 0.05
-    assert paired_verdict(paired(0.0, 0.01, 8), "increase", 0.05).test == "equivalence"   # no effect that matters
+    assert v.verdict == REPRODUCED and v.rests_on == ("Heq",) and v.p["Heq"] < 0.05
+    assert paired_verdict(paired(0.0, 0.01, 8), "increase", 0.05).rests_on == ("Heq",)   # no effect that matters
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        diffs = paired(rng.normal(0.03, 0.04), abs(rng.normal(0.03, 0.02)) + 1e-3, int(rng.integers(5, 12)))
+        v = paired_verdict(diffs, "increase", 0.05)
+        assert (v.p["H0"] < 0.05) == (v.low > 0 or v.high < 0)
+        assert (v.p["Hd"] < 0.05) == (v.low > 0.05 or v.high < 0.05)
+        assert (v.p["Heq"] < 0.05) == (-0.05 < v.low and v.high < 0.05)
 
 
 def test_decrease_is_the_mirror_of_increase():
@@ -67,9 +78,16 @@ def test_decrease_is_the_mirror_of_increase():
 
 def test_zero_spread_is_never_certain_and_fewer_than_five_seeds_is_underpowered():
     v = paired_verdict({s: 0.0 for s in range(8)} | {9: math.inf}, "none", 0.02)
-    assert v.verdict == INCONCLUSIVE and "spread is unmeasured" in v.reason and math.isnan(v.low)
+    assert v.verdict == INCONCLUSIVE and "size, is unmeasured" in v.reason and math.isnan(v.low)
     assert "1 seed(s) without a finite difference" in "; ".join(v.diagnostics) and v.n == 8
-    assert paired_verdict({s: 0.5 for s in range(8)}, "increase", 0.02).verdict == INCONCLUSIVE
+    # +0.05 on every seed: the exact sign test (2/2^8) shows the direction, the size stays unmeasured
+    up = paired_verdict({s: 0.05 for s in range(8)}, "increase", 0.02)
+    assert up.verdict == UNDETERMINED and up.p["H0"] == pytest.approx(2 / 256) and math.isnan(up.low)
+    assert paired_verdict({s: 0.05 for s in range(8)}, "decrease", 0.02).verdict == OPPOSITE
+    assert paired_verdict({s: 0.05 for s in range(5)}, "increase", 0.02).verdict == INCONCLUSIVE   # 2/32 > 0.05
+    # rounding noise around 0 is no measured spread (relative to the smallest effect)
+    r = (0.1 + 0.1 + 0.1) / 3 - 0.1
+    assert paired_verdict({s: (r if s == 0 else 0.0) for s in range(8)}, "increase", 0.02).verdict == INCONCLUSIVE
     few = paired_verdict(paired(0.5, 0.01, 4), "increase", 0.02)
     assert few.verdict == UNDERPOWERED and "4 < 5" in few.reason and "reproduced at face value" in few.reason
 
@@ -88,6 +106,9 @@ def test_the_label_is_monotone_in_the_evidence():
         assert any(decided <= group for group in COMPATIBLE), (est, direction, labels)
         first = next((i for i, x in enumerate(labels) if x in DECIDED), len(labels))
         assert all(x in DECIDED for x in labels[first:]), labels
+        for i, x in enumerate(labels[:-1]):      # an undetermined size settles as reproduced or smaller
+            if x == UNDETERMINED:
+                assert labels[i + 1] in PROVISIONAL[x] | {UNDETERMINED}, labels
 
 
 def test_power_is_t_based_and_matches_the_textbook_value():
@@ -100,13 +121,32 @@ def test_power_is_t_based_and_matches_the_textbook_value():
     assert u.seeds_needed == inference.seeds_for_power(0.2, 0.05) and f"needs {u.seeds_needed} seeds" in u.reason
 
 
-def test_holm_adjusts_a_family_by_hand():
+def test_holm_adjusts_every_hypothesis_of_a_family():
     assert inference.holm([0.01, 0.04, 0.03, math.nan]) == pytest.approx([0.03, 0.06, 0.06, math.nan], nan_ok=True)
     family = with_holm([paired_verdict(*LABEL_DATA[k]) for k in (REPRODUCED, INCONCLUSIVE, NOT_RUN)])
-    assert [v.family for v in family] == [2, 2, 2]
-    assert family[0].p_holm == pytest.approx(min(1, 2 * min(family[0].p_value, family[1].p_value))
-                                             if family[0].p_value < family[1].p_value else family[1].p_value * 2)
-    assert "holds at familywise 5 %" in holm_text(family[0]) and holm_text(family[2]) == "no test"
+    assert [v.family for v in family] == [6, 6, 6]          # H0, Hd, Heq of both judged verdicts
+    raw = [p for v in family[:2] for p in (v.p["H0"], v.p["Hd"], v.p["Heq"])]
+    expected = inference.holm(raw)
+    assert family[0].p_holm["Hd"] == pytest.approx(expected[1]) and family[1].p_holm["Heq"] == pytest.approx(expected[5])
+    assert "holds at familywise 5 %" in holm_text(family[0]) and holm_text(family[1]) == "no label test (inconclusive)"
+    assert holm_text(family[2]) == "no label test (not run)"
+    # sequential looks multiply every p-value before Holm
+    k = with_holm([paired_verdict(*LABEL_DATA[REPRODUCED], looks=5)])[0]
+    assert k.p_holm["Hd"] == pytest.approx(min(1, 5 * k.p["Hd"]) * 1) or k.p_holm["Hd"] >= 5 * k.p["Hd"]
+
+
+def test_holm_over_all_hypotheses_keeps_the_familywise_error_when_nothing_is_there():
+    """The review's case: 8 claims, true mean 0, tiny spread. Choosing each claim's test after seeing
+    its label let 29 % of families claim a direction at 'familywise 5 %'; every hypothesis in the
+    family keeps it at or below 5 % (500 families)."""
+    rng = np.random.default_rng(5)
+    wrong = 0
+    for _ in range(500):
+        family = with_holm([paired_verdict(dict(enumerate(rng.normal(0, 0.01, 8))), "increase", 0.05)
+                            for _ in range(8)])
+        wrong += any(v.verdict in (SMALLER, OPPOSITE, UNDETERMINED, REPRODUCED) and "holds at" in holm_text(v)
+                     for v in family)
+    assert wrong / 500 <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 500)
 
 
 def test_mechanism_floor_replaces_the_label_and_keeps_the_face_value():
@@ -119,15 +159,18 @@ def test_mechanism_floor_replaces_the_label_and_keeps_the_face_value():
     assert on.verdict == REPRODUCED and "mechanism acted" in on.diagnostics[-1]
 
 
-def test_censoring_keeps_only_outcomes_the_unknown_values_cannot_overturn():
-    # steps to a threshold, claim: the treatment needs fewer (decrease). A censored control could
-    # only need more steps: the true effect is larger, 'reproduced' stands.
-    v = paired_verdict(paired(-20.0, 5.0, 8), "decrease", 10)
+def test_censored_pairs_make_a_label_inconclusive_because_the_interval_cannot_bound_them():
+    """The review's case: a decrease claim (fewer steps), one control censored at 200. Counted at the
+    budget it reads 'reproduced'; its true value 600 gives an interval spanning 0. So no label is
+    kept with censored pairs, whichever side."""
+    t, c = [100, 110, 90, 100, 120, 100, 110, 90], [200, 150, 140, 150, 160, 150, 140, 150]
+    v = paired_verdict({s: t[s] - c[s] for s in range(8)}, "decrease", 20)
     assert v.verdict == REPRODUCED
-    assert with_censoring(v, 0, 2, "steps_to:x").verdict == REPRODUCED
-    # a censored treatment could need more: the claim's favour is not earned
-    hidden = with_censoring(v, 1, 0, "steps_to:x")
-    assert hidden.verdict == INCONCLUSIVE and hidden.face_value == REPRODUCED and "overturn" in hidden.reason
+    c[0] = 600
+    assert paired_verdict({s: t[s] - c[s] for s in range(8)}, "decrease", 20).verdict != REPRODUCED
+    for sides in ((0, 1), (1, 0)):
+        hidden = with_censoring(v, *sides, "steps_to:x")
+        assert hidden.verdict == INCONCLUSIVE and hidden.face_value == REPRODUCED and "cannot bound" in hidden.reason
 
 
 TRUE = {"R0": 0.2, "A": 0.8, "C_mid": 50.0, "B": 1.8}

@@ -27,6 +27,7 @@ from . import inference, preregistration
 from .claims import Claim, Side, claim_files, load_claim
 from .errors import ConfigError
 from .run_windows import censored_value, mean_window, run_history, train_keys, window_value
+from .study_config import load_study
 from .verdicts import DECIDED, NO_MECHANISM, Verdict, paired_verdict, with_censoring, with_holm, with_mechanism
 
 
@@ -43,27 +44,31 @@ class ClaimResult:
     sequential: str = ""            # the look this verdict was made at, when seeds were added on demand
 
 
-def _side_values(claim: Claim, side: Side, metric: str, runs: dict, histories: dict) -> tuple[dict, int]:
-    """seed -> value of one side (a rung's runs, or the fixed reference for every seed), and how
-    many of them were censored (counted at the budget)."""
+def _side_values(claim: Claim, side: Side, metric: str, runs: dict, histories: dict) -> tuple[dict, set]:
+    """seed -> value of one side (a rung's runs, or the fixed reference for every seed), and the
+    seeds whose value was censored (counted at the budget)."""
     if side.value is not None:
-        return {seed: side.value for seed in runs.get(claim.treatment.rung, {})}, 0
-    out, censored = {}, 0
+        return {seed: side.value for seed in runs.get(claim.treatment.rung, {})}, set()
+    out, censored = {}, set()
     for seed, run_id in runs.get(side.rung, {}).items():
-        value, was = censored_value(metric, window_value(metric, histories[run_id]), histories[run_id])
-        out[seed], censored = value, censored + was
+        out[seed], was = censored_value(metric, window_value(metric, histories[run_id]), histories[run_id])
+        if was:
+            censored.add(seed)
     return out, censored
 
 
-def _claim_rows(claim: Claim, state: Path, storage_url: str | None):
-    """(runs {rung name: {seed: run id}}, histories {run id: History}, the study's verdict level)."""
+def _claim_rows(claim: Claim, state: Path, storage_url: str | None, seeds: int | None = None):
+    """(runs {rung name: {seed: run id}}, histories {run id: History}, (level, looks), plan note),
+    on the study's first ``seeds`` seeds when given (a sequential look)."""
     from mlflow.tracking import MlflowClient
 
-    from .studies import verdict_level
+    from .studies import sequential_note, verdict_plan
     from .study_tables import ladder_rows, load_results
     from .tracking import tracking_uri
     cfg, study = load_results(claim.study_path, state, storage_url)
     rows = ladder_rows(study, cfg)
+    if seeds is not None:
+        rows = rows[rows.seed.isin(cfg.seeds[:seeds])]
     runs: dict[str, dict] = {}
     for row in rows[rows.state == "COMPLETE"].itertuples():
         runs.setdefault(cfg.rungs[row.rung].name, {})[row.seed] = row.run_id
@@ -71,23 +76,27 @@ def _claim_rows(claim: Claim, state: Path, storage_url: str | None):
                claim.mechanism.metric if claim.mechanism else None]
     client, keys = MlflowClient(tracking_uri(state)), train_keys(metrics)
     needed = {r for side in (claim.treatment, claim.control) if side.rung for r in runs.get(side.rung, {}).values()}
-    return runs, {run_id: run_history(client, run_id, keys) for run_id in needed}, verdict_level(study)
+    level, looks, _ = verdict_plan(study)
+    return runs, {run_id: run_history(client, run_id, keys) for run_id in needed}, (level, looks), sequential_note(study)
 
 
-def judge(claim: Claim, state: Path, storage_url: str | None) -> ClaimResult:
-    """Read the claim's rows (already run) and return its verdict on the paired seeds, at its
-    study's verdict level (0.95, or the per-look level of seeds added until decided)."""
-    runs, histories, level = _claim_rows(claim, state, storage_url)
+def judge(claim: Claim, state: Path, storage_url: str | None, seeds: int | None = None) -> ClaimResult:
+    """Read the claim's rows (already run) and return its verdict on the paired seeds (the first
+    ``seeds`` only, at a sequential look), at its study's verdict level (0.95, or the per-look level
+    of seeds added until decided)."""
+    runs, histories, (level, looks), plan = _claim_rows(claim, state, storage_url, seeds)
 
     def paired(t_metric: str, c_metric: str):
         t, ct = _side_values(claim, claim.treatment, t_metric, runs, histories)
         c, cc = _side_values(claim, claim.control, c_metric, runs, histories)
-        return {s: t[s] - c[s] for s in sorted(set(t) & set(c))}, t, c, ct, cc
+        common = sorted(set(t) & set(c))
+        return ({s: t[s] - c[s] for s in common}, t, c,
+                sum(s in ct for s in common), sum(s in cc for s in common))   # censored, paired seeds only
 
     diffs, t, c, ct, cc = paired(claim.metric_of(claim.treatment), claim.metric_of(claim.control))
-    verdict = paired_verdict(diffs, claim.direction, claim.smallest_effect, level)
+    verdict = paired_verdict(diffs, claim.direction, claim.smallest_effect, level, looks)
     verdict = with_censoring(verdict, ct, cc, claim.metric)
-    result = ClaimResult(claim, verdict, ct + cc, treatment_values=t, control_values=c)
+    result = ClaimResult(claim, verdict, ct + cc, treatment_values=t, control_values=c, sequential=plan)
     for metric in claim.report if claim.control.rung else ():   # beside-metrics compare two rungs
         d = paired(metric, metric)[0]
         finite = [v for v in d.values() if math.isfinite(v)]
@@ -98,13 +107,19 @@ def judge(claim: Claim, state: Path, storage_url: str | None) -> ClaimResult:
         value = mean_window(m.metric, [histories[r] for r in runs.get(side.rung, {}).values()])
         result.mechanism_value = value
         result.verdict = with_mechanism(result.verdict, m.metric, value, m.at_least, f"{side.rung!r} rows")
-    result.preregistration = preregistration.status(state, _prereg_key(claim), claim.registered_fields,
-                                                    claim.deviations)
+    study_cfg = load_study(claim.study_path)
+    result.preregistration = preregistration.status(state, _prereg_key(claim), _registered(claim),
+                                                    claim.deviations + study_cfg.deviations)
     return result
 
 
 def _prereg_key(claim: Claim) -> str:
     return f"claim:{claim.name}"
+
+
+def _registered(claim: Claim) -> dict:
+    """A claim's registered fields: its verdict fields and its study's whole definition."""
+    return {**claim.registered_fields, "study_definition": preregistration.definition_hash(load_study(claim.study_path))}
 
 
 def register_claims(claims: list[Claim], state: Path, storage_url: str | None) -> None:
@@ -117,12 +132,11 @@ def register_claims(claims: list[Claim], state: Path, storage_url: str | None) -
             cfg, study = load_results(claim.study_path, state, storage_url)
             rows = ladder_rows(study, cfg)
             done[claim.study_path] = int((rows.state == "COMPLETE").sum())
-        preregistration.record(state, _prereg_key(claim), claim.registered_fields, done[claim.study_path])
+        preregistration.record(state, _prereg_key(claim), _registered(claim), done[claim.study_path])
 
 
 def _run_studies(claims: list[Claim], state: Path, storage_url: str | None, workers: int, echo) -> None:
     from .studies import run_study
-    from .study_config import load_study
 
     def cost(path: str) -> int:   # cheapest study first: early verdicts come early
         cfg = load_study(path)
@@ -161,7 +175,6 @@ def _plan_looks(claims: list[Claim], until_decided: bool, max_seeds: int | None,
         if max_seeds is not None:
             raise ConfigError("--max-seeds: only with --until-decided")
         return []
-    from .study_config import load_study
     start = max(len(load_study(c.study_path).seeds) for c in claims)
     if max_seeds is None or max_seeds < start:
         raise ConfigError(f"--until-decided needs --max-seeds N with N >= the studies' seeds ({start})")
@@ -174,7 +187,6 @@ def _sequential(claims, looks, state, storage_url, workers, echo) -> list[ClaimR
     """Look at start, start + batch, ..., max seeds, each at level 1 - alpha/K; stop at the first look
     where every verdict is decided. Undecided claims get seeds; decided ones keep theirs."""
     from .studies import add_seeds, default_storage, record_sequential
-    from .study_config import load_study
     level = inference.sequential_level(0.95, len(looks))
     storage = storage_url or default_storage(state)
     for path in dict.fromkeys(c.study_path for c in claims):
@@ -184,14 +196,16 @@ def _sequential(claims, looks, state, storage_url, workers, echo) -> list[ClaimR
         for path in dict.fromkeys(c.study_path for c in pending):
             add_seeds(load_study(path), storage, n)
         _run_studies(pending, state, storage_url, workers, echo)
-        results = [judge(c, state, storage_url) for c in pending]
+        results = [judge(c, state, storage_url, seeds=n) for c in pending]
         echo(f"look {j}/{len(looks)} at {n} seeds (per-look level {100 * level:.4g} %): " +
              ", ".join(f"{r.claim.name}: {r.verdict.verdict}" for r in results))
         for r in results:
-            r.sequential = (f"look {j} of {len(looks)} planned at {looks} seeds; interval at {100 * level:.4g} % "
-                            f"(Bonferroni over the looks)")
+            r.sequential = f"decided at look {j} of {len(looks)}; {r.sequential}"
             final[r.claim.name] = r
         pending = [r.claim for r in results if r.verdict.verdict not in (*DECIDED, NO_MECHANISM)]
+        for r in results:
+            if r.claim in pending and j == len(looks):
+                r.sequential = r.sequential.replace("decided at", "undecided after")
         if not pending:
             break
     ordered = [final[c.name] for c in claims]

@@ -115,5 +115,6 @@ def ablation_frame(state: Path, study_path: str, storage_url: str | None) -> pd.
     cfg, study = load_results(study_path, state, storage_url)
     if cfg.kind != "ladder":
         return None
-    from .studies import verdict_level
-    return ladder_table(ladder_rows(study, cfg), cfg, 0, state, verdict_level(study))
+    from .studies import verdict_plan
+    level, looks, _ = verdict_plan(study)
+    return ladder_table(ladder_rows(study, cfg), cfg, 0, state, level, looks)

@@ -33,9 +33,17 @@ SKEW_TEST_LEVEL = 0.05
 ZERO_SPREAD_RTOL = 1e-9
 
 
-def t_interval(values, level: float = 0.95) -> tuple[float, float, float, float]:
+def zero_spread(values, scale: float = 0.0) -> bool:
+    """Equal up to float rounding: sd <= 1e-9 * max(|values|, scale), where ``scale`` is the size that
+    matters (the smallest effect), so rounding noise around 0 is no measured spread either."""
+    x = np.asarray(values, dtype=float)
+    return len(x) > 1 and float(x.std(ddof=1)) <= ZERO_SPREAD_RTOL * max(float(np.abs(x).max()), abs(scale))
+
+
+def t_interval(values, level: float = 0.95, scale: float = 0.0) -> tuple[float, float, float, float]:
     """(mean, low, high, sd) of the paired t-interval; NaN bounds with fewer than 2 values; a
-    zero-spread sample gives NaN bounds too: its uncertainty is unmeasured, not zero."""
+    zero-spread sample (``zero_spread``) gives NaN bounds and sd 0: its uncertainty is unmeasured,
+    not zero."""
     x = np.asarray(values, dtype=float)
     n = len(x)
     if n == 0:
@@ -44,7 +52,7 @@ def t_interval(values, level: float = 0.95) -> tuple[float, float, float, float]
     if n < 2:
         return mean, math.nan, math.nan, math.nan
     sd = float(x.std(ddof=1))
-    if sd <= ZERO_SPREAD_RTOL * float(np.abs(x).max()):   # equal up to float rounding (0.3 + 0.04 - 0.3)
+    if zero_spread(x, scale):   # equal up to float rounding (0.3 + 0.04 - 0.3)
         return mean, math.nan, math.nan, 0.0
     half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
     return mean, mean - half, mean + half, sd
@@ -54,7 +62,7 @@ def skewness(values) -> float:
     """Adjusted Fisher-Pearson skewness G1 = sqrt(n(n-1))/(n-2) * m3 / m2^1.5 (NaN below 3 values
     or with zero spread)."""
     x = np.asarray(values, dtype=float)
-    if len(x) < 3 or np.ptp(x) == 0:
+    if len(x) < 3 or zero_spread(x):
         return math.nan
     with warnings.catch_warnings():    # near-identical values: scipy warns of precision loss
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -77,20 +85,30 @@ def skew_flag(values) -> tuple[float, float, bool]:
     return g1, threshold, abs(g1) > threshold
 
 
-def p_direction(values) -> float:
-    """Two-sided paired t-test of mean 0: p < 1 - level exactly when the t-interval excludes 0."""
-    mean, _, _, sd = t_interval(values)
+def p_mean(values, mu0: float = 0.0, scale: float = 0.0) -> float:
+    """Two-sided paired t-test of mean ``mu0``: p < 1 - level exactly when the level-``level``
+    t-interval excludes mu0 (NaN without a measured spread)."""
+    mean, _, _, sd = t_interval(values, scale=scale)
     n = len(values)
     if n < 2 or not sd > 0:
         return math.nan
-    t = mean / (sd / math.sqrt(n))
-    return float(2 * stats.t.sf(abs(t), n - 1))
+    return float(2 * stats.t.sf(abs(mean - mu0) / (sd / math.sqrt(n)), n - 1))
+
+
+def p_direction(values) -> float:
+    """Two-sided paired t-test of mean 0 (``p_mean`` at 0)."""
+    return p_mean(values, 0.0)
+
+
+def p_sign(n: int) -> float:
+    """Exact two-sided sign test when all n differences share one sign: 2 / 2^n (ties excluded)."""
+    return min(1.0, 2.0 / 2 ** n) if n > 0 else math.nan
 
 
 def p_equivalence(values, delta: float) -> float:
     """TOST against (-delta, delta), scaled to the two-sided level: 2 * max(p_low, p_high), capped
     at 1, so p < 1 - level exactly when the level-``level`` t-interval lies inside the margin."""
-    mean, _, _, sd = t_interval(values)
+    mean, _, _, sd = t_interval(values, scale=delta)
     n = len(values)
     if n < 2 or not sd > 0:
         return math.nan
@@ -106,7 +124,8 @@ def power_direction(n: int, sd: float, delta: float, alpha: float = 0.05) -> flo
     if n < 2 or not (sd > 0 and delta > 0):
         return math.nan
     crit, nc = stats.t.ppf(1 - alpha / 2, n - 1), delta * math.sqrt(n) / sd
-    return float(stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc))
+    wrong_side = stats.nct.cdf(-crit, n - 1, nc)    # scipy gives NaN far in the tail, where it is ~0
+    return float(stats.nct.sf(crit, n - 1, nc) + (0.0 if math.isnan(wrong_side) else wrong_side))
 
 
 def power_equivalence(n: int, sd: float, delta: float, alpha: float = 0.05) -> float:
@@ -115,7 +134,8 @@ def power_equivalence(n: int, sd: float, delta: float, alpha: float = 0.05) -> f
     if n < 2 or not (sd > 0 and delta > 0):
         return math.nan
     crit, nc = stats.t.ppf(1 - alpha / 2, n - 1), delta * math.sqrt(n) / sd
-    return float(max(0.0, 1 - 2 * stats.nct.cdf(crit, n - 1, nc)))
+    below = stats.nct.cdf(crit, n - 1, nc)
+    return float(max(0.0, 1 - 2 * (0.0 if math.isnan(below) else below)))
 
 
 def seeds_for_power(sd: float, delta: float, equivalence: bool = False, power: float = 0.8,

@@ -66,8 +66,9 @@ def censored_rows(rows: pd.DataFrame, metric: str, histories) -> pd.DataFrame:
 
 
 def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state: Path | None = None,
-                  level: float = 0.95) -> tuple[pd.DataFrame, list[RungVerdict]]:
-    """(rows with censored values at their budget, one RungVerdict per rung >= 1)."""
+                  level: float = 0.95, looks: int = 1) -> tuple[pd.DataFrame, list[RungVerdict]]:
+    """(rows with censored values at their budget, one RungVerdict per rung >= 1); ``level`` and
+    ``looks``: a sequential plan's (``studies.verdict_plan``)."""
     from .run_windows import mean_window, train_keys
     obj = cfg.objectives[objective]
     histories = _Histories(state, train_keys([r.mechanism.metric for r in cfg.rungs if r.mechanism]))
@@ -82,7 +83,7 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
         mine, before = (done[done.rung == r].set_index("seed") for r in (i, i - 1))
         common = sorted(set(mine.index) & set(before.index))
         diffs = {int(s): float(mine.value[s] - before.value[s]) for s in common}
-        v = paired_verdict(diffs, direction, obj.smallest_effect, level)
+        v = paired_verdict(diffs, direction, obj.smallest_effect, level, looks)
         v = with_censoring(v, int(mine.censored[common].sum()), int(before.censored[common].sum()), obj.metric)
         value = None
         mech = cfg.rungs[i].mechanism
@@ -110,7 +111,7 @@ def run_until_decided(path: str, state: Path, storage_url: str | None, workers: 
     from .errors import ConfigError
     from .verdicts import DECIDED, NO_MECHANISM
     cfg = load_study(path)
-    if cfg.kind != "ladder":
+    if cfg.kind != "ladder":  # noqa: SIM102
         raise ConfigError(f"--until-decided: {cfg.name} is a search; only ladders have rung verdicts")
     if cfg.objectives[0].smallest_effect is None:
         raise ConfigError(f"--until-decided: {cfg.name} has no smallest_effect for {cfg.objectives[0].metric}: "
@@ -131,7 +132,9 @@ def run_until_decided(path: str, state: Path, storage_url: str | None, workers: 
         if code:
             return code
         cfg_now, study = load_results(path, state, storage_url)
-        verdicts = [r.verdict for r in rung_verdicts(ladder_rows(study, cfg_now), cfg_now, 0, state, level)[1]]
+        rows = ladder_rows(study, cfg_now)
+        rows = rows[rows.seed.isin(cfg_now.seeds[:n])]          # look j judges its first n_j seeds
+        verdicts = [r.verdict for r in rung_verdicts(rows, cfg_now, 0, state, level, len(looks))[1]]
         echo(f"look {j}/{len(looks)} at {n} seeds (per-look level {100 * level:.4g} %): "
              + ", ".join(v.verdict for v in verdicts if v is not None))
         if all(v is None or v.verdict in (*DECIDED, NO_MECHANISM) for v in verdicts):

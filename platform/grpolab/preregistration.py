@@ -6,12 +6,14 @@ A claim or study may carry ``deviations:``, one entry per change made after resu
       - {date: 2026-11-23, change: "threshold 0.3 -> 0.5", after_seeing: "every row crossed 0.3 at its first eval"}
 
 Every verdict output shows them. Independently, grpolab stores a hash of each claim's (and
-ladder's) pre-registered fields in the state folder the first time it is judged or run
-(``state/preregistration.json``), with the number of its study's rows already complete then.
-``status`` then says, truthfully:
+ladder's) verdict fields and of its study's whole definition (base, budget, rungs, seeds,
+metrics) in the state folder the first time it is judged or run (``state/preregistration.json``),
+with the number of its study's rows already complete then. ``status`` then says, truthfully:
 
-- ``pre-registered``: hashed before any row of its study ran, unchanged since, no deviations;
-- ``not pre-registered``: first hashed after N rows had run, or it declares deviations;
+- ``registered in this state before any of its rows ran; unchanged``: the most grpolab can
+  verify. It never says "pre-registered": a study file may have been tuned on results seen in
+  another state, which only its ``deviations:`` can tell;
+- ``not registered before its rows``: first hashed after N rows had run; or it declares deviations;
 - ``CHANGED``: the fields differ from the first hash (declared when a deviation is dated on or
   after the first hash's date, undeclared otherwise).
 """
@@ -91,7 +93,7 @@ def status(state: Path, key: str, fields: dict, deviations: tuple[Deviation, ...
     first = _load(state).get(key)
     n_dev = f"{len(deviations)} deviation(s) declared" if deviations else ""
     if first is None:
-        return "not pre-registered: no registration recorded in this state" + (f"; {n_dev}" if n_dev else "")
+        return "not registered: no registration recorded in this state" + (f"; {n_dev}" if n_dev else "")
     if first["hash"] != fields_hash(fields):
         same = lambda k: fields_hash({k: first["fields"].get(k)}) == fields_hash({k: fields.get(k)})  # noqa: E731
         changed = sorted(k for k in set(first["fields"]) | set(fields) if not same(k))
@@ -99,21 +101,30 @@ def status(state: Path, key: str, fields: dict, deviations: tuple[Deviation, ...
         return (f"CHANGED since its registration of {first['date']} ({', '.join(changed)}): "
                 + ("declared in deviations" if declared else "UNDECLARED (no deviation dated since)"))
     if first["rows_done"] > 0:
-        return (f"not pre-registered: first registered {first['date']} after {first['rows_done']} row(s) had run"
-                + (f"; {n_dev}" if n_dev else ""))
+        return (f"not registered before its rows: first registered {first['date']} after {first['rows_done']} "
+                f"row(s) had run" + (f"; {n_dev}" if n_dev else ""))
     if deviations:
-        return f"not pre-registered: {n_dev} after results were seen"
-    return f"pre-registered {first['date']} before any row ran; unchanged"
+        return (f"registered in this state {first['date']} before any of its rows ran, but {n_dev}: "
+                "changed after results were seen")
+    return f"registered in this state {first['date']} before any of its rows ran; unchanged; no deviation declared"
 
 
 def ladder_key(cfg) -> str:
     return f"ladder:{cfg.name}"
 
 
+def definition_hash(cfg) -> str:
+    """Hash of everything that decides a study row's result: base, budget, rungs or space, seeds, metrics."""
+    payload = {"base": cfg.base, "rungs": [(r.name, r.changes) for r in cfg.rungs], "space": cfg.space,
+               "seeds": list(cfg.seeds), "objectives": [(o.metric, o.direction) for o in cfg.objectives]}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def ladder_fields(cfg) -> dict:
-    """A ladder's pre-registered fields: what decides its verdicts."""
+    """A ladder's registered fields: what decides its verdicts, and its whole definition."""
     return {"objectives": [[o.metric, o.direction, o.smallest_effect] for o in cfg.objectives],
-            "rungs": [[r.name, r.changes, r.published, r.mechanism and r.mechanism.text()] for r in cfg.rungs]}
+            "rungs": [[r.name, r.changes, r.published, r.mechanism and r.mechanism.text()] for r in cfg.rungs],
+            "definition": definition_hash(cfg)}
 
 
 def register_ladder(state: Path, cfg, study) -> None:

@@ -34,6 +34,7 @@ from optuna.trial import TrialState
 
 from .errors import ConfigError
 from .lifecycle import RESUMES_ATTR, reap_logged, reap_stale_trials, signals_raise, watchdog
+from .preregistration import definition_hash  # noqa: F401  (re-exported: tests, check_definition)
 from .study_config import StudyConfig, load_study
 from .study_progress import (OUTCOME_ATTR, ROW_ATTR, RUN_ATTR, format_progress, progress, row_key,  # noqa: F401
                              row_states, summary)
@@ -114,14 +115,38 @@ SEQUENTIAL_ATTR = "grpolab_sequential"
 
 
 def record_sequential(cfg: StudyConfig, storage_url: str, looks: list[int], level: float) -> None:
-    """Keep a study's sequential plan (its planned looks and per-look level) with the study, so that
-    every later table, dashboard and verdict of it states the same, adjusted, level."""
-    create_or_load(cfg, storage_url).set_user_attr(SEQUENTIAL_ATTR, {"looks": list(looks), "level": level})
+    """Keep a study's sequential plan (planned looks, per-look level, rows complete before it) with
+    the study, so every later table, dashboard and verdict states the same level. A plan is fixed:
+    another plan on the same study would restart the looks and spend the error rate twice."""
+    study = create_or_load(cfg, storage_url)
+    plan = study.user_attrs.get(SEQUENTIAL_ATTR)
+    if plan is not None and plan["looks"] != list(looks):
+        raise ConfigError(f"study {cfg.name!r} already follows the sequential plan of looks at {plan['looks']} seeds "
+                          f"(level {100 * plan['level']:.4g} % each): continue it with the same --max-seeds and "
+                          "--batch, or give the study a new name")
+    if plan is None:
+        done = sum(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
+        study.set_user_attr(SEQUENTIAL_ATTR, {"looks": list(looks), "level": level, "rows_before": done})
 
 
-def verdict_level(study: optuna.Study) -> float:
-    """The confidence level of a study's verdicts: 0.95, or its sequential plan's per-look level."""
-    return float((study.user_attrs.get(SEQUENTIAL_ATTR) or {}).get("level", 0.95))
+def verdict_plan(study: optuna.Study) -> tuple[float, int, int]:
+    """(level, planned looks, rows complete before the plan) of a study's verdicts: (0.95, 1, 0)
+    without a sequential plan."""
+    plan = study.user_attrs.get(SEQUENTIAL_ATTR) or {}
+    return float(plan.get("level", 0.95)), len(plan.get("looks", [0])), int(plan.get("rows_before", 0))
+
+
+def sequential_note(study: optuna.Study) -> str:
+    """What every verdict of a sequential study says about its plan."""
+    plan = study.user_attrs.get(SEQUENTIAL_ATTR)
+    if not plan:
+        return ""
+    note = (f"seeds added until decided: looks planned at {plan['looks']} seeds, each at "
+            f"{100 * plan['level']:.4g} % (Bonferroni over the looks)")
+    if plan.get("rows_before"):
+        note += (f"; the plan began after {plan['rows_before']} rows were complete, so an earlier look at them "
+                 "is not covered by its error bound")
+    return note
 
 
 def seed_param(cfg: StudyConfig, seed: int) -> str:
@@ -160,13 +185,6 @@ def enqueue_missing_rows(study: optuna.Study, cfg: StudyConfig, retry_failed: bo
             attrs[RESUMES_ATTR] = previous[-1]
         study.enqueue_trial({"rung": rung, seed_param(cfg, seed): seed}, user_attrs=attrs)
     return left_failed
-
-
-def definition_hash(cfg: StudyConfig) -> str:
-    """Hash of everything that decides a row's result: base, budget, rungs or space, seeds, metrics."""
-    payload = {"base": cfg.base, "rungs": [(r.name, r.changes) for r in cfg.rungs], "space": cfg.space,
-               "seeds": list(cfg.seeds), "objectives": [(o.metric, o.direction) for o in cfg.objectives]}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def check_definition(study: optuna.Study, cfg: StudyConfig, accept_changed: bool) -> None:

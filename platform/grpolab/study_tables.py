@@ -44,13 +44,13 @@ def ladder_rows(study, cfg: StudyConfig, objective: int = 0) -> pd.DataFrame:
 
 
 def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state: Path | None = None,
-                 level: float = 0.95) -> pd.DataFrame:
+                 level: float = 0.95, looks: int = 1) -> pd.DataFrame:
     """Per rung: mean over seeds with its t-interval (censored values at their budget, counted),
     the paired delta against the previous rung with the verdict's interval, label, reason, Holm
     p-value and mechanism check (``ladder_verdicts``: the same numbers the dashboard shows)."""
     from .ladder_verdicts import rung_verdicts
     from .verdicts import holm_text
-    rows, verdicts = rung_verdicts(rows, cfg, objective, state, level)
+    rows, verdicts = rung_verdicts(rows, cfg, objective, state, level, looks)
     out = []
     for i, rung in enumerate(cfg.rungs):
         done = rows[(rows.rung == i) & (rows.state == "COMPLETE")]
@@ -94,7 +94,7 @@ def search_table(study, cfg: StudyConfig) -> pd.DataFrame:
     return frame.sort_values(cfg.objectives[0].metric, ascending=cfg.objectives[0].direction == "minimize")
 
 
-def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: float = 0.95) -> str:
+def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: float = 0.95, study=None) -> str:
     """What the ladder table states: its metric, intervals, family, censoring, deviations and
     pre-registration status (every output of a ladder's verdicts carries it)."""
     from .preregistration import ladder_fields, ladder_key, status
@@ -105,11 +105,15 @@ def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: 
                f"t-interval of the difference (delta_ci95 its half-width"
                + ("" if level == 0.95 else "; the per-look level of seeds added until decided")
                + f"), smallest effect that matters {delta} (labels: README); tests: each rung's label test "
-               f"with Holm over the {len(cfg.rungs) - 1} rungs as one family (familywise 5%); threshold metrics never "
-               f"reached count at the budget (a lower bound, column censored)")
+               f"with Holm over every hypothesis (H0, Hd, Heq) of the {len(cfg.rungs) - 1} rungs as one family "
+               f"(familywise 5%); threshold metrics never reached count at the budget (a lower bound, column "
+               f"censored) and make a rung's label inconclusive")
     if cfg.published_source:
         caption += f"; published: {cfg.published_source}"
     caption += f"; deviations: {'; '.join(d.text() for d in cfg.deviations) or 'none'}"
+    if study is not None:
+        from .studies import sequential_note
+        caption += f"; {sequential_note(study)}" if sequential_note(study) else ""
     if state is not None:
         caption += f"; {status(state, ladder_key(cfg), ladder_fields(cfg), cfg.deviations)}"
     return caption
@@ -146,10 +150,10 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
     index = names.index(metric) if metric else 0
     metric = names[index]
     if cfg.kind == "ladder":
-        from .studies import verdict_level
-        level = verdict_level(study)
-        frame = ladder_table(ladder_rows(study, cfg, index), cfg, index, state, level)
-        caption = ladder_caption(cfg, index, state, level)
+        from .studies import verdict_plan
+        level, looks, _ = verdict_plan(study)
+        frame = ladder_table(ladder_rows(study, cfg, index), cfg, index, state, level, looks)
+        caption = ladder_caption(cfg, index, state, level, study)
     else:
         frame = search_table(study, cfg)
         caption = f"{cfg.name}: {len(frame)} trials, objectives {[o.metric for o in cfg.objectives]}"

@@ -57,9 +57,12 @@ def verdict_frame(results) -> pd.DataFrame:
 def family_statement(results) -> str:
     """The multiplicity statement of a verdicts run."""
     size = max((r.verdict.family for r in results), default=0)
-    return (f"Family: these {len(results)} claims are one family; each label uses its own 95% interval "
-            f"(unadjusted); the tests column gives each label's test with Holm's adjustment over the {size} "
-            "claims that have a test, which holds the familywise error at 5%. Labels: README, 'Verdict labels'.")
+    levels = sorted({f"{100 * r.verdict.level:.4g}%" for r in results})
+    return (f"Family: the {len(results)} claims judged in this run (judging claims one at a time makes each its "
+            f"own family); each label uses its own {'/'.join(levels)} interval, unadjusted; the tests column gives "
+            f"the hypotheses each label rests on with Holm's adjustment over all {size} hypotheses (H0, Hd, Heq) "
+            "of the judged claims, x the sequential looks where seeds were added until decided, which holds the "
+            "familywise error at 5%. Labels: README, 'Verdict labels'.")
 
 
 def render_verdicts(results, fmt: str = "markdown") -> str:
@@ -137,10 +140,10 @@ def ladder_sections(state, study_path: str, storage_url: str | None) -> list[tup
     (``ladder_verdicts``: the same numbers and labels as the table's verdict_vs_prev column)."""
     from .ladder_verdicts import rung_verdicts
     from .study_tables import ladder_rows, load_results
-    from .studies import verdict_level
+    from .studies import verdict_plan
     cfg, study = load_results(study_path, state, storage_url)
-    level = verdict_level(study)
-    steps = [r for r in rung_verdicts(ladder_rows(study, cfg), cfg, 0, state, level)[1] if r.verdict is not None]
+    level, looks, _ = verdict_plan(study)
+    steps = [r for r in rung_verdicts(ladder_rows(study, cfg), cfg, 0, state, level, looks)[1] if r.verdict is not None]
     if not steps:
         return []
     labels = [cfg.rungs[r.rung].name for r in steps]

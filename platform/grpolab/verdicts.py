@@ -8,16 +8,25 @@ coverage measured in docs/coverage.md), delta > 0 the smallest effect that matte
 the claim. ``LABELS`` is the one table of outcomes (README, every output); the rules, in order:
 
 1. no paired seed: ``not run``; fewer than ``MIN_SEEDS``: ``underpowered`` (the face-value
-   outcome in the reason); all differences equal: ``inconclusive`` (spread unmeasured, never certain);
+   outcome in the reason); all differences equal (``inference.zero_spread``): the size is
+   unmeasured, never certain: the exact sign test (2/2^n) may still show a direction
+   (``direction holds, size undetermined`` or ``opposite direction``), else ``inconclusive``;
 2. ``increase``/``decrease``:
-   lo > 0 and mean(e) >= delta        -> ``reproduced``
-   lo > 0 and mean(e) < delta         -> ``direction holds, smaller than claimed``
+   lo >= delta                        -> ``reproduced``  (at least the smallest effect shown)
+   lo > 0 and hi < delta              -> ``direction holds, smaller than claimed``
+   lo > 0 (delta inside the interval) -> ``direction holds, size undetermined``
    hi < 0                             -> ``opposite direction``
    -delta < lo and hi < delta         -> ``no effect that matters`` (equivalence)
-3. ``none``: -delta < lo and hi < delta -> ``reproduced``; the interval excludes 0 and
-   |mean| >= delta -> ``effect that matters``;
+3. ``none``: -delta < lo and hi < delta -> ``reproduced``; lo >= delta or hi <= -delta ->
+   ``effect that matters``;
 4. otherwise ``inconclusive`` when 80 % power at delta needs no more seeds than were run (t-based,
-   at the observed spread), else ``underpowered``.
+   at the observed spread: advisory, it conditions on the outcome), else ``underpowered``.
+
+Each label is a set of rejected hypotheses, each a two-sided t-test at the interval's level:
+H0 (mean 0), Hd (mean delta, or -delta/+delta on the estimate's side for ``none``) and Heq (|mean|
+>= delta, TOST). ``with_holm`` adjusts ALL of them for every judged claim of a family (not only
+the ones a label uses, which would choose tests after seeing the data), times the number of
+sequential looks; a label holds familywise when every hypothesis it rests on is rejected.
 
 The label is monotone in the evidence: narrowing the interval around the same estimate moves
 ``inconclusive``/``underpowered`` to a decided label and never to one that contradicts it:
@@ -42,6 +51,7 @@ DEFAULT_SEEDS = 8       # what verdicts and the main job run: enough for a t-int
 DIRECTIONS = ("increase", "decrease", "none")
 REPRODUCED = "reproduced"
 SMALLER = "direction holds, smaller than claimed"
+UNDETERMINED = "direction holds, size undetermined"
 NO_EFFECT = "no effect that matters"
 OPPOSITE = "opposite direction"
 EFFECT = "effect that matters"
@@ -51,24 +61,28 @@ NO_MECHANISM = "mechanism did not act"
 NOT_RUN = "not run"
 
 LABELS = {   # label -> what happened (README's table is generated from this)
-    REPRODUCED: "the interval excludes 0 in the claimed direction and the estimate reaches the smallest effect "
-                "that matters; for a claim of no effect: the interval lies inside (-delta, delta)",
-    SMALLER: "the interval excludes 0 in the claimed direction, but the estimate is below the smallest effect "
-             "that matters",
+    REPRODUCED: "the whole interval lies at or beyond the smallest effect that matters (delta) in the claimed "
+                "direction; for a claim of no effect: the interval lies inside (-delta, delta)",
+    SMALLER: "the interval excludes 0 in the claimed direction and lies wholly below delta",
+    UNDETERMINED: "the interval excludes 0 in the claimed direction and still contains delta (or all differences "
+                  "are equal and an exact sign test shows the direction): more seeds can settle the size",
     NO_EFFECT: "the interval lies inside (-delta, delta) and reaches 0 (an equivalence result): against a claimed effect",
     OPPOSITE: "the interval excludes 0 on the other side of the claimed direction",
-    EFFECT: "for a claim of no effect: the interval excludes 0 and the estimate reaches delta",
-    INCONCLUSIVE: "none of the above, although the seeds give 80 % power at delta; or all differences equal "
-                  "(zero spread: the uncertainty is unmeasured, never taken as certain); or censored runs "
-                  "could overturn the outcome",
+    EFFECT: "for a claim of no effect: the whole interval lies beyond delta or beyond -delta",
+    INCONCLUSIVE: "none of the above, although the seeds give 80 % power at delta at the observed spread; or all "
+                  "differences equal with no direction shown (zero spread: the uncertainty is unmeasured, never "
+                  "taken as certain); or runs never reached a threshold (censored: the interval cannot bound them)",
     UNDERPOWERED: f"fewer than {MIN_SEEDS} paired seeds, or undecided with fewer seeds than 80 % power at delta "
                   "needs (the number is shown)",
     NO_MECHANISM: "the curve that shows the mechanism acting stayed below its floor fixed in advance "
                   "(the value is shown): nothing to judge",
     NOT_RUN: "no paired seed has both rows complete",
 }
-DECIDED = (REPRODUCED, SMALLER, NO_EFFECT, OPPOSITE, EFFECT)
-EQUIVALENCE_LABELS = (NO_EFFECT,)
+DECIDED = (REPRODUCED, SMALLER, NO_EFFECT, OPPOSITE, EFFECT)     # what stops seeds being added
+HYPOTHESES = ("H0", "Hd", "Heq")
+# label -> the hypotheses it rests on (directional claims; a claim of no effect: REPRODUCED rests on Heq)
+RESTS_ON = {REPRODUCED: ("Hd",), SMALLER: ("H0", "Hd"), UNDETERMINED: ("H0",), OPPOSITE: ("H0",),
+            NO_EFFECT: ("Heq",), EFFECT: ("Hd",)}
 
 
 @dataclass(frozen=True)
@@ -85,16 +99,23 @@ class Verdict:
     level: float = 0.95
     direction: str = "increase"
     smallest_effect: float = 0.0
-    p_value: float = math.nan    # the label's test: equivalence (TOST) or direction (t), see inference
-    test: str = "direction"
-    p_holm: float = math.nan     # Holm-adjusted within its family (with_holm)
-    family: int = 0              # size of that family
+    p: dict = field(default_factory=dict)        # hypothesis -> p-value (H0, Hd, Heq; see the module doc)
+    p_holm: dict = field(default_factory=dict)   # the same, Holm-adjusted within its family (with_holm)
+    family: int = 0              # hypotheses in that family
+    looks: int = 1               # sequential looks planned (p-values are multiplied by it in the family)
     diagnostics: tuple = ()      # e.g. a skewed sample, censored runs
     face_value: str = ""         # the data's label when a check outside the data replaced it
 
     @property
     def interval(self) -> str:
         return f"{100 * self.level:.4g}% paired t"
+
+    @property
+    def rests_on(self) -> tuple:
+        """The hypotheses this label rests on (none for undecided labels)."""
+        if self.verdict == REPRODUCED and self.direction == "none":
+            return ("Heq",)
+        return RESTS_ON.get(self.verdict, ())
 
 
 def _signed(direction: str, low: float, high: float, mean: float) -> tuple[float, float, float]:
@@ -104,20 +125,21 @@ def _signed(direction: str, low: float, high: float, mean: float) -> tuple[float
 
 
 def rule(direction: str, low: float, high: float, mean: float, delta: float) -> tuple[str, str]:
-    """The data's label and reason from the unsigned interval and estimate (rules 2-3)."""
+    """The data's label and reason from the unsigned interval and estimate (rules 2-3); '' when undecided."""
     lo, hi, est = _signed(direction, low, high, mean)
     band = f"(-{delta:g}, {delta:g})"
     if direction == "none":
         if -delta < lo and hi < delta:
             return REPRODUCED, f"interval inside {band}: no difference that matters"
-        if (lo > 0 or hi < 0) and abs(est) >= delta:
-            return EFFECT, f"interval excludes 0 and |estimate| {abs(est):.3g} >= {delta:g}"
+        if lo >= delta or hi <= -delta:
+            return EFFECT, f"interval wholly beyond {'+' if lo >= delta else '-'}{delta:g}"
         return "", f"interval overlaps the {band} margin and beyond"
+    if lo >= delta:
+        return REPRODUCED, f"interval at or beyond the smallest effect {delta:g} in the claimed direction"
+    if lo > 0 and hi < delta:
+        return SMALLER, f"interval excludes 0 in the claimed direction and lies below {delta:g}"
     if lo > 0:
-        if est >= delta:
-            return REPRODUCED, f"interval excludes 0 in the claimed direction; estimate {est:.3g} >= {delta:g}"
-        return SMALLER, (f"interval excludes 0 in the claimed direction; estimate {est:.3g} < {delta:g}"
-                         + (" (interval wholly below it)" if hi < delta else ""))
+        return UNDETERMINED, f"interval excludes 0 in the claimed direction and still contains {delta:g}"
     if hi < 0:
         return OPPOSITE, "interval excludes 0 on the other side"
     if -delta < lo and hi < delta:
@@ -125,8 +147,33 @@ def rule(direction: str, low: float, high: float, mean: float, delta: float) -> 
     return "", f"interval spans 0 and reaches beyond {band}"
 
 
-def paired_verdict(differences: dict, direction: str, smallest_effect: float, level: float = 0.95) -> Verdict:
-    """Verdict from per-seed paired differences {seed: treatment - control}."""
+def hypothesis_p(values: np.ndarray, direction: str, delta: float) -> dict:
+    """p-values of H0, Hd and Heq on the signed differences (NaN without a measured spread)."""
+    sign = -1.0 if direction == "decrease" else 1.0
+    e = sign * values
+    target = delta if direction != "none" or e.mean() >= 0 else -delta
+    return {"H0": inference.p_mean(e, 0.0, delta), "Hd": inference.p_mean(e, target, delta),
+            "Heq": inference.p_equivalence(e, delta)}
+
+
+def _zero_spread_label(values: np.ndarray, direction: str, level: float, delta: float) -> tuple[str, str, dict]:
+    """All differences equal c: the size is unmeasured; the exact sign test may show a direction
+    (c within rounding of 0, relative to delta, is 0: no direction)."""
+    n, c = len(values), float(values.mean())
+    c = 0.0 if abs(c) <= inference.ZERO_SPREAD_RTOL * delta else c
+    sign = -1.0 if direction == "decrease" else 1.0
+    p = inference.p_sign(n) if c != 0 else math.nan
+    what = f"all {n} paired differences equal {c:.4g}: the spread, and so the size, is unmeasured"
+    if direction == "none" or not p < 1 - level:
+        return "", what + (f"; sign test p {p:.2g}" if c else ""), {"H0": p}
+    label = UNDETERMINED if sign * c > 0 else OPPOSITE
+    return label, what + f"; the exact sign test (p {p:.2g}) shows the direction", {"H0": p}
+
+
+def paired_verdict(differences: dict, direction: str, smallest_effect: float, level: float = 0.95,
+                   looks: int = 1) -> Verdict:
+    """Verdict from per-seed paired differences {seed: treatment - control}; ``looks``: the
+    sequential looks planned (the interval's level is already the per-look one)."""
     if direction not in DIRECTIONS:
         raise ValueError(f"direction: {direction!r}; valid: {', '.join(DIRECTIONS)}")
     if not smallest_effect > 0:
@@ -134,9 +181,8 @@ def paired_verdict(differences: dict, direction: str, smallest_effect: float, le
     finite = {s: float(d) for s, d in differences.items() if math.isfinite(d)}
     values = np.array([finite[s] for s in sorted(finite)], dtype=float)
     n, delta = len(values), float(smallest_effect)
-    mean, low, high, sd = inference.t_interval(values, level)
-    equivalence = direction == "none"
-    needed = inference.seeds_for_power(sd, delta, equivalence=equivalence, alpha=1 - level)
+    mean, low, high, sd = inference.t_interval(values, level, delta)
+    needed = inference.seeds_for_power(sd, delta, equivalence=direction == "none", alpha=1 - level)
     dropped = len(differences) - n
     notes = [f"{dropped} seed(s) without a finite difference left out"] if dropped else []
     g1, threshold, skewed = inference.skew_flag(values)
@@ -144,25 +190,26 @@ def paired_verdict(differences: dict, direction: str, smallest_effect: float, le
         notes.append(f"skewed differences (G1 {g1:.2f}, beyond {threshold:.2f} = 95 % of normal samples of "
                      f"{n}): the interval may cover less than {100 * level:g} % (docs/coverage.md)")
     base = dict(n=n, mean=mean, low=low, high=high, sd=sd, seeds_needed=needed, differences=finite, level=level,
-                direction=direction, smallest_effect=delta, diagnostics=tuple(notes))
+                direction=direction, smallest_effect=delta, diagnostics=tuple(notes), looks=looks)
     if n == 0:
-        return Verdict(NOT_RUN, "no paired seed", **base)
-    if n > 1 and sd == 0:   # inference.t_interval: equal up to rounding
-        label, reason = INCONCLUSIVE, f"all {n} paired differences equal {values[0]:.4g}: the spread is unmeasured"
-    elif n < 2:
-        label, reason = UNDERPOWERED, f"{n} paired seed: no interval"
+        return Verdict(NOT_RUN, "no paired seed with a finite difference" if dropped else "no paired seed", **base)
+    if n < 2:
+        return Verdict(UNDERPOWERED, f"{n} paired seed: no interval", **base)
+    p = hypothesis_p(values, direction, delta)
+    if sd == 0:
+        label, reason, p = _zero_spread_label(values, direction, level, delta)
     else:
         label, reason = rule(direction, low, high, mean, delta)
-        if not label:
-            short = needed is not None and needed > n
-            label = UNDERPOWERED if short else INCONCLUSIVE
-            reason += (f"; 80 % power at {delta:g} needs {needed} seeds (have {n})" if short else
-                       f"; {n} seeds give 80 % power at {delta:g}" if needed else "")
-    if 0 < n < MIN_SEEDS and label != UNDERPOWERED:
-        label, reason = UNDERPOWERED, f"{n} < {MIN_SEEDS} paired seeds ({label} at face value: {reason})"
-    test = "equivalence" if label in EQUIVALENCE_LABELS or (equivalence and label != EFFECT) else "direction"
-    p = inference.p_equivalence(values, delta) if test == "equivalence" else inference.p_direction(values)
-    return Verdict(label, reason, p_value=p, test=test, **base)
+    if not label:
+        short = needed is not None and needed > n
+        label = UNDERPOWERED if short else INCONCLUSIVE
+        reason += (f"; 80 % power at {delta:g} needs {needed} seeds at this spread (have {n})" if short else
+                   f"; {n} seeds give 80 % power at {delta:g} at this spread" if needed else "")
+    elif label in (SMALLER, UNDETERMINED) and needed:
+        reason += f"; 80 % power at {delta:g} needs {needed} seeds at this spread"
+    if n < MIN_SEEDS:   # decided by n alone, before the data: no test enters the family
+        return Verdict(UNDERPOWERED, f"{n} < {MIN_SEEDS} paired seeds ({label} at face value: {reason})", **base)
+    return Verdict(label, reason, p=p, **base)
 
 
 def replaced(v: Verdict, label: str, reason: str, diagnostic: str | None = None) -> Verdict:
@@ -185,40 +232,45 @@ def with_mechanism(v: Verdict, metric: str, value: float, floor: float, rows: st
 
 def with_censoring(v: Verdict, treatment: int, control: int, metric: str) -> Verdict:
     """One censoring policy (claims and tables): a run that never reached a threshold is counted at
-    the budget, a lower bound of its true value. Whether that can move the signed effect up or down
-    follows from the claim's direction; a label the unknown true values could overturn becomes
-    ``inconclusive``. Robust: ``reproduced`` when the true effect can only be larger (its estimate
-    and lower end can only grow), ``opposite direction`` when it can only be smaller."""
+    the budget, a lower bound of its true value, and counted on the paired seeds only. The
+    t-interval is not monotone in one difference (raising it raises the spread too), so no label
+    is robust to the unknown true values: any label with censored pairs becomes ``inconclusive``,
+    its face value kept."""
     if not (treatment or control):
         return v
-    sign = {"increase": 1, "decrease": -1, "none": 0}[v.direction]
-    up = (treatment and sign > 0) or (control and sign < 0)        # true e may be larger than used
-    down = (treatment and sign < 0) or (control and sign > 0)      # true e may be smaller than used
-    note = (f"{treatment} treatment and {control} control run(s) never reached the threshold of {metric}: "
-            f"counted at the budget, a lower bound")
-    robust = (sign != 0) and ((up and not down and v.verdict == REPRODUCED) or
-                              (down and not up and v.verdict == OPPOSITE))
-    if robust or v.verdict not in DECIDED:
-        return dataclasses.replace(v, diagnostics=v.diagnostics + (note + "; the outcome holds either way",))
-    return replaced(v, INCONCLUSIVE, "censored runs could overturn the outcome", note)
+    note = (f"{treatment} treatment and {control} control run(s) of the paired seeds never reached the threshold "
+            f"of {metric}: counted at the budget, a lower bound")
+    if v.verdict in (NOT_RUN, UNDERPOWERED, INCONCLUSIVE, NO_MECHANISM):
+        return dataclasses.replace(v, diagnostics=v.diagnostics + (note,))
+    return replaced(v, INCONCLUSIVE, "censored runs: the interval cannot bound their true values", note)
 
 
-def with_holm(verdicts: list[Verdict], alpha: float = 0.05) -> list[Verdict]:
-    """Holm-adjust the label tests of one family (a ``verdicts`` run, a ladder table); verdicts with
-    no test (not run, zero spread) are outside the family count."""
-    adjusted = inference.holm([v.p_value if v.verdict not in (NOT_RUN, NO_MECHANISM) else math.nan
-                               for v in verdicts])
-    size = sum(math.isfinite(p) for p in adjusted)
-    return [dataclasses.replace(v, p_holm=p, family=size) for v, p in zip(verdicts, adjusted)]
+def with_holm(verdicts: list[Verdict]) -> list[Verdict]:
+    """Holm over every hypothesis (H0, Hd, Heq) of every judged verdict of one family (a ``verdicts``
+    run, a ladder table), each p-value first multiplied by its verdict's sequential looks (Bonferroni
+    over the looks). Verdicts whose label was set before the data (not run, fewer than MIN_SEEDS,
+    mechanism did not act) test nothing and stay out."""
+    keys = [(i, h) for i, v in enumerate(verdicts) if v.verdict not in (NOT_RUN, NO_MECHANISM)
+            for h, p in v.p.items() if p is not None and math.isfinite(p)]
+    adjusted = inference.holm([min(1.0, verdicts[i].looks * verdicts[i].p[h]) for i, h in keys])
+    per = [{} for _ in verdicts]
+    for (i, h), p in zip(keys, adjusted):
+        per[i][h] = p
+    return [dataclasses.replace(v, p_holm=per[i], family=len(keys)) for i, v in enumerate(verdicts)]
 
 
 def holm_text(v: Verdict, alpha: float = 0.05) -> str:
-    """'p 0.004, Holm 0.021: holds at familywise 5 %' (or why there is no test)."""
-    if not math.isfinite(v.p_value):
-        return "no test"
-    text = f"{v.test} p {v.p_value:.2g}"
-    if not math.isfinite(v.p_holm):
-        return text
-    holds = v.verdict in DECIDED and v.p_holm < alpha
-    return (f"{text}, Holm {v.p_holm:.2g} over {v.family}: " +
-            ("holds" if holds else "not significant") + f" at familywise {100 * alpha:g} %")
+    """'rests on H0 p 0.004 (Holm 0.021 over 24 hypotheses): holds at familywise 5 %', or why
+    the label has no test."""
+    if not v.rests_on:
+        return f"no label test ({v.verdict})"
+    parts, holds = [], True
+    for h in v.rests_on:
+        raw, adj = v.p.get(h, math.nan), v.p_holm.get(h, math.nan)
+        parts.append(f"{h} p {raw:.2g}" + (f", Holm {adj:.2g}" if math.isfinite(adj) else ""))
+        holds = holds and math.isfinite(adj) and adj < alpha
+    if not v.p_holm:
+        return "rests on " + "; ".join(parts)
+    looks = f", x{v.looks} looks" if v.looks > 1 else ""
+    return (f"rests on {'; '.join(parts)} (over {v.family} hypotheses{looks}): "
+            + ("holds" if holds else "does not hold") + f" at familywise {100 * alpha:g} %")
