@@ -10,7 +10,7 @@ import yaml
 from conftest import REPO
 from grpolab.claims import CLAIMS_DIR, claim_files, load_claim
 from grpolab.errors import ConfigError
-from grpolab.verdicts import LABELS
+from grpolab.verdicts import DECIDED, LABELS
 
 CITATION = re.compile(r"arXiv:\d{4}\.\d{5}\).*(Section|Table|Figure)")
 
@@ -128,10 +128,12 @@ def test_until_decided_adds_paired_seeds_at_planned_looks_each_row_once(tmp_path
     looks = [line for line in lines if line.startswith("look ")]
     assert looks[0].startswith("look 1/3 at 5 seeds (per-look level 98.33 %)")
     assert result.verdict.level == pytest.approx(1 - 0.05 / 3)
-    decided = result.verdict.verdict in ("reproduced", "direction holds, smaller than claimed",
-                                         "no effect that matters", "opposite direction")
-    assert len(looks) == (len(looks) if decided else 3) and result.verdict.n == 5 + len(looks) - 1
-    assert result.sequential.startswith(f"look {len(looks)} of 3 planned at [5, 6, 7] seeds")
+    decided = result.verdict.verdict in DECIDED
+    assert len(looks) == 3 or (decided and len(looks) < 3)          # stops at the first look that decides
+    assert result.verdict.n == 5 + len(looks) - 1                   # look j judges its first n_j seeds
+    assert result.sequential.startswith(("decided at" if decided else "undecided after") + f" look {len(looks)} of 3")
+    assert "looks planned at [5, 6, 7] seeds, each at 98.33 %" in result.sequential
+    assert result.verdict.looks == 3
     cfg, optuna_study = load_results(str(tmp_path / "claim_seq.yaml"), shared_state, None)
     rows = ladder_rows(optuna_study, cfg)
     assert list(cfg.seeds) == list(range(5 + len(looks) - 1)) and (rows.state == "COMPLETE").all()
@@ -162,5 +164,9 @@ def test_a_ladder_until_decided_keeps_its_level_in_the_table(tmp_path, shared_st
     assert looks[0].startswith("look 1/2 at 5 seeds (per-look level 97.5 %)") and len(looks) in (1, 2)
     table = study_table(str(path), shared_state, None, "markdown")
     assert "97.5% paired t-interval" in table and "per-look level of seeds added until decided" in table
+    assert "registered in this state" in table and "CHANGED" not in table        # added seeds change no field
+    from grpolab.errors import ConfigError as Refused
+    with pytest.raises(Refused, match="already follows the sequential plan of looks at \\[5, 6\\] seeds"):
+        run_until_decided(str(path), shared_state, None, 1, 8, 1, echo=lines.append)
     rows = list(csv.DictReader(io.StringIO(study_table(str(path), shared_state, None, "csv"))))
     assert int(rows[1]["n"]) == 4 + len(looks)

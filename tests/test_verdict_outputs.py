@@ -78,15 +78,16 @@ def test_every_ladder_output_gives_the_same_labels_and_caveats(tmp_path):
     assert [r["verdict_vs_prev"] for r in rows[1:]] == LABELS
     for r in rows[1:]:
         assert r["why"] and r["why"].replace("|", "\\|") in md                  # reason beside the label
-        assert "Holm" in r["tests"] or r["tests"].startswith("no label test")
-    assert rows[1]["tests"].endswith("(over 16 hypotheses): holds at familywise 5 %")   # H0, Hd, Heq x 5 rungs + a sign test
+        assert "Holm" in r["tests"] and "over 6 claims" in r["tests"]
+        assert r["familywise"].endswith("% simultaneous (6 claims)")
+    assert rows[1]["familywise"].startswith(REPRODUCED + " at 99.17 %")
     for label in LABELS:
         assert f"| {label} " in md and label in latex
     assert "unmeasured" not in rows[1]["why"] and "size, is unmeasured" in rows[6]["why"]
     caption = ladder_caption(cfg, 0, state)
     assert "deviations: 2026-11-25: smallest_effect 0.05 (after seeing a pilot)" in caption
     assert "but 1 deviation(s) declared: changed after results were seen" in caption and caption in md
-    assert "pre-registered" not in md and "Holm over every hypothesis (H0, Hd, Heq) of the 6 rungs" in caption
+    assert "pre-registered" not in md and "Bonferroni interval at 1 - 0.05/(rungs x looks)" in caption
     # the dashboard's panels and table: the same labels
     from grpolab.dashboards import _ladder_sections
     sections, tables = [], []
@@ -159,7 +160,7 @@ def test_claim_outputs_agree_and_carry_kind_deviations_and_family(tmp_path):
     from grpolab.claim_runs import ClaimResult
     from grpolab.claims import load_claim
     from grpolab.verdict_report import family_statement, render_verdicts, write_claims_dashboard
-    from grpolab.verdicts import paired_verdict, with_holm
+    from grpolab.verdicts import paired_verdict, with_family
     state = tmp_path / "state"
     write_ladder(tmp_path, state, values=cumulative)
     claims_dir = tmp_path / "claims"
@@ -176,7 +177,7 @@ def test_claim_outputs_agree_and_carry_kind_deviations_and_family(tmp_path):
         claim = load_claim(claims_dir / f"c{i}.yaml")
         results.append(ClaimResult(claim, paired_verdict(dict(enumerate(steps)), "increase", 0.05),
                                    preregistration="not pre-registered: test"))
-    for r, v in zip(results, with_holm([r.verdict for r in results])):
+    for r, v in zip(results, with_family([r.verdict for r in results])):
         r.verdict = v
     md, text = render_verdicts(results, "markdown"), render_verdicts(results, "csv")
     rows = list(csv.DictReader(io.StringIO(text)))
@@ -184,9 +185,10 @@ def test_claim_outputs_agree_and_carry_kind_deviations_and_family(tmp_path):
     assert [r["verdict"] for r in rows] == LABELS[:4]
     assert "construction check" in rows[0]["kind"] and "mean, not max" in rows[1]["kind"]
     assert rows[2]["deviations"] == "2026-11-20: delta 0.03 -> 0.05 (after seeing pilot)" and rows[3]["deviations"] == "none"
-    assert all("Holm" in r["tests"] and "over 12 hypotheses" in r["tests"] for r in rows)
+    assert all("Holm" in r["tests"] and "over 4 claims" in r["tests"] for r in rows)
+    assert all(r["familywise"].endswith("simultaneous (4 claims)") for r in rows)
     for r in rows:
         assert r["why"].replace("|", "\\|") in md and r["verdict"] in html_text
     assert "+ big gain \\| helps" in md                                      # a | in a cell no longer breaks the row
-    assert family_statement(results) in md and "familywise error at 5%" in html_text
+    assert family_statement(results) in md and "hold together with probability &gt;= 95%" in html_text
     assert all(line.count("|") - line.count("\\|") == md.splitlines()[0].count("|") for line in md.splitlines()[:6])

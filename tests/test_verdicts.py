@@ -10,8 +10,8 @@ from scipy import stats
 from grpolab import inference
 from grpolab.scaling import fit_curve, fit_seeds, saturating
 from grpolab.verdicts import (DECIDED, EFFECT, INCONCLUSIVE, LABELS, NO_EFFECT, NO_MECHANISM, NOT_RUN, OPPOSITE,
-                              REPRODUCED, SMALLER, UNDERPOWERED, UNDETERMINED, holm_text, paired_verdict,
-                              with_censoring, with_holm, with_mechanism)
+                              REPRODUCED, SMALLER, UNDERPOWERED, UNDETERMINED, family_text, holm_text,
+                              paired_verdict, with_censoring, with_family, with_mechanism)
 
 
 def paired(effect, sd, n, seed=0):
@@ -59,8 +59,7 @@ def test_each_label_rests_on_hypotheses_whose_p_values_match_its_interval():
     """p < 0.05 exactly when the 95 % interval excludes the hypothesis' value: H0 (0), Hd (delta),
     Heq (the interval inside the margin)."""
     v = paired_verdict(paired(0.0, 0.01, 8), "none", 0.05)
-    assert v.verdict == REPRODUCED and v.rests_on == ("Heq",) and v.p["Heq"] < 0.05
-    assert paired_verdict(paired(0.0, 0.01, 8), "increase", 0.05).rests_on == ("Heq",)   # no effect that matters
+    assert v.verdict == REPRODUCED and v.p["Heq"] < 0.05
     rng = np.random.default_rng(11)
     for _ in range(300):
         diffs = paired(rng.normal(0.03, 0.04), abs(rng.normal(0.03, 0.02)) + 1e-3, int(rng.integers(5, 12)))
@@ -121,32 +120,40 @@ def test_power_is_t_based_and_matches_the_textbook_value():
     assert u.seeds_needed == inference.seeds_for_power(0.2, 0.05) and f"needs {u.seeds_needed} seeds" in u.reason
 
 
-def test_holm_adjusts_every_hypothesis_of_a_family():
+def test_a_family_gets_holm_on_primary_tests_and_bonferroni_familywise_labels():
     assert inference.holm([0.01, 0.04, 0.03, math.nan]) == pytest.approx([0.03, 0.06, 0.06, math.nan], nan_ok=True)
-    family = with_holm([paired_verdict(*LABEL_DATA[k]) for k in (REPRODUCED, INCONCLUSIVE, NOT_RUN)])
-    assert [v.family for v in family] == [6, 6, 6]          # H0, Hd, Heq of both judged verdicts
-    raw = [p for v in family[:2] for p in (v.p["H0"], v.p["Hd"], v.p["Heq"])]
+    family = with_family([paired_verdict(*LABEL_DATA[k]) for k in (REPRODUCED, INCONCLUSIVE, NOT_RUN, EFFECT)])
+    assert [v.family for v in family] == [3, 3, 3, 3]                     # not run is outside the family
+    # primary hypotheses fixed by direction: H0 for increase, Heq for the claim of no effect
+    raw = [family[0].p["H0"], family[1].p["H0"], family[3].p["Heq"]]
     expected = inference.holm(raw)
-    assert family[0].p_holm["Hd"] == pytest.approx(expected[1]) and family[1].p_holm["Heq"] == pytest.approx(expected[5])
-    assert "holds at familywise 5 %" in holm_text(family[0]) and holm_text(family[1]) == "no label test (inconclusive)"
-    assert holm_text(family[2]) == "no label test (not run)"
-    # sequential looks multiply every p-value before Holm
-    k = with_holm([paired_verdict(*LABEL_DATA[REPRODUCED], looks=5)])[0]
-    assert k.p_holm["Hd"] == pytest.approx(min(1, 5 * k.p["Hd"]) * 1) or k.p_holm["Hd"] >= 5 * k.p["Hd"]
+    assert [family[i].p_holm for i in (0, 1, 3)] == pytest.approx(expected)
+    assert holm_text(family[0]).startswith("H0 p ") and "over 3 claims" in holm_text(family[0])
+    assert holm_text(family[2]) == "no test (not run)" and family_text(family[2]).startswith("not in the family")
+    # the familywise label is the same rules on the Bonferroni interval at 1 - 0.05/3
+    again = paired_verdict(LABEL_DATA[REPRODUCED][0], "increase", 0.05, level=1 - 0.05 / 3)
+    assert family[0].family_label == again.verdict and family[0].family_level == pytest.approx(1 - 0.05 / 3)
+    # sequential looks: p x K before Holm, and the familywise interval at 1 - 0.05/(k K)
+    k = with_family([paired_verdict(*LABEL_DATA[SMALLER], looks=5)])[0]
+    assert k.p_holm == pytest.approx(min(1, 5 * k.p["H0"])) and k.family_level == pytest.approx(1 - 0.05 / 5)
 
 
-def test_holm_over_all_hypotheses_keeps_the_familywise_error_when_nothing_is_there():
-    """The review's case: 8 claims, true mean 0, tiny spread. Choosing each claim's test after seeing
-    its label let 29 % of families claim a direction at 'familywise 5 %'; every hypothesis in the
-    family keeps it at or below 5 % (500 families)."""
+def test_familywise_labels_keep_the_familywise_error_on_direction_and_size():
+    """The reviews' cases, 8 claims of n = 8 per family (400 families each): (a) nothing there: no
+    familywise label claims a direction in more than 5 % of families (choosing each claim's test
+    after its label let 29 % through); (b) every true mean 0.9 delta: no familywise 'reproduced'
+    (which asserts at least delta) in more than 5 % of families."""
     rng = np.random.default_rng(5)
-    wrong = 0
-    for _ in range(500):
-        family = with_holm([paired_verdict(dict(enumerate(rng.normal(0, 0.01, 8))), "increase", 0.05)
+    wrong_direction = wrong_size = 0
+    for _ in range(400):
+        null = with_family([paired_verdict(dict(enumerate(rng.normal(0, 0.01, 8))), "increase", 0.05)
                             for _ in range(8)])
-        wrong += any(v.verdict in (SMALLER, OPPOSITE, UNDETERMINED, REPRODUCED) and "holds at" in holm_text(v)
-                     for v in family)
-    assert wrong / 500 <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / 500)
+        wrong_direction += any(v.family_label in (SMALLER, OPPOSITE, UNDETERMINED, REPRODUCED) for v in null)
+        near = with_family([paired_verdict(dict(enumerate(rng.normal(0.045, 0.03, 8))), "increase", 0.05)
+                            for _ in range(8)])
+        wrong_size += any(v.family_label == REPRODUCED for v in near)
+    bound = 0.05 + 3 * math.sqrt(0.05 * 0.95 / 400)
+    assert wrong_direction / 400 <= bound and wrong_size / 400 <= bound
 
 
 def test_mechanism_floor_replaces_the_label_and_keeps_the_face_value():

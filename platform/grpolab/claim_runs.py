@@ -28,7 +28,7 @@ from .claims import Claim, Side, claim_files, load_claim
 from .errors import ConfigError
 from .run_windows import censored_value, mean_window, run_history, train_keys, window_value
 from .study_config import load_study
-from .verdicts import DECIDED, NO_MECHANISM, Verdict, paired_verdict, with_censoring, with_holm, with_mechanism
+from .verdicts import DECIDED, NO_MECHANISM, Verdict, paired_verdict, with_censoring, with_family, with_mechanism
 
 
 @dataclass
@@ -151,7 +151,7 @@ def _run_studies(claims: list[Claim], state: Path, storage_url: str | None, work
 def judge_family(claims: list[Claim], state: Path, storage_url: str | None) -> list[ClaimResult]:
     """Judge every claim, then Holm-adjust their label tests as one family."""
     results = [judge(c, state, storage_url) for c in claims]
-    for r, v in zip(results, with_holm([r.verdict for r in results])):
+    for r, v in zip(results, with_family([r.verdict for r in results])):
         r.verdict = v
     return results
 
@@ -202,14 +202,15 @@ def _sequential(claims, looks, state, storage_url, workers, echo) -> list[ClaimR
         for r in results:
             r.sequential = f"decided at look {j} of {len(looks)}; {r.sequential}"
             final[r.claim.name] = r
-        pending = [r.claim for r in results if r.verdict.verdict not in (*DECIDED, NO_MECHANISM)]
+        # decided, mechanism absent, or censored (more seeds cannot remove censoring): no more seeds
+        pending = [r.claim for r in results if r.verdict.verdict not in (*DECIDED, NO_MECHANISM) and not r.censored]
         for r in results:
             if r.claim in pending and j == len(looks):
                 r.sequential = r.sequential.replace("decided at", "undecided after")
         if not pending:
             break
     ordered = [final[c.name] for c in claims]
-    for r, v in zip(ordered, with_holm([r.verdict for r in ordered])):
+    for r, v in zip(ordered, with_family([r.verdict for r in ordered])):
         r.verdict = v
     return ordered
 

@@ -58,11 +58,11 @@ def t_interval(values, level: float = 0.95, scale: float = 0.0) -> tuple[float, 
     return mean, mean - half, mean + half, sd
 
 
-def skewness(values) -> float:
+def skewness(values, scale: float = 0.0) -> float:
     """Adjusted Fisher-Pearson skewness G1 = sqrt(n(n-1))/(n-2) * m3 / m2^1.5 (NaN below 3 values
     or with zero spread)."""
     x = np.asarray(values, dtype=float)
-    if len(x) < 3 or zero_spread(x):
+    if len(x) < 3 or zero_spread(x, scale):
         return math.nan
     with warnings.catch_warnings():    # near-identical values: scipy warns of precision loss
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -76,9 +76,9 @@ def skew_threshold(n: int, reps: int = 40_000) -> float:
     return float(np.quantile(np.abs(stats.skew(x, axis=1, bias=False)), 1 - SKEW_TEST_LEVEL))
 
 
-def skew_flag(values) -> tuple[float, float, bool]:
+def skew_flag(values, scale: float = 0.0) -> tuple[float, float, bool]:
     """(G1, threshold, flagged): flagged when the sample is more skewed than 95 % of normal ones."""
-    g1 = skewness(values)
+    g1 = skewness(values, scale)
     if not math.isfinite(g1):
         return g1, math.nan, False
     threshold = skew_threshold(len(values))
@@ -146,13 +146,13 @@ def seeds_for_power(sd: float, delta: float, equivalence: bool = False, power: f
         return None
     fn = power_equivalence if equivalence else power_direction
     lo, hi = 3, 3
-    while fn(hi, sd, delta, alpha) < power:   # doubling, then bisection: power is monotone in n
+    while not fn(hi, sd, delta, alpha) >= power:   # doubling, then bisection: power is monotone in n
         if hi >= max_seeds:
             return max_seeds
         lo, hi = hi, min(2 * hi, max_seeds)
     while lo < hi:
         mid = (lo + hi) // 2
-        lo, hi = (mid + 1, hi) if fn(mid, sd, delta, alpha) < power else (lo, mid)
+        lo, hi = (mid + 1, hi) if not fn(mid, sd, delta, alpha) >= power else (lo, mid)
     return hi
 
 

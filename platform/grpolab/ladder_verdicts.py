@@ -6,7 +6,7 @@ different published values and k is the study's first objective (the published v
 unit), otherwise objective k's own direction; the smallest effect is objective k's own (none set:
 no verdict). Then the same checks as claims: censoring (``verdicts.with_censoring``), the
 rung's ``mechanism`` (a floor fixed in advance, measured on this or the previous rung's rows),
-and Holm over the ladder's rungs as one family.
+and the ladder's judged rungs as one family (``verdicts.with_family``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from .study_config import StudyConfig
-from .verdicts import Verdict, paired_verdict, with_censoring, with_holm, with_mechanism
+from .verdicts import Verdict, paired_verdict, with_censoring, with_family, with_mechanism
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
             v = with_mechanism(v, mech.metric, value, mech.at_least, f"{cfg.rungs[on].name!r} rows")
         out.append(RungVerdict(i, direction, v, value))
     judged = [r for r in out if r.verdict is not None]
-    for r, v in zip(judged, with_holm([r.verdict for r in judged])):
+    for r, v in zip(judged, with_family([r.verdict for r in judged])):
         out[out.index(r)] = RungVerdict(r.rung, r.direction, v, r.mechanism_value)
     return rows, out
 

@@ -123,7 +123,7 @@ def record_sequential(cfg: StudyConfig, storage_url: str, looks: list[int], leve
     if plan is not None and plan["looks"] != list(looks):
         raise ConfigError(f"study {cfg.name!r} already follows the sequential plan of looks at {plan['looks']} seeds "
                           f"(level {100 * plan['level']:.4g} % each): continue it with the same --max-seeds and "
-                          "--batch, or give the study a new name")
+                          "--batch (a second plan on the same seeds would spend the error rate twice)")
     if plan is None:
         done = sum(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
         study.set_user_attr(SEQUENTIAL_ATTR, {"looks": list(looks), "level": level, "rows_before": done})
@@ -241,9 +241,9 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int, ret
                 study = create_or_load(cfg, storage_url)
                 check_definition(study, cfg, accept_changed)
                 cfg = with_added_seeds(cfg, study)
-                if cfg.kind == "ladder":   # before any row of this run: the verdict fields as they stand
+                if cfg.kind == "ladder":   # before any row of this run: the file's verdict fields as they stand
                     from .preregistration import register_ladder
-                    register_ladder(state, cfg, study)
+                    register_ladder(state, load_study(path), study)
                 for reason in reap_stale_trials(study, state, row_timeout=cfg.row_timeout_s).values():
                     echo(reason)
                 if cfg.kind == "ladder":

@@ -12,7 +12,6 @@ import math
 from pathlib import Path
 
 import pandas as pd
-from scipy import stats
 
 from .errors import ConfigError
 from .study_config import StudyConfig, load_study
@@ -25,13 +24,9 @@ def mean_ci(values: list[float], level: float = 0.95) -> tuple[float, float]:
         return math.nan, math.nan
     if not all(math.isfinite(v) for v in values):   # e.g. a threshold never reached (censored)
         return (math.inf if any(v == math.inf for v in values) else math.nan), math.nan
-    mean = sum(values) / n
-    if n < 2:
-        return mean, math.nan
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    if sd == 0:   # zero spread: the uncertainty is unmeasured, not zero (as in verdicts)
-        return mean, math.nan
-    return mean, stats.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n)
+    from .inference import t_interval
+    mean, low, high, _ = t_interval(values, level)   # zero spread (up to rounding): NaN, as in verdicts
+    return mean, (high - low) / 2
 
 
 def ladder_rows(study, cfg: StudyConfig, objective: int = 0) -> pd.DataFrame:
@@ -47,9 +42,9 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
                  level: float = 0.95, looks: int = 1) -> pd.DataFrame:
     """Per rung: mean over seeds with its t-interval (censored values at their budget, counted),
     the paired delta against the previous rung with the verdict's interval, label, reason, Holm
-    p-value and mechanism check (``ladder_verdicts``: the same numbers the dashboard shows)."""
+    p-value, familywise label and mechanism check (``ladder_verdicts``: the same numbers the dashboard shows)."""
     from .ladder_verdicts import rung_verdicts
-    from .verdicts import holm_text
+    from .verdicts import family_text, holm_text
     rows, verdicts = rung_verdicts(rows, cfg, objective, state, level, looks)
     out = []
     for i, rung in enumerate(cfg.rungs):
@@ -57,7 +52,7 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
         mean, half = mean_ci(list(done.value))
         entry = {"rung": rung.name, "n": len(done), "censored": int(done.censored.sum()), "mean": mean, "ci95": half,
                  "delta_vs_prev": math.nan, "delta_ci95": math.nan, "published": rung.published, "verdict_vs_prev": "",
-                 "why": "", "tests": "", "mechanism": "",
+                 "why": "", "tests": "", "familywise": "", "mechanism": "",
                  "missing_or_failed": ", ".join(f"s{s}:{st}" for s, st in
                                                 rows[(rows.rung == i) & (rows.state != "COMPLETE")][["seed", "state"]].values)}
         if i > 0:
@@ -73,6 +68,7 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
                 entry["verdict_vs_prev"] = v.verdict + ("" if rv.direction == "increase" else " (tested: drop)")
                 entry["why"] = "; ".join([v.reason, *v.diagnostics])
                 entry["tests"] = holm_text(v)
+                entry["familywise"] = family_text(v)
             mech = rung.mechanism
             entry["mechanism"] = ("none named" if mech is None else
                                   f"{mech.metric} = {rv.mechanism_value:.3g} (floor {mech.at_least:g}, {mech.rows} rows)")
@@ -104,9 +100,10 @@ def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: 
                f"verdict_vs_prev: each rung against the previous one on paired seeds, {100 * level:.4g}% paired "
                f"t-interval of the difference (delta_ci95 its half-width"
                + ("" if level == 0.95 else "; the per-look level of seeds added until decided")
-               + f"), smallest effect that matters {delta} (labels: README); tests: each rung's label test "
-               f"with Holm over every hypothesis (H0, Hd, Heq) of the {len(cfg.rungs) - 1} rungs as one family "
-               f"(familywise 5%); threshold metrics never reached count at the budget (a lower bound, column "
+               + f"), smallest effect that matters {delta} (labels: README); family: the judged rungs of this "
+               f"table; tests: each rung's H0 (mean 0) p with Holm's adjustment over the family; familywise: the "
+               f"label on the Bonferroni interval at 1 - 0.05/(rungs x looks), all of which hold together with "
+               f"probability >= 95%; threshold metrics never reached count at the budget (a lower bound, column "
                f"censored) and make a rung's label inconclusive")
     if cfg.published_source:
         caption += f"; published: {cfg.published_source}"
@@ -115,7 +112,8 @@ def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: 
         from .studies import sequential_note
         caption += f"; {sequential_note(study)}" if sequential_note(study) else ""
     if state is not None:
-        caption += f"; {status(state, ladder_key(cfg), ladder_fields(cfg), cfg.deviations)}"
+        file_cfg = load_study(cfg.path)   # registered as written, without seeds added on demand
+        caption += f"; {status(state, ladder_key(file_cfg), ladder_fields(file_cfg), cfg.deviations)}"
     return caption
 
 

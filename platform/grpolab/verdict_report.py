@@ -23,7 +23,7 @@ def _fmt(x: float) -> str:
 def verdict_frame(results) -> pd.DataFrame:
     """One row per claim: label and reason, interval, tests with Holm, mechanism, power,
     pre-registration and deviations (CSV, markdown and the dashboard share it)."""
-    from .verdicts import holm_text
+    from .verdicts import family_text, holm_text
     rows = []
     for r in results:
         c, v = r.claim, r.verdict
@@ -46,9 +46,9 @@ def verdict_frame(results) -> pd.DataFrame:
             f"toy effect [{v.interval} CI]": f"{_fmt(v.mean)} [{_fmt(v.low)}, {_fmt(v.high)}]",
             "smallest effect": f"{c.smallest_effect:g}", "seeds": v.n, "verdict": v.verdict,
             "why": "; ".join([v.reason, *v.diagnostics] + ([r.sequential] if r.sequential else [])),
-            "tests": holm_text(v), "mechanism": mechanism,
+            "tests": holm_text(v), "familywise": family_text(v), "mechanism": mechanism,
             "seeds for 80% power": v.seeds_needed if v.seeds_needed is not None else "--",
-            "pre-registration": r.preregistration,
+            "registration": r.preregistration,
             "deviations": "; ".join(d.text() for d in c.deviations) or "none",
             "beside": "; ".join(extra)})
     return pd.DataFrame(rows)
@@ -58,11 +58,12 @@ def family_statement(results) -> str:
     """The multiplicity statement of a verdicts run."""
     size = max((r.verdict.family for r in results), default=0)
     levels = sorted({f"{100 * r.verdict.level:.4g}%" for r in results})
-    return (f"Family: the {len(results)} claims judged in this run (judging claims one at a time makes each its "
-            f"own family); each label uses its own {'/'.join(levels)} interval, unadjusted; the tests column gives "
-            f"the hypotheses each label rests on with Holm's adjustment over all {size} hypotheses (H0, Hd, Heq) "
-            "of the judged claims, x the sequential looks where seeds were added until decided, which holds the "
-            "familywise error at 5%. Labels: README, 'Verdict labels'.")
+    return (f"Family: the {size} claims judged on data in this run, of {len(results)} named (judge all claims "
+            f"together: choosing which to judge after seeing results defeats the adjustment). verdict: each claim's "
+            f"own {'/'.join(levels)} interval, unadjusted. tests: each claim's primary hypothesis, fixed by its "
+            "direction (H0: mean 0; for a claim of no effect Heq: |mean| >= delta), with Holm's adjustment over the "
+            "family. familywise: the same label rules on Bonferroni intervals at 1 - 0.05/(claims x looks), which "
+            "all hold together with probability >= 95%. Labels: README, 'Verdict labels'.")
 
 
 def render_verdicts(results, fmt: str = "markdown") -> str:
@@ -81,7 +82,7 @@ def verdict_figure(labels: list[str], means, lows, highs, deltas, directions, ve
     err_lo = [(m - lo) / s for lo, m, s in zip(lows, means, scale)]
     hover = [f"{v}<br>effect {_fmt(m)} [{_fmt(lo)}, {_fmt(h)}], delta {d:g}"
              for v, m, lo, h, d in zip(verdicts, means, lows, highs, scale)]
-    fig = go.Figure(go.Scatter(x=x, y=labels, mode="markers+text", name="toy effect / delta (95% paired t CI)",
+    fig = go.Figure(go.Scatter(x=x, y=labels, mode="markers+text", name="toy effect / delta (paired t CI, level in the title)",
                                text=list(verdicts), textposition="top center", textfont={"size": 10},
                                error_x={"type": "data", "array": err_hi, "arrayminus": err_lo, "visible": True},
                                marker={"size": 10, "color": "#1f77b4"}, hovertext=hover, hoverinfo="text"))
@@ -117,7 +118,8 @@ def claim_sections(results) -> list[tuple[str, go.Figure]]:
     deltas = [r.claim.smallest_effect for r in results]
     return [("Verdicts", verdict_figure(labels, [x.mean for x in v], [x.low for x in v], [x.high for x in v], deltas,
                                         [r.claim.direction for r in results], [x.verdict for x in v],
-                                        "Claims: toy effect with 95% paired t CI and its label (red: published direction)")),
+                                        f"Claims: toy effect with {'/'.join(sorted({x.interval for x in v}))} CI and its "
+                                        "label (red: published direction)")),
             ("Per-seed paired differences", seed_figure(labels, [x.differences for x in v], deltas,
                                                        "Per-seed paired differences (treatment - control)"))]
 

@@ -22,11 +22,13 @@ the claim. ``LABELS`` is the one table of outcomes (README, every output); the r
 4. otherwise ``inconclusive`` when 80 % power at delta needs no more seeds than were run (t-based,
    at the observed spread: advisory, it conditions on the outcome), else ``underpowered``.
 
-Each label is a set of rejected hypotheses, each a two-sided t-test at the interval's level:
-H0 (mean 0), Hd (mean delta, or -delta/+delta on the estimate's side for ``none``) and Heq (|mean|
->= delta, TOST). ``with_holm`` adjusts ALL of them for every judged claim of a family (not only
-the ones a label uses, which would choose tests after seeing the data), times the number of
-sequential looks; a label holds familywise when every hypothesis it rests on is rejected.
+Every label of one claim is read off one interval, so they hold together with its coverage. A
+family (a ``verdicts`` run, a ladder table) of k judged claims, each looked at K times, gets two
+multiplicity results side by side (``with_family``): the **familywise label**, the same rules on
+the Bonferroni interval at level 1 - alpha/(k K) (simultaneous: every familywise label of the
+family holds together with probability >= 1 - alpha, direction and size included); and the
+**Holm-adjusted p** of each claim's primary hypothesis, fixed by its direction before the data
+(H0, mean 0, for increase/decrease; Heq, |mean| >= delta by TOST, for none), times K.
 
 The label is monotone in the evidence: narrowing the interval around the same estimate moves
 ``inconclusive``/``underpowered`` to a decided label and never to one that contradicts it:
@@ -80,9 +82,6 @@ LABELS = {   # label -> what happened (README's table is generated from this)
 }
 DECIDED = (REPRODUCED, SMALLER, NO_EFFECT, OPPOSITE, EFFECT)     # what stops seeds being added
 HYPOTHESES = ("H0", "Hd", "Heq")
-# label -> the hypotheses it rests on (directional claims; a claim of no effect: REPRODUCED rests on Heq)
-RESTS_ON = {REPRODUCED: ("Hd",), SMALLER: ("H0", "Hd"), UNDETERMINED: ("H0",), OPPOSITE: ("H0",),
-            NO_EFFECT: ("Heq",), EFFECT: ("Hd",)}
 
 
 @dataclass(frozen=True)
@@ -100,8 +99,10 @@ class Verdict:
     direction: str = "increase"
     smallest_effect: float = 0.0
     p: dict = field(default_factory=dict)        # hypothesis -> p-value (H0, Hd, Heq; see the module doc)
-    p_holm: dict = field(default_factory=dict)   # the same, Holm-adjusted within its family (with_holm)
-    family: int = 0              # hypotheses in that family
+    p_holm: float = math.nan     # the primary hypothesis' p, Holm-adjusted within its family (with_family)
+    family: int = 0              # judged claims in that family
+    family_label: str = ""       # the label on the family's Bonferroni interval (with_family)
+    family_level: float = math.nan
     looks: int = 1               # sequential looks planned (p-values are multiplied by it in the family)
     diagnostics: tuple = ()      # e.g. a skewed sample, censored runs
     face_value: str = ""         # the data's label when a check outside the data replaced it
@@ -110,12 +111,6 @@ class Verdict:
     def interval(self) -> str:
         return f"{100 * self.level:.4g}% paired t"
 
-    @property
-    def rests_on(self) -> tuple:
-        """The hypotheses this label rests on (none for undecided labels)."""
-        if self.verdict == REPRODUCED and self.direction == "none":
-            return ("Heq",)
-        return RESTS_ON.get(self.verdict, ())
 
 
 def _signed(direction: str, low: float, high: float, mean: float) -> tuple[float, float, float]:
@@ -167,7 +162,7 @@ def _zero_spread_label(values: np.ndarray, direction: str, level: float, delta: 
     if direction == "none" or not p < 1 - level:
         return "", what + (f"; sign test p {p:.2g}" if c else ""), {"H0": p}
     label = UNDETERMINED if sign * c > 0 else OPPOSITE
-    return label, what + f"; the exact sign test (p {p:.2g}) shows the direction", {"H0": p}
+    return label, what + f"; the exact sign test of median 0 (p {p:.2g}) shows the direction", {"H0": p}
 
 
 def paired_verdict(differences: dict, direction: str, smallest_effect: float, level: float = 0.95,
@@ -185,7 +180,7 @@ def paired_verdict(differences: dict, direction: str, smallest_effect: float, le
     needed = inference.seeds_for_power(sd, delta, equivalence=direction == "none", alpha=1 - level)
     dropped = len(differences) - n
     notes = [f"{dropped} seed(s) without a finite difference left out"] if dropped else []
-    g1, threshold, skewed = inference.skew_flag(values)
+    g1, threshold, skewed = inference.skew_flag(values, delta)
     if skewed:
         notes.append(f"skewed differences (G1 {g1:.2f}, beyond {threshold:.2f} = 95 % of normal samples of "
                      f"{n}): the interval may cover less than {100 * level:g} % (docs/coverage.md)")
@@ -205,8 +200,6 @@ def paired_verdict(differences: dict, direction: str, smallest_effect: float, le
         label = UNDERPOWERED if short else INCONCLUSIVE
         reason += (f"; 80 % power at {delta:g} needs {needed} seeds at this spread (have {n})" if short else
                    f"; {n} seeds give 80 % power at {delta:g} at this spread" if needed else "")
-    elif label in (SMALLER, UNDETERMINED) and needed:
-        reason += f"; 80 % power at {delta:g} needs {needed} seeds at this spread"
     if n < MIN_SEEDS:   # decided by n alone, before the data: no test enters the family
         return Verdict(UNDERPOWERED, f"{n} < {MIN_SEEDS} paired seeds ({label} at face value: {reason})", **base)
     return Verdict(label, reason, p=p, **base)
@@ -245,32 +238,47 @@ def with_censoring(v: Verdict, treatment: int, control: int, metric: str) -> Ver
     return replaced(v, INCONCLUSIVE, "censored runs: the interval cannot bound their true values", note)
 
 
-def with_holm(verdicts: list[Verdict]) -> list[Verdict]:
-    """Holm over every hypothesis (H0, Hd, Heq) of every judged verdict of one family (a ``verdicts``
-    run, a ladder table), each p-value first multiplied by its verdict's sequential looks (Bonferroni
-    over the looks). Verdicts whose label was set before the data (not run, fewer than MIN_SEEDS,
-    mechanism did not act) test nothing and stay out."""
-    keys = [(i, h) for i, v in enumerate(verdicts) if v.verdict not in (NOT_RUN, NO_MECHANISM)
-            for h, p in v.p.items() if p is not None and math.isfinite(p)]
-    adjusted = inference.holm([min(1.0, verdicts[i].looks * verdicts[i].p[h]) for i, h in keys])
-    per = [{} for _ in verdicts]
-    for (i, h), p in zip(keys, adjusted):
-        per[i][h] = p
-    return [dataclasses.replace(v, p_holm=per[i], family=len(keys)) for i, v in enumerate(verdicts)]
+def with_family(verdicts: list[Verdict], alpha: float = 0.05) -> list[Verdict]:
+    """Familywise labels (Bonferroni intervals at 1 - alpha/(k K)) and Holm-adjusted primary p-values
+    over the k verdicts of one family that were judged on data (not ``not run``, not under MIN_SEEDS:
+    both fixed before the data)."""
+    judged = [i for i, v in enumerate(verdicts) if v.p]
+    k = len(judged)
+    primary = [min(1.0, verdicts[i].looks * verdicts[i].p.get(primary_hypothesis(verdicts[i]), math.nan))
+               for i in judged]
+    adjusted = dict(zip(judged, inference.holm(primary)))
+    out = []
+    for i, v in enumerate(verdicts):
+        if i not in adjusted:
+            out.append(dataclasses.replace(v, family=k))
+            continue
+        level = 1 - alpha / (k * v.looks)
+        if v.face_value:   # a check outside the data set the label (mechanism, censoring): it stands
+            label = v.verdict
+        else:
+            label = paired_verdict(v.differences, v.direction, v.smallest_effect, level).verdict
+        out.append(dataclasses.replace(v, family=k, p_holm=adjusted[i], family_label=label, family_level=level))
+    return out
 
 
-def holm_text(v: Verdict, alpha: float = 0.05) -> str:
-    """'rests on H0 p 0.004 (Holm 0.021 over 24 hypotheses): holds at familywise 5 %', or why
-    the label has no test."""
-    if not v.rests_on:
-        return f"no label test ({v.verdict})"
-    parts, holds = [], True
-    for h in v.rests_on:
-        raw, adj = v.p.get(h, math.nan), v.p_holm.get(h, math.nan)
-        parts.append(f"{h} p {raw:.2g}" + (f", Holm {adj:.2g}" if math.isfinite(adj) else ""))
-        holds = holds and math.isfinite(adj) and adj < alpha
-    if not v.p_holm:
-        return "rests on " + "; ".join(parts)
-    looks = f", x{v.looks} looks" if v.looks > 1 else ""
-    return (f"rests on {'; '.join(parts)} (over {v.family} hypotheses{looks}): "
-            + ("holds" if holds else "does not hold") + f" at familywise {100 * alpha:g} %")
+def primary_hypothesis(v: Verdict) -> str:
+    """Fixed by the claim's direction, before the data: Heq for a claim of no effect, else H0."""
+    return "Heq" if v.direction == "none" else "H0"
+
+
+def holm_text(v: Verdict) -> str:
+    """'H0 p 0.004, Holm 0.021 over 8 claims' (the primary test), or why there is none."""
+    h = primary_hypothesis(v)
+    raw = v.p.get(h, math.nan)
+    if not math.isfinite(raw):
+        return f"no test ({v.verdict})"
+    looks = f" x{v.looks} looks" if v.looks > 1 else ""
+    return f"{h} p {raw:.2g}" + (f", Holm {v.p_holm:.2g} over {v.family} claims{looks}" if math.isfinite(v.p_holm) else "")
+
+
+def family_text(v: Verdict) -> str:
+    """'reproduced at 99.38 % simultaneous (8 claims)' or why there is none."""
+    if not v.family_label:
+        return f"not in the family ({v.verdict})"
+    looks = f" x {v.looks} looks" if v.looks > 1 else ""
+    return f"{v.family_label} at {100 * v.family_level:.4g} % simultaneous ({v.family} claims{looks})"
