@@ -48,7 +48,7 @@ def test_csv_verdicts_write_only_the_table_to_stdout(tmp_path):
     rows = list(csv.DictReader(io.StringIO(done.stdout)))
     assert len(rows) == 1 and rows[0]["claim"] == "lr_helps", done.stdout
     assert rows[0]["verdict"] == "underpowered" and rows[0]["seeds"] == "2" and "2 < 5 paired seeds" in rows[0]["why"]
-    assert rows[0]["deviations"] == "none" and rows[0]["pre-registration"].startswith("registered in this state ")
+    assert rows[0]["deviations"] == "none" and rows[0]["registration"].startswith("registered in this state ")
     assert done.stdout.count("\n") == 2 and done.stdout.endswith("\n") and not done.stdout.endswith("\n\n")
     assert "dashboard: " in done.stderr and "1 claim(s) judged" in done.stderr
     assert "rows 4/4 done" in done.stderr          # the study's progress went to stderr, not into the CSV
