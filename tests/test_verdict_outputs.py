@@ -78,8 +78,8 @@ def test_every_ladder_output_gives_the_same_labels_and_caveats(tmp_path):
     assert [r["verdict_vs_prev"] for r in rows[1:]] == LABELS
     for r in rows[1:]:
         assert r["why"] and r["why"].replace("|", "\\|") in md                  # reason beside the label
-        assert "Holm" in r["tests"] and "over 6 claims" in r["tests"]
-        assert r["familywise"].endswith("% simultaneous (6 claims)")
+        assert "Holm" in r["tests"] and "in a family of 6" in r["tests"]
+        assert r["familywise"].endswith("% simultaneous (family of 6)")
     assert rows[1]["familywise"].startswith(REPRODUCED + " at 99.17 %")
     for label in LABELS:
         assert f"| {label} " in md and label in latex
@@ -185,8 +185,8 @@ def test_claim_outputs_agree_and_carry_kind_deviations_and_family(tmp_path):
     assert [r["verdict"] for r in rows] == LABELS[:4]
     assert "construction check" in rows[0]["kind"] and "mean, not max" in rows[1]["kind"]
     assert rows[2]["deviations"] == "2026-11-20: delta 0.03 -> 0.05 (after seeing pilot)" and rows[3]["deviations"] == "none"
-    assert all("Holm" in r["tests"] and "over 4 claims" in r["tests"] for r in rows)
-    assert all(r["familywise"].endswith("simultaneous (4 claims)") for r in rows)
+    assert all("Holm" in r["tests"] and "in a family of 4" in r["tests"] for r in rows)
+    assert all(r["familywise"].endswith("simultaneous (family of 4)") for r in rows)
     for r in rows:
         assert r["why"].replace("|", "\\|") in md and r["verdict"] in html_text
     assert "+ big gain \\| helps" in md                                      # a | in a cell no longer breaks the row

@@ -128,7 +128,7 @@ def test_a_family_gets_holm_on_primary_tests_and_bonferroni_familywise_labels():
     raw = [family[0].p["H0"], family[1].p["H0"], family[3].p["Heq"]]
     expected = inference.holm(raw)
     assert [family[i].p_holm for i in (0, 1, 3)] == pytest.approx(expected)
-    assert holm_text(family[0]).startswith("H0 p ") and "over 3 claims" in holm_text(family[0])
+    assert holm_text(family[0]).startswith("H0 p ") and "in a family of 3" in holm_text(family[0])
     assert holm_text(family[2]) == "no test (not run)" and family_text(family[2]).startswith("not in the family")
     # the familywise label is the same rules on the Bonferroni interval at 1 - 0.05/3
     again = paired_verdict(LABEL_DATA[REPRODUCED][0], "increase", 0.05, level=1 - 0.05 / 3)

@@ -267,18 +267,18 @@ def primary_hypothesis(v: Verdict) -> str:
 
 
 def holm_text(v: Verdict) -> str:
-    """'H0 p 0.004, Holm 0.021 over 8 claims' (the primary test), or why there is none."""
+    """'H0 p 0.004, Holm 0.021 in a family of 8' (the primary test), or why there is none."""
     h = primary_hypothesis(v)
     raw = v.p.get(h, math.nan)
     if not math.isfinite(raw):
         return f"no test ({v.verdict})"
     looks = f" x{v.looks} looks" if v.looks > 1 else ""
-    return f"{h} p {raw:.2g}" + (f", Holm {v.p_holm:.2g} over {v.family} claims{looks}" if math.isfinite(v.p_holm) else "")
+    return f"{h} p {raw:.2g}" + (f", Holm {v.p_holm:.2g} in a family of {v.family}{looks}" if math.isfinite(v.p_holm) else "")
 
 
 def family_text(v: Verdict) -> str:
-    """'reproduced at 99.38 % simultaneous (8 claims)' or why there is none."""
+    """'reproduced at 99.38 % simultaneous (family of 8)' or why there is none."""
     if not v.family_label:
         return f"not in the family ({v.verdict})"
     looks = f" x {v.looks} looks" if v.looks > 1 else ""
-    return f"{v.family_label} at {100 * v.family_level:.4g} % simultaneous ({v.family} claims{looks})"
+    return f"{v.family_label} at {100 * v.family_level:.4g} % simultaneous (family of {v.family}{looks})"
