@@ -71,7 +71,7 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
                 entry["familywise"] = family_text(v)
             mech = rung.mechanism
             entry["mechanism"] = ("none named" if mech is None else
-                                  f"{mech.metric} = {rv.mechanism_value:.3g} (floor {mech.at_least:g}, {mech.rows} rows)")
+                                  f"{mech.metric} = {rv.mechanism_value:.3g} (floor {mech.at_least:g}, {mech.rows} rung's rows)")
         out.append(entry)
     return pd.DataFrame(out)
 
