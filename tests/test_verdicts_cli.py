@@ -58,6 +58,6 @@ def test_csv_verdicts_write_only_the_table_to_stdout(tmp_path):
     assert again.returncode == 0, again.stderr[-2000:]
     lines = again.stdout.splitlines()
     assert lines[0].startswith("| claim") and len(lines) == 5 and "lr_helps" in lines[2]
-    assert lines[3] == "" and lines[4].startswith("Family: these 1 claims are one family")
+    assert lines[3] == "" and lines[4].startswith("Family: the 0 claims judged on data in this run, of 1 named")
     assert "dashboard: " not in again.stdout and "dashboard: " in again.stderr
     assert list(cwd.iterdir()) == []
