@@ -66,6 +66,20 @@ def test_unknown_claim_name_lists_the_shipped_ones():
         claim_files(["no_such_claim"])
 
 
+CLAIM_B_BEATS_A = {"source": "test (arXiv:0000.00000), Section 1", "statement": "b beats a",
+                   "treatment": {"rung": "b"}, "control": {"rung": "a"}, "metric": "final:eval/pass_at_1",
+                   "direction": "increase", "smallest_effect": 0.05, "regime": "none needed"}
+
+
+def write_study_and_claim(tmp_path, study: dict, claim_name: str):
+    """The study file next to a claims/ folder holding one 'b beats a' claim on it; the claim's path."""
+    (tmp_path / f"{study['name']}.yaml").write_text(yaml.safe_dump(study))
+    (tmp_path / "claims").mkdir()
+    path = tmp_path / "claims" / f"{claim_name}.yaml"
+    path.write_text(yaml.safe_dump({**CLAIM_B_BEATS_A, "study": f"{study['name']}.yaml"}))
+    return path
+
+
 def test_verdict_end_to_end_reads_the_same_values_the_study_table_holds(tmp_path, shared_state):
     """Two rungs x 5 seeds, 1 step each, run through the study driver; the claim's paired
     differences must equal the differences of the Optuna trial values (the same objective)."""
@@ -78,13 +92,8 @@ def test_verdict_end_to_end_reads_the_same_values_the_study_table_holds(tmp_path
                       "eval": {"prompts": 8, "k": 2}},
              "budget": {"train.steps": 1, "eval.every": 0},
              "rungs": [{"name": "a"}, {"name": "b", "changes": {"train.learning_rate": 0.002}}]}
-    (tmp_path / "claim_e2e.yaml").write_text(yaml.safe_dump(study))
-    claim = {"source": "test (arXiv:0000.00000), Section 1", "statement": "b beats a", "study": "claim_e2e.yaml",
-             "treatment": {"rung": "b"}, "control": {"rung": "a"}, "metric": "final:eval/pass_at_1",
-             "direction": "increase", "smallest_effect": 0.05, "regime": "none needed"}
-    (tmp_path / "claims").mkdir()
-    (tmp_path / "claims" / "b_beats_a.yaml").write_text(yaml.safe_dump(claim))
-    [result] = run_claims([str(tmp_path / "claims" / "b_beats_a.yaml")], shared_state, None, 1, echo=lambda s: None)
+    path = write_study_and_claim(tmp_path, study, "b_beats_a")
+    [result] = run_claims([str(path)], shared_state, None, 1, echo=lambda s: None)
     cfg, optuna_study = load_results(str(tmp_path / "claim_e2e.yaml"), shared_state, None)
     rows = ladder_rows(optuna_study, cfg)
     value = {(r.rung, r.seed): r.value for r in rows.itertuples()}
@@ -97,7 +106,7 @@ def test_verdict_end_to_end_reads_the_same_values_the_study_table_holds(tmp_path
     assert result.preregistration.startswith("registered in this state ") and "before any of its rows ran" in result.preregistration
     assert result.verdict.mean == pytest.approx(sum(expected.values()) / 5)
     # a second call runs nothing new: rows stay exactly once
-    run_claims([str(tmp_path / "claims" / "b_beats_a.yaml")], shared_state, None, 1, echo=lambda s: None)
+    run_claims([str(path)], shared_state, None, 1, echo=lambda s: None)
     _, again = load_results(str(tmp_path / "claim_e2e.yaml"), shared_state, None)
     assert len([t for t in again.get_trials() if "row" in t.user_attrs]) == 10
 
@@ -114,13 +123,7 @@ def test_until_decided_adds_paired_seeds_at_planned_looks_each_row_once(tmp_path
                       "train": {"group_size": 4, "prompts_per_rollout": 2}, "eval": {"prompts": 4, "k": 1}},
              "budget": {"train.steps": 1, "eval.every": 0},
              "rungs": [{"name": "a"}, {"name": "b", "changes": {"train.learning_rate": 0.002}}]}
-    (tmp_path / "claim_seq.yaml").write_text(yaml.safe_dump(study))
-    claim = {"source": "test (arXiv:0000.00000), Section 1", "statement": "b beats a", "study": "claim_seq.yaml",
-             "treatment": {"rung": "b"}, "control": {"rung": "a"}, "metric": "final:eval/pass_at_1",
-             "direction": "increase", "smallest_effect": 0.05, "regime": "none needed"}
-    (tmp_path / "claims").mkdir()
-    path = tmp_path / "claims" / "seq.yaml"
-    path.write_text(yaml.safe_dump(claim))
+    path = write_study_and_claim(tmp_path, study, "seq")
     with pytest.raises(ConfigError, match="needs --max-seeds N with N >= the studies' seeds \\(5\\)"):
         run_claims([str(path)], shared_state, None, 1, echo=print, until_decided=True, max_seeds=3)
     lines = []

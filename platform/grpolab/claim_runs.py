@@ -108,7 +108,7 @@ def judge(claim: Claim, state: Path, storage_url: str | None, seeds: int | None 
         result.mechanism_value = value
         result.verdict = with_mechanism(result.verdict, m.metric, value, m.at_least, f"{side.rung!r} rows")
     study_cfg = load_study(claim.study_path)
-    result.preregistration = preregistration.status(state, _prereg_key(claim), _registered(claim),
+    result.preregistration = preregistration.status(state, _prereg_key(claim), _registered(claim, study_cfg),
                                                     claim.deviations + study_cfg.deviations)
     return result
 
@@ -117,9 +117,9 @@ def _prereg_key(claim: Claim) -> str:
     return f"claim:{claim.name}"
 
 
-def _registered(claim: Claim) -> dict:
-    """A claim's registered fields: its verdict fields and its study's whole definition."""
-    return {**claim.registered_fields, "study_definition": preregistration.definition_hash(load_study(claim.study_path))}
+def _registered(claim: Claim, study_cfg) -> dict:
+    """A claim's registered fields: its verdict fields and its study's whole definition (as written)."""
+    return {**claim.registered_fields, "study_definition": preregistration.definition_hash(study_cfg)}
 
 
 def register_claims(claims: list[Claim], state: Path, storage_url: str | None) -> None:
@@ -132,7 +132,8 @@ def register_claims(claims: list[Claim], state: Path, storage_url: str | None) -
             cfg, study = load_results(claim.study_path, state, storage_url)
             rows = ladder_rows(study, cfg)
             done[claim.study_path] = int((rows.state == "COMPLETE").sum())
-        preregistration.record(state, _prereg_key(claim), _registered(claim), done[claim.study_path])
+        preregistration.record(state, _prereg_key(claim), _registered(claim, load_study(claim.study_path)),
+                               done[claim.study_path])
 
 
 def _run_studies(claims: list[Claim], state: Path, storage_url: str | None, workers: int, echo) -> None:

@@ -11,8 +11,8 @@ chosen by measurement (``grpolab.coverage``, docs/coverage.md): at n = 5, 8 and 
 bootstrap it replaced covered 73-86 % at n = 5 (only 126 distinct resamples, never outside the
 data's range). Where its assumption visibly fails (strong skew) the verdict carries a diagnostic.
 
-p-values match the interval: ``p_direction`` is the two-sided paired t-test of mean 0 (p < alpha
-exactly when the interval excludes 0); ``p_equivalence`` is the TOST p-value against the margin
+p-values match the interval: ``p_mean(values, mu0)`` is the two-sided paired t-test of mean mu0
+(p < alpha exactly when the interval excludes mu0); ``p_equivalence`` is the TOST p-value against the margin
 (-delta, delta) on the same scale (p < alpha exactly when the interval lies inside the margin).
 """
 
@@ -93,11 +93,6 @@ def p_mean(values, mu0: float = 0.0, scale: float = 0.0) -> float:
     if n < 2 or not sd > 0:
         return math.nan
     return float(2 * stats.t.sf(abs(mean - mu0) / (sd / math.sqrt(n)), n - 1))
-
-
-def p_direction(values) -> float:
-    """Two-sided paired t-test of mean 0 (``p_mean`` at 0)."""
-    return p_mean(values, 0.0)
 
 
 def p_sign(n: int) -> float:

@@ -81,7 +81,6 @@ LABELS = {   # label -> what happened (README's table is generated from this)
     NOT_RUN: "no paired seed has both rows complete",
 }
 DECIDED = (REPRODUCED, SMALLER, NO_EFFECT, OPPOSITE, EFFECT)     # what stops seeds being added
-HYPOTHESES = ("H0", "Hd", "Heq")
 
 
 @dataclass(frozen=True)
