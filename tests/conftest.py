@@ -41,7 +41,7 @@ def shared_state(tmp_path_factory):
     """One state folder for the session, so the warm start is trained once and reused."""
     path = tmp_path_factory.mktemp("state")
     os.environ["GRPOLAB_STATE"] = str(path)
-    from grpolab.stores import prepare_stores
+    from grpolab.tracking.stores import prepare_stores
     prepare_stores(path)   # the MLflow store exists before any test's subprocess and reader race to create it
     return path
 
@@ -50,8 +50,8 @@ def run_study_data(folder, data: dict, state, file_name: str = "study.yaml"):
     """Write ``data`` as a study file in ``folder``, run it with one in-process worker (it must
     exit 0) and return (config, study) as the tables read them."""
     import yaml
-    from grpolab.study_tables import load_results
-    from grpolab.studies import run_study
+    from grpolab.analysis.ablation import load_results
+    from grpolab.studies.coordinator import run_study
     path = Path(folder) / file_name
     path.write_text(yaml.safe_dump(data))
     assert run_study(str(path), state, None, 1, False, echo=lambda s: None) == 0
@@ -168,3 +168,10 @@ def _ignored_at_c_level() -> set:
 
 
 _IGNORED_AT_START = _ignored_at_c_level()   # the session's own SigIgn mask (nohup, a background job)
+
+
+def trainable_report(model) -> tuple[int, int, list[str]]:
+    """(trainable params, all params, names of trainable tensors)."""
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return trainable, sum(p.numel() for p in model.parameters()), names

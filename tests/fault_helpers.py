@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from grpolab import checkpoints
+from grpolab.experiment import checkpoints
 
 BASE = {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
         "model": {"preset": "tiny"}, "warm_start": {"enabled": False},

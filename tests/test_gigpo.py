@@ -14,14 +14,14 @@ from transformers import TrainerCallback
 from grpolab import algorithms
 from grpolab.algorithms import gigpo
 from grpolab.algorithms.losses import kl_estimate
-from grpolab.config import build_config
+from grpolab.experiment.config import build_config
 from grpolab.envs import EnvContractError, checked_step
 from grpolab.envs.base import Episode
 from grpolab.envs.rollout import episode_metrics, run_episodes
 from grpolab.envs.trainer_rollout import EpisodeRollout
 from grpolab.errors import ConfigError
-from grpolab.methods import METHODS
-from grpolab.spec import build_spec
+from grpolab.method.registry import METHODS
+from grpolab.method.spec import build_spec
 from grpolab.tasks import make_task
 
 SQ2 = math.sqrt(2.0)
@@ -285,8 +285,8 @@ class _Logs(TrainerCallback):
 
 @pytest.mark.slow   # ~40 s alone, most of it the grid-world warm start (shared with the contract test's gigpo row)
 def test_two_gigpo_steps_env_tokens_carry_no_loss_and_anchor_groups_have_expected_sizes(shared_state, monkeypatch):
-    from grpolab.runner import run_experiment
-    from grpolab.trainer import GrpoLabTrainer
+    from grpolab.experiment.runner import run_experiment
+    from grpolab.trainer.grpo_trainer import GrpoLabTrainer
     seen_inputs, seen_losses, finished = [], [], []
     original_loss, original_finish = GrpoLabTrainer._compute_loss, EpisodeRollout.finish
     policy_loss = algorithms.policy_loss

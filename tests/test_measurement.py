@@ -7,8 +7,8 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from grpolab.config import build_config
-from grpolab.tracking import tracking_uri
+from grpolab.experiment.config import build_config
+from grpolab.tracking.recorder import tracking_uri
 from conftest import run_study_data, tiny_dataset
 
 
@@ -23,7 +23,7 @@ def _random_init_cfg(name, task, **train):
 # -- 1. the held-out eval samples at the run's training cap --------------------------------------
 
 def test_eval_uses_the_training_completion_cap_and_logs_it(shared_state):
-    from grpolab.runner import run_experiment
+    from grpolab.experiment.runner import run_experiment
     cfg = _random_init_cfg("evalcap", {"name": "addition_scratchpad", "digits": 2}, max_completion_length=6)
     assert cfg.eval.max_completion_length == 6          # resolved from the training cap
     result = run_experiment(cfg, shared_state)
@@ -42,7 +42,7 @@ def test_eval_uses_the_training_completion_cap_and_logs_it(shared_state):
 
 def test_top_entropy_mask_keeps_the_in_loss_kl_on_every_token():
     from grpolab.algorithms import policy_loss
-    from grpolab.spec import build_spec
+    from grpolab.method.spec import build_spec
     logp = torch.log(torch.tensor([[0.5, 0.25, 0.5, 0.125]]))
     ref = torch.log(torch.tensor([[0.25, 0.25, 0.5, 0.25]]))
     mask, ent = torch.ones(1, 4), torch.tensor([[0.9, 0.1, 0.2, 0.8]])   # top half: tokens 0 and 3
@@ -67,8 +67,8 @@ def _trainer(model, tmp_path, spec, rewards, task=None, rollout_func=None, **kw)
     from trl import GRPOConfig
 
     from conftest import tiny_dataset
-    from grpolab.dropin import task_correctness
-    from grpolab.trainer import GrpoLabTrainer
+    from grpolab.trainer.trl_config import task_correctness
+    from grpolab.trainer.grpo_trainer import GrpoLabTrainer
     from grpolab.world.models import load_model
     base_task, train, ds = tiny_dataset(128)
     args = GRPOConfig(output_dir=str(tmp_path), report_to="none", per_device_train_batch_size=8, num_generations=4,
@@ -83,7 +83,7 @@ def _trainer(model, tmp_path, spec, rewards, task=None, rollout_func=None, **kw)
 # -- 4. reward weights are applied once when the KL goes into the reward --------------------------
 
 def test_weighted_rewards_with_kl_in_reward_match_hand_computed_advantages(tiny_model_dir, tmp_path):
-    from grpolab.spec import build_spec
+    from grpolab.method.spec import build_spec
     from grpolab.world.models import load_model
     model, _ = load_model(tiny_model_dir)
     with torch.no_grad():   # the policy drifts from the reference (re-loaded from disk): the KL is not 0
@@ -134,7 +134,7 @@ def _shaped(prompts, completions, idx, **kw):
 
 @pytest.mark.parametrize("filter_metric", ["accuracy", "reward"])
 def test_dynamic_sampling_filters_on_accuracy_by_default(filter_metric, tiny_model_dir, tmp_path):
-    from grpolab.methods import get_method
+    from grpolab.method.registry import get_method
     overrides = {"soft_overlong": False, "overlong_filter": False, "max_sampling_rounds": 12}
     if filter_metric == "reward":
         overrides["sampling_filter"] = "reward"
@@ -158,7 +158,7 @@ def test_dynamic_sampling_filters_on_accuracy_by_default(filter_metric, tiny_mod
 
 
 def test_group_curves_count_correctness_whatever_the_shaping():
-    from grpolab.metrics import rollout_metrics
+    from grpolab.trainer.metrics import rollout_metrics
     rewards = torch.tensor([0.0, -0.2, -0.5, 0.0, 1.0, 1.0, 1.0, 0.9])   # shaped: no group is zero-variance
     correct = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]).bool()
     stats = rollout_metrics(rewards, correct, torch.full((8,), 3.0), torch.zeros(8).bool(), 4)
@@ -170,7 +170,7 @@ def test_group_curves_count_correctness_whatever_the_shaping():
 
 def test_objectives_by_hand_on_full_and_partial_histories():
     from grpolab.errors import ConfigError
-    from grpolab.objectives import objective_value
+    from grpolab.studies.objectives import objective_value
     evals = {0: {"eval/pass_at_1": 0.2}, 10: {"eval/pass_at_1": 0.28}, 20: {"eval/pass_at_1": 0.31}, 30: {"eval/pass_at_1": 0.29}}
     curves = {"tokens/cumulative": [(s, 100.0 * s) for s in (1, 3, 5, 7, 9, 11, 13, 15, 17, 19)],
               "entropy": [(2, 1.0), (4, 2.0), (6, 3.0), (8, float("nan")), (10, 5.0), (12, 6.0), (14, 7.0), (16, 8.0)]}
@@ -191,7 +191,7 @@ def test_objectives_by_hand_on_full_and_partial_histories():
 def test_search_on_tail_entropy_completes_and_prunes_on_the_same_function(tmp_path, shared_state):
     from optuna.trial import TrialState
 
-    from grpolab.objectives import objective_value
+    from grpolab.studies.objectives import objective_value
     base = {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
             "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
             "train": {"group_size": 4, "prompts_per_rollout": 4}, "eval": {"prompts": 4, "k": 2}}
@@ -217,7 +217,7 @@ def test_search_on_tail_entropy_completes_and_prunes_on_the_same_function(tmp_pa
 # -- 3. every axis value declares what it needs; inert settings are warned, tagged and marked -----
 
 def test_inert_settings_are_warned_once_and_named():
-    from grpolab.regime import inert_settings
+    from grpolab.method.requirements import inert_settings
     with pytest.warns(UserWarning) as record:
         on_policy = build_config({"name": "k", "method": {"base": "kl_cov"}, "train": {"minibatches": 1}})
     msgs = [str(w.message) for w in record if "inert" in str(w.message)]
@@ -248,9 +248,9 @@ def _inert_ladder(tmp_path):
 
 
 def test_ladder_marks_inert_and_identical_rungs_before_running(tmp_path, shared_state):
-    from grpolab.regime import ladder_notes
-    from grpolab.studies import run_study
-    from grpolab.study_config import load_study
+    from grpolab.studies.definition import ladder_notes
+    from grpolab.studies.coordinator import run_study
+    from grpolab.studies.definition import load_study
     from conftest import REPO
     path = _inert_ladder(tmp_path)
     notes = ladder_notes(load_study(path))
@@ -266,7 +266,7 @@ def test_ladder_marks_inert_and_identical_rungs_before_running(tmp_path, shared_
     assert lines[0] == "ladder check: 3 finding(s)" and lines[1:4] == [f"  ! {n}" for n in notes]
     assert lines[4].startswith("rows 0/3")                      # the check comes before any row runs
     client = MlflowClient(tracking_uri(shared_state))
-    exp = client.get_experiment_by_name("grpolab")
+    exp = client.get_experiment_by_name("inert_ladder")   # a study's own MLflow experiment, named after it
     tags = {r.data.tags.get("grpolab.rung_name"): r.data.tags.get("grpolab.inert")
             for r in client.search_runs([exp.experiment_id], "tags.`grpolab.study` = 'inert_ladder'")}
     assert tags["+ clip higher"] == "surrogate=clip,eps_high=0.28" and tags["base"] == "surrogate=clip"
@@ -330,8 +330,8 @@ def test_two_process_run_records_one_mlflow_run_with_one_eval_series(tmp_path):
 
 def test_metric_doc_defines_every_key_of_a_real_run(shared_state):
     from conftest import REPO
-    from grpolab.metrics import render_doc, undefined_keys
-    from grpolab.runner import run_experiment
+    from grpolab.trainer.metrics import render_doc
+    from grpolab.experiment.runner import run_experiment
     cfg = build_config({"name": "allkeys", "method": {"base": "dapo", "max_sampling_rounds": 2,
                                                        "top_entropy_quantile": 0.5, "entropy_mode": "adaptive"},
                         "task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"},
@@ -352,7 +352,7 @@ def test_metric_doc_defines_every_key_of_a_real_run(shared_state):
 
 def test_positive_example_lm_loss_by_hand():
     from grpolab.algorithms import policy_loss
-    from grpolab.spec import build_spec
+    from grpolab.method.spec import build_spec
     logp = torch.log(torch.tensor([[0.5, 0.25, 0.5], [0.125, 0.5, 0.5]]))
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
     s = build_spec({"aggregation": "token_mean_local", "positive_lm_coef": 0.1})
@@ -364,8 +364,8 @@ def test_positive_example_lm_loss_by_hand():
 
 def test_value_clipping_and_advantage_whitening_by_hand():
     from grpolab.algorithms import gae_advantages
-    from grpolab.critic import value_loss
-    from grpolab.spec import build_spec
+    from grpolab.trainer.critic import value_loss
+    from grpolab.method.spec import build_spec
     values, old, returns = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 0.0]]), torch.tensor([[2.0, 1.0]])
     mask = torch.ones(1, 2)
     assert value_loss(values, returns, mask).item() == pytest.approx(0.5 * (1 + 1) / 2)
@@ -379,12 +379,12 @@ def test_value_clipping_and_advantage_whitening_by_hand():
     raw, _ = gae_advantages(build_spec({"advantage": "gae", "gae_lambda": 1.0}), torch.tensor([1.0, 0.0]),
                             torch.zeros(2, 3), m)
     assert raw[m.bool()].tolist() == [1.0, 1.0, 1.0, 0.0, 0.0]
-    from grpolab.methods import get_method
+    from grpolab.method.registry import get_method
     assert get_method("vapo").spec().positive_lm_coef == 0.1
 
 
 def test_vapo_trains_with_every_switch(tiny_model_dir, tmp_path):
-    from grpolab.methods import get_method
+    from grpolab.method.registry import get_method
     spec = get_method("vapo").spec({"critic_warmup": 0, "value_clip": 0.2, "whiten_advantages": True,
                                     "gae_length_alpha": 1.0})
     base, examples, _ = tiny_dataset(128)
@@ -416,7 +416,7 @@ def test_entropy_curve_is_the_same_whether_or_not_the_loss_forward_supplies_it(t
     updated weights, so the extra forward must run. ``pad_to_multiple_of`` 8 over completions
     capped at 5 tokens: a truncated row's padding (pad id not an EOS id) is in neither population; a
     rollout_func's completion with an EOS inside counts whole in both."""
-    from grpolab.spec import build_spec
+    from grpolab.method.spec import build_spec
 
     def coin(prompts, completions, idx, **kw):
         return [float((len(c) + j) % 2) for j, c in enumerate(completions)]
@@ -448,3 +448,43 @@ def test_entropy_curve_is_the_same_whether_or_not_the_loss_forward_supplies_it(t
     if not reuse:   # every generated token trained under pi_old: the two curves are one
         assert [v for _, v in curves[True]["entropy"]] == pytest.approx(
             [v for _, v in curves[True]["trained/entropy"]], rel=1e-6)
+
+
+def undefined_keys(keys) -> list[str]:
+    """Logged metric names (as MLflow stores them) that no definition covers; ``<...>`` in a
+    definition's name stands for one path segment."""
+    import re
+
+    from grpolab.tracking.naming import clean_metric_name
+    from grpolab.trainer.metrics import DEFINITIONS
+    patterns = [re.compile("^" + re.sub(r"<[^>]+>", "[^/]+", re.escape(clean_metric_name(k)).replace(r"\<", "<")
+                                        .replace(r"\>", ">")) + "$") for k in DEFINITIONS]
+    return sorted(k for k in keys if not any(p.match(k) for p in patterns))
+
+
+def test_rollout_and_loss_curves_share_their_steps_with_minibatches(tmp_path):
+    """minibatches: 2 (two updates per rollout): every training curve -- rollout-side (entropy,
+    length, groups, reward) and loss-side (clip, loss) -- is one point per rollout, on steps 2, 4,
+    6, so overlaid charts line up; the logged values are means over the rollout's two updates."""
+    import warnings
+
+    from grpolab.experiment.runner import run_experiment
+    raw = {"name": "aligned", "method": "grpo", "task": {"name": "random_reward"}, "model": {"preset": "tiny"},
+           "warm_start": {"enabled": False}, "eval": {"every": 0, "prompts": 4, "k": 1},
+           "train": {"steps": 6, "minibatches": 2, "group_size": 4, "prompts_per_rollout": 4, "learning_rate": 0.001},
+           "tracking": {"experiment": "aligned"}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = build_config(raw)
+    result = run_experiment(cfg, tmp_path)
+    client = MlflowClient(tracking_uri(tmp_path))
+    keys = [k for k in client.get_run(result.run_id).data.metrics if not k.startswith(("eval/", "system/"))]
+    assert {"entropy", "length/mean", "clip/high_fraction", "loss", "reward/mean"} <= set(keys), keys
+    steps = {k: sorted(m.step for m in client.get_metric_history(result.run_id, k)) for k in keys}
+    assert {k: s for k, s in steps.items() if s != [2, 4, 6]} == {}
+    inputs = client.get_run(result.run_id).inputs.dataset_inputs   # MLflow's Datasets column
+    assert sorted((i.dataset.name, i.tags[0].value) for i in inputs) == [
+        ("random_reward-held-out", "evaluation"), ("random_reward-train", "training")]
+    assert '"num_rows": 4' in next(i.dataset.profile for i in inputs if i.dataset.name == "random_reward-held-out")
+    with pytest.raises(Exception, match="train.steps: must be a multiple of minibatches x num_iterations = 2"):
+        build_config({**raw, "train": {**raw["train"], "steps": 5}})

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from grpolab.algorithms import overlong_buffer, soft_overlong_penalty
-from grpolab.metrics import DEFINITIONS, REQUIRED_RUN_METRICS, rollout_metrics, soft_penalized_fraction
+from grpolab.trainer.metrics import DEFINITIONS, REQUIRED_RUN_METRICS, rollout_metrics, soft_penalized_fraction
 
 
 def _stats(lengths, overlong=None, cap=24):
@@ -31,8 +31,8 @@ def test_soft_penalized_fraction_counts_the_buffer_zone_by_hand():
 def test_soft_penalized_fraction_is_where_eq13_penalises(cap, buffer):
     """The zone the metric counts is exactly where the punishment (DAPO eq. 13, the reward the
     trainer adds) is negative, for the same cap and configured buffer."""
-    from grpolab.dropin import overlong_reward
-    from grpolab.spec import build_spec
+    from grpolab.trainer.trl_config import overlong_reward
+    from grpolab.method.spec import build_spec
     spec = build_spec({"soft_overlong": True, "overlong_buffer": buffer})
     reward = overlong_reward(spec, cap)
     for length in range(1, cap + 1):

@@ -15,9 +15,10 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from grpolab.config import build_config
-from grpolab.runner import run_experiment
-from grpolab.studies import run_study
+from grpolab.experiment.config import build_config
+from grpolab.experiment.runner import run_experiment
+from grpolab.report.publish import record_study_tables
+from grpolab.studies.coordinator import run_study
 
 BASE = {"task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
         "train": {"group_size": 4, "prompts_per_rollout": 4, "minibatches": 2, "learning_rate": 0.002},
@@ -85,7 +86,7 @@ def test_run_through_the_rest_api(on_server, server, shared_state, tmp_path):
     assert history[-1].value == pytest.approx(result.final_eval["eval/pass_at_1"])
     assert run.info.artifact_uri.startswith("mlflow-artifacts:")     # the server's proxied store
     samples = client.load_table(run.info.experiment_id, "samples.json", run_ids=[result.run_id])
-    assert len(samples) == 2 * 3 and set(samples.step) == {1, 2}      # 3 kept rows per logged step
+    assert len(samples) == 3 and set(samples.step) == {2}      # 3 kept rows per logged rollout (2 steps each)
     config = json.loads(open(client.download_artifacts(result.run_id, "config.json", str(tmp_path))).read())
     assert config["seed"] == 3 and config["method"]["eps_high"] == 0.28
 
@@ -97,7 +98,7 @@ def test_two_row_study_through_the_rest_api(on_server, shared_state, tmp_path):
                        {"name": "+ Clip_Higher 28%", "changes": {"method.eps_high": 0.28}, "published": 38}]}
     path = tmp_path / "server_ladder.yaml"
     path.write_text(yaml.safe_dump(study, sort_keys=False))
-    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None) == 0
+    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None, publish=record_study_tables) == 0
     client = on_server
     exp = client.get_experiment_by_name("server-test")
     parent = client.search_runs([exp.experiment_id], "attributes.run_name = 'server_ladder'")[0]
@@ -112,8 +113,8 @@ def test_two_row_study_through_the_rest_api(on_server, shared_state, tmp_path):
     csv = open(client.download_artifacts(parent.info.run_id, "table.csv", str(tmp_path))).read().splitlines()
     assert csv[0].startswith("rung,n,censored,mean,ci95") and csv[2].startswith("+ Clip_Higher 28%,1,0,")
     # `grpolab study --dashboard` puts the page on the parent run too (plotly.js shared: a small page).
-    from grpolab.dashboards import build_dashboard
-    from grpolab.reports import attach_dashboard
+    from grpolab.report.dashboard import build_dashboard
+    from grpolab.report.publish import attach_dashboard
     page = build_dashboard(shared_state, tmp_path / "dash" / "server_ladder.html", str(path), plotlyjs="shared")
     attach_dashboard(shared_state, parent.info.run_id, page)
     stored = client.download_artifacts(parent.info.run_id, "dashboard.html", str(tmp_path / "back"))
@@ -121,5 +122,5 @@ def test_two_row_study_through_the_rest_api(on_server, shared_state, tmp_path):
     assert any(a.path.startswith("plotly-") for a in client.list_artifacts(parent.info.run_id))
     # Running the finished study again changes nothing, not even the parent's end time.
     end_time = parent.info.end_time
-    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None) == 0
+    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None, publish=record_study_tables) == 0
     assert client.get_run(parent.info.run_id).info.end_time == end_time

@@ -3,7 +3,6 @@ the table and the dashboard (rewritten by `grpolab table` / `grpolab dashboard`)
 the held-out pass@1, and the opt-in extras (system metrics, a curves figure) land on the run."""
 
 import io
-import os
 import sys
 from pathlib import Path
 
@@ -11,12 +10,13 @@ import pytest
 import yaml
 
 from grpolab.cli import main
-from grpolab.config import build_config
 from grpolab.errors import ConfigError
-from grpolab.progress import TrainProgress
-from grpolab.runner import run_experiment
-from grpolab.studies import run_study
-from grpolab.tracking import client_for
+from grpolab.experiment.config import build_config
+from grpolab.experiment.progress import TrainProgress
+from grpolab.experiment.runner import run_experiment
+from grpolab.report.publish import record_study_tables
+from grpolab.studies.coordinator import run_study
+from grpolab.tracking.recorder import client_for
 
 BASE = {"task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
         "method": {"base": "grpo"}, "train": {"group_size": 4, "prompts_per_rollout": 2},
@@ -31,8 +31,13 @@ class _State:
         self.max_steps, self.global_step = max_steps, global_step
 
 
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
 def test_train_progress_shows_the_latest_held_out_pass_at_1():
-    stream = io.StringIO()
+    stream = _Terminal()
     bar = TrainProgress(stream)
     bar.on_eval(0, {"eval/pass_at_1": 0.25})            # before training: shown on the bar, no line
     bar.on_train_begin(None, _State(max_steps=4), None)
@@ -46,6 +51,19 @@ def test_train_progress_shows_the_latest_held_out_pass_at_1():
     assert stream.getvalue().endswith("held-out pass@1 at step 4: 0.5\n")
 
 
+def test_train_progress_on_a_pipe_prints_plain_lines():
+    stream = io.StringIO()   # not a terminal: no carriage-return redraws
+    bar = TrainProgress(stream)
+    bar.on_train_begin(None, _State(max_steps=20), None)
+    for step in range(1, 21):
+        bar.on_log(None, _State(20, step), None, logs={"reward/mean": step / 20, "entropy": 1.5})
+        bar.on_step_end(None, _State(20, step), None)
+    lines = stream.getvalue().splitlines()
+    assert "\r" not in stream.getvalue()
+    assert [line.split(" · ")[0] for line in lines] == [f"training: step {s}/20" for s in range(0, 21, 2)]
+    assert lines[-1].startswith("training: step 20/20 · reward 1 · entropy 1.5 · ")
+
+
 def _artifact_text(client, run_id, path, dest):
     return Path(client.download_artifacts(run_id, path, str(dest))).read_text()
 
@@ -54,7 +72,7 @@ def test_a_finished_study_puts_table_and_dashboard_on_its_parent_and_commands_re
     state, study = tmp_path / "state", tmp_path / "parent_reports.yaml"
     study.write_text(yaml.safe_dump(LADDER, sort_keys=False))
     lines = []
-    assert run_study(str(study), state, None, 1, False, echo=lines.append) == 0
+    assert run_study(str(study), state, None, 1, False, echo=lines.append, publish=record_study_tables) == 0
     client = client_for(state)
     exp = client.get_experiment_by_name("parent-reports")
     parent = client.search_runs([exp.experiment_id], "attributes.run_name = 'parent_reports'")[0]

@@ -156,7 +156,6 @@ def test_local_dataset_fields_formats_and_reference_extraction(tmp_path, rows):
 
 
 def test_prompting_chat_template_and_plain_text(tmp_path, rows):
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
     from grpolab.world.tokenizer import build_char_tokenizer
     task = make_task("local_dataset", path=str(rows), prompt_field="q", answer_field="a", system="Be brief.",
                      template="Q: {prompt}\nPut the answer in \\boxed{}.", extract="boxed")
@@ -215,7 +214,7 @@ def test_failing_rewards_score_on_error_count_and_stop_when_all_fail(rows, user_
 
 
 def test_task_weights_become_the_method_reward_weights(rows, user_module):
-    from grpolab.config import build_config
+    from grpolab.experiment.config import build_config
     base = {"task": {"name": "local_dataset", "path": str(rows), "prompt_field": "q", "answer_field": "a",
                      "rewards": ["correctness", {"name": "format", "weight": 0.25}], "extract": "last_number"},
             "model": {"preset": "tiny"}, "method": "gdpo"}
@@ -260,7 +259,7 @@ def test_bad_task_and_model_input_exits_2_through_the_cli(tmp_path, rows, user_m
 
 
 def _local_run_config(path, model_dir, rewards):
-    from grpolab.config import build_config
+    from grpolab.experiment.config import build_config
     return build_config({"name": "rewards", "method": "grpo", "model": {"path": str(model_dir)},
                          "task": {"name": "local_dataset", "path": str(path), "extract": "last_number",
                                   "grade": "numeric", "max_completion_length": 4, "rewards": rewards},
@@ -271,8 +270,8 @@ def _local_run_config(path, model_dir, rewards):
 def test_a_raising_reward_is_counted_and_the_run_goes_on_all_failing_stops_it(
         shared_state, tiny_model_dir, tmp_path, user_module):
     from mlflow.tracking import MlflowClient
-    from grpolab.runner import run_experiment
-    from grpolab.tracking import tracking_uri
+    from grpolab.experiment.runner import run_experiment
+    from grpolab.tracking.recorder import tracking_uri
     path = tmp_path / "sums.jsonl"
     path.write_text("\n".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(40)))
     cfg = _local_run_config(path, tiny_model_dir, ["correctness", {"name": "my_rewards:alternating", "on_error": -1.0}])

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from grpolab.algorithms import policy_loss
-from grpolab.config import build_config
+from grpolab.experiment.config import build_config
 from grpolab.errors import ConfigError
-from grpolab.objectives import objective_value
-from grpolab.regime import inert_settings
-from grpolab.spec import build_spec
+from grpolab.studies.objectives import objective_value
+from grpolab.method.requirements import inert_settings
+from grpolab.method.spec import build_spec
 
 
 def _cfg(method: dict, minibatches: int):

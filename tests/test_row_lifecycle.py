@@ -14,12 +14,13 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from grpolab.lifecycle import RESUMES_ATTR
-from grpolab.stores import setup_lock
-from grpolab.studies import create_or_load, default_storage, enqueue_missing_rows, run_study
-from grpolab.study_config import load_study
-from grpolab.study_progress import row_states
-from grpolab.tracking import LOCATION_MARK, artifact_root, client_for, tracking_uri
+from grpolab.studies.lifecycle import RESUMES_ATTR
+from grpolab.tracking.stores import setup_lock
+from grpolab.studies.storage import create_or_load, default_storage
+from grpolab.studies.coordinator import enqueue_missing_rows, run_study
+from grpolab.studies.definition import load_study
+from grpolab.studies.rows import row_states
+from grpolab.tracking.recorder import LOCATION_MARK, artifact_root, client_for, tracking_uri
 from fault_helpers import held_study
 from test_faults import grpolab, study_file, trials_of
 

@@ -12,10 +12,11 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from grpolab.config import build_config
-from grpolab.metrics import DEFINITIONS, REQUIRED_RUN_METRICS, render_doc
-from grpolab.runner import run_experiment
-from grpolab.tracking import clean_metric_name, tracking_uri
+from grpolab.experiment.config import build_config
+from grpolab.trainer.metrics import DEFINITIONS, REQUIRED_RUN_METRICS, render_doc
+from grpolab.experiment.runner import run_experiment
+from grpolab.tracking.naming import clean_metric_name
+from grpolab.tracking.recorder import tracking_uri
 from conftest import REPO
 
 
@@ -55,8 +56,9 @@ def test_short_run_records_every_curve_tag_param_and_artifact(shared_state):
     assert [m.step for m in kl] == [2, 4] and min(m.value for m in kl) > 0
     assert metrics["entropy"] > 0 and metrics["trained/entropy"] > 0
     tokens = c.get_metric_history(result.run_id, "tokens/cumulative")
-    # one rollout per two optimizer steps (minibatches=2): rollout curves are logged when generated
-    assert [m.step for m in tokens] == [1, 3] and tokens[-1].value > tokens[0].value
+    # one rollout per two optimizer steps (minibatches=2): every curve of a rollout, rollout-side and
+    # loss-side, is logged at the rollout's last optimizer step (docs/metrics.md, "One step axis")
+    assert [m.step for m in tokens] == [2, 4] and tokens[-1].value > tokens[0].value
     evals = c.get_metric_history(result.run_id, "eval/pass_at_1")
     assert [m.step for m in evals] == [0, 2, 4]
     tags = run.data.tags
@@ -100,7 +102,7 @@ def test_signal_ends_killed(tmp_path, sig, code):
     # its own state folder: in the full suite (never alone) a SIGINTed run in the session's shared
     # state kept going past the 120 s below; cause not yet found, see the issue-11 closing note
     shared_state = tmp_path / "state"
-    from grpolab.stores import prepare_stores
+    from grpolab.tracking.stores import prepare_stores
     prepare_stores(shared_state)   # created before the child and this test's reader race to create it
     name = f"kill-{sig.name}"
     env = {**os.environ, "GRPOLAB_STATE": str(shared_state)}

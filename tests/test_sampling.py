@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from conftest import REPO, tiny_dataset
-from grpolab import sampling
-from grpolab.methods import get_method
-from grpolab.spec import build_spec
+from grpolab.trainer import sampling
+from grpolab.method.registry import get_method
+from grpolab.method.spec import build_spec
 
 
 def test_select_groups_informative_first_then_cap_policies():
@@ -44,8 +44,8 @@ def test_concat_repads_prompts_left_and_completions_right():
 def _trainer(tiny_model_dir, tmp_path, spec, reward, **kw):
     from trl import GRPOConfig
 
-    from grpolab.dropin import task_correctness
-    from grpolab.trainer import GrpoLabTrainer
+    from grpolab.trainer.trl_config import task_correctness
+    from grpolab.trainer.grpo_trainer import GrpoLabTrainer
     from grpolab.world.models import load_model
     task, train, ds = tiny_dataset(128)
     args = GRPOConfig(output_dir=str(tmp_path), report_to="none", per_device_train_batch_size=8, num_generations=4,

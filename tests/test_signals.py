@@ -19,8 +19,8 @@ from optuna.trial import TrialState
 from transformers import TrainerCallback
 
 from fault_helpers import BASE
-from grpolab.study_progress import row_states
-from grpolab.tracking_signals import RunKilled, forget_signals, note_signal, signal_pending, signals_raise
+from grpolab.studies.rows import row_states
+from grpolab.signals import RunKilled, forget_signals, note_signal, signal_pending, signals_raise
 
 
 @pytest.fixture(autouse=True)
@@ -55,7 +55,7 @@ def test_a_plain_run_stops_at_its_next_safe_point_after_a_swallowed_ctrl_c(share
     final model before a swallowed Ctrl-C surfaced. Now a step's end and an evaluation are safe
     points: no further step, no final eval, no final model, the run KILLED."""
     import grpolab
-    from grpolab.tracking import tracking_uri
+    from grpolab.tracking.recorder import tracking_uri
     swallow = SwallowedCtrlC(when)
     experiment = f"signals-{when.replace(' ', '-')}"
     with pytest.raises(KeyboardInterrupt):
@@ -138,7 +138,7 @@ class _KillWhileRestoring:
 def test_a_signal_landing_as_signals_raise_exits_is_delivered_once_and_the_handlers_are_back(monkeypatch, where):
     """Review finding 10: a signal landing in contextlib's __exit__ or in the finally that puts
     the handlers back was noted but never forgotten (and, while restoring, left them installed)."""
-    import grpolab.tracking_signals as tracking_signals
+    import grpolab.signals as tracking_signals
     signal.signal(signal.SIGINT, signal.default_int_handler)
     before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     if where == "while restoring the handlers":
@@ -158,7 +158,7 @@ def test_a_signal_landing_as_signals_raise_exits_is_delivered_once_and_the_handl
 
 
 def _ladder(tmp_path, name: str, objectives: list | None = None):
-    from grpolab.study_config import load_study
+    from grpolab.studies.definition import load_study
     data = {"kind": "ladder", "name": name, "base": {**BASE, "eval": {"prompts": 2, "k": 1, "every": 0}},
             "budget": {"train.steps": 1}, "seeds": [0], "rungs": [{"name": "base"}],
             **({"objectives": objectives} if objectives else {})}
@@ -170,8 +170,9 @@ def _ladder(tmp_path, name: str, objectives: list | None = None):
 def test_a_claim_interrupted_before_its_heartbeat_is_handed_back_at_once(tmp_path, monkeypatch):
     """Review finding 8: a Ctrl-C (or a storage error) between study.ask() and the heartbeat left
     a RUNNING trial with no holder, re-queued only after the 120 s grace."""
-    import grpolab.study_trials as study_trials
-    from grpolab.studies import create_or_load, enqueue_missing_rows
+    import grpolab.studies.trials as study_trials
+    from grpolab.studies.storage import create_or_load
+    from grpolab.studies.coordinator import enqueue_missing_rows
     _, cfg = _ladder(tmp_path, "claim")
     study = create_or_load(cfg, f"journal:{tmp_path / 'optuna.journal'}")
     assert enqueue_missing_rows(study, cfg, False) == []
@@ -191,8 +192,9 @@ def test_a_claim_interrupted_before_its_heartbeat_is_handed_back_at_once(tmp_pat
 def test_a_nan_objective_makes_the_row_an_error_not_an_interruption(tmp_path, shared_state, monkeypatch):
     """Review finding 6: a NaN objective value was reported 'complete', Optuna failed the trial
     with a warning, and the row read as interrupted: re-queued by every later run of the study."""
-    import grpolab.runner as runner
-    from grpolab.studies import create_or_load, default_storage, enqueue_missing_rows, run_study
+    import grpolab.experiment.runner as runner
+    from grpolab.studies.storage import create_or_load, default_storage
+    from grpolab.studies.coordinator import enqueue_missing_rows, run_study
     real = runner._eval_metrics
     monkeypatch.setattr(runner, "_eval_metrics", lambda result: {**real(result), "eval/pass_at_1": math.nan})
     path, cfg = _ladder(tmp_path, "nan_objective", [{"metric": "final:eval/pass_at_1", "direction": "maximize"}])
@@ -213,7 +215,7 @@ def test_a_store_error_made_of_a_signal_is_the_signal_in_reap_logged(tmp_path, m
     """The coordinator's reap pass logged a Ctrl-C/SIGTERM that the store's code turned into an
     error as a hiccup ('trying again'). In the main thread it is the signal; the watchdog thread
     leaves it pending for the main thread's next safe point."""
-    import grpolab.lifecycle as lifecycle
+    import grpolab.studies.lifecycle as lifecycle
 
     def converted(*args, **kwargs):
         raise RuntimeError("Error: did not possess lock")
@@ -240,7 +242,7 @@ def test_a_store_error_made_of_a_signal_is_the_signal_in_reap_logged(tmp_path, m
 def test_a_store_error_made_of_a_signal_is_the_signal_when_a_restart_is_linked(shared_state):
     """link_restart logs a store error and goes on (the old run may be unreachable); one the
     store's code made of a SIGTERM is the signal."""
-    from grpolab.lifecycle import link_restart
+    from grpolab.studies.lifecycle import link_restart
     note_signal(signal.SIGTERM)
     with pytest.raises(RunKilled) as raised:
         link_restart(shared_state, "no-such-run", "new-run")

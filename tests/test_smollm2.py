@@ -11,9 +11,9 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from grpolab.config import build_config
-from grpolab.runner import run_experiment
-from grpolab.tracking import tracking_uri
+from grpolab.experiment.config import build_config
+from grpolab.experiment.runner import run_experiment
+from grpolab.tracking.recorder import tracking_uri
 
 pytestmark = pytest.mark.slow
 
@@ -26,13 +26,13 @@ def distinct_characters(*, completion, **kwargs):
 
 @pytest.fixture(scope="session")
 def smollm2_dir(shared_state):
-    from grpolab.pretrained import resolve_pretrained
+    from grpolab.experiment.pretrained import resolve_pretrained
     directory, record = resolve_pretrained("smollm2-135m", None, shared_state / "models")
     return directory, record
 
 
 def test_smollm2_chat_template_and_gguf_conversion(smollm2_dir, shared_state):
-    from grpolab.pretrained import resolve_pretrained
+    from grpolab.experiment.pretrained import resolve_pretrained
     from grpolab.tasks import make_task
     from grpolab.world.models import load_model
     directory, record = smollm2_dir

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grpolab.config import load_experiment
-from grpolab.run_layout import final_model_dir
-from grpolab.runner import run_experiment
-from grpolab.tracking import ARTIFACTS_DIR, client_for
+from grpolab.experiment.config import load_experiment
+from grpolab.tracking.recorder import final_model_dir
+from grpolab.experiment.runner import run_experiment
+from grpolab.tracking.recorder import ARTIFACTS_DIR, client_for
 
 from conftest import REPO
 
@@ -88,7 +88,7 @@ def test_a_run_writes_only_its_state_folder_and_a_moved_state_still_opens(tmp_pa
     model, tokenizer = load_model(model_dir)
     assert model.config.model_type == "llama" and tokenizer("1+2=")["input_ids"]
     # A tag written before path tags were relative (absolute) is still read as stored.
-    from grpolab.run_layout import resolve_path_tag
+    from grpolab.tracking.naming import resolve_path_tag
     assert resolve_path_tag(str(model_dir), tmp_path / "elsewhere") == model_dir
 
     # A user-chosen sqlite: URI (the moved state's own database), in-process from the empty folder:

@@ -16,10 +16,12 @@ from optuna.trial import TrialState
 
 from conftest import REPO, run_study_data
 from test_run import interactive_signals
-from grpolab.study_tables import ladder_rows, ladder_table, load_results, mean_ci, study_table
-from grpolab.studies import create_or_load, default_storage, run_study
-from grpolab.study_config import load_study
-from grpolab.tracking import tracking_uri
+from grpolab.analysis.ablation import ladder_rows, ladder_table, load_results, mean_ci
+from grpolab.report.tables import study_table
+from grpolab.studies.storage import create_or_load, default_storage
+from grpolab.studies.coordinator import run_study
+from grpolab.studies.definition import load_study
+from grpolab.tracking.recorder import tracking_uri
 
 BASE = {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
         "model": {"preset": "tiny"}, "train": {"group_size": 8, "prompts_per_rollout": 4, "learning_rate": 0.0005},
@@ -57,6 +59,9 @@ def test_ladder_runs_end_to_end_and_links_mlflow_both_ways(tmp_path, shared_stat
     client = MlflowClient(tracking_uri(shared_state))
     parent = study.user_attrs["mlflow_parent_run_id"]
     assert client.get_run(parent).info.status == "FINISHED"
+    assert study.metric_names == ["final:eval/pass_at_1"]                         # optuna-dashboard names the objective
+    own = client.get_experiment_by_name("ladder_e2e")                       # the study's own MLflow experiment
+    assert {r.info.run_id for r in client.search_runs([own.experiment_id])} == {parent, *rows.run_id}
     for _, row in rows.iterrows():
         run = client.get_run(row.run_id)                                   # trial -> run
         assert run.data.tags["mlflow.parentRunId"] == parent
@@ -78,8 +83,8 @@ def test_table_statistics_match_hand_computation():
     # mean 0.3, sd 0.1, t(0.975, 2) = 4.302653 -> half-width 4.302653 * 0.1 / sqrt(3)
     assert mean == pytest.approx(0.3) and half == pytest.approx(4.302653 * 0.1 / math.sqrt(3), rel=1e-5)
     import pandas as pd
-    from grpolab.study_config import Rung, StudyConfig
-    from grpolab.study_config import Objective
+    from grpolab.studies.definition import Rung, StudyConfig
+    from grpolab.studies.definition import Objective
     cfg = StudyConfig(name="x", kind="ladder", path="x", base={}, seeds=(0, 1, 2), objectives=(Objective("final:eval/pass_at_1"),),
                       rungs=(Rung("a", {}, 30.0), Rung("b", {"k": 1}, 36.0)))
     rows = pd.DataFrame([{"rung": r, "seed": s, "state": "COMPLETE", "value": v, "run_id": ""}
@@ -179,9 +184,9 @@ def test_search_with_median_pruning_on_a_real_objective(tmp_path, shared_state):
 
 def test_threshold_metrics_steps_and_tokens_to_reach():
     from grpolab.errors import ConfigError
-    from grpolab.runner import RunResult
-    from grpolab.study_trials import metric_value
-    from grpolab.study_config import check_metric
+    from grpolab.experiment.runner import RunResult
+    from grpolab.studies.trials import metric_value
+    from grpolab.studies.definition import check_metric
     evals = {0: {"eval/pass_at_1": 0.2}, 10: {"eval/pass_at_1": 0.28}, 20: {"eval/pass_at_1": 0.31}, 30: {"eval/pass_at_1": 0.29}}
     curves = {"tokens/cumulative": [(s, 100.0 * s) for s in range(1, 31)], "entropy": [(s, float(s)) for s in range(1, 9)]}
     r = RunResult("x", "FINISHED", evals, curves, 30, 1.0, {})
@@ -198,8 +203,10 @@ def test_threshold_metrics_steps_and_tokens_to_reach():
 
 def test_every_shipped_study_validates():
     names = set()
+    from grpolab.errors import planning
     for path in sorted((REPO / "studies").glob("*.yaml")):
-        cfg = load_study(path)      # every rung of a ladder is built and validated here
+        with planning():            # a GPU-only need (bf16, vLLM, a download) is recorded, not refused, on CPU
+            cfg = load_study(path)  # every rung of a ladder is built and validated here
         names.add(cfg.name)
     assert {"dapo_table1", "dr_grpo_length", "clip_higher_entropy", "search_clip_lr",
             "dynamic_sampling_efficiency"} <= names
@@ -214,11 +221,11 @@ def test_ctrl_c_that_a_library_turns_into_another_error_still_interrupts_the_row
     """Optuna's journal lock, interrupted while it waits, re-raises a KeyboardInterrupt as
     RuntimeError("did not possess lock"): the row must be recorded interrupted (and re-queued),
     not failed with an error while the study goes on (the CI flake of the Ctrl-C test)."""
-    import grpolab.runner
+    import grpolab.experiment.runner
     state = tmp_path / "state"
     path = ladder_file(tmp_path, "converted_signal", steps=1, seeds=(0,), rungs=2)
     signal.signal(signal.SIGINT, signal.default_int_handler)   # whatever this process was started with
-    real_run = grpolab.runner.run_experiment
+    real_run = grpolab.experiment.runner.run_experiment
 
     def library_that_converts_the_signal(*args, **kwargs):
         try:
@@ -227,14 +234,14 @@ def test_ctrl_c_that_a_library_turns_into_another_error_still_interrupts_the_row
         except BaseException:
             raise RuntimeError("Error: did not possess lock")
         raise AssertionError("SIGINT was not delivered")
-    monkeypatch.setattr(grpolab.runner, "run_experiment", library_that_converts_the_signal)
+    monkeypatch.setattr(grpolab.experiment.runner, "run_experiment", library_that_converts_the_signal)
     with pytest.raises(KeyboardInterrupt) as raised:
         run_study(str(path), state, None, 1, False, echo=lambda s: None)
     assert isinstance(raised.value.__cause__, RuntimeError)
     cfg, study = load_results(str(path), state, None)
     outcomes = [t.user_attrs.get("outcome") for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING]
     assert outcomes == ["interrupted"] and not row_counts(study)
-    monkeypatch.setattr(grpolab.runner, "run_experiment", real_run)
+    monkeypatch.setattr(grpolab.experiment.runner, "run_experiment", real_run)
     assert run_study(str(path), state, None, 1, False, echo=lambda s: None) == 0   # the row is re-queued
     assert row_counts(create_or_load(cfg, default_storage(state))) == {"r0-s0": 1, "r1-s0": 1}
 
@@ -242,8 +249,8 @@ def test_ctrl_c_that_a_library_turns_into_another_error_still_interrupts_the_row
 def test_a_ctrl_c_swallowed_in_a_finaliser_is_raised_at_the_next_safe_point():
     """A signal handler's raise inside __del__ (or a GC/weakref callback) is ignored by Python;
     the signal is noted, so the next safe point (a training step's end, between rows) raises it."""
-    from grpolab.lifecycle import signals_raise
-    from grpolab.tracking_signals import raise_if_signalled
+    from grpolab.studies.lifecycle import signals_raise
+    from grpolab.signals import raise_if_signalled
     signal.signal(signal.SIGINT, signal.default_int_handler)   # whatever this process was started with
     reached = []
 
@@ -264,8 +271,8 @@ def test_a_ctrl_c_swallowed_in_a_finaliser_is_raised_at_the_next_safe_point():
 def test_a_handled_ctrl_c_is_not_raised_again_by_the_next_run():
     """A caller that catches the KeyboardInterrupt (a notebook: Ctrl-C a run, start another) must
     not have it raised again at the next run's first safe point."""
-    from grpolab.lifecycle import signals_raise
-    from grpolab.tracking_signals import raise_if_signalled, signal_pending
+    from grpolab.studies.lifecycle import signals_raise
+    from grpolab.signals import raise_if_signalled, signal_pending
     signal.signal(signal.SIGINT, signal.default_int_handler)
     with pytest.raises(KeyboardInterrupt):
         with signals_raise():

@@ -1,4 +1,4 @@
-"""Fail loudly when TRL changes under us: grpolab.trainer overrides private GRPOTrainer methods."""
+"""Fail loudly when TRL changes under us: grpolab.trainer.grpo_trainer overrides private GRPOTrainer methods."""
 
 import inspect
 
@@ -11,7 +11,7 @@ def _params(fn):
 
 
 def test_trl_is_the_pinned_version():
-    assert trl.__version__ == "1.16.0", "grpolab.trainer is written against TRL 1.16.0 internals; re-check them"
+    assert trl.__version__ == "1.16.0", "grpolab.trainer.grpo_trainer is written against TRL 1.16.0 internals; re-check them"
 
 
 def test_private_override_points_keep_their_signatures():
@@ -35,37 +35,22 @@ def test_behaviours_the_trainer_relies_on():
     assert cfg.loss_type == "dapo" and cfg.beta == 0.0  # defaults a "naive GRPO" row must override
 
 
-# GRPOConfig's own fields that act outside the loss and advantages grpolab replaces: TRL applies
-# them as they are (model loading, generation, vLLM, reference sync, logging).
-PASSED_THROUGH = {
-    "model_init_kwargs", "trust_remote_code", "disable_dropout", "cast_lm_head_to_fp32", "num_generations",
-    "num_generations_eval", "max_completion_length", "ds3_gather_for_generation", "shuffle_dataset",
-    "pad_to_multiple_of", "temperature", "top_p", "top_k", "min_p", "generation_kwargs", "chat_template_kwargs",
-    "repetition_penalty", "cache_implementation", "use_vllm", "vllm_mode", "vllm_model_impl",
-    "vllm_enable_sleep_mode", "vllm_structured_outputs_regex", "vllm_server_base_url", "vllm_server_host",
-    "vllm_server_port", "vllm_server_timeout", "vllm_group_port", "vllm_gpu_memory_utilization",
-    "vllm_max_model_length", "vllm_tensor_parallel_size", "sync_ref_model", "ref_model_mixup_alpha",
-    "ref_model_sync_steps", "max_tool_calling_iterations", "vllm_importance_sampling_correction",
-    "vllm_importance_sampling_mode", "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min",
-    "vllm_importance_sampling_cap", "log_completions", "log_multimodal", "num_completions_to_print",
-    "log_unique_prompts", "log_completions_hub_repo", "use_transformers_continuous_batching",
-    "transformers_continuous_batching_config", "use_transformers_paged",
-}
-
-
-def test_every_grpo_config_field_is_mapped_refused_or_passed_through():
-    """A TRL upgrade that adds a GRPOConfig field fails here until grpolab decides what it means
-    (a new loss-only knob would otherwise be silently inert under grpolab's loss)."""
+def test_every_grpo_config_field_is_classified():
+    """Every GRPOConfig field (TrainingArguments' included) is in grpolab's one table
+    (``trl_config.TRL_FIELDS``: an axis, passed through to TRL, or refused): a TRL upgrade that adds
+    a field fails here until grpolab decides what it means (a new loss-only knob would otherwise be
+    silently inert under grpolab's loss)."""
     import dataclasses
 
     from transformers import TrainingArguments
 
-    from grpolab.dropin import REFUSED_FIELDS, resolve_method, trl_settings
-    own = {f.name for f in dataclasses.fields(GRPOConfig)} - {f.name for f in dataclasses.fields(TrainingArguments)}
-    mapped = set(trl_settings(resolve_method("grpo")[1])) | {
-        "num_iterations", "steps_per_generation", "generation_batch_size", "reward_weights"}
-    known = {"mapped": mapped, "refused": set(REFUSED_FIELDS), "passed through": PASSED_THROUGH}
-    for (a, x), (b, y) in [(p, q) for p in known.items() for q in known.items() if p[0] < q[0]]:
-        assert not x & y, f"listed as both {a} and {b}: {sorted(x & y)}"
-    assert own - set().union(*known.values()) == set(), "new GRPOConfig fields: map, refuse or pass them through"
-    assert set().union(*known.values()) - own == set(), "fields TRL no longer has"
+    from grpolab.trainer.trl_config import AXIS, REFUSED, TRL, TRL_FIELDS, trl_field
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    unclassified = sorted(name for name in fields if trl_field(name) is None)
+    assert unclassified == [], f"new GRPOConfig fields: classify them in trl_config.TRL_FIELDS: {unclassified}"
+    own = fields - {f.name for f in dataclasses.fields(TrainingArguments)}
+    assert own - set(TRL_FIELDS) == set(), "GRPOConfig's own fields are each listed explicitly"
+    assert set(TRL_FIELDS) - fields == set(), "fields TRL no longer has"
+    assert {e.kind for e in TRL_FIELDS.values()} == {AXIS, TRL, REFUSED}
+    assert all(e.note for e in TRL_FIELDS.values())
+    assert all(callable(e.to_axes) for e in TRL_FIELDS.values() if e.kind == AXIS)

@@ -13,7 +13,7 @@ import torch
 
 from conftest import tiny_dataset
 from grpolab.algorithms import compute_advantages
-from grpolab.spec import build_spec
+from grpolab.method.spec import build_spec
 
 GA, SPG, G = 2, 4, 4
 
@@ -38,8 +38,8 @@ def _hash_reward(salt):
 def _trainers(model_dir, tmp_path, spec, trl_kw, reward_funcs=None):
     from trl import GRPOTrainer
 
-    from grpolab.dropin import task_correctness
-    from grpolab.trainer import GrpoLabTrainer
+    from grpolab.trainer.trl_config import task_correctness
+    from grpolab.trainer.grpo_trainer import GrpoLabTrainer
     from grpolab.world.models import load_model
     task, train, ds = tiny_dataset()
     funcs = reward_funcs or [_hash_reward(0)]
@@ -47,7 +47,7 @@ def _trainers(model_dir, tmp_path, spec, trl_kw, reward_funcs=None):
     stock = GRPOTrainer(model=str(model_dir), reward_funcs=funcs, args=_args(tmp_path / "a", **trl_kw),
                         train_dataset=ds, processing_class=tok)
     ours = GrpoLabTrainer(model=str(model_dir), reward_funcs=funcs, args=_args(tmp_path / "b", **trl_kw),
-                          train_dataset=ds, processing_class=tok, method=spec,
+                          train_dataset=ds, processing_class=tok, method=spec,   # None: what the GRPOConfig says
                           correctness=task_correctness(task, train))
     return stock, ours
 
@@ -148,3 +148,65 @@ def test_advantage_parity_with_trl_generation(case, tiny_model_dir, tmp_path):
     ours = compute_advantages(spec, rewards, G)
     assert torch.allclose(out["advantages"], ours, atol=1e-6)
     assert out["advantages"].abs().max() > 0
+
+
+# Every TRL 1.16 loss type through GrpoLabTrainer WITHOUT method=: both trainers get the same
+# GRPOConfig; grpolab reads its axes from trl_config.TRL_FIELDS. Off-policy micro-batch (old
+# log-probs != current), random non-zero advantages, gradient accumulation 2.
+LOSS_TYPE_CASES = {
+    "grpo": dict(loss_type="grpo"),
+    "grpo+beta": dict(loss_type="grpo", beta=0.04),        # TRL's default use_bias_correction_kl=True
+    "dapo": dict(),                                         # GRPOConfig's default loss_type
+    "dr_grpo": dict(loss_type="dr_grpo"),
+    "bnpo": dict(loss_type="bnpo"),
+    "cispo": dict(loss_type="cispo"),                       # epsilon_high unset: weight capped at 0.2
+    "cispo+eps5": dict(loss_type="cispo", epsilon_high=5.0),
+    "sapo": dict(loss_type="sapo", sapo_temperature_neg=2.0),
+    "luspo": dict(loss_type="luspo", importance_sampling_level="sequence"),
+    "vespo": dict(loss_type="vespo"),
+    "grpo+sequence": dict(loss_type="grpo", importance_sampling_level="sequence"),
+    "dapo+delta": dict(delta=1.25, epsilon_high=0.25),      # TRL's two-sided clip = grpolab's dual clip
+}
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(a), 1e-12)
+
+
+@pytest.mark.parametrize("case", list(LOSS_TYPE_CASES))
+def test_trl_loss_types_without_method(case, tiny_model_dir, tmp_path):
+    trl_kw = LOSS_TYPE_CASES[case]
+    stock, ours = _trainers(tiny_model_dir, tmp_path, None, trl_kw)
+    assert ours.method_name == f"trl:{trl_kw.get('loss_type', 'dapo')}"
+    inputs = _inputs(stock, off_policy=True, with_ref="beta" in trl_kw)
+    loss_a, grads_a = _loss_and_grads(stock, inputs)
+    loss_b, grads_b = _loss_and_grads(ours, inputs)
+    norm_a = torch.sqrt(sum((g ** 2).sum() for g in grads_a)).item()
+    norm_b = torch.sqrt(sum((g ** 2).sum() for g in grads_b)).item()
+    print(f"{case}: loss {loss_a.item():.6g} vs {loss_b.item():.6g} (rel {_rel(loss_a.item(), loss_b.item()):.1e}), "
+          f"grad norm {norm_a:.6g} vs {norm_b:.6g} (rel {_rel(norm_a, norm_b):.1e})")
+    assert abs(loss_a.item()) > 1e-4 and norm_a > 1e-4       # informative: the step moves the model
+    assert loss_b.item() == pytest.approx(loss_a.item(), rel=1e-5, abs=1e-7)
+    assert norm_b == pytest.approx(norm_a, rel=1e-5)
+    assert max((a - b).abs().max().item() for a, b in zip(grads_a, grads_b)) <= 1e-6
+
+
+@pytest.mark.parametrize("case", ["dapo", "grpo+beta", "luspo"])   # ~20 s each; every loss type: measured, see above
+def test_trl_loss_types_without_method_train_like_stock(case, tiny_model_dir, tmp_path):
+    """End to end: TRL generates, scores and computes advantages, grpolab its own; step 2 reuses
+    step 1's rollout (steps_per_generation 4 = two optimizer steps, a large learning rate), so its
+    ratio is far from 1. Logged loss and grad norm of step 2 agree."""
+    trl_kw = {**LOSS_TYPE_CASES[case], "max_steps": 2, "learning_rate": 0.05, "logging_steps": 1, "seed": 0}
+    stock, ours = _trainers(tiny_model_dir, tmp_path, None, trl_kw)
+    logs = {}
+    from transformers import set_seed
+    for name, trainer in (("stock", stock), ("grpolab", ours)):
+        set_seed(trainer.args.seed)   # the same sampling for both: built together, trained one after the other
+        trainer.train()
+        logs[name] = [e for e in trainer.state.log_history if "loss" in e and "train_runtime" not in e]
+    a, b = logs["stock"][1], logs["grpolab"][1]
+    print(f"{case} step 2: loss {a['loss']:.6g} vs {b['loss']:.6g} (rel {_rel(a['loss'], b['loss']):.1e}), "
+          f"grad_norm {a['grad_norm']:.6g} vs {b['grad_norm']:.6g} (rel {_rel(a['grad_norm'], b['grad_norm']):.1e})")
+    assert a["step"] == b["step"] == 2 and a["grad_norm"] > 1e-4
+    assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-7)
+    assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)

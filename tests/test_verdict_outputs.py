@@ -6,6 +6,7 @@ ladders here are real Optuna studies in a real journal store whose trials are wr
 import csv
 import io
 import math
+import re
 
 import numpy as np
 import optuna
@@ -13,12 +14,12 @@ import pytest
 import yaml
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
-from grpolab.preregistration import register_ladder
-from grpolab.study_config import load_study
-from grpolab.study_progress import ROW_ATTR, RUN_ATTR, row_key
-from grpolab.study_tables import ladder_caption, study_table
-from grpolab.studies import create_or_load, default_storage
-from grpolab.verdicts import NO_EFFECT, OPPOSITE, REPRODUCED, SMALLER, UNDERPOWERED, UNDETERMINED
+from grpolab.studies.registration import register_ladder
+from grpolab.studies.definition import load_study
+from grpolab.studies.rows import ROW_ATTR, RUN_ATTR, row_key
+from grpolab.report.tables import ladder_caption, study_table
+from grpolab.studies.storage import create_or_load, default_storage
+from grpolab.analysis.verdicts import NO_EFFECT, OPPOSITE, REPRODUCED, SMALLER, UNDERPOWERED, UNDETERMINED
 
 SEEDS = list(range(8))
 BASE = {"task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
@@ -68,6 +69,28 @@ def cumulative(cfg):
     return out
 
 
+def claim_results(tmp_path, state):
+    """One judged claim per built step (``STEPS``: one label each) on a written ladder, as a
+    ``grpolab verdicts`` run returns them (with their family)."""
+    from grpolab.analysis.claim_runs import ClaimResult
+    from grpolab.analysis.claims import load_claim
+    from grpolab.analysis.verdicts import paired_verdict, with_family
+    write_ladder(tmp_path, state, values=cumulative)
+    folder = tmp_path / "claims"
+    folder.mkdir()
+    results = []
+    for i, (rung, (steps, _)) in enumerate(STEPS.items()):
+        (folder / f"c{i}.yaml").write_text(yaml.safe_dump({
+            "source": "t (arXiv:0000.00000), Section 1", "statement": f"{rung} helps", "study": "../labels_ladder.yaml",
+            "treatment": {"rung": rung}, "control": {"rung": "base" if i == 0 else list(STEPS)[i - 1]},
+            "metric": "final:eval/pass_at_1", "direction": "increase", "smallest_effect": 0.05}))
+        results.append(ClaimResult(load_claim(folder / f"c{i}.yaml"), paired_verdict(dict(enumerate(steps)), "increase", 0.05),
+                                   preregistration="not pre-registered: test"))
+    for r, v in zip(results, with_family([r.verdict for r in results])):
+        r.verdict = v
+    return results
+
+
 def test_every_ladder_output_gives_the_same_labels_and_caveats(tmp_path):
     state = tmp_path / "state"
     dev = [{"date": "2026-11-25", "change": "smallest_effect 0.05", "after_seeing": "a pilot"}]
@@ -89,18 +112,26 @@ def test_every_ladder_output_gives_the_same_labels_and_caveats(tmp_path):
     assert "but 1 deviation(s) declared: changed after results were seen" in caption and caption in md
     assert "pre-registered" not in md and "Bonferroni interval at 1 - 0.05/(rungs x looks)" in caption
     # the dashboard's panels and table: the same labels
-    from grpolab.dashboards import _ladder_sections
+    from grpolab.report.dashboard import _ladder_sections
     sections, tables = [], []
     _ladder_sections(state, str(path), None, cfg, {"ablation": True, "paired_delta": True}, sections, tables)
     panel = dict(sections)["Rung verdicts"]
     assert list(panel.data[0].text) == LABELS
+    # the paired-delta bars carry the verdict's paired t-interval (the forest panel's), level named
+    bars = dict(sections)["Paired delta vs previous rung"]
+    forest = [(hi * 0.05, lo * 0.05) for hi, lo in zip(panel.data[0].error_x.array, panel.data[0].error_x.arrayminus)]
+    whiskers = list(zip(bars.data[0].error_y.array, bars.data[0].error_y.arrayminus))
+    shown = [i for i, f in enumerate(forest) if math.isfinite(f[0])]
+    assert len(shown) == 5 and [x for i in shown for x in whiskers[i]] == pytest.approx([x for i in shown for x in forest[i]])
+    plain = [re.sub(r"<[^>]*>|\s", "", fig.layout.title.text) for fig in (bars, panel)]   # titles are wrapped
+    assert "95%pairedt-interval" in plain[0] and "95%pairedtCI" in plain[1]
     assert all(label in tables[0] for label in LABELS) and "smallest_effect 0.05 (after seeing a pilot)" in tables[0]
 
 
 def test_each_objective_is_tested_in_its_own_direction(tmp_path):
     """`table --metric final:eval/pass_at_1` of dynamic_sampling_efficiency: +0.05 pass@1 on every
     seed (and fewer steps) reads as an improvement, not as a failed drop (the old bug)."""
-    from grpolab import claims
+    from grpolab.analysis import claims
     src = load_study(claims.CLAIMS_DIR.parent / "dynamic_sampling_efficiency.yaml")
     state = tmp_path / "state"
     objectives = [{"metric": o.metric, "direction": o.direction, "smallest_effect": o.smallest_effect}
@@ -137,7 +168,7 @@ def test_a_study_level_smallest_effect_with_several_objectives_is_refused(tmp_pa
 
 
 def test_a_changed_claim_field_is_flagged_declared_or_not(tmp_path):
-    from grpolab.preregistration import Deviation, record, status
+    from grpolab.studies.registration import Deviation, record, status
     state = tmp_path / "s"
     fields = {"metric": "final:eval/pass_at_1", "smallest_effect": 0.02}
     record(state, "claim:x", fields, rows_done=0)
@@ -157,10 +188,10 @@ def test_a_changed_claim_field_is_flagged_declared_or_not(tmp_path):
 def test_claim_outputs_agree_and_carry_kind_deviations_and_family(tmp_path):
     """verdicts' markdown, CSV and dashboard of the same results: same labels and reasons, the
     construction-check and statistic notes, deviations, pre-registration and the family statement."""
-    from grpolab.claim_runs import ClaimResult
-    from grpolab.claims import load_claim
-    from grpolab.verdict_report import family_statement, render_verdicts, write_claims_dashboard
-    from grpolab.verdicts import paired_verdict, with_family
+    from grpolab.analysis.claim_runs import ClaimResult
+    from grpolab.analysis.claims import load_claim
+    from grpolab.report.verdict_page import family_statement, render_verdicts, write_claims_dashboard
+    from grpolab.analysis.verdicts import paired_verdict, with_family
     state = tmp_path / "state"
     write_ladder(tmp_path, state, values=cumulative)
     claims_dir = tmp_path / "claims"
@@ -192,3 +223,26 @@ def test_claim_outputs_agree_and_carry_kind_deviations_and_family(tmp_path):
     assert "+ big gain \\| helps" in md                                      # a | in a cell no longer breaks the row
     assert family_statement(results) in md and "hold together with probability &gt;= 95%" in html_text
     assert all(line.count("|") - line.count("\\|") == md.splitlines()[0].count("|") for line in md.splitlines()[:6])
+
+
+def test_seeds_for_power_is_an_integer_in_every_output(tmp_path):
+    """``seeds for 80% power`` prints as an integer (``7``, not ``7.0`` or ``7.000``) in the verdicts'
+    markdown, CSV and HTML page, whatever number type the power search handed back."""
+    import dataclasses
+    from grpolab.report.verdict_page import render_verdicts, verdict_frame, write_claims_dashboard
+    results = claim_results(tmp_path, tmp_path / "state")
+    results[0].verdict = dataclasses.replace(results[0].verdict, seeds_needed=7.0)          # a float 7
+    results[1].verdict = dataclasses.replace(results[1].verdict, seeds_needed=np.int64(12))
+    column = "seeds for 80% power"
+    rows = list(csv.DictReader(io.StringIO(render_verdicts(results, "csv"))))
+    assert [r[column] for r in rows][:2] == ["7", "12"]
+    assert all(re.fullmatch(r"\d+|--", r[column]) for r in rows) and rows[-1][column] == "--"   # zero spread: none
+    md = render_verdicts(results, "markdown").splitlines()
+    at = [c.strip() for c in md[0].split("|")].index(column)
+    cells = [[c.strip() for c in line.split("|")][at] for line in md[2:2 + len(results)]]
+    assert cells[:2] == ["7", "12"] and all(re.fullmatch(r"\d+|--", c) for c in cells), cells
+    page = (tmp_path / "v.html")
+    write_claims_dashboard(results, page)
+    table = page.read_text().split("<h2>Verdicts</h2>", 1)[1]
+    assert "<td>7</td>" in table and "<td>12</td>" in table and not re.search(r"<td>\d+\.0+</td>", table)
+    assert list(verdict_frame(results)[column][:2]) == ["7", "12"]

@@ -7,11 +7,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from grpolab import inference
-from grpolab.scaling import fit_curve, fit_seeds, saturating
-from grpolab.verdicts import (DECIDED, EFFECT, INCONCLUSIVE, LABELS, NO_EFFECT, NO_MECHANISM, NOT_RUN, OPPOSITE,
-                              REPRODUCED, SMALLER, UNDERPOWERED, UNDETERMINED, family_text, holm_text,
-                              paired_verdict, with_censoring, with_family, with_mechanism)
+from grpolab.analysis import inference
+from grpolab.analysis.scaling import fit_curve, fit_seeds, saturating
+from grpolab.analysis.verdicts import DECIDED, EFFECT, INCONCLUSIVE, LABELS, NO_EFFECT, NO_MECHANISM, NOT_RUN, OPPOSITE, REPRODUCED, SMALLER, UNDERPOWERED, UNDETERMINED, family_text, holm_text, paired_verdict, with_censoring, with_family, with_mechanism
 
 
 def paired(effect, sd, n, seed=0):
@@ -221,8 +219,8 @@ def test_too_few_points_give_no_fit():
 def test_ladder_table_verdict_column_tests_the_published_direction_per_rung():
     import pandas as pd
 
-    from grpolab.study_config import Objective, Rung, StudyConfig
-    from grpolab.study_tables import ladder_table
+    from grpolab.studies.definition import Objective, Rung, StudyConfig
+    from grpolab.analysis.ablation import ladder_table
     cfg = StudyConfig(name="x", kind="ladder", path="x", base={}, seeds=tuple(range(8)),
                       objectives=(Objective("final:eval/pass_at_1", "maximize", 0.02),),
                       rungs=(Rung("a", {}, 30.0), Rung("b", {"k": 1}, 36.0), Rung("c", {"k": 2}, 20.0),
@@ -246,7 +244,7 @@ def test_ladder_table_verdict_column_tests_the_published_direction_per_rung():
 
 
 def test_verdict_panel_scales_by_smallest_effect_and_marks_the_published_direction():
-    from grpolab.verdict_report import seed_figure, verdict_figure
+    from grpolab.report.verdict_page import seed_figure, verdict_figure
     fig = verdict_figure(["entropy", "tokens"], [0.04, -30.0], [0.01, -50.0], [0.07, -10.0], [0.02, 10.0],
                          ["increase", "decrease"], ["reproduced", "reproduced"], "t")
     effect, published = fig.data

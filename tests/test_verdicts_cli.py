@@ -61,3 +61,27 @@ def test_csv_verdicts_write_only_the_table_to_stdout(tmp_path):
     assert lines[3] == "" and lines[4].startswith("Family: the 0 claims judged on data in this run, of 1 named")
     assert "dashboard: " not in again.stdout and "dashboard: " in again.stderr
     assert list(cwd.iterdir()) == []
+
+
+def test_no_run_on_a_fresh_state_says_not_run_creates_no_study_and_escapes_pipes(tmp_path):
+    """A claim never run reads "not run"; judging it leaves no empty Optuna study behind (which
+    optuna-dashboard would list); a `|` in a claim's text stays inside its cell."""
+    import optuna
+
+    from grpolab.studies.storage import open_storage
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "verdicts_cli_ladder.yaml").write_text(yaml.safe_dump(STUDY))
+    claim = tmp_path / "claims" / "pipes.yaml"
+    claim.write_text(yaml.safe_dump({**CLAIM, "statement": "GRPO's 1/|o| length normalisation | lengthens answers"}))
+    state = tmp_path / "state"
+    done = _verdicts(state, tmp_path, "--no-run", str(claim))
+    assert done.returncode == 0, done.stderr[-2000:]
+    header, rule, row = done.stdout.splitlines()[:3]
+    cells = lambda line: len(line.replace("\\|", "").split("|"))   # noqa: E731 - cells between unescaped pipes
+    assert cells(row) == cells(header) == cells(rule), done.stdout
+    columns = [c.strip() for c in header.strip("|").split("|")]
+    values = [c.strip() for c in row.replace("\\|", "\x00").strip("|").split("|")]
+    assert values[columns.index("verdict")] == "not run"
+    assert "1/\\|o\\| length" in row
+    storage = open_storage(f"journal:{state / 'optuna.journal'}")
+    assert optuna.get_all_study_names(storage) == []

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import vllm_double
-from grpolab import engines
-from grpolab.config import build_config
+from grpolab.experiment import engines
+from grpolab.experiment.config import build_config
 from grpolab.errors import ConfigError
-from grpolab.runner import run_experiment
+from grpolab.experiment.runner import run_experiment
 from grpolab.world import generation
 
 K, EVAL_PROMPTS, EVAL_CAP, TRAIN_CAP = 3, 4, 9, 12
@@ -36,7 +36,7 @@ def _no_transformers_sampling(*args, **kwargs):
 
 def _run(mode: str, state, monkeypatch):
     """One 2-step run under the double; at each eval, the engine's weights vs the trainer's."""
-    from grpolab.runner import _resolve_model_once
+    from grpolab.experiment.runner import _resolve_model_once
     from grpolab.tasks import make_task
     vllm_double.install(monkeypatch)
     cfg = _config(mode)
@@ -87,7 +87,7 @@ def test_training_and_eval_both_sample_from_vllm_with_synced_weights(mode, share
 
 def test_eval_without_the_sync_would_see_stale_weights(shared_state, monkeypatch):
     """The check above can fail: skip the eval's weight push and the engine lags the policy."""
-    from grpolab.trainer import GrpoLabTrainer
+    from grpolab.trainer.grpo_trainer import GrpoLabTrainer
     monkeypatch.setattr(GrpoLabTrainer, "sync_generation_weights", lambda self: None)
     _, _, at_eval = _run("colocate", shared_state, monkeypatch)
     assert at_eval[0][0] == 0.0        # step 0: the engine loaded the same initial weights
@@ -103,13 +103,13 @@ def test_colocate_tensor_parallel_is_refused_at_config_time(monkeypatch):
 
 
 def test_trl_off_policy_mask_is_refused_not_ignored(tmp_path):
-    """TRL's off_policy_mask_threshold acts inside TRL's loss, which grpolab replaces: setting it raises."""
+    """TRL's off_policy_mask_threshold acts inside TRL's loss, which grpolab replaces, and has no grpolab
+    axis yet: setting it raises (trl_config.TRL_FIELDS)."""
     from trl import GRPOConfig
 
-    from grpolab.trainer import GrpoLabTrainer
+    from grpolab.trainer.grpo_trainer import GrpoLabTrainer
     args = GRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, off_policy_mask_threshold=0.5)
-    with pytest.raises(ValueError, match=r"GRPOConfig.off_policy_mask_threshold=0.5 acts only inside TRL's own loss "
-                                         r"or advantages \(DeepSeek-V3.2's off-policy sequence mask\); grpolab's "
-                                         r"method 'grpo' decides the loss"):
+    with pytest.raises(ValueError, match=r"GRPOConfig.off_policy_mask_threshold=0.5 has no grpolab equivalent "
+                                         r"\(DeepSeek-V3.2's off-policy sequence mask"):
         GrpoLabTrainer(model="/nonexistent/model/dir", reward_funcs=lambda completions, **kw: [0.0] * len(completions),
                        args=args, method="grpo")

@@ -57,8 +57,8 @@ def test_band_is_checked_at_the_runs_cap_and_the_cap_is_in_the_key(tmp_path, mon
 
 
 def test_run_passes_its_eval_cap_to_the_warm_start(tmp_path, monkeypatch):
-    from grpolab import runner
-    from grpolab.config import build_config
+    from grpolab.experiment import runner
+    from grpolab.experiment.config import build_config
     seen = []
     monkeypatch.setattr(runner, "warm_start", lambda preset, task, seed, cfg, cache: seen.append(cfg) or (tmp_path, {}))
     base = {"method": "grpo", "task": {"name": "addition_scratchpad", "digits": 2}}

@@ -9,10 +9,11 @@ import time
 import pytest
 import yaml
 
-from grpolab.studies import _ticker, create_or_load
-from grpolab.study_config import load_study
-from grpolab.tracking_signals import RunKilled, forget_signals, note_signal
-from grpolab.worker_procs import release, run_workers
+from grpolab.studies.coordinator import _ticker
+from grpolab.studies.storage import create_or_load
+from grpolab.studies.definition import load_study
+from grpolab.signals import RunKilled, forget_signals, note_signal
+from grpolab.studies.processes import release, run_workers
 
 # a stand-in worker process: it waits on stdin like a real one, reports what it read, then sleeps
 # (a real worker imports torch for ~5 s first: these tests are about the processes, not rows)
@@ -76,7 +77,7 @@ def test_the_coordinators_tick_raises_a_signal_a_library_swallowed(ladder_study,
     tick()   # nothing pending: a progress line, no raise
     assert len(lines) == 1
     if store_error:
-        import grpolab.studies as studies
+        import grpolab.studies.coordinator as studies
 
         def converted(*args, **kwargs):
             raise RuntimeError("Error: did not possess lock")
@@ -93,14 +94,14 @@ def test_the_coordinators_tick_raises_a_signal_a_library_swallowed(ladder_study,
 def test_a_failed_set_up_kills_the_early_started_workers_before_they_touch_a_store(ladder_study, monkeypatch):
     """Workers start before the coordinator's set-up; when the set-up refuses the study (here a
     changed definition), they are killed and no trial is claimed."""
-    import grpolab.worker_procs as worker_procs
+    import grpolab.studies.coordinator as coordinator
     from grpolab.errors import ConfigError
-    from grpolab.studies import run_study
+    from grpolab.studies.coordinator import run_study
     cfg, study, state = ladder_study
     study.set_user_attr("definition_hash", "made-from-another-definition")
     started = []
-    real_start = worker_procs.start_workers
-    monkeypatch.setattr(worker_procs, "start_workers", lambda *a: started.extend(real_start(*a)) or started)
+    real_start = coordinator.start_workers   # the name the coordinator calls
+    monkeypatch.setattr(coordinator, "start_workers", lambda *a: started.extend(real_start(*a)) or started)
     with pytest.raises(ConfigError, match="different definition"):
         run_study(cfg.path, state, f"journal:{state / 'optuna.journal'}", 2, False, echo=lambda s: None)
     assert len(started) == 2 and [p.returncode for p in started] == [-signal.SIGKILL] * 2
@@ -110,8 +111,9 @@ def test_a_failed_set_up_kills_the_early_started_workers_before_they_touch_a_sto
 def test_validating_a_study_imports_no_torch():
     """A multi-worker coordinator validates every row's config while its workers import torch:
     it must not import torch itself (~3 s of the workers' 2 cores at every study start)."""
-    code = ("import sys; from grpolab.study_config import load_study; import grpolab.studies; "
-            "import glob; [load_study(p) for p in sorted(glob.glob('studies/*.yaml'))]; "
+    code = ("import sys; from grpolab.studies.definition import load_study; import grpolab.studies.coordinator; "
+            "import glob; from grpolab.errors import planning; "
+            "exec('for p in sorted(glob.glob(\\'studies/*.yaml\\')):\\n    with planning(): load_study(p)'); "
             "print(sorted(m for m in ('torch', 'transformers', 'trl', 'peft') if m in sys.modules))")
     from pathlib import Path
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
@@ -122,7 +124,7 @@ def test_validating_a_study_imports_no_torch():
 def test_worker_bench_ratios_and_its_workload_are_the_main_jobs(tmp_path):
     """bench --what workers: ratios are 1-worker time / 2-worker time (medians), end to end and
     steady state; its study is the DAPO ladder's first rows/2 rungs x 2 seeds at the asked steps."""
-    from grpolab.bench_workers import LADDER, _study_file, _summary
+    from grpolab.bench.workers import LADDER, _study_file, _summary
     from grpolab.errors import ConfigError
     measured = {"one_worker": {"wall": [60.0, 62.0, 58.0], "cpu": [100.0] * 3, "span": [50.0, 51.0, 49.0]},
                 "one_worker_one_thread": {"wall": [70.0] * 3, "cpu": [70.0] * 3, "span": [62.0] * 3},
@@ -144,7 +146,7 @@ def test_a_store_hiccup_in_the_tick_does_not_stop_the_workers_until_it_persists(
     """Review 5, finding 2: one failed progress read (no signal pending) used to end the watch, and
     the watch's error path stops every worker mid-row; now it is reported and only
     TICK_FAILURES failures in a row end the watch."""
-    import grpolab.studies as studies
+    import grpolab.studies.coordinator as studies
     cfg, study, state = ladder_study
     lines, real, fails = [], studies.progress, {"left": 1}
 

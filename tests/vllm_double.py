@@ -205,7 +205,7 @@ def install(monkeypatch, served_model: str | None = None) -> None:
     """Put the double where TRL looks for vLLM, and tell grpolab's config check it is installed."""
     from trl.generation import vllm_generation
 
-    from grpolab import engines
+    from grpolab.experiment import engines
     ENGINE_LOG.clear()
     ENGINES.clear()
     VLLMClient.instances.clear()

@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "run": "api", "load": "api", "study": "api", "results": "api", "curves": "api",
     "RunOutcome": "api", "StudyOutcome": "api",
-    "GrpoLabTrainer": "trainer",
+    "GrpoLabTrainer": "trainer.grpo_trainer",
     "ConfigError": "errors",
 }
 

@@ -15,15 +15,17 @@ run is created. The state folder is ``state=`` if given, else ``$GRPOLAB_STATE``
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from .errors import ConfigError
+from grpolab.errors import ConfigError
 
 # A mapping given for one of these sections replaces it whole when it names a new identity (as
 # `task='{name: ...}'` does on the command line); any other mapping is merged key by key.
@@ -78,7 +80,7 @@ class StudyOutcome:
 
     def table(self, fmt: str = "markdown", metric: str | None = None) -> str:
         """The table ``grpolab table`` prints (markdown, csv or latex)."""
-        from .study_tables import study_table
+        from grpolab.report.tables import study_table
         return study_table(self.path, self.state, self.storage, fmt, metric)
 
 
@@ -116,9 +118,9 @@ def _lookup(data: dict, dotted: str):
 def load(experiment, **overrides):
     """The validated configuration ``grpolab.run`` would train (a ``RunConfig``), without
     training: ``experiment`` is a YAML path or a dict in the experiment file's layout."""
-    from .config import apply_overrides, build_config, load_experiment
+    from grpolab.experiment.config import apply_overrides, build_config, load_experiment
     if isinstance(experiment, (str, os.PathLike)):
-        from .yaml_input import read_yaml_mapping
+        from grpolab.yaml_input import read_yaml_mapping
         data = read_yaml_mapping(Path(experiment), "experiment file", "give at least method and task")
         return load_experiment(experiment, override_strings(overrides, data))
     if not isinstance(experiment, dict):
@@ -134,19 +136,20 @@ def run(experiment, *, state: str | os.PathLike | None = None, callbacks: list |
     values on top of it, e.g. ``seed=3``, ``train={"steps": 50}``, ``**{"method.eps_high": 0.28}``.
     ``callbacks``: extra ``transformers.TrainerCallback`` objects. Raises ``ConfigError`` on bad
     input before anything is loaded; a run that fails raises after its MLflow run ended FAILED."""
-    from .state import confine_caches, state_dir, state_path
-    from .stores import check_stores
+    from grpolab.state import confine_caches, state_dir, state_path
+    from grpolab.tracking.stores import check_stores
     check_stores(state_path(state))   # an unreachable store fails in seconds, before anything is written
     confine_caches(state_path(state))  # as the CLI does: library caches under the state folder
     cfg = load(experiment, **overrides)
-    from .runner import run_experiment
-    from .stores import prepare_stores
+    from grpolab.experiment.runner import run_experiment
+    from grpolab.tracking.stores import prepare_stores
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")   # offline clusters: no phoning home
     folder = state_dir(state)
     prepare_stores(folder)
     trainers: list = []
-    result = run_experiment(cfg, folder, callbacks=list(callbacks or []), on_trainer=trainers.append)
+    with _quiet_libraries():
+        result = run_experiment(cfg, folder, callbacks=list(callbacks or []), on_trainer=trainers.append)
     run_dir = Path(trainers[0].args.output_dir).resolve()
     return RunOutcome(
         run_id=result.run_id, name=cfg.name, method=cfg.method_name, seed=cfg.seed, status=result.status,
@@ -156,10 +159,34 @@ def run(experiment, *, state: str | os.PathLike | None = None, callbacks: list |
         tracking_uri=_tracking_uri(folder) if result.run_id else None)
 
 
+@contextlib.contextmanager
+def _quiet_libraries():
+    """For the duration of a run: no per-file progress bars from transformers (loading weights,
+    writing shards) or MLflow (artifact transfers), and no transformers FutureWarnings about TRL's
+    own arguments; the caller's settings are restored afterwards."""
+    import transformers
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    previous = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
+            yield
+    finally:
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
+        if previous is None:
+            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
+        else:
+            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = previous
+
+
 def _final_metrics(result) -> dict:
     """The last finite point of every training curve and the last held-out evaluation, under
     MLflow's names and with MLflow's exclusions (tracking.RunRecorder.log_metrics)."""
-    from .tracking import DROPPED, clean_metric_name
+    from grpolab.tracking.naming import clean_metric_name
+    from grpolab.tracking.recorder import DROPPED
     out = {}
     for key, points in result.train_curves.items():
         finite = [(step, value) for step, value in points if math.isfinite(value)]
@@ -170,32 +197,37 @@ def _final_metrics(result) -> dict:
 
 
 def _tracking_uri(state: Path) -> str:
-    from .tracking import client_for
+    from grpolab.tracking.recorder import client_for
     return client_for(state).tracking_uri
 
 
-def study(path: str | os.PathLike, *, workers: int = 1, state: str | os.PathLike | None = None,
+def study(path: str | os.PathLike, *, workers: int | None = None, state: str | os.PathLike | None = None,
           storage: str | None = None, retry_failed: bool = False, accept_changed: bool = False,
-          progress: bool = True) -> StudyOutcome:
+          progress: bool = True, gpus_per_row: int | None = None, devices: str | None = None) -> StudyOutcome:
     """Run (or resume) a study file, as ``grpolab study`` does: every missing row of a ladder,
-    or a search's trial budget, with ``workers`` processes. ``storage``: an Optuna storage URL
-    (default: a journal file in the state folder). ``progress``: print live progress to stderr.
-    Returns when no row is left to run; rows that failed are reported, never raised."""
-    from .state import state_dir, state_path
-    from .stores import check_stores
-    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+    or a search's trial budget, with ``workers`` processes (default 1). ``storage``: an Optuna
+    storage URL (default: a journal file in the state folder). ``gpus_per_row``/``devices``: as
+    ``--gpus-per-row``/``--devices`` (each worker owns that many devices; default workers: pool //
+    K). ``progress``: print live progress to stderr. Returns when no row is left to run; rows that
+    failed are reported, never raised."""
+    from grpolab.state import state_dir, state_path
+    from grpolab.tracking.stores import check_stores
+    if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
         raise ConfigError(f"workers: must be an integer >= 1, got {workers!r}")
     check_stores(state_path(state), storage)
-    from .state import confine_caches
+    from grpolab.state import confine_caches
     confine_caches(state_path(state))
-    from .studies import run_study
+    from grpolab.studies.coordinator import run_study
     echo = (lambda line: print(line, file=sys.stderr, flush=True)) if progress else (lambda line: None)
+    from grpolab.report.publish import record_study_tables
     code = run_study(str(path), state_path(state), storage, workers, retry_failed, echo=echo,
-                     accept_changed=accept_changed)
-    from .study_tables import load_results
+                     accept_changed=accept_changed, publish=record_study_tables, gpus_per_row=gpus_per_row,
+                     devices=devices)
+    from grpolab.analysis.ablation import load_results
+    from grpolab.studies.rows import PARENT_RUN_ATTR
     cfg, optuna_study = load_results(str(path), state_dir(state), storage)
     return StudyOutcome(path=str(path), name=cfg.name, complete=code == 0, state=state_dir(state).resolve(),
-                        storage=storage, parent_run_id=optuna_study.user_attrs.get("mlflow_parent_run_id"))
+                        storage=storage, parent_run_id=optuna_study.user_attrs.get(PARENT_RUN_ATTR))
 
 
 def results(study: str | os.PathLike | StudyOutcome, *, state: str | os.PathLike | None = None,
@@ -207,9 +239,9 @@ def results(study: str | os.PathLike | StudyOutcome, *, state: str | os.PathLike
     (``final:eval/pass_at_1``, ...), ``step`` the last optimizer step it covers; rows that did
     not complete are kept with value NaN and their state. ``grpolab table`` aggregates exactly
     this frame: per rung, the mean and 95 % t-interval of ``value`` over seeds."""
-    from .state import state_path
-    from .study_tables import load_results
-    from .tidy import study_results
+    from grpolab.analysis.ablation import load_results
+    from grpolab.analysis.tidy import study_results
+    from grpolab.state import state_path
     if isinstance(study, StudyOutcome):
         study, state, storage = study.path, state or study.state, storage or study.storage
     folder = state_path(state)
@@ -225,9 +257,9 @@ def curves(run_ids: str | list[str], metrics: list[str] | None = None, *,
     columns ``rung, seed, step, metric, value, run_id, timestamp`` (one row per logged point;
     rung and seed from the run's tags, NaN when absent; timestamp in ms). ``metrics``: names
     as logged (default: every metric each run logged). An unknown run id raises ConfigError."""
-    from .state import state_path
-    from .tidy import run_curves
-    from .tracking import client_for
+    from grpolab.analysis.tidy import run_curves
+    from grpolab.state import state_path
+    from grpolab.tracking.recorder import client_for
     ids = [run_ids] if isinstance(run_ids, str) else list(run_ids)
     if not ids or not all(isinstance(r, str) and r for r in ids):
         raise ConfigError(f"run_ids: expected MLflow run ids (strings), got {run_ids!r}")

@@ -1,4 +1,4 @@
-"""grpolab command line: run | study | table | dashboard | methods | metrics-doc | bench.
+"""grpolab command line: run | study | table | dashboard | verdicts | methods | metrics-doc | bench.
 
 Bad input exits with code 2 and a one-line message, before any model is loaded. Imports are
 lazy: parsing (and a typo's answer) never loads torch, TRL or MLflow.
@@ -7,6 +7,7 @@ lazy: parsing (and a typo's answer) never loads torch, TRL or MLflow.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import logging
@@ -16,23 +17,22 @@ import time
 import warnings
 from pathlib import Path
 
-from .errors import ConfigError
-from .tracking_signals import RunKilled
+from grpolab.errors import ConfigError
+from grpolab.signals import RunKilled
 
 
 def _cmd_run(args) -> int:
-    from .state import state_dir, state_path
-    from .stores import check_stores, prepare_stores
-    check_stores(state_path(args.state))   # fail fast (seconds, nothing written) on an unreachable store
-    from .config import load_experiment
-    from .runner import run_experiment
-
-    with warnings.catch_warnings(record=True) as caught:
+    from grpolab.experiment.config import load_experiment
+    from grpolab.state import state_dir, state_path
+    from grpolab.tracking.stores import check_stores, prepare_stores
+    with warnings.catch_warnings(record=True) as caught:   # validated first: a typo's answer waits on nothing
         warnings.simplefilter("always")
         cfg = load_experiment(args.experiment, args.overrides)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
-    from .progress import TrainProgress, where
+    check_stores(state_path(args.state))   # fail fast (seconds, nothing written) on an unreachable store
+    from grpolab.experiment.progress import TrainProgress, where
+    from grpolab.experiment.runner import run_experiment
     state = state_dir(args.state)
     prepare_stores(state)   # a fresh MLflow database is created once, under the setup lock
 
@@ -42,8 +42,8 @@ def _cmd_run(args) -> int:
               "seed, then is cached in the state folder) ...", file=sys.stderr, flush=True)
     resume = None
     if args.resume or args.resume_run:  # continue the same MLflow run from its newest checkpoint
-        from .checkpoints import resume_target
-        from .tracking import client_for
+        from grpolab.experiment.checkpoints import resume_target
+        from grpolab.tracking.recorder import client_for
         resume = resume_target(client_for(state), cfg.tracking.experiment, f"{cfg.name}-s{cfg.seed}", state,
                                args.resume_run)
     bar = TrainProgress()
@@ -63,52 +63,115 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_methods(args) -> int:
-    from .tables import methods_table
+    from grpolab.method.table import methods_table
     print(methods_table(markdown=args.markdown))
     return 0
 
 
 def _cmd_metrics_doc(args) -> int:
-    from .metrics import render_doc
+    from grpolab.trainer.metrics import render_doc
     print(render_doc(), end="")
     return 0
 
 
 def _cmd_verdicts(args) -> int:
-    from .claim_runs import verdicts_command
-    return verdicts_command(args)
+    """`grpolab verdicts [claims...]`: run what is missing, print the verdict table, write the
+    verdict dashboard. Exit 0 (verdicts are results, whatever they say). Only the table goes
+    to stdout (``--format csv`` pipes into a CSV reader); progress, the dashboard path and the
+    summary line go to stderr."""
+    from grpolab.analysis.claim_runs import judge_family, run_claims
+    from grpolab.analysis.claims import claim_files, load_claim
+    from grpolab.report.publish import record_study_tables
+    from grpolab.report.verdict_page import render_verdicts, write_claims_dashboard
+    from grpolab.state import state_dir
+
+    def note(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+    if args.workers < 1:
+        raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
+    if args.no_run and args.until_decided:
+        raise ConfigError("--until-decided runs rows; it cannot go with --no-run")
+    state = state_dir(args.state)
+    started = time.time()
+    with _stdout_to_stderr():   # what the studies, their workers and libraries print is not table data
+        if args.no_run:
+            results = judge_family([load_claim(p) for p in claim_files(args.claims)], state, args.storage)
+        else:
+            results = run_claims(args.claims, state, args.storage, args.workers, echo=note,
+                                 until_decided=args.until_decided, max_seeds=args.max_seeds, batch=args.batch,
+                                 publish=record_study_tables)
+    table = render_verdicts(results, args.format)
+    sys.stdout.write(table if table.endswith("\n") else table + "\n")
+    sys.stdout.flush()
+    out = write_claims_dashboard(results, state / "dashboards" / "verdicts.html")
+    note(f"dashboard: {Path(out).resolve()}")
+    note(f"{len(results)} claim(s) judged in {time.time() - started:.0f}s")
+    return 0
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr():
+    """Send file descriptor 1 to stderr for the duration (this process and the worker processes
+    it starts), so that stdout carries only the verdict table."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _cmd_bench(args) -> int:
-    from .bench import main as bench_main
+    from grpolab.bench.suite import main as bench_main
     return bench_main(args)
 
 
+def _study_plan(args) -> int:
+    """`grpolab study FILE --plan`: validate and size the study (studies/plan.py); nothing is loaded,
+    run or written, and torch is not imported."""
+    from grpolab.studies.plan import plan_study, render_plan
+    if args.tokens_per_second is not None and not args.tokens_per_second > 0:
+        raise ConfigError(f"--tokens-per-second: must be > 0, got {args.tokens_per_second}")
+    print(render_plan(plan_study(args.study, getattr(args, "gpus_per_row", None)), args.tokens_per_second))
+    return 0
+
+
 def _cmd_study(args) -> int:
-    from .state import state_dir, state_path
-    from .stores import check_stores
-    if args.workers < 1:
+    if args.plan:
+        return _study_plan(args)
+    if args.tokens_per_second is not None:
+        raise ConfigError("--tokens-per-second: only with --plan")
+    from grpolab.state import state_dir, state_path
+    from grpolab.tracking.stores import check_stores
+    if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
+    launcher = _study_launcher(args)
     check_stores(state_path(args.state), args.storage)   # fail fast, before the study's imports
-    from .studies import run_study
+    from grpolab.report.publish import record_study_tables
+    from grpolab.studies.coordinator import run_study
     started = time.time()
     if args.until_decided:
-        from .ladder_verdicts import run_until_decided
+        from grpolab.analysis.until_decided import run_until_decided
         if args.max_seeds is None:
             raise ConfigError("--until-decided needs --max-seeds N")
-        code = run_until_decided(args.study, state_path(args.state), args.storage, args.workers, args.max_seeds,
-                                 args.batch, retry_failed=args.retry_failed, accept_changed=args.accept_changed)
+        code = run_until_decided(args.study, state_path(args.state), args.storage, args.workers or 1, args.max_seeds,
+                                 args.batch, retry_failed=args.retry_failed, accept_changed=args.accept_changed,
+                                 publish=record_study_tables)
     elif args.max_seeds is not None:
         raise ConfigError("--max-seeds: only with --until-decided")
     else:
         code = run_study(args.study, state_path(args.state), args.storage, args.workers, args.retry_failed,
-                         accept_changed=args.accept_changed)
+                         accept_changed=args.accept_changed, publish=record_study_tables,
+                         gpus_per_row=args.gpus_per_row, devices=args.devices, launcher=launcher)
     if args.table:
-        from .study_tables import study_table
+        from grpolab.report.tables import study_table
         print(study_table(args.study, state_dir(args.state), args.storage, "markdown"))
     if args.dashboard:
-        from .dashboards import build_dashboard, default_output_name
-        from .reports import attach_dashboard
+        from grpolab.report.dashboard import build_dashboard, default_output_name
+        from grpolab.report.publish import attach_dashboard
         state = state_dir(args.state)
         out = state / "dashboards" / default_output_name(args.study, None, None)
         parent = _parent_run_id(args.study, state, args.storage)
@@ -117,7 +180,20 @@ def _cmd_study(args) -> int:
             if parent:
                 attach_dashboard(state, parent, out)
         print(f"dashboard: {out.resolve()}" + (f" (also on the study's MLflow parent run {parent})" if parent else ""))
+    _print_study_location(args)
     return code
+
+
+def _print_study_location(args) -> None:
+    """Where the study's runs are: its MLflow experiment's runs page and how to open it."""
+    from grpolab.experiment.progress import where
+    from grpolab.state import state_dir
+    state = state_dir(args.state)
+    parent = _parent_run_id(args.study, state, args.storage)
+    if parent:
+        w = where(parent, state)
+        opener = f"{w['ui_command']}, then open " if "ui_command" in w else "open "
+        print(f"MLflow: {opener}{w['experiment_runs_url']} (parent run {parent})", file=sys.stderr, flush=True)
 
 
 def _sequential_flags(parser, what: str) -> None:
@@ -129,45 +205,46 @@ def _sequential_flags(parser, what: str) -> None:
 
 
 def _parent_run_id(study_path: str, state, storage_url) -> str | None:
-    from .study_tables import load_results
+    from grpolab.analysis.ablation import load_results
+    from grpolab.studies.rows import PARENT_RUN_ATTR
     _, study = load_results(study_path, state, storage_url)
-    return study.user_attrs.get("mlflow_parent_run_id")
+    return study.user_attrs.get(PARENT_RUN_ATTR)
 
 
 def _cmd_study_worker(args) -> int:
-    from .worker_exit import exit_now
+    from grpolab.studies.worker_exit import exit_now
     if args.wait_for_go:   # started by a coordinator before its set-up (worker_procs.py)
-        from .worker_procs import wait_for_go
+        from grpolab.studies.processes import wait_for_go
         try:
-            if not wait_for_go():
+            if not wait_for_go(preload=args.procs_per_row == 1):
                 exit_now(0)   # not needed (nothing to run, or the set-up failed): nothing was touched
         except KeyboardInterrupt:   # Ctrl-C reached the whole process group during the set-up
             exit_now(130)
-    from .state import state_dir
-    from .studies import worker_loop
-    from .study_config import load_study
-    worker_loop(load_study(args.study), args.storage, state_dir(args.state))
+    from grpolab.state import state_dir
+    from grpolab.studies.coordinator import worker_loop
+    from grpolab.studies.definition import load_study
+    worker_loop(load_study(args.study), args.storage, state_dir(args.state), procs_per_row=args.procs_per_row)
     exit_now(0)   # every row is reported and every run closed: skip ~2 CPU-s of interpreter teardown
 
 
 def _cmd_table(args) -> int:
-    from .study_tables import study_table
-    from .state import state_dir
+    from grpolab.report.tables import study_table
+    from grpolab.state import state_dir
     state = state_dir(args.state)
     print(study_table(args.study, state, args.storage, args.format, args.metric), flush=True)
     parent = _parent_run_id(args.study, state, args.storage)
     if parent:   # the parent run shows the latest table (md and csv), whatever format was printed
-        from .reports import publish_tables
+        from grpolab.report.publish import publish_tables
         publish_tables(state, parent, args.study, args.storage)
         print(f"table.md / table.csv updated on the study's MLflow parent run {parent}", file=sys.stderr)
     return 0
 
 
 def _cmd_dashboard(args) -> int:
-    from .dashboards import build_dashboard
-    from .state import state_dir
+    from grpolab.report.dashboard import build_dashboard
+    from grpolab.state import state_dir
     state = state_dir(args.state)
-    from .dashboards import default_output_name
+    from grpolab.report.dashboard import default_output_name
     run_ids = [r.strip() for r in (args.runs or "").split(",") if r.strip()]
     name = default_output_name(args.study, run_ids, args.layout, args.x or "steps", args.seeds or "band")
     out = Path(args.out) if args.out else state / "dashboards" / name
@@ -176,7 +253,7 @@ def _cmd_dashboard(args) -> int:
     parent = _parent_run_id(args.study, state, args.storage) if args.study else None
     note = ""
     if parent:   # the study's parent run shows the latest page of this view
-        from .reports import attach_dashboard, dashboard_artifact_name
+        from grpolab.report.publish import attach_dashboard, dashboard_artifact_name
         artifact = dashboard_artifact_name(args.study, args.layout, args.x, args.seeds)
         attach_dashboard(state, parent, path, artifact)
         note = f" (also {artifact} on the study's MLflow parent run {parent})"
@@ -194,12 +271,23 @@ def _common_flags(defaults: bool) -> argparse.ArgumentParser:
     return common
 
 
+PUBLIC_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "methods", "metrics-doc", "bench")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from grpolab import __version__
     parser = argparse.ArgumentParser(prog="grpolab", description=__doc__.splitlines()[0], parents=[_common_flags(True)])
     parser.add_argument("--version", action="version", version=f"grpolab {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    # the internal study-worker command is left out of the listing (it has no help= either)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(PUBLIC_COMMANDS) + "}")
     sub.add_parser = functools.partial(sub.add_parser, parents=[_common_flags(False)])
+    for add in (_add_run, _add_study, _add_study_worker, _add_table, _add_dashboard, _add_verdicts, _add_methods,
+                _add_bench):
+        add(sub)
+    return parser
+
+
+def _add_run(sub) -> None:
     run = sub.add_parser("run", help="train one experiment YAML and record it in MLflow")
     run.add_argument("experiment", help="path to experiments/<name>.yaml")
     run.add_argument("overrides", nargs="*", help="key.path=value overrides, e.g. train.steps=50 method.eps_high=0.28")
@@ -207,14 +295,13 @@ def build_parser() -> argparse.ArgumentParser:
                      "(same name and seed) from its last checkpoint, in the same MLflow run")
     run.add_argument("--resume-run", metavar="RUN_ID", help="continue this MLflow run from its last checkpoint")
     run.set_defaults(func=_cmd_run)
-    methods = sub.add_parser("methods", help="print the method registry as a table of methods by axes")
-    methods.add_argument("--markdown", action="store_true", help="GitHub markdown instead of plain text")
-    methods.set_defaults(func=_cmd_methods)
-    doc = sub.add_parser("metrics-doc", help="print the definition of every tracked metric (markdown)")
-    doc.set_defaults(func=_cmd_metrics_doc)
+
+
+def _add_study(sub) -> None:
     study = sub.add_parser("study", help="run an ablation ladder or search with Optuna (resumable)")
     study.add_argument("study", help="path to studies/<name>.yaml")
-    study.add_argument("--workers", type=int, default=1, help="worker processes on this machine")
+    study.add_argument("--workers", type=int, default=None,
+                       help="worker processes on this machine (default 1; with --gpus-per-row: pool // K)")
     study.add_argument("--storage", default=None, help="Optuna storage URL (default: journal file in the state folder; "
                        "postgresql://... to share rows with workers on other machines)")
     study.add_argument("--retry-failed", action="store_true", help="re-queue rows that failed with an error")
@@ -222,19 +309,80 @@ def build_parser() -> argparse.ArgumentParser:
                        help="go on although the study file changed since its rows were made (keeps the old rows)")
     study.add_argument("--table", action="store_true", help="print the results table at the end")
     study.add_argument("--dashboard", action="store_true", help="write the study's HTML dashboard at the end")
+    study.add_argument("--plan", action="store_true", help="validate the whole study and print its rows, devices, "
+                       "generated tokens and GPU-hours; loads no model, runs and writes nothing")
+    study.add_argument("--tokens-per-second", type=float, default=None, metavar="X",
+                       help="with --plan: one row's generated tokens per second (grpolab bench --what throughput)")
     _sequential_flags(study, "every rung verdict")
+    _launch_flags(study)
     study.set_defaults(func=_cmd_study)
-    worker = sub.add_parser("study-worker", help="(internal) one worker process of `grpolab study`")
+
+
+def _launch_flags(study) -> None:
+    """Where a study's workers run: on this machine with devices per row, or as Slurm jobs."""
+    study.add_argument("--gpus-per-row", type=int, default=None, metavar="K",
+                       help="each worker owns K devices (its CUDA_VISIBLE_DEVICES); K > 1 runs each row as K "
+                            "processes (torch.distributed) logging one MLflow run")
+    study.add_argument("--devices", default=None, metavar="0,1,...", help="with --gpus-per-row: the device pool "
+                       "(default: the study file's devices:, else CUDA_VISIBLE_DEVICES, else every CUDA device)")
+    study.add_argument("--launcher", choices=["local", "slurm"], default="local",
+                       help="slurm: run the workers as Slurm jobs through submitit (needs a PostgreSQL --storage)")
+    slurm = study.add_argument_group("with --launcher slurm")
+    slurm.add_argument("--jobs", type=int, default=None, metavar="N", help="worker jobs to submit (default 1)")
+    slurm.add_argument("--partition", default=None, help="Slurm partition (default: the cluster's default)")
+    slurm.add_argument("--time", default=None, metavar="T", help="time limit per job, e.g. 4:00:00 (default 24:00:00)")
+    slurm.add_argument("--slurm-folder", default=None, metavar="DIR",
+                       help="submitit's folder for job scripts and logs (default: <state>/slurm/<job id>)")
+    slurm.add_argument("--cpus-per-job", type=int, default=None, metavar="C", help="CPUs per job (default: Slurm's)")
+
+
+def _study_launcher(args):
+    """The Slurm launcher asked for, or None; Slurm's flags without it are refused."""
+    slurm_only = {"--jobs": args.jobs, "--partition": args.partition, "--time": args.time,
+                  "--slurm-folder": args.slurm_folder, "--cpus-per-job": args.cpus_per_job}
+    if args.launcher != "slurm":
+        given = [name for name, value in slurm_only.items() if value is not None]
+        if given:
+            raise ConfigError(f"{given[0]}: only with --launcher slurm")
+        if args.until_decided and args.gpus_per_row is not None:
+            raise ConfigError("--gpus-per-row: not with --until-decided yet")
+        return None
+    if args.until_decided:
+        raise ConfigError("--launcher slurm: not with --until-decided yet")
+    from grpolab.studies.slurm import SlurmLauncher
+    return SlurmLauncher(jobs=1 if args.jobs is None else args.jobs, partition=args.partition,
+                         gpus_per_row=args.gpus_per_row, time=args.time, folder=args.slurm_folder,
+                         cpus_per_job=args.cpus_per_job)
+
+
+def _add_study_worker(sub) -> None:
+    worker = sub.add_parser("study-worker")   # internal: one worker process of `grpolab study`
     worker.add_argument("study")
     worker.add_argument("--storage", required=True)
     worker.add_argument("--wait-for-go", action="store_true", help=argparse.SUPPRESS)
+    worker.add_argument("--procs-per-row", type=int, default=1, help=argparse.SUPPRESS)   # --gpus-per-row K
     worker.set_defaults(func=_cmd_study_worker)
+    rank = sub.add_parser("study-rank")   # internal: one of the K processes of a row (studies/ranks.py)
+    rank.add_argument("spec")
+    rank.set_defaults(func=_cmd_study_rank)
+
+
+def _cmd_study_rank(args) -> int:
+    from grpolab.studies.trials import run_rank
+    run_rank(args.spec)
+    return 0
+
+
+def _add_table(sub) -> None:
     table = sub.add_parser("table", help="results table of a study: mean, 95%% CI, paired deltas, published values")
     table.add_argument("study", help="path to studies/<name>.yaml")
     table.add_argument("--storage", default=None)
     table.add_argument("--format", choices=["markdown", "csv", "latex"], default="markdown")
     table.add_argument("--metric", default=None, help="which objective of the study (default: the first)")
     table.set_defaults(func=_cmd_table)
+
+
+def _add_dashboard(sub) -> None:
     dash = sub.add_parser("dashboard", help="write an offline HTML dashboard of a study or of chosen runs")
     dash.add_argument("study", nargs="?", help="path to studies/<name>.yaml (or use --runs)")
     dash.add_argument("--runs", help="comma-separated MLflow run ids to compare instead of a study")
@@ -248,6 +396,9 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--plotlyjs", choices=["inline", "shared"], default="inline",
                       help="inline: one self-contained file (default); shared: one plotly.min.js beside the pages")
     dash.set_defaults(func=_cmd_dashboard)
+
+
+def _add_verdicts(sub) -> None:
     verdicts = sub.add_parser("verdicts", help="judge published claims on paired seeds (runs missing rows first)")
     verdicts.add_argument("claims", nargs="*", help="claim names (studies/claims/<name>.yaml) or claim files; default: all")
     verdicts.add_argument("--workers", type=int, default=1, help="worker processes for the missing rows")
@@ -256,37 +407,51 @@ def build_parser() -> argparse.ArgumentParser:
     verdicts.add_argument("--no-run", action="store_true", help="judge only the rows already run; run nothing")
     _sequential_flags(verdicts, "every claim's verdict")
     verdicts.set_defaults(func=_cmd_verdicts)
+
+
+def _add_bench(sub) -> None:
     bench = sub.add_parser("bench", help="measure tracking and trainer overhead against stock TRL, and 2-worker study throughput")
-    bench.add_argument("--what", choices=["cli", "tracking", "trainer", "workers", "all"], default="all")
+    bench.add_argument("--what", choices=["cli", "tracking", "trainer", "workers", "throughput", "all"], default="all",
+                       help="throughput (not in all): generated tokens/s of FILE's first row, for `study FILE --plan`")
+    bench.add_argument("file", nargs="?", help="with --what throughput: an experiment or study file")
+    bench.add_argument("--rollouts", type=int, default=2, help="with --what throughput: rollouts to time")
     bench.add_argument("--preset", default=None, help="model preset (default: tiny for tracking, small for trainer)")
     bench.add_argument("--steps", type=int, default=30)
     bench.add_argument("--repeats", type=int, default=3,
                        help="timed runs per variant (workers: repeats // 2 rotations of its three configurations)")
     bench.add_argument("--rows", type=int, default=8, help="rows of the workers benchmark's study (2 rungs x rows/2 seeds)")
     bench.set_defaults(func=_cmd_bench)
-    return parser
 
 
-TRAINING_COMMANDS = ("run", "study", "study-worker", "bench", "verdicts")
+def _add_methods(sub) -> None:
+    methods = sub.add_parser("methods", help="print the method registry as a table of methods by axes")
+    methods.add_argument("--markdown", action="store_true", help="GitHub markdown instead of plain text")
+    methods.set_defaults(func=_cmd_methods)
+    doc = sub.add_parser("metrics-doc", help="print the definition of every tracked metric (markdown)")
+    doc.set_defaults(func=_cmd_metrics_doc)
 
 
-def _quiet_libraries(args) -> None:
-    """Per-load progress bars and store-migration chatter drown grpolab's own progress."""
-    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")          # read when mlflow is imported
+def _quiet_libraries() -> None:
+    """Per-load progress bars and store-migration chatter drown grpolab's own progress. Set
+    through the variables the libraries read when imported, so that no answer waits on them."""
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")   # transformers' and the hub's bars
     logging.getLogger("mlflow").setLevel(logging.WARNING)
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    coordinates_only = args.command == "study" and args.workers > 1   # its worker processes train, it never does
-    if args.command in TRAINING_COMMANDS and not coordinates_only:
-        import transformers   # (and torch: ~3 s a multi-worker coordinator would take from its workers' start)
-        transformers.utils.logging.disable_progress_bar()
-        transformers.utils.logging.set_verbosity_error()
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         code = _main(argv)
         sys.stdout.flush()   # a closed pipe must surface here, not as a traceback at interpreter exit
+        if argv is None and code in (130, 143):
+            # Ctrl-C / SIGTERM: the run and its row are recorded (KILLED, handed back) before the
+            # message; what is left is interpreter teardown, 7.5 of the 7.9 s from SIGTERM to exit
+            # measured on a loaded 2-core machine. A signalled command line leaves at once.
+            from grpolab.studies.worker_exit import exit_now
+            exit_now(code)
         return code
     except BrokenPipeError:  # `grpolab methods | head`: the reader left; exit quietly like coreutils
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -312,16 +477,30 @@ def hoist_global_flags(argv: list[str]) -> list[str]:
     return front + rest
 
 
+_python_showwarning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """grpolab's own warnings reach a command-line user as one ``warning: ...`` line, like its
+    configuration warnings: the default format would print grpolab's source line, which names
+    nothing the user wrote. Other libraries' warnings keep Python's format (file and line)."""
+    if category.__module__.split(".")[0] == "grpolab":
+        print(f"warning: {message}", file=file or sys.stderr, flush=True)
+    else:
+        _python_showwarning(message, category, filename, lineno, file, line)
+
+
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(hoist_global_flags(sys.argv[1:] if argv is None else list(argv)))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from .state import confine_caches, state_path
+    from grpolab.state import confine_caches, state_path
     confine_caches(state_path(args.state))   # kernel and font caches under the state folder, not $HOME / $TMPDIR
     os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline clusters: no phoning home
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # TRL's deprecated kwargs
+    warnings.showwarning = _show_warning
     if not args.verbose:
-        _quiet_libraries(args)
+        _quiet_libraries()
     try:
         return args.func(args)
     except ConfigError as exc:
@@ -337,3 +516,4 @@ def _main(argv: list[str] | None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+

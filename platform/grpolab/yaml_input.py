@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from .errors import ConfigError
+from grpolab.errors import ConfigError
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):

@@ -12,9 +12,9 @@ from trl import GRPOConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import tiny_dataset  # noqa: E402
-from grpolab.spec import build_spec
-from grpolab.dropin import task_correctness
-from grpolab.trainer import GrpoLabTrainer
+from grpolab.method.spec import build_spec
+from grpolab.trainer.trl_config import task_correctness
+from grpolab.trainer.grpo_trainer import GrpoLabTrainer
 from grpolab.world.models import load_model
 
 model_dir, out_path = sys.argv[1], sys.argv[2]

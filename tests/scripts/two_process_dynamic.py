@@ -6,12 +6,11 @@ import json
 import sys
 
 import datasets
-import torch
 from trl import GRPOConfig
 
-from grpolab.methods import get_method
-from grpolab.dropin import task_correctness
-from grpolab.trainer import GrpoLabTrainer
+from grpolab.method.registry import get_method
+from grpolab.trainer.trl_config import task_correctness
+from grpolab.trainer.grpo_trainer import GrpoLabTrainer
 from grpolab.world.models import load_model
 from grpolab.world.tasks import make_task
 

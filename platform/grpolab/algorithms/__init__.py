@@ -3,7 +3,7 @@
     compute_advantages(spec, rewards, group_size, ...) -> advantages (N,) or (N, T)
     policy_loss(spec, logp, old_logp, advantages, mask, ref_logp=None, ...) -> (loss, stats)
 
-Nothing here imports TRL, MLflow or Optuna; ``grpolab.trainer`` calls these inside TRL's loop.
+Nothing here imports TRL, MLflow or Optuna; ``grpolab.trainer.grpo_trainer`` calls these inside TRL's loop.
 """
 
 from __future__ import annotations
@@ -12,14 +12,23 @@ import math
 
 import torch
 
-from ..spec import MethodSpec
-from . import advantages as adv
-from . import losses as L
-from .advantages import ValueTracker
-from .shaping import overlong_buffer, soft_overlong_penalty
+from grpolab.algorithms import advantages as adv
+from grpolab.algorithms import losses as L
+from grpolab.algorithms.advantages import ValueTracker
+from grpolab.algorithms.shaping import overlong_buffer, soft_overlong_penalty
+from grpolab.method.spec import MethodSpec
 
 __all__ = ["compute_advantages", "gae_advantages", "policy_loss", "entropy_mask", "ValueTracker",
-           "soft_overlong_penalty", "overlong_buffer", "combine_rewards"]
+           "soft_overlong_penalty", "overlong_buffer", "combine_rewards", "TRL_NAMED_STATS"]
+
+# Statistics ``policy_loss`` reports under TRL 1.16's own metric names and meanings (its
+# ``GRPOTrainer._compute_loss``), beside grpolab's curves: TRL logs them once per micro-batch and
+# averages them over the logging window. ``policy_loss``: the aggregated policy term incl. an in-loss
+# KL, before the entropy bonus and gradient-accumulation scaling; ``clip_ratio/*`` (PPO-clip
+# surrogates): token fractions low / high / low|high clipped, and the min (max) over sequences of a
+# sequence's low (high) clipped fraction; ``cispo_clip_ratio``: tokens with rho > 1 + eps_high and A > 0.
+TRL_NAMED_STATS = frozenset({"policy_loss", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
+                             "clip_ratio/low_min", "clip_ratio/high_max", "cispo_clip_ratio"})
 
 
 def combine_rewards(rewards: torch.Tensor, weights: tuple[float, ...] | None) -> torch.Tensor:
@@ -161,7 +170,7 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
         stats["kl"] = _masked_mean(L.kl_estimate(logp.detach(), ref_logp, spec.kl_estimator), mask)
         coef = torch.exp(log_ratio)
     else:
-        per_token, coef = _surrogate(spec, logp, log_ratio, A, mask, stats, generator)
+        per_token, coef = _surrogate(spec, logp, log_ratio, A, mask, stats, generator, sampling_weights)
         if spec.top_entropy_quantile < 1.0:  # the policy-gradient term only; the normaliser still counts them
             per_token = per_token * eff_mask
         kl = L.kl_estimate(logp, ref_logp, spec.kl_estimator) if ref_logp is not None else None
@@ -169,11 +178,12 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
             # on every valid token, also when top-entropy selection masks the policy gradient (as TRL);
             # the ratio correction gives the unbiased reverse-KL gradient off-policy; it changes it on-policy too
             per_token = per_token + spec.kl_coef * (kl * coef if spec.kl_ratio_correction else kl)
-        if sampling_weights is not None:
+        if sampling_weights is not None and spec.surrogate != "vespo":   # VESPO folds it into its weight w
             per_token = per_token * sampling_weights.to(per_token.dtype)
         loss = L.aggregate(per_token, mask, spec.aggregation, token_normaliser, max_completion_length)
         if kl is not None:
             stats["kl"] = _masked_mean(kl.detach(), mask)
+    stats["policy_loss"] = float(loss.detach())
     if spec.positive_lm_coef > 0:
         loss = loss + spec.positive_lm_coef * _positive_nll(logp, mask, positive, stats)
     if entropies is not None:
@@ -195,7 +205,7 @@ def _positive_nll(logp, mask, positive, stats) -> torch.Tensor:
     return -(logp * pos).sum() / n.clamp(min=1.0)
 
 
-def _surrogate(spec, logp, log_ratio, A, mask, stats, generator):
+def _surrogate(spec, logp, log_ratio, A, mask, stats, generator, sampling_weights=None):
     """Per-token (or per-sequence) surrogate loss and the ratio it used."""
     if spec.ratio == "geometric":
         return L.geometric_mean_loss(log_ratio, A, mask, spec.eps_low, spec.eps_high), torch.exp(log_ratio)
@@ -211,6 +221,15 @@ def _surrogate(spec, logp, log_ratio, A, mask, stats, generator):
         return L.sapo_surrogate(coef, A, spec.sapo_tau_pos, spec.sapo_tau_neg), coef
     if s == "reinforce":
         return L.reinforce_surrogate(A, logp), coef
+    if s == "vespo":
+        log_sampler = None
+        if sampling_weights is not None:   # vLLM's pi_old / pi_sampler, per token or per sequence, in log space
+            log_is = torch.clamp(torch.log(sampling_weights.to(log_ratio.dtype)), L.VESPO_LOG_W_MIN, L.VESPO_LOG_W_MAX)
+            log_sampler = (log_is * mask if log_is.shape == mask.shape else log_is).sum(-1, keepdim=True)
+        phi = L.vespo_weights(log_ratio, A, mask, spec.vespo_k_pos, spec.vespo_lambda_pos, spec.vespo_k_neg,
+                              spec.vespo_lambda_neg, log_sampler)
+        stats["vespo/phi_seq_mean"] = float(phi.mean()) if phi.shape[-1] == 1 else _masked_mean(phi, mask)
+        return L.vespo_surrogate(phi, A, logp), coef
     if s == "clip_cov":
         loss, sel = L.clip_cov_loss(coef, A, logp, mask, spec.eps_low, spec.eps_high, spec.cov_fraction,
                                     spec.cov_low, spec.cov_high, generator)
@@ -265,6 +284,24 @@ def _clip_stats(spec, coef, A, old_logp, mask, stats) -> None:
     stats["clip/low_fraction"] = _masked_mean(low, mask)
     stats["clip/high_fraction"] = _masked_mean(high, mask)
     stats["clip/region_fraction"] = _masked_mean(region, mask)
+    _trl_clip_stats(spec, coef, A_full, low, high, mask, stats)
     high_m = high.to(mask.dtype) * mask
     n_high = float(high_m.sum())
     stats["clip/high_old_prob"] = float((torch.exp(old_logp) * high_m).sum() / n_high) if n_high else float("nan")
+
+
+def _trl_clip_stats(spec, coef, A_full, low, high, mask, stats) -> None:
+    """TRL's own clip curves (``TRL_NAMED_STATS``), as its ``_compute_loss`` defines them."""
+    if spec.surrogate == "cispo":
+        stats["cispo_clip_ratio"] = _masked_mean((coef > 1 + spec.eps_high) & (A_full > 0), mask)
+        return
+    if spec.surrogate not in ("clip", "dual_clip", "clip_cov"):
+        return
+    stats["clip_ratio/low_mean"] = stats["clip/low_fraction"]
+    stats["clip_ratio/high_mean"] = stats["clip/high_fraction"]
+    stats["clip_ratio/region_mean"] = _masked_mean(low | high, mask)
+    tokens = mask.sum(-1)
+    rows = tokens > 0   # NaN when no row has a valid token (TRL: nanmin / nanmax over sequences)
+    low_seq, high_seq = ((low.float() * mask).sum(-1) / tokens)[rows], ((high.float() * mask).sum(-1) / tokens)[rows]
+    stats["clip_ratio/low_min"] = float(low_seq.min()) if rows.any() else float("nan")
+    stats["clip_ratio/high_max"] = float(high_seq.max()) if rows.any() else float("nan")

@@ -7,8 +7,9 @@ Notation: l_t = log pi_theta(o_t) - log pi_old(o_t), rho_t = exp(l_t), mask m, A
 
 from __future__ import annotations
 
-import torch
+import math
 
+import torch
 
 # --- importance ratio granularity ----------------------------------------------------------
 
@@ -51,6 +52,36 @@ def sapo_surrogate(coef, A, tau_pos: float, tau_neg: float) -> torch.Tensor:
     A smooth gate instead of a hard clip: its gradient at rho = 1 equals the unclipped one."""
     tau = torch.where(A > 0, torch.full_like(A, tau_pos), torch.full_like(A, tau_neg))
     return -torch.sigmoid(tau * (coef - 1)) * 4 / tau * A
+
+
+VESPO_LOG_W_MIN, VESPO_LOG_W_MAX = math.log(1e-8), 20.0   # TRL 1.16's (and the paper code's) clamps
+
+
+def vespo_weights(log_ratio, A, mask, k_pos: float, lambda_pos: float, k_neg: float, lambda_neg: float,
+                  log_sampler_ratio: torch.Tensor | None = None) -> torch.Tensor:
+    """VESPO's gamma kernel on the sequence importance weight (Shen et al. 2026, arXiv:2602.10693),
+    detached, shape (B, 1) (or (B, T) for per-token advantages):
+        log w_i = clamp(sum_t m_it clamp(l_it, -20, 20) [+ log w^sampler_i], log 1e-8, 20)
+                  (the sum over the sequence: no length normalisation, unlike GSPO's mean);
+        phi(w)  = w^k exp(lambda (1 - w)),   (k, lambda) = (k_pos, lambda_pos) if A >= 0 else (k_neg, lambda_neg),
+    normalised so phi(1) = 1 (on-policy VESPO is REINFORCE), computed in log space as
+    lambda + k log w - lambda w; non-finite values become 0. ``log_sampler_ratio`` (B, 1): the
+    summed log of a vLLM sampler correction pi_old / pi_sampler, folded into w as TRL does."""
+    seq = (torch.clamp(log_ratio, -20.0, 20.0) * mask).sum(-1, keepdim=True)
+    if log_sampler_ratio is not None:
+        seq = seq + log_sampler_ratio
+    log_w = torch.clamp(seq, VESPO_LOG_W_MIN, VESPO_LOG_W_MAX).detach()
+    nonneg = A >= 0
+    k = torch.where(nonneg, torch.full_like(A, k_pos), torch.full_like(A, k_neg))
+    lam = torch.where(nonneg, torch.full_like(A, lambda_pos), torch.full_like(A, lambda_neg)).clamp(min=1e-4)
+    phi = torch.exp(lam + k * log_w - lam * torch.exp(log_w))
+    return phi.nan_to_num(nan=0.0, posinf=0.0, neginf=0.0).detach()
+
+
+def vespo_surrogate(phi, A, logp) -> torch.Tensor:
+    """VESPO: -sg(phi(w_i)) * A * log pi_theta per token, so the gradient is phi(w) A grad log pi
+    (a soft, asymmetric reshaping of the sequence weight instead of a hard clip)."""
+    return -phi * A * logp
 
 
 def reinforce_surrogate(A, logp) -> torch.Tensor:
@@ -153,7 +184,9 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str,
                                     valid tokens of the global batch per micro-batch; this batch's
                                     own count if None)
     seq_mean_token_sum_norm (Dr. GRPO): sum_it L_it m_it / (B * max_completion_length)
-    token_mean_local (TRL "bnpo"):  sum_it L_it m_it / valid tokens of this micro-batch."""
+    token_mean_local (TRL "bnpo"):  sum_it L_it m_it / valid tokens of this micro-batch
+    seq_mean_token_sum (LUSPO):     (1/B) sum_i sum_t L_it m_it: a sequence-level loss weighted by its
+                                    length |o_i| (GSPO's per-sequence term times |o_i|; TRL "luspo")."""
     per_token = per_token.expand_as(mask) if per_token.shape != mask.shape else per_token
     masked = per_token * mask
     if mode == "seq_mean_token_mean":
@@ -163,6 +196,8 @@ def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str,
         return masked.sum() / (denom.clamp(min=1.0) if torch.is_tensor(denom) else max(float(denom), 1.0))
     if mode == "token_mean_local":
         return masked.sum() / mask.sum().clamp(min=1.0)
+    if mode == "seq_mean_token_sum":
+        return masked.sum(-1).mean()
     if mode == "seq_mean_token_sum_norm":
         if max_completion_length is None:
             raise ValueError("seq_mean_token_sum_norm needs max_completion_length")

@@ -1,4 +1,4 @@
-"""Definitions of the curves multi-turn tasks add (merged into ``grpolab.metrics.DEFINITIONS``).
+"""Definitions of the curves multi-turn tasks add (merged into ``grpolab.trainer.metrics.DEFINITIONS``).
 Every one is over the episodes generated for one generation batch (each is one completion row),
 logged once per generation batch, for every method on a multi-turn task (GRPO's rows too, so
 the anchor-group curves show what GiGPO would group)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Episode, checked_reset, checked_step, initial_state_key
+from grpolab.envs.base import Episode, checked_reset, checked_step, initial_state_key
 
 
 @torch.no_grad()

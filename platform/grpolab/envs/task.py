@@ -13,10 +13,10 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from ..errors import ConfigError
-from ..world.tasks import Example
-from .base import checked_reset, checked_step
-from .gridworld import GridWorld
+from grpolab.envs.base import checked_reset, checked_step
+from grpolab.envs.gridworld import GridWorld
+from grpolab.errors import ConfigError
+from grpolab.world.tasks import Example
 
 OUTCOMES_KEPT = 200_000   # recorded (prompt, episode text) outcomes before the store is cleared
 
@@ -126,16 +126,16 @@ class EpisodeTask:
         return [episode_return]
 
     def rollout(self, examples: list[Example]):
-        from .trainer_rollout import EpisodeRollout
+        from grpolab.envs.trainer_rollout import EpisodeRollout
         return EpisodeRollout(self, examples)
 
     def evaluate(self, model, tokenizer, examples: list[Example], k: int, temperature: float = 1.0,
                  keep_samples: int = 8):
         """Held-out success: k sampled episodes per initial state, plus one greedy episode."""
-        from ..world.generation import EvalResult
+        from grpolab.world.generation import EvalResult
         prompts = [e.prompt for e in examples for _ in range(k)]
         seeds = [e.meta["env_seed"] for e in examples for _ in range(k)]
-        from .rollout import run_episodes   # torch: imported when episodes run, not when a config is checked
+        from grpolab.envs.rollout import run_episodes  # torch: imported when episodes run, not when a config is checked
         run = lambda ps, ss, greedy: run_episodes(model, tokenizer, self.make_env, ps, ss, self.max_turns,  # noqa: E731
                                                   self.params["action_tokens"], temperature, greedy)
         sampled = run(prompts, seeds, False)
@@ -151,7 +151,7 @@ class EpisodeTask:
                           mean_length=sum(e.model_tokens for e in sampled) / max(len(sampled), 1), samples=samples)
 
     def metrics(self, episodes) -> dict[str, float]:
-        from .rollout import episode_metrics
+        from grpolab.envs.rollout import episode_metrics
         return episode_metrics(episodes)
 
 

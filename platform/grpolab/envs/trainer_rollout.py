@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from ..algorithms import gigpo
-from .rollout import run_episodes
+from grpolab.algorithms import gigpo
+from grpolab.envs.rollout import run_episodes
 
 
 class EpisodeRollout:

@@ -4,8 +4,12 @@
   ``sorting``, ``random_reward``): the embedded offline world (``grpolab.world.tasks``), as
   before: character-level prompts, exact verifiers, the fast default.
 - ``local_dataset``: your rows, from a local ``.jsonl``/``.json``/``.parquet``/``.csv`` file or
-  a ``datasets`` folder (``save_to_disk``). Keys: ``path``, ``prompt_field`` (prompt),
-  ``answer_field`` (answer), ``split`` (datasets folders only), ``eval_fraction`` (0.1),
+  a ``datasets`` folder (``save_to_disk``), or a hub dataset ``org/name`` from the Hugging Face
+  cache (``config``, ``split`` default train, ``revision``; grpolab.hub). Keys: ``path``,
+  ``prompt_field`` (prompt; a column of chat messages gives its last user message),
+  ``answer_field`` (answer; dotted paths reach nested columns: ``reward_model.ground_truth``),
+  ``split`` (datasets folders and hub datasets), ``eval_fraction`` (0.1), ``held_out`` (another
+  path / hub id, split or config held out instead, with its own ``prompt_field``, ...),
   ``reference_extract`` (none; ``hash`` takes GSM8K's "... #### 42" reference as ``42``).
 - ``reasoning_gym``: a procedural reasoning-gym dataset. Keys: ``dataset`` (e.g.
   ``basic_arithmetic``, ``chain_sum``, ``gsm_symbolic``, ``countdown``), ``config`` (its
@@ -19,23 +23,29 @@ named, weighted rewards, default ``[correctness]``), ``max_completion_length`` (
 
 from __future__ import annotations
 
-from ..errors import ConfigError
-from ..world import tasks as toy
-from .answers import make_extractor, make_grader
-from .prompting import Prompting
-from .rewards import parse_rewards
-from .verified import VerifiedTask, eval_sample_rows, log_eval_samples  # noqa: F401 - re-exported
+from grpolab.errors import ConfigError, did_you_mean
+from grpolab.tasks.answers import make_extractor, make_grader
+from grpolab.tasks.prompting import Prompting
+from grpolab.tasks.rewards import parse_rewards
+from grpolab.tasks.verified import VerifiedTask, eval_sample_rows, log_eval_samples  # noqa: F401 - re-exported
+from grpolab.world import tasks as toy
 
 _SHARED = {"template": "{prompt}", "system": None, "chat": "auto", "extract": None, "regex": None, "grade": None,
            "tolerance": 1e-6, "rewards": ["correctness"], "max_completion_length": None}
 # name -> (source keys and their defaults, default extractor, default grader, default template)
 SOURCES = {
     "local_dataset": ({"path": None, "prompt_field": "prompt", "answer_field": "answer", "eval_fraction": 0.1,
-                       "split": None, "reference_extract": "none"}, "none", "exact", "{prompt}"),
+                       "split": None, "reference_extract": "none", "revision": None, "config": None,
+                       "held_out": None}, "none", "exact", "{prompt}"),
     "reasoning_gym": ({"dataset": None, "config": {}}, "answer_tag", "task",
                       "{prompt}\n\nEnd your reply with the final answer inside <answer></answer> tags."),
 }
-from ..envs import ENVS  # noqa: E402 - multi-turn environments (grpolab.envs) are tasks too
+from grpolab.envs import (
+    ENVS,  # noqa: E402 - multi-turn environments (grpolab.envs) are tasks too
+    make_env_task,
+)
+from grpolab.method.spec import with_reward_weights
+from grpolab.tasks.sources import LocalSource, ReasoningGymSource
 
 TASK_NAMES = (*toy.TASKS, *SOURCES, *ENVS)
 
@@ -45,10 +55,9 @@ def make_task(name: str, **params):
     if name in toy.TASKS:
         return toy.make_task(name, **params)
     if name in ENVS:
-        from ..envs import make_env_task
         return make_env_task(name, **params)
     if name not in SOURCES:
-        raise ConfigError(f"task.name: unknown task {name!r}; valid: {', '.join(TASK_NAMES)}")
+        raise ConfigError(f"task.name: unknown task {name!r}{did_you_mean(name, TASK_NAMES)}; valid: {', '.join(TASK_NAMES)}")
     source_defaults, extract, grade, template = SOURCES[name]
     defaults = {**source_defaults, **_SHARED, "extract": extract, "grade": grade, "template": template}
     unknown = set(params) - set(defaults)
@@ -71,10 +80,9 @@ def make_task(name: str, **params):
 
 
 def _source(name: str, p: dict):
-    from .sources import LocalSource, ReasoningGymSource
     if name == "local_dataset":
         return LocalSource(p["path"], p["prompt_field"], p["answer_field"], p["eval_fraction"], p["split"],
-                           p["reference_extract"])
+                           p["reference_extract"], p["revision"], p["config"], p["held_out"])
     return ReasoningGymSource(p["dataset"], p["config"])
 
 
@@ -87,8 +95,17 @@ def _max_length(p: dict, source) -> int:
             raise ConfigError(f"task.max_completion_length: expected a positive integer, got {value!r}")
         return value
     if p["extract"] == "none" and hasattr(source, "examples"):
+        if not getattr(source, "loaded", True):   # a hub dataset still to be downloaded: no rows to measure yet
+            raise ConfigError("task.max_completion_length: give it for a hub dataset that is not in the local cache "
+                              "(the default, the longest reference + 4 tokens, needs its rows)")
         return max(len(e.answer) for e in source.examples) + 4
     return 256
+
+
+def hub_sources(task) -> dict[str, str]:
+    """``dataset`` / ``held_out`` -> ``org/name@commit`` of the hub snapshots a task read (hub.py)."""
+    source = getattr(task, "source", None)
+    return source.hub_refs() if hasattr(source, "hub_refs") else {}
 
 
 def render_examples(task, examples: list, tokenizer) -> list:
@@ -100,7 +117,6 @@ def spec_with_task_weights(spec, task):
     """The method spec with the task's reward weights as ``reward_weights`` (one per component;
     the method's soft-overlong component, when on, weighs 1). Weights given both in the task and
     in ``method.reward_weights`` must agree; a weight list of the wrong length is an error."""
-    from ..spec import with_reward_weights
     task_weights = getattr(task, "reward_weights", None)
     given = task_weights if task_weights is not None and any(w != 1.0 for w in task_weights) else None
     return with_reward_weights(spec, given, "the weights of task.rewards", task.reward_names)

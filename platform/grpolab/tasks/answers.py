@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from ..errors import ConfigError
+from grpolab.errors import ConfigError
 
 EXTRACTORS = ("boxed", "hash", "last_number", "answer_tag", "regex", "none")
 GRADERS = ("math", "numeric", "exact", "task")

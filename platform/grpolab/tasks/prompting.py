@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import ConfigError
+from grpolab.errors import ConfigError
 
 PLACEHOLDER = "{prompt}"
 CHAT_MODES = ("auto", True, False)

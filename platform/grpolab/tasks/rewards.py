@@ -39,7 +39,7 @@ import signal
 import threading
 from dataclasses import dataclass, field
 
-from ..errors import ConfigError
+from grpolab.errors import ConfigError
 
 log = logging.getLogger(__name__)
 BUILTINS = ("correctness", "format", "length")

@@ -1,4 +1,5 @@
-"""Where examples come from: local files or ``datasets`` directories, and reasoning-gym.
+"""Where examples come from: local files or ``datasets`` directories, hub datasets (``org/name``
+in the Hugging Face cache, hub.py), and reasoning-gym.
 
 Every source yields ``Example(prompt=question, answer=reference, meta)`` and splits seeded,
 disjoint train and held-out sets: no held-out question is ever a training question.
@@ -6,13 +7,21 @@ disjoint train and held-out sets: no held-out question is ever a training questi
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import random
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError
-from ..world.tasks import Example
-from .answers import make_extractor
+import yaml
+
+from grpolab.errors import ConfigError
+from grpolab.hub import HubRef, looks_like_hub_id
+from grpolab.hub import fetch as fetch_hub
+from grpolab.hub import resolve as resolve_hub
+from grpolab.tasks.answers import make_extractor
+from grpolab.world.tasks import Example
 
 FILE_KINDS = (".jsonl", ".json", ".parquet", ".csv")
 
@@ -68,38 +77,293 @@ def read_records(path: str, split: str | None = None) -> list[dict]:
     return frame.to_dict(orient="records")
 
 
+HELD_OUT_KEYS = ("path", "revision", "config", "split", "prompt_field", "answer_field", "reference_extract")
+SPLIT_WORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "val", "dev"),
+               "test": ("test", "testing", "eval", "evaluation")}
+_MISSING = object()
+_READ_CACHE: dict[tuple, list[dict]] = {}   # (file, mtime, size) -> rows: each rung of a study validates the same file
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Where a task's rows are: a local file or ``datasets`` folder, or a hub dataset (hub.py)."""
+    path: str
+    split: str | None
+    config: str | None = None
+    hub: HubRef | None = None
+    key: str = "task"            # the task key whose settings these are (task, task.held_out)
+
+    @property
+    def available(self) -> bool:
+        """Readable now (a local path, or a hub dataset already in the cache)."""
+        return self.hub is None or self.hub.folder is not None
+
+    def where(self) -> str:
+        if self.hub is None:
+            return repr(self.path)
+        return f"{self.path!r} (config {self.config or 'default'}, split {self.split})"
+
+
+def locate_rows(path, split=None, config=None, revision=None, key: str = "task") -> Rows:
+    """A local path as before; a path that does not exist and reads ``org/name``: a hub dataset,
+    looked up in the local hub cache (not downloaded; hub.resolve says what happens without it)."""
+    if not isinstance(path, str) or not path:
+        raise ConfigError(f"{key}.path: expected a path string or a hub dataset id (org/name), got {path!r}")
+    for name, value in (("split", split), ("config", config), ("revision", revision)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise ConfigError(f"{key}.{name}: expected a name, got {value!r}")
+    if Path(path).exists() or not looks_like_hub_id(path):
+        for name, value in (("config", config), ("revision", revision)):
+            if value is not None:
+                raise ConfigError(f"{key}.{name}: only for a hub dataset (org/name); {path!r} is a local path")
+        if not Path(path).exists():
+            raise ConfigError(f"{key}.path: cannot read {path!r}: no such file or directory (nor an org/name hub id)")
+        return Rows(path, split, key=key)
+    return Rows(path, split or "train", config, resolve_hub(path, "dataset", revision, f"{key}.path"), key)
+
+
+def read_rows(rows: Rows) -> tuple[list[dict], HubRef | None]:
+    """The rows (a hub dataset is fetched into the cache first when it is not there and downloads
+    are allowed) and the hub snapshot they came from."""
+    if rows.hub is None:
+        return _cached_read(Path(rows.path), rows.split), None
+    ref = fetch_hub(rows.hub)
+    records = []
+    for file in hub_data_files(ref.folder, rows.config, rows.split, rows.key, rows.path):
+        records.extend(_cached_read(file, None))
+    return records, ref
+
+
+def _cached_read(path: Path, split: str | None) -> list[dict]:
+    if path.is_dir():
+        return read_records(str(path), split)
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, split)
+    if key not in _READ_CACHE:
+        if len(_READ_CACHE) >= 4:
+            _READ_CACHE.pop(next(iter(_READ_CACHE)))
+        _READ_CACHE[key] = read_records(str(path), split)
+    return _READ_CACHE[key]
+
+
+def _card_configs(folder: Path) -> tuple[dict[str, dict[str, list[str]]], str | None] | None:
+    """The dataset card's ``configs:`` (README.md YAML header): config -> split -> file patterns."""
+    readme = folder / "README.md"
+    if not readme.is_file():
+        return None
+    text = readme.read_text(errors="replace")
+    end = text.find("\n---", 3)
+    if not text.startswith("---") or end < 0:
+        return None
+    try:
+        meta = yaml.safe_load(text[3:end])
+    except yaml.YAMLError:
+        return None
+    raw = meta.get("configs") if isinstance(meta, dict) else None
+    if not isinstance(raw, list):
+        return None
+    configs, default = {}, None
+    for item in raw:
+        if not isinstance(item, dict):
+            continue
+        name, files = str(item.get("config_name", "default")), item.get("data_files")
+        if isinstance(files, str) or (isinstance(files, list) and all(isinstance(f, str) for f in files)):
+            splits = {"train": [files] if isinstance(files, str) else list(files)}
+        elif isinstance(files, list):
+            splits = {}
+            for entry in files:
+                if isinstance(entry, dict) and "split" in entry and "path" in entry:
+                    paths = entry["path"]
+                    splits.setdefault(str(entry["split"]), []).extend([paths] if isinstance(paths, str) else list(paths))
+        else:
+            continue
+        configs[name] = splits
+        if item.get("default"):
+            default = name
+    return (configs, default) if configs else None
+
+
+def _split_of(relative: str) -> str | None:
+    words = set(re.split(r"[/\\._-]+", relative.lower()))
+    return next((split for split, names in SPLIT_WORDS.items() if words & set(names)), None)
+
+
+def hub_data_files(folder: Path, config: str | None, split: str, key: str, repo_id: str) -> list[Path]:
+    """The data files of one config and split of a hub dataset snapshot, found as the hub lays
+    them out: the dataset card's ``configs`` (``data_files`` per split), else the file names
+    (``data/train-00000-of-00001.parquet``, ``test.jsonl``; a config is a top-level folder; files
+    that name no split are all ``train``). Formats: .parquet, .jsonl, .json, .csv."""
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                   if p.is_file() and p.suffix.lower() in FILE_KINDS)
+    card = _card_configs(folder)
+    if card is not None:
+        configs, default = card
+        name = config or ("default" if "default" in configs else default or (next(iter(configs)) if len(configs) == 1 else None))
+        if name not in configs:
+            raise ConfigError(f"{key}.config: {repo_id!r} has the configs {', '.join(configs)}; "
+                              + (f"{config!r} is not one" if config else "name one"))
+        if split not in configs[name]:
+            raise ConfigError(f"{key}.split: {split!r} is not a split of {repo_id!r} (config {name}); "
+                              f"splits: {', '.join(configs[name])}")
+        chosen = [f for f in files if any(fnmatch.fnmatch(f, pattern) for pattern in configs[name][split])]
+    else:
+        if config is not None:
+            tops = sorted({f.split("/")[0] for f in files if "/" in f})
+            files = [f for f in files if f.split("/")[0] == config]
+            if not files:
+                raise ConfigError(f"{key}.config: {repo_id!r} has no folder {config!r}; "
+                                  f"folders: {', '.join(tops) or 'none (it has a single config: remove task.config)'}")
+        named = {f: _split_of(f) for f in files}
+        if not any(named.values()):
+            named = {f: "train" for f in files}   # no file names a split: the whole set is train
+        chosen = [f for f, s in named.items() if s == split]
+        if not chosen and files:
+            raise ConfigError(f"{key}.split: {split!r} is not a split of {repo_id!r}; "
+                              f"splits: {', '.join(sorted({s for s in named.values() if s}))}")
+    if not chosen:
+        raise ConfigError(f"{key}.path: {repo_id!r} holds no {', '.join(FILE_KINDS)} data files for "
+                          f"config {config or 'default'}, split {split} (in {folder})")
+    return [folder / f for f in chosen]
+
+
+def field_value(row: dict, name: str):
+    """``row[name]``, or a dotted path into nested columns (``reward_model.ground_truth``)."""
+    if name in row:
+        return row[name]
+    node = row
+    for part in name.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def prompt_text(value) -> str:
+    """A question: a string, or chat messages ``[{role, content}, ...]`` (the last user message)."""
+    if hasattr(value, "tolist") and not isinstance(value, str):
+        value = value.tolist()   # a parquet list column arrives as a numpy array
+    if isinstance(value, (list, tuple)) and value and all(isinstance(m, dict) and "content" in m for m in value):
+        users = [m for m in value if m.get("role", "user") == "user"] or list(value)
+        return str(users[-1]["content"])
+    return str(value)
+
+
+def to_examples(records: list[dict], prompt_field: str, answer_field: str, reference_extract: str, where: str,
+                key: str = "task") -> list[Example]:
+    """Examples from rows; exact repeats of a (question, reference) pair count once (some hub sets
+    repeat every row, e.g. for avg@k evaluation)."""
+    to_reference = make_extractor(reference_extract)
+    for field_key, name in (("prompt_field", prompt_field), ("answer_field", answer_field)):
+        if records and field_value(records[0], name) is _MISSING:
+            raise ConfigError(f"{key}.{field_key}: column {name!r} is not in {where}; columns: {', '.join(map(str, records[0]))}")
+    examples, seen = [], set()
+    for i, row in enumerate(records):
+        prompt, answer = field_value(row, prompt_field), field_value(row, answer_field)
+        if name_missing := [n for n, v in ((prompt_field, prompt), (answer_field, answer)) if v is _MISSING or v is None]:
+            raise ConfigError(f"{key}.path: row {i + 1} of {where} has no {name_missing[0]!r}")
+        reference = to_reference(str(answer))
+        if reference is None:
+            raise ConfigError(f"{key}.reference_extract: row {i + 1} of {where} holds no {reference_extract} answer")
+        question = prompt_text(prompt)
+        if (question, reference) not in seen:
+            seen.add((question, reference))
+            examples.append(Example(question, reference, {"row": i}))
+    return examples
+
+
+def _check_reference_extract(value, key: str) -> None:
+    if value == "regex":
+        raise ConfigError(f"{key}.reference_extract: regex is not supported for references; valid: none, hash, boxed, "
+                          "last_number, answer_tag")
+
+
 class LocalSource:
-    """Rows of a local dataset; the held-out split is a seeded ``eval_fraction`` of them."""
+    """Rows of a local dataset or a hub dataset. The held-out set is a seeded ``eval_fraction``
+    of them, or, with ``held_out``, another dataset, config or split (e.g. AIME 2024 held out
+    from a training set): then no training question is a held-out question. A hub dataset not
+    yet in the cache is read when the run starts (after its download); otherwise the rows are
+    read and checked now, before any model loads."""
 
     def __init__(self, path: str, prompt_field: str = "prompt", answer_field: str = "answer",
-                 eval_fraction: float = 0.1, split: str | None = None, reference_extract: str = "none"):
-        if not isinstance(path, str):
-            raise ConfigError(f"task.path: expected a path string, got {path!r}")
+                 eval_fraction: float = 0.1, split: str | None = None, reference_extract: str = "none",
+                 revision: str | None = None, config: str | None = None, held_out: dict | str | None = None):
         if not isinstance(eval_fraction, (int, float)) or not 0 < float(eval_fraction) < 1:
             raise ConfigError(f"task.eval_fraction: must be strictly between 0 and 1, got {eval_fraction!r}")
-        if reference_extract == "regex":
-            raise ConfigError("task.reference_extract: regex is not supported for references; valid: none, hash, boxed, "
-                              "last_number, answer_tag")
-        to_reference = make_extractor(reference_extract)
-        records = read_records(path, split)
-        for key, name in (("prompt_field", prompt_field), ("answer_field", answer_field)):
-            if records and name not in records[0]:
-                raise ConfigError(f"task.{key}: column {name!r} is not in {path!r}; columns: {', '.join(map(str, records[0]))}")
-        self.examples = []
-        for i, row in enumerate(records):
-            if name_missing := [n for n in (prompt_field, answer_field) if n not in row or row[n] is None]:
-                raise ConfigError(f"task.path: row {i + 1} of {path!r} has no {name_missing[0]!r}")
-            reference = to_reference(str(row[answer_field]))
-            if reference is None:
-                raise ConfigError(f"task.reference_extract: row {i + 1} of {path!r} holds no {reference_extract} answer")
-            self.examples.append(Example(str(row[prompt_field]), reference, {"row": i}))
-        if len(self.examples) < 4:
-            raise ConfigError(f"task.path: {path!r} holds {len(self.examples)} examples; at least 4 are needed")
+        _check_reference_extract(reference_extract, "task")
+        make_extractor(reference_extract)
+        self.rows = locate_rows(path, split, config, revision, "task")
+        self.fields = (prompt_field, answer_field, reference_extract)
+        self.held_out = self._held_out(held_out, path, config, revision) if held_out is not None else None
         self.eval_fraction = float(eval_fraction)
+        self._examples: list[Example] | None = None
+        self._held: list[Example] | None = None
+        self._pinned: dict[str, str] = {}
+        if self.rows.available and (self.held_out is None or self.held_out[0].available):
+            self._load()
+
+    def _held_out(self, raw, path, config, revision) -> tuple[Rows, tuple]:
+        if isinstance(raw, str):
+            raw = {"path": raw}
+        if not isinstance(raw, dict):
+            raise ConfigError(f"task.held_out: expected a mapping of {', '.join(HELD_OUT_KEYS)} (or a path / hub id), got {raw!r}")
+        unknown = set(raw) - set(HELD_OUT_KEYS)
+        if unknown:
+            raise ConfigError(f"task.held_out.{sorted(unknown)[0]}: unknown key; valid: {', '.join(HELD_OUT_KEYS)}")
+        same = raw.get("path", path) == path   # another split or config of the training set inherits its revision
+        rows = locate_rows(raw.get("path", path), raw.get("split"), raw.get("config", config if same else None),
+                           raw.get("revision", revision if same else None), "task.held_out")
+        if (rows.path, rows.split, rows.config) == (self.rows.path, self.rows.split, self.rows.config):
+            raise ConfigError("task.held_out: names the training rows themselves; give another split, config or path "
+                              "(or leave held_out out: a seeded eval_fraction of the rows is held out)")
+        prompt_field, answer_field, reference_extract = (raw.get(k, v) for k, v in zip(
+            ("prompt_field", "answer_field", "reference_extract"), self.fields))
+        _check_reference_extract(reference_extract, "task.held_out")
+        make_extractor(reference_extract)
+        return rows, (prompt_field, answer_field, reference_extract)
+
+    def _load(self) -> None:
+        if self._examples is not None:
+            return
+        records, ref = read_rows(self.rows)
+        examples = to_examples(records, *self.fields, self.rows.where())
+        if len(examples) < 4:
+            raise ConfigError(f"task.path: {self.rows.where()} holds {len(examples)} examples; at least 4 are needed")
+        if ref is not None:
+            self._pinned["dataset"] = ref.pinned()
+        if self.held_out is not None:
+            rows, fields = self.held_out
+            held_records, held_ref = read_rows(rows)
+            self._held = to_examples(held_records, *fields, rows.where(), "task.held_out")
+            if not self._held:
+                raise ConfigError(f"task.held_out: {rows.where()} holds no examples")
+            held_prompts = {e.prompt for e in self._held}
+            if all(e.prompt in held_prompts for e in examples):
+                raise ConfigError(f"task.held_out: every training question of {self.rows.where()} is also held out")
+            if held_ref is not None:
+                self._pinned["held_out"] = held_ref.pinned()
+        self._examples = examples
+
+    @property
+    def loaded(self) -> bool:
+        return self._examples is not None
+
+    @property
+    def examples(self) -> list[Example]:
+        self._load()
+        return self._examples
+
+    def hub_refs(self) -> dict[str, str]:
+        """``dataset`` / ``held_out`` -> ``org/name@commit`` of the hub snapshots read."""
+        return dict(self._pinned)
 
     def splits(self, seed: int, n_train: int, n_eval: int) -> tuple[list[Example], list[Example]]:
         order = list(self.examples)
         random.Random(f"local-{seed}").shuffle(order)
+        if self._held is not None:
+            held = list(self._held)
+            random.Random(f"local-held-{seed}").shuffle(held)
+            held_prompts = {e.prompt for e in self._held}
+            return [e for e in order if e.prompt not in held_prompts][:n_train], held[:n_eval]
         k = max(1, int(len(order) * self.eval_fraction))
         held_out = order[:k][:n_eval]
         held_prompts = {e.prompt for e in order[:k]}

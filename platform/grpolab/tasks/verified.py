@@ -11,10 +11,10 @@ from __future__ import annotations
 import logging
 import random
 
-from ..errors import ConfigError
-from ..world.tasks import Example
-from .prompting import Prompting
-from .rewards import Reward, RewardFailedError, call_user
+from grpolab.errors import ConfigError
+from grpolab.tasks.prompting import Prompting
+from grpolab.tasks.rewards import Reward, RewardFailedError, call_user
+from grpolab.world.tasks import Example
 
 log = logging.getLogger(__name__)
 _CACHE_LIMIT = 8192
@@ -144,8 +144,9 @@ def log_eval_samples(recorder, task, samples: list[dict], examples: list[Example
 
 def soft_overlong(length: int, max_len: int, buffer: int | None = None, penalty: float = 1.0) -> float:
     """DAPO soft overlong punishment: 0 up to L_max - B, linear to -penalty at L_max, -penalty beyond."""
-    import torch   # lazy here and below: validating a config (a study's coordinator) needs no torch
-    from ..algorithms import soft_overlong_penalty
+    import torch  # lazy here and below: validating a config (a study's coordinator) needs no torch
+
+    from grpolab.algorithms import soft_overlong_penalty
     buffer = buffer or max(1, round(0.2 * max_len))
     return float(soft_overlong_penalty(torch.tensor([length]), max_len, buffer, penalty)[0])
 

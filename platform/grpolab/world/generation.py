@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .tasks import Example, Task
+from grpolab.world.tasks import Example, Task
 
 
 @dataclass

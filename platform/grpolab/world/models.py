@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-from ..errors import ConfigError
-from .tokenizer import build_char_tokenizer
+from grpolab.errors import ConfigError
+from grpolab.world.tokenizer import build_char_tokenizer
 
 # preset -> (hidden, layers, heads, intermediate); parameter counts with the 57-token vocab:
 # tiny ~0.1 M, small ~2 M, medium ~20 M.
@@ -41,17 +40,13 @@ def build_model(preset: str, seed: int):
     """A fresh model and the tokenizer it pairs with, initialised deterministically from seed."""
     tokenizer = build_char_tokenizer()
     config = preset_config(preset, len(tokenizer))
-    import torch   # lazy here and below: validating a config (a study's coordinator) needs no torch
+    import torch  # lazy here and below: validating a config (a study's coordinator) needs no torch
     from transformers import AutoModelForCausalLM
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model, tokenizer
-
-
-def count_parameters(model) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 def save_model(model, tokenizer, directory: Path) -> Path:

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..errors import ConfigError
+from grpolab.errors import ConfigError
 
 
 @dataclass(frozen=True)

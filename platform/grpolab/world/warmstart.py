@@ -24,10 +24,10 @@ from pathlib import Path
 import torch
 import transformers
 
-from ..errors import ConfigError
-from .generation import evaluate
-from .models import PRESETS, build_model, save_model
-from .tasks import Task
+from grpolab.errors import ConfigError
+from grpolab.world.generation import evaluate
+from grpolab.world.models import PRESETS, build_model, save_model
+from grpolab.world.tasks import Task
 
 log = logging.getLogger(__name__)
 WARMSTART_VERSION = 1  # bump when the procedure changes: it is part of the cache key

@@ -1,0 +1,2 @@
+"""What the stored rows say: the tidy frame, ablation tables as data, claims, paired verdicts and
+their statistics (inference, coverage), run histories, seeds on demand and compute-scaling fits."""

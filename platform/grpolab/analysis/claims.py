@@ -1,0 +1,203 @@
+"""Claims as data (``studies/claims/*.yaml``, one claim per file): a published statement, where it
+is written, and the pre-registered toy test of it.
+
+    name: clip_higher_entropy
+    source: "DAPO (Yu et al. 2025, arXiv:2503.14476), Section 3.1, Figure 2, p. 3"
+    statement: Without Clip-Higher the policy entropy falls faster
+    published: "entropy ~0.4 with Clip-Higher vs near 0 without, step 1000 (Fig. 2 right)"
+    study: clip_higher_entropy.yaml         # relative to studies/ (or to the claim file)
+    treatment: {rung: "eps_high 0.28"}      # a rung, optionally with its own metric
+    control: {rung: "eps_high 0.2"}         # a rung, or {value: 0.2} (a fixed reference)
+    metric: tail:entropy                    # the pre-registered window (see studies' metrics)
+    direction: increase                     # of treatment - control: increase | decrease | none
+    smallest_effect: 0.02                   # the smallest difference that matters
+    regime: rollout reuse so the upper clip can bind
+    requires: [rollout_reuse]               # checked before anything runs
+    mechanism: {metric: tail:clip/high_fraction, at_least: 0.001}   # floor fixed in advance; rows: control (default) | treatment
+    report: [tail:clip/high_fraction]       # shown beside the verdict (paired means)
+    kind: reproduction                      # or construction_check: holds by how the toy is built
+    statistic_note: ""                      # where the toy's statistic differs from the paper's
+    deviations: []                          # {date, change, after_seeing}: changes made after seeing results
+
+Besides the studies' metrics a claim may use two windows for within-run contrasts:
+``head:<train key>`` (mean over the first quarter of the curve) and ``start:<eval key>`` (the
+held-out value before any RL step).
+
+The verdict itself is ``grpolab.analysis.verdicts.paired_verdict`` on the per-seed differences; the
+fields that decide it (``PREREGISTERED``) are hashed at its first verdict (``preregistration``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from grpolab.analysis.verdicts import DIRECTIONS
+from grpolab.errors import ConfigError
+from grpolab.studies.definition import Mechanism, StudyConfig, check_metric, load_study, parse_mechanism
+from grpolab.studies.registration import parse_deviations
+
+CLAIMS_DIR = Path(__file__).resolve().parents[3] / "studies" / "claims"
+LOCAL_AGGS = ("head", "start")
+REQUIREMENTS = ("rollout_reuse", "free_length", "warm_start_band", "length_cap", "cold_start")
+FREE_LENGTH_TASKS = ("addition_scratchpad",)
+_KEYS = {"name", "source", "statement", "published", "study", "treatment", "control", "metric", "direction",
+         "smallest_effect", "regime", "requires", "mechanism", "report", "kind", "statistic_note", "deviations"}
+KINDS = ("reproduction", "construction_check")
+# what decides a verdict: hashed at the first verdict, a later change is flagged (preregistration.py)
+PREREGISTERED = ("study", "treatment", "control", "metric", "direction", "smallest_effect", "mechanism")
+
+
+@dataclass(frozen=True)
+class Side:
+    rung: str | None
+    metric: str | None
+    value: float | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    name: str
+    source: str
+    statement: str
+    published: str
+    study_path: str
+    treatment: Side
+    control: Side
+    metric: str
+    direction: str
+    smallest_effect: float
+    regime: str
+    requires: tuple
+    mechanism: Mechanism | None
+    report: tuple
+    path: str
+    kind: str = "reproduction"
+    statistic_note: str = ""
+    deviations: tuple = ()
+    registered_fields: dict = None     # the PREREGISTERED fields as written in the file
+
+    def metric_of(self, side: Side) -> str:
+        return side.metric or self.metric
+
+
+def check_claim_metric(metric: str, where: str) -> None:
+    agg, _, key = metric.partition(":")
+    if agg in LOCAL_AGGS:
+        if not key or (agg == "start" and not key.startswith("eval/")):
+            raise ConfigError(f"{where}: {metric!r}; head:<train key> or start:<held-out key>, e.g. start:eval/pass_at_1")
+        return
+    try:
+        check_metric(metric)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _side(raw, where: str, study: StudyConfig) -> Side:
+    if not isinstance(raw, dict) or not (set(raw) <= {"rung", "metric", "value"}) or ("rung" in raw) == ("value" in raw):
+        raise ConfigError(f"{where}: expected {{rung: NAME[, metric: M]}} or {{value: NUMBER}}, got {raw!r}")
+    if "value" in raw:
+        if not isinstance(raw["value"], (int, float)):
+            raise ConfigError(f"{where}.value: expected a number, got {raw['value']!r}")
+        return Side(None, None, float(raw["value"]))
+    names = [r.name for r in study.rungs]
+    if raw["rung"] not in names:
+        raise ConfigError(f"{where}.rung: {raw['rung']!r} is not a rung of {study.name}; valid: {', '.join(names)}")
+    if raw.get("metric") is not None:
+        check_claim_metric(raw["metric"], f"{where}.metric")
+    return Side(raw["rung"], raw.get("metric"))
+
+
+def resolve_study_path(claim_file: Path, study: str) -> Path:
+    for base in (claim_file.parent.parent, CLAIMS_DIR.parent, claim_file.parent):
+        if (base / study).exists() and (base / study).resolve() != claim_file.resolve():
+            return base / study
+    raise ConfigError(f"study: {study!r} not found next to {claim_file} or in studies/")
+
+
+def load_claim(path: str | Path) -> Claim:
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"claim file {str(path)!r} does not exist")
+    data = yaml.safe_load(path.read_text()) or {}
+    unknown = set(data) - _KEYS
+    if unknown:
+        raise ConfigError(f"{path.name}: {sorted(unknown)[0]}: unknown key; valid: {', '.join(sorted(_KEYS))}")
+    for key in ("source", "statement", "study", "treatment", "control", "metric", "direction", "smallest_effect"):
+        if key not in data:
+            raise ConfigError(f"{path.name}: {key}: required")
+    study = load_study(resolve_study_path(path, data["study"]))
+    if study.kind != "ladder":
+        raise ConfigError(f"{path.name}: study: {study.name} is a search; claims compare rungs of a ladder")
+    check_claim_metric(data["metric"], f"{path.name}: metric")
+    if data["direction"] not in DIRECTIONS:
+        raise ConfigError(f"{path.name}: direction: {data['direction']!r}; valid: {', '.join(DIRECTIONS)}")
+    delta = data["smallest_effect"]
+    if not isinstance(delta, (int, float)) or not delta > 0:
+        raise ConfigError(f"{path.name}: smallest_effect: expected a positive number, got {delta!r}")
+    requires = tuple(data.get("requires") or ())
+    bad = [r for r in requires if r not in REQUIREMENTS]
+    if bad:
+        raise ConfigError(f"{path.name}: requires: unknown {bad[0]!r}; valid: {', '.join(REQUIREMENTS)}")
+    mechanism = parse_mechanism(data.get("mechanism"), f"{path.name}: mechanism", ("control", "treatment"),
+                                lambda m: check_claim_metric(m, "metric"))
+    if data.get("kind", "reproduction") not in KINDS:
+        raise ConfigError(f"{path.name}: kind: {data['kind']!r}; valid: {', '.join(KINDS)}")
+    if not isinstance(data.get("statistic_note", ""), str):
+        raise ConfigError(f"{path.name}: statistic_note: expected text")
+    for i, m in enumerate(data.get("report") or ()):
+        check_claim_metric(m, f"{path.name}: report[{i}]")
+    treatment = _side(data["treatment"], f"{path.name}: treatment", study)
+    if treatment.rung is None:
+        raise ConfigError(f"{path.name}: treatment: must name a rung (only the control may be a fixed value)")
+    claim = Claim(data.get("name") or path.stem, str(data["source"]), str(data["statement"]), str(data.get("published", "")),
+                  str(resolve_study_path(path, data["study"])), treatment, _side(data["control"], f"{path.name}: control", study),
+                  data["metric"], data["direction"], float(delta), str(data.get("regime", "")), requires, mechanism,
+                  tuple(data.get("report") or ()), str(path), data.get("kind", "reproduction"),
+                  data.get("statistic_note", "").strip(), parse_deviations(data.get("deviations"), path.name),
+                  {k: data.get(k) for k in PREREGISTERED})
+    if mechanism is not None and mechanism.rows == "control" and claim.control.rung is None:
+        raise ConfigError(f"{path.name}: mechanism.rows: control is a fixed value here; use rows: treatment")
+    check_requirements(claim, study)
+    return claim
+
+
+def check_requirements(claim: Claim, study: StudyConfig) -> None:
+    """A claim is refused before anything runs when its study cannot let the mechanism act."""
+    names = [r.name for r in study.rungs]
+    for side in (claim.treatment, claim.control):
+        if side.rung is None:
+            continue
+        exp = study.rung_experiment(names.index(side.rung), study.seeds[0])
+        train, task, ws = exp.get("train", {}), exp.get("task", {}), exp.get("warm_start", {}) or {}
+        failures = {
+            "rollout_reuse": train.get("minibatches", 1) * train.get("num_iterations", 1) <= 1,
+            "free_length": task.get("name") not in FREE_LENGTH_TASKS,
+            "warm_start_band": ws.get("enabled", True) is False or not (0 < (ws.get("band") or [0.2, 0.6])[0]
+                                                                         and (ws.get("band") or [0.2, 0.6])[1] < 1),
+            "length_cap": not train.get("max_completion_length"),
+            "cold_start": ws.get("enabled", True) is not False,
+        }
+        for req in claim.requires:
+            if failures[req]:
+                raise ConfigError(f"{Path(claim.path).name}: requires {req}, but rung {side.rung!r} of {study.name} "
+                                  f"does not have it (see the claim's regime: {claim.regime or 'not stated'})")
+
+
+def claim_files(names: list[str] | None) -> list[Path]:
+    """All shipped claims, or the named ones (a claim name or a path to a claim file)."""
+    if not names:
+        files = sorted(CLAIMS_DIR.glob("*.yaml"))
+        if not files:
+            raise ConfigError(f"no claim files in {CLAIMS_DIR}")
+        return files
+    out = []
+    for name in names:
+        path = Path(name) if name.endswith((".yaml", ".yml")) else CLAIMS_DIR / f"{name}.yaml"
+        if not path.exists():
+            valid = ", ".join(p.stem for p in sorted(CLAIMS_DIR.glob("*.yaml")))
+            raise ConfigError(f"claim {name!r}: no such claim file; shipped claims: {valid}")
+        out.append(path)
+    return out

@@ -1,0 +1,98 @@
+"""Each rung of a ladder judged against the previous one, paired by seed: the one function behind
+the ladder table's verdict column and the dashboard's rung panels, so they cannot disagree.
+
+Per rung i >= 1 and objective k: the direction is the published one when both rungs carry
+different published values and k is the study's first objective (the published values are in its
+unit), otherwise objective k's own direction; the smallest effect is objective k's own (none set:
+no verdict). Then the same checks as claims: censoring (``verdicts.with_censoring``), the
+rung's ``mechanism`` (a floor fixed in advance, measured on this or the previous rung's rows),
+and the ladder's judged rungs as one family (``verdicts.with_family``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from grpolab.analysis.histories import censored_value, mean_window, run_history, train_keys
+from grpolab.analysis.verdicts import Verdict, paired_verdict, with_censoring, with_family, with_mechanism
+from grpolab.studies.definition import StudyConfig
+
+
+@dataclass(frozen=True)
+class RungVerdict:
+    rung: int
+    direction: str           # increase | decrease (of this rung minus the previous)
+    verdict: Verdict | None  # None: the objective has no smallest effect, nothing is judged
+    mechanism_value: float | None = None
+
+
+def rung_direction(cfg: StudyConfig, rung: int, objective: int) -> str:
+    now, prev = cfg.rungs[rung], cfg.rungs[rung - 1]
+    if objective == 0 and now.published is not None and prev.published is not None and now.published != prev.published:
+        return "increase" if now.published > prev.published else "decrease"
+    return "increase" if cfg.objectives[objective].direction == "maximize" else "decrease"
+
+
+class _Histories:
+    """MLflow histories of ladder rows, read once each and only when a check needs them."""
+
+    def __init__(self, state: Path | None, keys: set[str]):
+        self.state, self.keys, self.cache, self.client = state, keys, {}, None
+
+    def __call__(self, run_id: str):
+        if run_id not in self.cache:
+            if self.client is None:
+                from mlflow.tracking import MlflowClient
+
+                from grpolab.tracking.recorder import tracking_uri
+                self.client = MlflowClient(tracking_uri(self.state))
+            self.cache[run_id] = run_history(self.client, run_id, self.keys)
+        return self.cache[run_id]
+
+
+def censored_rows(rows: pd.DataFrame, metric: str, histories) -> pd.DataFrame:
+    """The rows with threshold metrics never reached counted at their budget (``censored`` True):
+    the one censoring policy of claims and tables."""
+    rows = rows.copy()
+    rows["censored"] = False
+    for i, row in rows[(rows.state == "COMPLETE") & (rows.value == math.inf)].iterrows():
+        rows.at[i, "value"], rows.at[i, "censored"] = censored_value(metric, math.inf, histories(row.run_id))
+    return rows
+
+
+def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state: Path | None = None,
+                  level: float = 0.95, looks: int = 1) -> tuple[pd.DataFrame, list[RungVerdict]]:
+    """(rows with censored values at their budget, one RungVerdict per rung >= 1); ``level`` and
+    ``looks``: a sequential plan's (``studies.verdict_plan``)."""
+    obj = cfg.objectives[objective]
+    histories = _Histories(state, train_keys([r.mechanism.metric for r in cfg.rungs if r.mechanism]))
+    rows = censored_rows(rows, obj.metric, histories)
+    done = rows[rows.state == "COMPLETE"]
+    out = []
+    for i in range(1, len(cfg.rungs)):
+        direction = rung_direction(cfg, i, objective)
+        if obj.smallest_effect is None:
+            out.append(RungVerdict(i, direction, None))
+            continue
+        mine, before = (done[done.rung == r].set_index("seed") for r in (i, i - 1))
+        common = sorted(set(mine.index) & set(before.index))
+        diffs = {int(s): float(mine.value[s] - before.value[s]) for s in common}
+        v = paired_verdict(diffs, direction, obj.smallest_effect, level, looks)
+        v = with_censoring(v, int(mine.censored[common].sum()), int(before.censored[common].sum()), obj.metric)
+        value = None
+        mech = cfg.rungs[i].mechanism
+        if mech is not None:
+            on = i if mech.rows == "this" else i - 1
+            value = mean_window(mech.metric, [histories(r) for r in done[done.rung == on].run_id])
+            v = with_mechanism(v, mech.metric, value, mech.at_least, f"{cfg.rungs[on].name!r} rows")
+        out.append(RungVerdict(i, direction, v, value))
+    judged = [r for r in out if r.verdict is not None]
+    for r, v in zip(judged, with_family([r.verdict for r in judged])):
+        out[out.index(r)] = RungVerdict(r.rung, r.direction, v, r.mechanism_value)
+    return rows, out
+
+

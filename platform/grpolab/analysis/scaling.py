@@ -1,0 +1,126 @@
+"""Compute-scaling fits (as in the ScaleRL work): a saturating curve per method,
+
+    R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B),       C > 0,
+
+where R is the held-out metric after compute C (optimizer steps or generated tokens), R0 the
+value before any compute (the warm start), A the asymptote, C_mid the compute at which half of
+the gain A - R0 is reached (efficiency: smaller is faster) and B the steepness. Fitted with
+scipy's curve_fit per seed; the parameter intervals come from the spread of the per-seed fits
+(mean and 95 % t-interval over seeds), not from one fit's covariance, so seed-to-seed variation
+is what the interval states.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+from scipy.optimize import curve_fit
+
+from grpolab.analysis.claim_runs import run_history
+
+PARAMS = ("R0", "A", "C_mid", "B")
+
+
+def saturating(compute, r0, asymptote, c_mid, steepness):
+    """R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)."""
+    compute = np.asarray(compute, dtype=float)
+    return r0 + (asymptote - r0) / (1.0 + (c_mid / compute) ** steepness)
+
+
+def fit_curve(compute, values, r0: float | None = None) -> dict | None:
+    """Least-squares fit of one curve; ``r0`` pins R0 (e.g. the measured step-0 value).
+    Returns {R0, A, C_mid, B} or None when the fit does not converge or has too few points."""
+    c, r = np.asarray(compute, float), np.asarray(values, float)
+    keep = (c > 0) & np.isfinite(r)
+    c, r = c[keep], r[keep]
+    free = 3 if r0 is not None else 4
+    if len(c) < free + 1:
+        return None
+    span_r = max(float(np.ptp(r)), 1e-3)
+    a0, mid0 = float(r.max()), float(np.median(c))
+    lower = [-np.inf, -np.inf, float(c.min()) / 100, 0.1]
+    upper = [np.inf, np.inf, float(c.max()) * 100, 10.0]
+    guess = [float(r.min()) - 0.1 * span_r, a0, mid0, 1.5]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if r0 is None:
+                p, _ = curve_fit(saturating, c, r, p0=guess, bounds=(lower, upper), maxfev=20000)
+                return dict(zip(PARAMS, map(float, p)))
+            p, _ = curve_fit(lambda x, a, m, b: saturating(x, r0, a, m, b), c, r, p0=guess[1:],
+                             bounds=(lower[1:], upper[1:]), maxfev=20000)
+            return dict(zip(PARAMS, [float(r0), *map(float, p)]))
+    except (RuntimeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class SeedFit:
+    params: dict          # name -> (mean over seeds, 95 % t half-width; NaN with < 2 fits)
+    fitted: int           # seeds whose fit converged
+    seeds: int
+
+
+def fit_seeds(curves: dict, pin_r0: bool = True, level: float = 0.95) -> SeedFit:
+    """curves: seed -> (compute array, value array), compute 0 holding R0. One fit per seed;
+    each parameter's mean and t-interval over the seeds that converged."""
+    fits = []
+    for compute, values in curves.values():
+        c, r = np.asarray(compute, float), np.asarray(values, float)
+        r0 = float(r[c == 0][0]) if pin_r0 and (c == 0).any() else None
+        fit = fit_curve(c, r, r0)
+        if fit is not None:
+            fits.append(fit)
+    params = {}
+    for name in PARAMS:
+        xs = np.array([f[name] for f in fits])
+        if len(xs) == 0:
+            params[name] = (math.nan, math.nan)
+        elif len(xs) == 1:
+            params[name] = (float(xs[0]), math.nan)
+        else:
+            half = stats.t.ppf(0.5 + level / 2, len(xs) - 1) * xs.std(ddof=1) / math.sqrt(len(xs))
+            params[name] = (float(xs.mean()), float(half))
+    return SeedFit(params, len(fits), len(curves))
+
+
+def scaling_frame(state, study_path: str, storage_url: str | None, metric: str = "eval/pass_at_1"):
+    """Per rung of a ladder: the saturating fit of ``metric`` against generated tokens
+    (tokens/cumulative at each eval step; the step-0 eval is R0), one fit per seed. None when
+    the runs have too few eval points for a fit (fewer than 4 after step 0)."""
+    import pandas as pd
+    from mlflow.tracking import MlflowClient
+
+    from grpolab.analysis.ablation import ladder_rows, load_results
+    from grpolab.tracking.recorder import tracking_uri
+    cfg, study = load_results(study_path, state, storage_url)
+    if cfg.kind != "ladder":
+        return None
+    rows = ladder_rows(study, cfg)
+    client, out = MlflowClient(tracking_uri(state)), []
+    for i, rung in enumerate(cfg.rungs):
+        curves = {}
+        for row in rows[(rows.rung == i) & (rows.state == "COMPLETE")].itertuples():
+            h = run_history(client, row.run_id, set())
+            tokens = h.train_curves.get("tokens/cumulative", [])
+
+            def tokens_at(step: int) -> float:   # generated up to and including this optimizer step
+                seen = [v for s, v in tokens if s <= step]
+                return seen[-1] if seen else math.nan
+            steps = sorted(s for s in h.evals if s == 0 or math.isfinite(tokens_at(s)))
+            if len(steps) < 5:
+                return None
+            curves[row.seed] = ([0.0 if s == 0 else tokens_at(s) for s in steps], [h.evals[s][metric] for s in steps])
+        fit = fit_seeds(curves)
+        entry = {"rung": rung.name, "fitted/seeds": f"{fit.fitted}/{fit.seeds}"}
+        for name in ("A", "C_mid", "B"):
+            mean, half = fit.params[name]
+            entry[name], entry[f"{name} ci95"] = mean, half
+        out.append(entry)
+    return pd.DataFrame(out)
+
+

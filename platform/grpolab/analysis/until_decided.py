@@ -1,0 +1,54 @@
+"""Seeds on demand for a ladder: add paired seeds in batches until every judged rung is decided,
+each look judged at the level of a fixed plan (Bonferroni over the planned looks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from grpolab.analysis import inference
+from grpolab.analysis.ablation import ladder_rows, load_results
+from grpolab.analysis.ladder_verdicts import rung_verdicts
+from grpolab.analysis.verdicts import DECIDED, NO_MECHANISM
+from grpolab.errors import ConfigError
+from grpolab.studies.definition import load_study
+from grpolab.tracking.stores import init_tracking_store
+
+
+def run_until_decided(path: str, state: Path, storage_url: str | None, workers: int, max_seeds: int, batch: int,
+                      echo=print, retry_failed: bool = False, accept_changed: bool = False, publish=None) -> int:
+    """``grpolab study LADDER --until-decided --max-seeds N``: run the ladder, then add ``batch``
+    paired seeds at a time until every judged rung is decided (or its mechanism did not act) or N
+    seeds ran; each of the K planned looks is judged at level 1 - 0.05/K (``inference``), which the
+    study keeps, so its table and dashboard state the same level. Returns run_study's exit code."""
+    from grpolab.studies.coordinator import run_study
+    from grpolab.studies.storage import add_seeds, default_storage, record_sequential
+    cfg = load_study(path)
+    if cfg.kind != "ladder":  # noqa: SIM102
+        raise ConfigError(f"--until-decided: {cfg.name} is a search; only ladders have rung verdicts")
+    if cfg.objectives[0].smallest_effect is None:
+        raise ConfigError(f"--until-decided: {cfg.name} has no smallest_effect for {cfg.objectives[0].metric}: "
+                          "nothing can be decided")
+    if max_seeds < len(cfg.seeds) or batch < 1:
+        raise ConfigError(f"--until-decided needs --max-seeds N >= the study's seeds ({len(cfg.seeds)}) and --batch >= 1")
+    looks = inference.planned_looks(len(cfg.seeds), batch, max_seeds)
+    level = inference.sequential_level(0.95, len(looks))
+    storage = storage_url or default_storage(state)
+    Path(state).mkdir(parents=True, exist_ok=True)
+    init_tracking_store(state)
+    record_sequential(cfg, storage, looks, level)
+    code = 0
+    for j, n in enumerate(looks, 1):
+        add_seeds(cfg, storage, n)
+        code = run_study(path, state, storage_url, workers, retry_failed, echo=echo, accept_changed=accept_changed,
+                         publish=publish)
+        if code:
+            return code
+        cfg_now, study = load_results(path, state, storage_url)
+        rows = ladder_rows(study, cfg_now)
+        rows = rows[rows.seed.isin(cfg_now.seeds[:n])]          # look j judges its first n_j seeds
+        verdicts = [r.verdict for r in rung_verdicts(rows, cfg_now, 0, state, level, len(looks))[1]]
+        echo(f"look {j}/{len(looks)} at {n} seeds (per-look level {100 * level:.4g} %): "
+             + ", ".join(v.verdict for v in verdicts if v is not None))
+        if all(v is None or v.verdict in (*DECIDED, NO_MECHANISM) for v in verdicts):
+            break
+    return code

@@ -1,0 +1,237 @@
+"""Checkpoints and resume: one folder per MLflow run, kept complete, continued in place.
+
+Layout: ``<state>/runs/<mlflow_run_id>/`` belongs to one run and is never shared::
+
+    config.json               the resolved configuration the run started with
+    checkpoint-<step>/        transformers Trainer's checkpoint (model, optimizer, scheduler,
+                              RNG states, trainer_state.json with global_step) plus
+      grpolab_state.pt        grpolab's own trainer state (cumulative tokens, adaptive entropy
+                              coefficient, value tracker, critic, dynamic-sampling RNG)
+      grpolab_complete.json   written last: a checkpoint without it (killed mid-save) is ignored
+    final/                    the final model (adapter only for LoRA runs), path tagged on the run
+
+Saving uses transformers' own checkpointing (``save_steps``); grpolab adds its state, the
+completion marker and the rotation (keep the last ``train.keep_checkpoints`` complete ones).
+The data position is restored by the Trainer, which skips the micro-batches already consumed
+(``global_step * grad_accum`` of the seeded RepeatSampler stream). A checkpoint is only taken at
+a rollout boundary (``train.save_every`` is a multiple of ``minibatches * num_iterations``), so
+no buffered, half-used rollout is lost.
+
+Metric points: a run killed after its last checkpoint may already have stored points for
+later steps. MLflow cannot delete single points, so the resumed process does not write a
+(key, step) point that is already stored ("first write wins"); it re-computes those steps from
+the checkpoint and, training being deterministic on a fixed machine, the values coincide.
+The number of points it skipped is tagged ``grpolab.resume.skipped_points``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+
+from grpolab.errors import ConfigError
+from grpolab.experiment.config import rollout_steps
+from grpolab.tracking.recorder import stored_points
+
+COMPLETE = "grpolab_complete.json"
+EXTRA_STATE = "grpolab_state{rank}.pt"      # one per process (the dynamic-sampling RNG is rank-seeded)
+CONFIG = "config.json"
+AUTO_SAVE_EVERY = 50           # train.save_every = -1: about this many steps, rounded up to a whole rollout
+
+
+def run_dir(state: Path, run_id: str) -> Path:
+    return Path(state) / "runs" / run_id
+
+
+def shared_run_folder(run_id: str | None) -> str:
+    """The run folder's name, the same on every process: rank 0's MLflow run id (broadcast when
+    several processes run), or a fresh name for an untracked run."""
+    name = run_id or f"untracked-{uuid.uuid4().hex[:12]}"
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        from accelerate import PartialState
+        from accelerate.utils import broadcast_object_list
+        # joins the process group the launcher describes; on CPU accelerate sees it (gloo) only with
+        # cpu=True, else its broadcast is a silent no-op and each rank saves into its own folder
+        PartialState(cpu=not torch.cuda.is_available())
+        name = broadcast_object_list([name], from_process=0)[0]
+    return name
+
+
+def save_interval(train) -> int:
+    """Optimizer steps between checkpoints (0: only at the end)."""
+    if train.save_every >= 0:
+        return train.save_every
+    per = rollout_steps(train)
+    return -(-AUTO_SAVE_EVERY // per) * per
+
+
+def complete_checkpoints(folder: Path) -> list[tuple[int, Path]]:
+    """(step, path) of every complete checkpoint in a run folder, oldest first."""
+    found = []
+    for path in Path(folder).glob("checkpoint-*"):
+        if (path / COMPLETE).exists():
+            found.append((json.loads((path / COMPLETE).read_text())["step"], path))
+    return sorted(found)
+
+
+def find_resumable(state: Path, run_id: str) -> Path | None:
+    """The newest complete checkpoint of a run, or None."""
+    found = complete_checkpoints(run_dir(state, run_id))
+    return found[-1][1] if found else None
+
+
+# -- grpolab's own trainer state --------------------------------------------------------------
+# Attributes of GrpoLabTrainer that change during training and decide later steps.
+_PLAIN = ("cumulative_tokens", "entropy_coef_now", "_critic_micro_steps", "tracker")
+
+
+def _extra_name(trainer) -> str:
+    rank = trainer.accelerator.process_index
+    return EXTRA_STATE.format(rank=f"_{rank}" if trainer.accelerator.num_processes > 1 else "")
+
+
+def save_extra_state(trainer, folder: Path) -> None:
+    extra = {name: getattr(trainer, name) for name in _PLAIN if hasattr(trainer, name)}
+    rng = getattr(trainer, "_sampling_rng", None)
+    extra["_sampling_rng"] = rng.get_state() if rng is not None else None
+    if getattr(trainer, "critic", None) is not None:
+        extra["critic"] = trainer.critic.state_dict()
+        extra["critic_opt"] = trainer.critic_opt.state_dict()
+    torch.save(extra, Path(folder) / _extra_name(trainer))
+
+
+def load_extra_state(trainer, folder: Path) -> None:
+    extra = torch.load(Path(folder) / _extra_name(trainer), weights_only=False)  # our own file: holds a ValueTracker
+    for name in _PLAIN:
+        if name in extra:
+            setattr(trainer, name, extra[name])
+    if extra.get("_sampling_rng") is not None:
+        trainer._sampling_rng = torch.Generator()
+        trainer._sampling_rng.set_state(extra["_sampling_rng"])
+    if "critic" in extra:
+        trainer.critic.load_state_dict(extra["critic"])
+        trainer.critic_opt.load_state_dict(extra["critic_opt"])
+
+
+class CheckpointCallback(TrainerCallback):
+    """After the Trainer has written checkpoint-<step>: add grpolab's state, store every metric
+    point up to this step (a resumed run never re-logs them), mark it complete, and delete
+    complete checkpoints beyond the newest ``keep``."""
+
+    def __init__(self, keep: int, recorder=None):
+        self.keep, self.recorder = keep, recorder
+        self.trainer = None
+
+    def on_save(self, args, state, control, **kwargs):
+        folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        save_extra_state(self.trainer, folder)
+        self.trainer.accelerator.wait_for_everyone()   # every process's state is on disk before the marker
+        if not state.is_world_process_zero:
+            return
+        if self.recorder is not None:
+            self.recorder.flush(wait=True)
+        tmp = folder / (COMPLETE + ".tmp")
+        tmp.write_text(json.dumps({"step": state.global_step}))
+        os.replace(tmp, folder / COMPLETE)   # atomic: a kill leaves the checkpoint either complete or ignored
+        for _, old in complete_checkpoints(Path(args.output_dir))[:-self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+# -- resume checks -----------------------------------------------------------------------------
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+def config_change(stored: dict, current: dict) -> str | None:
+    """The first key whose value differs between two resolved configurations, described."""
+    a, b = _flat(stored), _flat(json.loads(json.dumps(current, default=str)))
+    for key in sorted(set(a) | set(b)):
+        if a.get(key, "<absent>") != b.get(key, "<absent>"):
+            return f"{key} was {a.get(key, '<absent>')!r}, now {b.get(key, '<absent>')!r}"
+    return None
+
+
+def write_config(folder: Path, resolved: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / CONFIG).write_text(json.dumps(resolved, indent=1, default=str))
+
+
+def check_resume(state: Path, run_id: str, resolved: dict) -> Path:
+    """The checkpoint to continue ``run_id`` from; ConfigError (exit 2) when there is none or
+    the configuration changed since the run started."""
+    folder = run_dir(state, run_id)
+    ckpt = find_resumable(state, run_id)
+    if ckpt is None:
+        raise ConfigError(f"--resume: run {run_id} has no complete checkpoint under {folder} "
+                          "(train.save_every = 0 saves only at the end); start a new run instead")
+    change = config_change(json.loads((folder / CONFIG).read_text()), resolved)
+    if change is not None:
+        raise ConfigError(f"--resume: the configuration changed since run {run_id} started ({change}); "
+                          "resume needs the same configuration, or start a new run")
+    return ckpt
+
+
+def resume_target(client, experiment: str, run_name: str, state: Path, run_id: str | None = None) -> str:
+    """``run_id`` if it is an unfinished run, else the newest unfinished MLflow run of this name
+    that has a complete checkpoint."""
+    if run_id is not None:
+        try:
+            status = client.get_run(run_id).info.status
+        except Exception:  # noqa: BLE001 - MLflow raises its own exception types for unknown ids
+            raise ConfigError(f"--resume-run: no MLflow run with id {run_id!r}") from None
+        if status == "FINISHED":
+            raise ConfigError(f"--resume-run: run {run_id} already FINISHED; nothing to resume")
+        return run_id
+    exp = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([exp.experiment_id], f"attributes.run_name = '{run_name}'",
+                              order_by=["attributes.start_time DESC"]) if exp else []
+    for run in runs:
+        if run.info.status != "FINISHED" and find_resumable(state, run.info.run_id) is not None:
+            return run.info.run_id
+    raise ConfigError(f"--resume: no unfinished run named {run_name!r} in experiment {experiment!r} has a "
+                      f"complete checkpoint under {Path(state) / 'runs'}; run without --resume to start one")
+
+
+def _raw_name(key: str) -> str:
+    return key.replace("_at_", "@")   # undoes tracking.clean_metric_name for grpolab's own keys (pass@k)
+
+
+def resume_history(recorder, upto_step: int) -> tuple[dict, dict]:
+    """(evals {step: metrics}, curves {key: [(step, value)]}) stored up to the checkpoint step,
+    so that a resumed run's result (study objectives: final, auc, tail) covers the whole run."""
+    evals: dict[int, dict] = {}
+    curves: dict[str, list[tuple[int, float]]] = {}
+    for key, points in stored_points(recorder.client, recorder.run_id).items():
+        for step, value in points:
+            if step > upto_step:
+                continue
+            if key.startswith("eval/"):
+                evals.setdefault(step, {})[_raw_name(key)] = value
+            else:
+                curves.setdefault(_raw_name(key), []).append((step, value))
+    return evals, curves
+
+
+def checkpoint_step(ckpt: Path) -> int:
+    return json.loads((Path(ckpt) / COMPLETE).read_text())["step"]
+
+
+def save_final(trainer, folder: Path) -> Path:
+    """The final model (the adapter alone for a LoRA run) beside the run's checkpoints."""
+    target = Path(folder) / "final"
+    trainer.save_model(str(target))
+    if trainer.accelerator.is_main_process:
+        trainer.processing_class.save_pretrained(str(target))
+    return target

@@ -1,0 +1,344 @@
+"""Experiment files -> one validated RunConfig. Everything is checked here, before any model
+is loaded or any MLflow run exists; errors name the key and what is valid.
+
+YAML layout (experiments/*.yaml)::
+
+    name: smoke
+    seed: 0
+    method: grpo                       # a registered method, or a mapping:
+    # method: {base: grpo, eps_high: 0.28}          registered method + axis overrides
+    # method: {name: mine, advantage: group_mean, aggregation: token_mean}   a new method
+    task: {name: addition, digits: 2}
+    model: {preset: tiny}              # or {path: /local/hf/model/dir}
+    warm_start: {band: [0.2, 0.6]}
+    train: {steps: 200, group_size: 8, prompts_per_rollout: 8}
+    eval: {every: 50, prompts: 64, k: 4}
+    tracking: {experiment: grpolab}
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from grpolab.envs.task import check_episode_config
+from grpolab.errors import ConfigError, did_you_mean, unmet_here
+from grpolab.experiment.engines import GenerationCfg, check_engines
+from grpolab.experiment.pretrained import PRETRAINED, check_model_path, preset_file
+from grpolab.method.registry import METHODS, get_method
+from grpolab.method.requirements import inert_notes
+from grpolab.method.spec import MethodSpec, build_spec
+from grpolab.tasks import TASK_NAMES as TASKS
+from grpolab.tasks import make_task, spec_with_task_weights
+from grpolab.world.models import PRESETS
+from grpolab.yaml_input import read_yaml_mapping
+
+
+@dataclass(frozen=True)
+class ModelCfg:
+    preset: str | None = "tiny"        # a built-in size preset (tiny ~0.1M, small ~2M, medium ~20M)
+    path: str | None = None            # or a local Hugging Face model directory or .gguf file, or a hub id
+                                       # org/name from the Hugging Face cache (hub.py); no warm start
+    revision: str | None = None        # hub id only: branch, tag or commit (default main)
+    lora: dict | None = None           # {r, alpha, target_modules, dropout}: train a peft LoRA adapter only
+
+
+@dataclass(frozen=True)
+class WarmStartCfg:
+    enabled: bool = True               # SFT to the edge of competence before RL (presets only)
+    band: tuple = (0.2, 0.6)           # target held-out pass@1 interval
+    learning_rate: float = 3e-3
+    max_steps: int = 4000
+    check_every: int = 50
+    seed: int = -1                     # warm-start seed; -1 = the run seed (set it to share one warm start)
+
+
+@dataclass(frozen=True)
+class TrainCfg:
+    steps: int = 200                   # optimizer steps
+    group_size: int = 8                # G completions per prompt
+    prompts_per_rollout: int = 8       # prompts per generation batch
+    minibatches: int = 1               # optimizer steps per pass over one rollout (> 1 reuses rollouts)
+    num_iterations: int = 1            # passes over each rollout (mu; > 1 reuses rollouts)
+    grad_accum: int = 1                # micro-batches per optimizer step
+    learning_rate: float = 2e-4
+    temperature: float = 1.0
+    max_completion_length: int = 0     # 0: the task's own limit
+    max_grad_norm: float = 1.0
+    n_train_prompts: int = 4000
+    save_every: int = -1               # steps between checkpoints (a multiple of minibatches x num_iterations);
+                                       # -1: auto (~50, whole rollouts), 0: at the end only (checkpoints.py)
+    keep_checkpoints: int = 2          # newest complete checkpoints kept per run
+    dtype: str = "fp32"                # fp32 | bf16 | fp16 mixed precision (fp32 master weights; engines.py)
+    gradient_checkpointing: bool = False
+    cast_lm_head_to_fp32: bool = False # TRL's ScaleRL option: lm head and log-probs in fp32 under bf16/fp16
+    max_empty_updates: int = 20        # update batches in a row without a policy gradient before the run fails (a cold start on a hard task may have a few)
+                                       # (all rows masked, or every advantage 0); 0: never fail (warned once)
+
+
+@dataclass(frozen=True)
+class EvalCfg:
+    every: int = 50                    # optimizer steps between held-out evaluations (0: start and end only)
+    prompts: int = 64
+    k: int = 4                         # samples per prompt for pass@k
+    max_completion_length: int = 0     # 0: the run's training cap (train.max_completion_length or the task's);
+                                       # resolved at load time, so the logged param is the cap used
+
+
+@dataclass(frozen=True)
+class TrackingCfg:
+    enabled: bool = True
+    experiment: str = "grpolab"        # MLflow experiment name
+    flush_every: int = 20              # optimizer steps between batched MLflow writes
+    samples: int = 16                  # completions kept per logged rollout in the samples artifact
+    system_metrics: bool = False       # MLflow system metrics (system/*: machine CPU, memory, disk, GPU); needs psutil
+    figures: bool = False              # curves.png on the run (MLflow log_figure; ~1-5 s of matplotlib per run)
+
+
+def check_tracking_settings(tracking) -> None:
+    """The optional tracking extras need packages grpolab does not require: say so before a run
+    starts rather than fail (or silently record nothing) at its end."""
+    import importlib.util
+    for key, package in (("system_metrics", "psutil"), ("figures", "matplotlib")):
+        if getattr(tracking, key) and importlib.util.find_spec(package) is None:
+            unmet_here(f"tracking.{key}: true needs the {package} package, which is not installed "
+                       f"(pip install {package}), or set tracking.{key}: false")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    name: str
+    method_name: str
+    method_overrides: dict
+    spec: MethodSpec
+    task: dict
+    model: ModelCfg
+    warm_start: WarmStartCfg
+    train: TrainCfg
+    eval: EvalCfg
+    tracking: TrackingCfg
+    generation: GenerationCfg = GenerationCfg()
+    seed: int = 0
+    warnings: tuple = field(default=())
+
+    def resolved(self) -> dict:
+        """The fully resolved configuration, as logged to MLflow."""
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("spec", "warnings")}
+        out["method"] = {"name": self.method_name, **self.spec.to_dict()}
+        return out
+
+    @property
+    def reuses_rollouts(self) -> bool:
+        return self.train.minibatches > 1 or self.train.num_iterations > 1
+
+
+_SECTIONS = {"model": ModelCfg, "warm_start": WarmStartCfg, "train": TrainCfg, "eval": EvalCfg, "tracking": TrackingCfg,
+             "generation": GenerationCfg}
+_TOP_KEYS = ("name", "seed", "method", "task", *_SECTIONS)
+
+
+def _section(cls, data, prefix: str):
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix}: expected a mapping, got {type(data).__name__}")
+    valid = {f.name: f for f in dataclasses.fields(cls)}
+    values = {}
+    for key, value in data.items():
+        if key not in valid:
+            raise ConfigError(f"{prefix}.{key}: unknown key{did_you_mean(key, valid)}; valid: {', '.join(valid)}")
+        values[key] = _typed(f"{prefix}.{key}", value, valid[key].type, valid[key].default)
+    return cls(**values)
+
+
+def _typed(key: str, value, type_name: str, default):
+    if type_name.startswith("dict"):
+        if not (isinstance(value, dict) or (value is None and "None" in type_name)):
+            raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__} {value!r}")
+        return value
+    if type_name == "tuple":
+        if not isinstance(value, (list, tuple)) or len(value) != 2:
+            raise ConfigError(f"{key}: expected a [low, high] pair, got {value!r}")
+        return tuple(float(v) for v in value)
+    if "None" in type_name and value is None:
+        return None
+    if "float" in type_name and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    expected = {"str": str, "bool": bool, "int": int, "float": float}[type_name.split(" ")[0]]
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        raise ConfigError(f"{key}: expected {type_name}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _method(raw) -> tuple[str, dict, MethodSpec]:
+    """(label, overrides, spec) from a method name or mapping."""
+    if isinstance(raw, str):
+        return raw, {}, get_method(raw).spec()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"method: expected a method name or a mapping, got {raw!r}; registered: {', '.join(METHODS)}")
+    raw = dict(raw)
+    base, label = raw.pop("base", None), raw.pop("name", None)
+    if base is not None:
+        return label or base, raw, get_method(base).spec(raw)
+    if label is None:
+        raise ConfigError("method.name: a method defined from axis values needs a name (or give method.base)")
+    if label in METHODS:
+        raise ConfigError(f"method.name: {label!r} is a registered method; use method.base: {label} to override it")
+    return label, raw, build_spec(raw)
+
+
+def build_config(data: dict) -> RunConfig:
+    if not isinstance(data, dict):
+        raise ConfigError("experiment: expected a YAML mapping at the top level")
+    unknown = set(data) - set(_TOP_KEYS)
+    if unknown:
+        raise ConfigError(f"{sorted(unknown)[0]}: unknown key{did_you_mean(sorted(unknown)[0], _TOP_KEYS)}; valid: {', '.join(_TOP_KEYS)}")
+    method_raw = data.get("method", "grpo")
+    method_name, overrides, spec = _method(method_raw)
+    base = get_method(method_raw.get("base")) if isinstance(method_raw, dict) and method_raw.get("base") else (
+        METHODS.get(method_raw) if isinstance(method_raw, str) else None)
+    train_raw = {**(base.regime if base else {}), **(data.get("train") or {})}
+    model_raw = data.get("model")
+    if isinstance(model_raw, dict) and "path" in model_raw and "preset" not in model_raw:
+        model_raw = {**model_raw, "preset": None}  # a local model replaces the default preset
+    raws = {**data, "train": train_raw, "model": model_raw}
+    sections = {k: _section(cls, raws.get(k), k) for k, cls in _SECTIONS.items()}
+    task_raw = data.get("task") or {"name": "addition"}
+    if not isinstance(task_raw, dict) or "name" not in task_raw:
+        raise ConfigError(f"task: expected a mapping with a name; valid names: {', '.join(TASKS)}")
+    task_obj = make_task(task_raw["name"], **{k: v for k, v in task_raw.items() if k != "name"})
+    spec = spec_with_task_weights(spec, task_obj)   # task.rewards[].weight -> method.reward_weights
+    seed = data.get("seed", 0)
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ConfigError(f"seed: expected a non-negative integer, got {seed!r}")
+    name = data.get("name", method_name)
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"name: expected a non-empty string, got {name!r}")
+    cfg = RunConfig(name=name, method_name=method_name, method_overrides=overrides, spec=spec,
+                    task={"name": task_obj.name, **task_obj.params}, seed=seed, **sections)
+    notes = check_coherence(cfg, task_obj)
+    if cfg.eval.max_completion_length == 0:  # evaluate at the cap the run trains with (issue 10)
+        train_cap = cfg.train.max_completion_length or task_obj.max_completion_length
+        cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, max_completion_length=train_cap))
+    for note in notes:
+        warnings.warn(note, stacklevel=2)
+    return dataclasses.replace(cfg, warnings=tuple(notes))
+
+
+def _positive(key: str, value, minimum=1) -> None:
+    if value < minimum:
+        raise ConfigError(f"{key}: must be >= {minimum}, got {value}")
+
+
+def check_coherence(cfg: RunConfig, task) -> list[str]:
+    """Reject incoherent combinations; return warnings for settings without effect."""
+    t, s, m = cfg.train, cfg.spec, cfg.model
+    check_tracking_settings(cfg.tracking)
+    for key in ("steps", "prompts_per_rollout", "minibatches", "num_iterations", "grad_accum", "n_train_prompts"):
+        _positive(f"train.{key}", getattr(t, key))
+    _positive("train.group_size", t.group_size, 2)
+    if t.learning_rate <= 0 or t.temperature <= 0:
+        raise ConfigError("train.learning_rate and train.temperature must be > 0")
+    if t.max_completion_length < 0:
+        raise ConfigError(f"train.max_completion_length: must be >= 0 (0 = task default), got {t.max_completion_length}")
+    if t.max_empty_updates < 0:
+        raise ConfigError(f"train.max_empty_updates: must be >= 0 (0 = never fail), got {t.max_empty_updates}")
+    rollout = t.prompts_per_rollout * t.group_size
+    if rollout % (t.minibatches * t.grad_accum):
+        raise ConfigError(f"train: prompts_per_rollout x group_size = {rollout} completions must split evenly into "
+                          f"minibatches x grad_accum = {t.minibatches * t.grad_accum} micro-batches")
+    if (m.preset is None) == (m.path is None):
+        raise ConfigError(f"model: give exactly one of model.preset ({', '.join([*PRESETS, *PRETRAINED])}) or model.path")
+    if m.preset is not None and m.preset not in PRESETS and m.preset not in PRETRAINED:
+        raise ConfigError(f"model.preset: unknown preset {m.preset!r}{did_you_mean(m.preset, [*PRESETS, *PRETRAINED])}; valid: {', '.join([*PRESETS, *PRETRAINED])}")
+    if m.path is not None:
+        check_model_path(m.path, m.revision)   # a local Hugging Face directory, a .gguf file or a cached hub id
+    elif m.revision is not None:
+        raise ConfigError("model.revision: only with model.path naming a hub id (org/name)")
+    if m.preset in PRETRAINED:
+        try:
+            preset_file(m.preset)      # the pip package that ships its weights is installed
+        except ConfigError as exc:
+            unmet_here(str(exc))       # a need of the machine that runs it (planning records it)
+    low, high = cfg.warm_start.band
+    if not 0 <= low < high <= 1:
+        raise ConfigError(f"warm_start.band: need 0 <= low < high <= 1, got {list(cfg.warm_start.band)}")
+    if cfg.eval.every < 0 or cfg.eval.prompts < 1 or cfg.eval.k < 1:
+        raise ConfigError("eval: every >= 0, prompts >= 1 and k >= 1 are required")
+    if cfg.eval.max_completion_length < 0:
+        raise ConfigError(f"eval.max_completion_length: must be >= 0 (0 = the training cap), got {cfg.eval.max_completion_length}")
+    n_rewards = len(task.reward_names)
+    if s.advantage == "decoupled" and n_rewards < 2:
+        raise ConfigError(f"method.advantage=decoupled normalises reward components separately, but task "
+                          f"{cfg.task['name']!r} has {n_rewards} component; use e.g. task.name=addition_format")
+    if s.surrogate == "group_dpo" and (t.minibatches > 1 or t.grad_accum > 1):
+        raise ConfigError("method.surrogate=group_dpo pairs completions within a group, so the whole rollout must be "
+                          "one micro-batch: set train.minibatches=1 and train.grad_accum=1")
+    if s.advantage == "value_tracker" and s.soft_overlong:
+        raise ConfigError("method.advantage=value_tracker needs rewards in [0, 1]; soft_overlong adds negative rewards")
+    if s.surrogate == "reinforce" and cfg.reuses_rollouts:
+        raise ConfigError("method.surrogate=reinforce has no importance ratio, so it is only valid on-policy: "
+                          "set train.minibatches=1 and train.num_iterations=1, or use surrogate=clip")
+    max_len = t.max_completion_length or task.max_completion_length
+    if s.soft_overlong and s.overlong_buffer >= max_len:
+        raise ConfigError(f"method.overlong_buffer ({s.overlong_buffer}) must be smaller than the completion cap ({max_len})")
+    check_save_settings(t)
+    check_episode_config(cfg, task)   # multi-turn environment tasks and GiGPO's step term (grpolab.envs)
+    notes = check_engines(cfg)
+    notes += inert_notes(cfg)   # each axis value declares one requirement (regime.py); unmet: inert, warned once
+    return notes
+
+
+def rollout_steps(train) -> int:
+    """Optimizer steps that share one generated rollout (a checkpoint must not split it)."""
+    return train.minibatches * train.num_iterations
+
+
+def check_save_settings(train) -> None:
+    """Checkpoints only at rollout boundaries (checkpoints.py), keep at least one. Here, not in
+    checkpoints.py, so that validating a config (a study's coordinator) does not import torch."""
+    per = rollout_steps(train)
+    if train.steps % per:   # one log window per rollout: a partial last rollout would never be logged
+        raise ConfigError(f"train.steps: must be a multiple of minibatches x num_iterations = {per} (every curve "
+                          f"is logged once per rollout, after its {per} update step(s)), got {train.steps}")
+    if train.save_every > 0 and train.save_every % per:
+        raise ConfigError(f"train.save_every: must be a multiple of minibatches x num_iterations = {per} "
+                          f"(a checkpoint cannot split a rollout), got {train.save_every}; or 0 (end only), -1 (auto)")
+    if train.save_every < -1:
+        raise ConfigError(f"train.save_every: must be >= 0, or -1 (auto), got {train.save_every}")
+    if train.keep_checkpoints < 1:
+        raise ConfigError(f"train.keep_checkpoints: must be >= 1, got {train.keep_checkpoints}")
+
+
+def parse_override(text: str) -> tuple[list[str], object]:
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected key.path=value, e.g. train.steps=50")
+    key, value = text.split("=", 1)
+    return key.strip().split("."), yaml.safe_load(value)
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    data = yaml.safe_load(yaml.safe_dump(data)) or {}
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            if isinstance(node.get(part), str) and part == "method":
+                node[part] = {"base": node[part]}
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {text!r}: {part} is not a mapping")
+        node[path[-1]] = value
+    return data
+
+
+def load_experiment(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    path = Path(path)
+    # an empty file is refused rather than run as the full default experiment
+    data = read_yaml_mapping(path, "experiment file", "give at least method and task, e.g. experiments/smoke.yaml")
+    data.setdefault("name", path.stem)
+    return build_config(apply_overrides(data, overrides or []))

@@ -1,0 +1,366 @@
+"""One run: validated RunConfig -> warm-started model -> GrpoLabTrainer -> MLflow run."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import TrainerCallback
+from transformers.trainer_callback import PrinterCallback
+
+from grpolab import __version__
+from grpolab.errors import ConfigError
+from grpolab.experiment import checkpoints, engines, vllm_eval
+from grpolab.experiment.config import RunConfig, rollout_steps
+from grpolab.experiment.pretrained import model_directory, resolve_pretrained
+from grpolab.method.requirements import inert_settings
+from grpolab.signals import raise_if_signalled, signals_raise
+from grpolab.state import state_dir as default_state_dir
+from grpolab.tasks import hub_sources, log_eval_samples, make_task, render_examples
+from grpolab.tracking.naming import method_label, run_params, state_relative
+from grpolab.tracking.recorder import RunRecorder, git_commit
+from grpolab.trainer.trl_config import MethodSettingsWarning, task_correctness
+from grpolab.world.generation import evaluate
+from grpolab.world.models import build_model, load_model, save_model
+from grpolab.world.warmstart import WarmStartConfig, warm_start
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunResult:
+    run_id: str | None
+    status: str
+    evals: dict            # step -> held-out metrics (step 0 = the warm start)
+    train_curves: dict     # metric -> [(step, value)] per logged step
+    steps: int
+    wall_seconds: float
+    warm_start: dict
+
+    @property
+    def start_eval(self) -> dict:
+        return self.evals[min(self.evals)] if self.evals else {}   # empty on ranks > 0 (rank 0 evaluates)
+
+    @property
+    def final_eval(self) -> dict:
+        return self.evals[max(self.evals)] if self.evals else {}
+
+
+class TrackingCallback(TrainerCallback):
+    """Forwards each log window to the recorder and runs the periodic held-out evaluation."""
+
+    def __init__(self, recorder, evaluate_fn, every: int, samples_keep: int):
+        self.recorder, self.evaluate_fn, self.every = recorder, evaluate_fn, every
+        self.trainer = None
+        self.samples: list[dict] = []
+        self.samples_keep = samples_keep
+        self.tracking_seconds = 0.0   # time spent handing curves to MLflow (buffering + batched writes)
+        self.curves: dict[str, list[tuple[int, float]]] = {}   # metric -> (step, value)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if logs and "train_runtime" in logs:  # TRL's end-of-train summary: not a step (no curve, no samples)
+            return
+        start = time.perf_counter()
+        if self.recorder is not None and logs:
+            self.recorder.log_metrics(logs, step=state.global_step)
+        self.tracking_seconds += time.perf_counter() - start
+        for key, value in (logs or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.curves.setdefault(key, []).append((state.global_step, float(value)))
+        if self.trainer is not None and self.samples_keep:
+            self.samples.extend({"step": state.global_step, **row} for row in self.trainer.last_rollout[: self.samples_keep])
+
+    def on_step_end(self, args, state, control, **kwargs):
+        raise_if_signalled()   # a step's end is a safe point: a Ctrl-C a finaliser swallowed stops the run here
+        if self.every and state.global_step % self.every == 0 and state.global_step < state.max_steps:
+            self.evaluate_fn(state.global_step)
+
+
+def _rank() -> int:
+    """This process's rank under torch.distributed / accelerate launchers (0 when alone)."""
+    return int(os.environ.get("RANK", "0"))
+
+
+def _world() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def _eval_metrics(result) -> dict:
+    return {"eval/pass_at_1": result.pass_at_1, "eval/pass_at_k": result.pass_at_k,
+            "eval/greedy_accuracy": result.greedy_accuracy, "eval/mean_length": result.mean_length}
+
+
+def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
+    pretrained = resolve_pretrained(cfg.model.preset, cfg.model.path, state / "models")  # GGUF: converted once
+    if pretrained is not None:
+        return pretrained
+    if cfg.model.path is not None:
+        return model_directory(cfg.model.path, cfg.model.revision)   # a hub id: its cached (or fetched) snapshot
+    ws = cfg.warm_start
+    if not ws.enabled:
+        target = state / "models" / f"{cfg.model.preset}-random-{cfg.seed}"
+        if not (target / "config.json").exists():
+            # written aside, then renamed: a concurrent worker never loads a half-written model
+            scratch = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+            save_model(*build_model(cfg.model.preset, cfg.seed), scratch)
+            try:
+                os.rename(scratch, target)
+            except OSError:   # another process renamed its identical copy first
+                import shutil
+                shutil.rmtree(scratch, ignore_errors=True)
+        return target, {"source": "random-init"}
+    # the band is checked at the cap the run's held-out pass@1 is measured at (eval's, which
+    # defaults to the training cap), not the task's own: a start in band at 44 tokens can be
+    # far below it at a training cap of 24 (issue 24)
+    wcfg = WarmStartConfig(band=tuple(ws.band), group_size=cfg.train.group_size, learning_rate=ws.learning_rate,
+                           max_steps=ws.max_steps, check_every=ws.check_every,
+                           max_completion_length=cfg.eval.max_completion_length)
+    # By default the warm start's seed is the run seed (different seeds, different SFT models);
+    # warm_start.seed pins one shared warm start, e.g. to compare methods from the same model.
+    return warm_start(cfg.model.preset, task, ws.seed if ws.seed >= 0 else cfg.seed, wcfg, state / "models")
+
+
+def _resolve_model_once(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
+    """With several processes rank 0 builds (or finds) the model first and the others then read
+    the cache: once torch.distributed is up, transformers writes weights on rank 0 only, so a
+    model saved by another rank would be a folder without weights. (Before the process group
+    exists every process writes a complete copy aside and the first rename wins.)"""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return _resolve_model(cfg, task, state)
+    resolved = _resolve_model(cfg, task, state) if dist.get_rank() == 0 else None
+    dist.barrier()
+    return resolved or _resolve_model(cfg, task, state)
+
+
+def _grpo_args(cfg: RunConfig, task, output_dir: Path):
+    from trl import GRPOConfig
+    t = cfg.train
+    world = _world()
+    if (t.prompts_per_rollout * t.group_size) % (t.minibatches * t.grad_accum * world):
+        raise ConfigError(f"train: prompts_per_rollout x group_size must split evenly into minibatches x grad_accum x "
+                          f"{world} processes")
+    micro = t.prompts_per_rollout * t.group_size // (t.minibatches * t.grad_accum * world)   # the same global batch
+    return GRPOConfig(
+        # one log window per rollout: rollout curves (entropy, length, groups) and loss-side curves
+        # (clip, kl) are averaged over the same optimizer steps and land on the same step
+        output_dir=str(output_dir), report_to="none", logging_steps=rollout_steps(t),
+        save_strategy="steps" if checkpoints.save_interval(t) else "no", save_steps=checkpoints.save_interval(t) or 500,
+        max_steps=t.steps, per_device_train_batch_size=micro, gradient_accumulation_steps=t.grad_accum,
+        steps_per_generation=t.minibatches * t.grad_accum, num_iterations=t.num_iterations,
+        num_generations=t.group_size, max_completion_length=t.max_completion_length or task.max_completion_length,
+        temperature=t.temperature, top_k=0, learning_rate=t.learning_rate, lr_scheduler_type="constant",
+        warmup_steps=0, max_grad_norm=t.max_grad_norm, seed=cfg.seed, data_seed=cfg.seed,
+        # loss_type, beta, clip bounds, scale_rewards, mask_truncated_completions, ...: GrpoLabTrainer
+        # sets what the method decides (dropin.apply_method_settings).
+        use_cpu=not torch.cuda.is_available(), disable_tqdm=True, log_completions=False,
+        remove_unused_columns=False, **engines.grpo_kwargs(cfg),
+    )
+
+
+def _reward_funcs(task, examples, max_len: int):
+    """The task's named reward components (DAPO's soft overlong is added by GrpoLabTrainer)."""
+    def component(name):
+        def fn(prompts, completions, idx, **kwargs):
+            return [task.score(examples[i], c)[name] for i, c in zip(idx, completions)]
+        fn.__name__ = name
+        return fn
+    # tasks built from parts score each named reward once per completion, with failure accounting
+    return task.reward_funcs(examples, max_len) if hasattr(task, "reward_funcs") else [
+        component(n) for n in task.reward_names]
+
+
+def _run_tags(cfg: RunConfig, task) -> dict:
+    """What a run is (method, spec hash, task, seed) and what built it (commit, library versions)."""
+    import mlflow
+    import transformers
+    import trl
+
+    return {"grpolab.method": method_label(cfg.spec, cfg.method_name), "grpolab.method_base": cfg.method_name,
+            "grpolab.spec_hash": cfg.spec.spec_hash(),
+            "grpolab.task": task.name, "grpolab.seed": cfg.seed, "grpolab.git_commit": git_commit(),
+            "grpolab.version": __version__, "grpolab.overrides": "advantage,loss",
+            "versions.torch": torch.__version__, "versions.trl": trl.__version__,
+            "versions.transformers": transformers.__version__, "versions.mlflow": mlflow.__version__}
+
+
+@dataclass
+class _Run:
+    """What the phases of one run share."""
+    cfg: RunConfig
+    state: Path
+    task: object
+    recorder: RunRecorder | None
+    out_dir: Path
+    resume_from: Path | None
+    resume_step: int | None
+    eval_hook: object = None
+    started: float = field(default_factory=time.perf_counter)
+    evals: dict = field(default_factory=dict)
+    model: object = None
+    tokenizer: object = None
+    held_out: list = field(default_factory=list)
+    eval_sampler: object = None   # generation.backend=vllm: the trainer's vLLM engine (vllm_eval.py)
+
+    def evaluate(self, step: int) -> None:
+        """Held-out evaluation at ``step``: once per run, on rank 0, logged and handed to the hook."""
+        raise_if_signalled()   # a safe point too: no evaluation (nor final save) after a swallowed Ctrl-C
+        if self.eval_sampler is not None:
+            self.eval_sampler.sync()   # every process: the weight push may gather sharded parameters
+        if _rank() != 0:
+            return   # the other processes wait at the next collective
+        cfg = self.cfg
+        result = evaluate(self.model, self.tokenizer, self.task, self.held_out, cfg.eval.k, cfg.train.temperature,
+                          max_new_tokens=cfg.eval.max_completion_length, sampler=self.eval_sampler)
+        self.evals[step] = _eval_metrics(result)
+        if self.recorder:
+            self.recorder.log_metrics(self.evals[step], step=step)
+            log_eval_samples(self.recorder, self.task, result.samples, self.held_out, step)   # MLflow table
+        if self.eval_hook is not None:
+            self.eval_hook(step, self.evals[step])  # e.g. Optuna's report / prune
+
+
+def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str | None = None,
+                   extra_tags: dict | None = None, callbacks: list | None = None,
+                   on_trainer=None, eval_hook=None, on_run=None, run_name: str | None = None,
+                   resume_run_id: str | None = None) -> RunResult:
+    """Train one experiment end to end and record it; returns its result (raises on failure,
+    after the MLflow run has been ended FAILED or KILLED). ``resume_run_id``: continue that
+    MLflow run from its newest complete checkpoint (checkpoints.py).
+
+    Phases: open the run, prepare the model and data, build the trainer, train, finish."""
+    run = _open_run(cfg, Path(state or default_state_dir()), parent_run_id, extra_tags, run_name, resume_run_id)
+    run.eval_hook = eval_hook
+    if run.recorder and on_run is not None:
+        on_run(run.recorder.run_id)
+    with (run.recorder or contextlib.nullcontext()), signals_raise():
+        _tag_settings(run, resume_run_id is not None)
+        dataset, train, ws_record, model_dir = _prepare(run)
+        trainer, callback = _build_trainer(run, dataset, train, callbacks)
+        if on_trainer is not None:
+            on_trainer(trainer)
+        _train(run, trainer, callback)
+        _finish(run, trainer, callback, ws_record, model_dir)
+    return RunResult(run.recorder.run_id if run.recorder else None, "FINISHED", run.evals, callback.curves,
+                     trainer.state.global_step, time.perf_counter() - run.started, ws_record)
+
+
+def _open_run(cfg: RunConfig, state: Path, parent_run_id, extra_tags, run_name, resume_run_id) -> _Run:
+    """The task, the MLflow run (rank 0 only: several processes log one run) and the run folder."""
+    task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
+    recorder = None
+    resume_from = checkpoints.check_resume(state, resume_run_id, cfg.resolved()) if resume_run_id else None
+    resume_step = checkpoints.checkpoint_step(resume_from) if resume_from else None  # (rotation may delete it later)
+    if cfg.tracking.enabled and _rank() == 0:
+        recorder = RunRecorder(state, cfg.tracking.experiment, run_name or f"{cfg.name}-s{cfg.seed}",
+                               {**_run_tags(cfg, task), **(extra_tags or {})}, run_params(cfg),
+                               cfg.tracking.flush_every, parent_run_id, resume_run_id=resume_run_id)
+    out_dir = checkpoints.run_dir(state, checkpoints.shared_run_folder(recorder.run_id if recorder else None))
+    if resume_from is None and _rank() == 0:
+        checkpoints.write_config(out_dir, cfg.resolved())
+    return _Run(cfg, state, task, recorder, out_dir, resume_from, resume_step)
+
+
+def _tag_settings(run: _Run, resumed: bool) -> None:
+    recorder, cfg = run.recorder, run.cfg
+    if not recorder:
+        return
+    if cfg.warnings:
+        recorder.set_tags({"grpolab.warnings": " | ".join(cfg.warnings)})
+    recorder.set_tags({"grpolab.inert": ",".join(inert_settings(cfg)) or "none"})
+    if cfg.tracking.system_metrics:
+        recorder.start_system_metrics(resumed=resumed)
+
+
+def _prepare(run: _Run):
+    """The (warm-started) model and tokenizer, the train and held-out prompts, the train dataset."""
+    import datasets
+    cfg = run.cfg
+    model_dir, ws_record = _resolve_model_once(cfg, run.task, run.state)
+    run.model, run.tokenizer = load_model(model_dir)
+    raise_if_signalled()   # loading can swallow a SIGTERM (a finaliser); stop before tokenising and building the trainer
+    engines.check_model(run.model.config, cfg, str(model_dir))
+    train, held_out = run.task.splits(cfg.seed, cfg.train.n_train_prompts, cfg.eval.prompts)
+    if run.recorder:   # what hub ids resolved to: each snapshot's commit (hub.py)
+        pinned = {f"grpolab.hub.{key}": ref for key, ref in hub_sources(run.task).items()}
+        if ws_record.get("source") == "hub":
+            pinned["grpolab.hub.model"] = f"{ws_record['repo_id']}@{ws_record['commit']}"
+        if pinned:
+            run.recorder.set_tags(pinned)
+        _log_datasets(run, train, held_out)
+    train, run.held_out = render_examples(run.task, train, run.tokenizer), render_examples(run.task, held_out, run.tokenizer)
+    dataset = datasets.Dataset.from_dict({"prompt": [e.prompt for e in train], "idx": list(range(len(train)))})
+    return dataset, train, ws_record, model_dir
+
+
+def _log_datasets(run: _Run, train, held_out) -> None:
+    """The train prompts and the held-out set as the run's MLflow dataset inputs (as generated or
+    read, before the chat template), named by task and split, sourced by the task's settings."""
+    task = run.cfg.task
+    source = {"grpolab.task": task["name"], "seed": run.cfg.seed,
+              **{f"task.{k}": v for k, v in task.items() if k != "name" and not isinstance(v, (dict, list))}}
+    for context, split, part in (("training", "train", train), ("evaluation", "held-out", held_out)):
+        rows = [{"prompt": e.prompt, "answer": str(getattr(e, "answer", ""))} for e in part]
+        run.recorder.log_dataset(f"{task['name']}-{split}", rows, context, source)
+
+
+def _build_trainer(run: _Run, dataset, train, callbacks):
+    """GrpoLabTrainer through its public drop-in signature, with the task as one more correctness source."""
+    from grpolab.trainer.grpo_trainer import GrpoLabTrainer
+    cfg, task = run.cfg, run.task
+    max_len = cfg.train.max_completion_length or task.max_completion_length
+    callback = TrackingCallback(run.recorder, run.evaluate, cfg.eval.every, cfg.tracking.samples)
+    saver = checkpoints.CheckpointCallback(cfg.train.keep_checkpoints, run.recorder)
+    with warnings.catch_warnings():   # its GRPOConfig leaves what the method decides at the defaults on purpose
+        warnings.simplefilter("ignore", MethodSettingsWarning)
+        trainer = GrpoLabTrainer(
+            model=run.model, reward_funcs=_reward_funcs(task, train, max_len),
+            args=_grpo_args(cfg, task, run.out_dir), train_dataset=dataset, peft_config=engines.peft_config(cfg.model.lora),
+            processing_class=run.tokenizer, callbacks=[callback, saver, *(callbacks or [])], method=cfg.spec,
+            correctness=task_correctness(task, train), max_empty_updates=cfg.train.max_empty_updates,
+            **({"rollout_func": task.rollout(train)} if hasattr(task, "rollout") else {}),   # multi-turn envs (envs/)
+        )
+    if cfg.spec.needs_reference and trainer.ref_model is None and cfg.model.lora is None:  # LoRA: adapter off
+        raise RuntimeError("the method needs a reference model but TRL did not build one")
+    callback.trainer = saver.trainer = trainer
+    run.eval_sampler = vllm_eval.eval_sampler(cfg, trainer, run.tokenizer)
+    trainer.remove_callback(PrinterCallback)  # it prints every raw log dict; grpolab prints a summary
+    return trainer, callback
+
+
+def _train(run: _Run, trainer, callback) -> None:
+    """Evaluate at step 0 (or restore a resumed run's curves and state), train, evaluate at the end."""
+    if run.resume_from is None:
+        run.evaluate(0)
+    else:  # the curves so far come from the store; grpolab's own trainer state from the checkpoint
+        checkpoints.load_extra_state(trainer, run.resume_from)
+        if run.recorder:
+            run.evals, callback.curves = checkpoints.resume_history(run.recorder, run.resume_step)
+    trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
+    run.evaluate(trainer.state.global_step)
+
+
+def _finish(run: _Run, trainer, callback, ws_record, model_dir) -> None:
+    """Save the final model; record the warm start, config, samples, figure and path tags."""
+    final_dir = checkpoints.save_final(trainer, run.out_dir)
+    recorder, cfg, state = run.recorder, run.cfg, run.state
+    if not recorder:
+        return
+    recorder.log_json({"warm_start": ws_record, "model_dir": str(model_dir)}, "warm_start.json")
+    recorder.log_json(cfg.resolved(), "config.json")
+    recorder.log_table(callback.samples, "samples.json")
+    if cfg.tracking.figures:
+        recorder.log_curves_figure(callback.curves, run.evals, state)
+    recorder.set_tags({"grpolab.wall_seconds": round(time.perf_counter() - run.started, 1),
+                       "grpolab.final_model": state_relative(final_dir, state),   # moves with the state folder
+                       "grpolab.run_dir": state_relative(run.out_dir, state)})
+    if run.resume_from is not None:
+        recorder.set_tags({"grpolab.resume.from_step": run.resume_step,
+                           "grpolab.resume.skipped_points": recorder.skipped_points,
+                           "grpolab.resume.differing_points": recorder.differing_points})

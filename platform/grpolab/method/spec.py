@@ -1,0 +1,218 @@
+"""The axes of the GRPO family as one validated, hashable dataclass.
+
+A method is a named combination of these axis values (see ``methods.py``); an experiment may
+override any axis. Validation happens here, before any model is loaded, and says what is valid.
+Formulas for each value live in the docstrings of ``grpolab.algorithms``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, fields
+
+from grpolab.errors import ConfigError
+
+AXIS_CHOICES: dict[str, tuple[str, ...]] = {
+    "advantage": ("group_std", "group_mean", "batch_std", "leave_one_out", "reinforce_pp",
+                  "reinforce_pp_baseline", "decoupled", "value_tracker", "gae"),
+    "ratio": ("token", "sequence", "sequence_token", "geometric"),
+    "surrogate": ("clip", "dual_clip", "cispo", "sapo", "reinforce", "clip_cov", "kl_cov", "group_dpo", "vespo"),
+    "aggregation": ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm", "token_mean_local",
+                    "seq_mean_token_sum"),
+    "kl_estimator": ("k1", "k2", "k3"),
+    "kl_placement": ("loss", "reward"),
+    "sampling": ("static", "dynamic", "zero_variance_filter"),
+    "entropy_mode": ("static", "adaptive"),
+    "sampling_cap_policy": ("fill", "fail"),
+    "sampling_filter": ("accuracy", "reward"),
+    "episode_norm": ("episode", "step"),
+}
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """Every axis of a GRPO-family update. Defaults are neutral; methods set what they use."""
+
+    advantage: str = "group_std"          # rewards -> advantages estimator
+    std_unbiased: bool = True             # std with N-1 (TRL, verl) or N
+    adv_eps: float = 1e-4                 # added to the std before dividing (TRL's value)
+    ratio: str = "token"                  # importance-ratio granularity
+    surrogate: str = "clip"               # per-token surrogate objective
+    eps_low: float = 0.2                  # ratio clipped below at 1 - eps_low
+    eps_high: float = 0.2                 # ratio clipped above at 1 + eps_high
+    dual_clip_c: float = 3.0              # dual-clip cap: loss <= -A * c when A < 0
+    sapo_tau_pos: float = 1.0             # SAPO gate temperature for A > 0
+    sapo_tau_neg: float = 1.05            # SAPO gate temperature for A <= 0
+    vespo_k_pos: float = 2.0              # VESPO gamma kernel exponent k for A >= 0 (TRL's default)
+    vespo_lambda_pos: float = 3.0         # VESPO gamma kernel decay lambda for A >= 0
+    vespo_k_neg: float = 3.0              # VESPO exponent k for A < 0
+    vespo_lambda_neg: float = 2.0         # VESPO decay lambda for A < 0
+    cov_fraction: float = 2e-4            # Clip-Cov / KL-Cov: fraction of tokens selected
+    cov_low: float = 1.0                  # Clip-Cov: covariance window lower bound
+    cov_high: float = 5.0                 # Clip-Cov: covariance window upper bound
+    kl_cov_coef: float = 1.0              # KL-Cov: coefficient of |log ratio| on selected tokens
+    dpo_beta: float = 0.1                 # Group-DPO temperature
+    aggregation: str = "seq_mean_token_mean"
+    kl_coef: float = 0.0                  # beta; 0 turns the reference model off
+    kl_estimator: str = "k3"
+    kl_placement: str = "loss"
+    kl_ratio_correction: bool = False     # multiply the in-loss KL by the IS ratio (DeepSeek-V3.2; TRL's default)
+    sampling: str = "static"
+    max_sampling_rounds: int = 4          # dynamic sampling: generation rounds per batch at most
+    sampling_cap_policy: str = "fill"     # at the cap: fill with least degenerate groups (warn) | fail
+    sampling_filter: str = "accuracy"     # dynamic / zero-variance filter keeps groups whose accuracy (DAPO) or reward (verl) varies
+    overlong_filter: bool = False         # mask truncated completions out of the loss
+    soft_overlong: bool = False           # DAPO eq. 13 length penalty added to the reward
+    overlong_buffer: int = 0              # L_cache of eq. 13 in tokens; 0 = 20% of the cap (DAPO's 4096/20480)
+    overlong_penalty: float = 1.0         # penalty at the hard cap
+    entropy_coef: float = 0.0             # entropy bonus coefficient (start value if adaptive)
+    entropy_mode: str = "static"
+    entropy_target: float = 0.2           # adaptive: raise the coefficient while entropy is below
+    entropy_coef_step: float = 1e-3       # adaptive: change per optimizer step
+    top_entropy_quantile: float = 1.0     # keep only this top fraction of tokens by entropy (0.2 = 80/20)
+    tracker_decay: float = 0.9            # value_tracker: Beta-tracker forgetting factor
+    gae_gamma: float = 1.0                # critic (gae): discount
+    gae_lambda: float = 0.95              # critic: lambda for policy advantages
+    gae_lambda_critic: float = 1.0        # critic: lambda for value targets (1 = Monte-Carlo return)
+    gae_length_alpha: float = 0.0         # VAPO length-adaptive lambda = 1 - 1/(alpha |o|); 0 = fixed lambda
+    critic_lr: float = 5e-4               # critic: learning rate of the value model
+    critic_warmup: int = 0                # critic: optimizer steps that train only the critic (VAPO's value pretraining)
+    value_clip: float = 0.0               # critic: clip V to V_old +- this in the value loss (PPO value clipping); 0 = off
+    whiten_advantages: bool = False       # critic: whiten the GAE advantages over the batch's valid tokens
+    positive_lm_coef: float = 0.0         # VAPO's mu: weight of an NLL loss on correct completions; 0 = off
+    reward_weights: tuple[float, ...] | None = None  # per reward component; None = all 1
+    step_omega: float = 0.0               # GiGPO: weight of the step-level (anchor-state) advantage; 0 = episode-level only
+    step_gamma: float = 0.95              # GiGPO: discount of the step returns within an episode
+    anchor_similarity: float = 1.0        # GiGPO: 1 = equal states form an anchor group; < 1 = text similarity threshold
+    episode_norm: str = "episode"         # episode tasks: episode-level mean/std over episodes (paper Eq. 3) | step rows (verl-agent)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def spec_hash(self) -> str:
+        """Short hash of every axis value: equal hashes mean identical update rules."""
+        values = {k: v for k, v in self.to_dict().items() if not (k in _HASHED_UNLESS_DEFAULT and v == SPEC_FIELDS[k].default)}
+        return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:12]
+
+    @property
+    def needs_reference(self) -> bool:
+        return self.kl_coef > 0 or self.surrogate == "group_dpo"
+
+
+SPEC_FIELDS = {f.name: f for f in fields(MethodSpec)}
+# axes added after spec hashes were recorded: left out of the hash at their defaults, so the
+# hashes of existing runs and studies stay what they were
+_HASHED_UNLESS_DEFAULT = ("step_omega", "step_gamma", "anchor_similarity", "episode_norm",
+                          "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
+_TYPES = {"str": str, "bool": bool, "float": float, "int": int}
+
+
+def _coerce(key: str, value, type_name: str):
+    if key == "reward_weights":
+        if value is None:
+            return None
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            raise ConfigError(f"method.reward_weights: expected a list of numbers, got {value!r}")
+        return tuple(float(v) for v in value)
+    expected = _TYPES[type_name]
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        raise ConfigError(f"method.{key}: expected {type_name}, got {type(value).__name__} {value!r}")
+    return value
+
+
+def build_spec(values: dict) -> MethodSpec:
+    """MethodSpec from a dict, rejecting unknown keys, wrong types and out-of-range values."""
+    clean = {}
+    for key, value in values.items():
+        if key not in SPEC_FIELDS:
+            raise ConfigError(f"method.{key}: unknown axis; valid: {', '.join(SPEC_FIELDS)}")
+        clean[key] = _coerce(key, value, str(SPEC_FIELDS[key].type).split(" ")[0])
+    spec = MethodSpec(**clean)
+    validate_spec(spec)
+    return spec
+
+
+def _check(cond: bool, message: str) -> None:
+    if not cond:
+        raise ConfigError(message)
+
+
+def validate_spec(spec: MethodSpec) -> None:
+    for axis, choices in AXIS_CHOICES.items():
+        value = getattr(spec, axis)
+        _check(value in choices, f"method.{axis}: unknown value {value!r}; valid: {', '.join(choices)}")
+    _check(0 <= spec.eps_low <= 1, f"method.eps_low: must be in [0, 1], got {spec.eps_low}")
+    _check(spec.eps_high >= 0 or (spec.surrogate == "cispo" and spec.eps_high > -1),   # cispo: TRL's bound may be < 1
+           f"method.eps_high: must be >= 0 (cispo: > -1, an upper bound 1 + eps_high > 0), got {spec.eps_high}")
+    if spec.surrogate in ("clip", "dual_clip", "clip_cov") and spec.ratio != "geometric":
+        _check(spec.eps_high >= spec.eps_low,
+               f"method.eps_high ({spec.eps_high}) < method.eps_low ({spec.eps_low}): Clip-Higher needs eps_high >= eps_low")
+    _check(spec.dual_clip_c > 1, f"method.dual_clip_c: must be > 1, got {spec.dual_clip_c}")
+    _check(spec.kl_coef >= 0, f"method.kl_coef: must be >= 0, got {spec.kl_coef}")
+    _check(spec.adv_eps >= 0, f"method.adv_eps: must be >= 0, got {spec.adv_eps}")
+    _check(0 < spec.top_entropy_quantile <= 1, f"method.top_entropy_quantile: must be in (0, 1], got {spec.top_entropy_quantile}")
+    _check(0 < spec.cov_fraction <= 1, f"method.cov_fraction: must be in (0, 1], got {spec.cov_fraction}")
+    _check(0 < spec.tracker_decay <= 1, f"method.tracker_decay: must be in (0, 1], got {spec.tracker_decay}")
+    _check(spec.overlong_buffer >= 0, f"method.overlong_buffer: must be >= 0 (0 = 20% of the cap), got {spec.overlong_buffer}")
+    _check(spec.max_sampling_rounds >= 1, f"method.max_sampling_rounds: must be >= 1, got {spec.max_sampling_rounds}")
+    if spec.sampling == "zero_variance_filter":
+        _check(spec.aggregation in ("token_mean", "token_mean_local"),
+               "method.sampling=zero_variance_filter drops groups from the token normaliser: use aggregation "
+               "token_mean or token_mean_local")
+    _check(spec.dpo_beta > 0, f"method.dpo_beta: must be > 0, got {spec.dpo_beta}")
+    if spec.ratio == "geometric":
+        _check(spec.surrogate == "clip", "method.ratio=geometric (GMPO) clips in log space itself: use surrogate=clip")
+    if spec.surrogate == "group_dpo":
+        _check(spec.ratio == "token", "method.surrogate=group_dpo uses sequence log-probs directly: use ratio=token")
+    if spec.surrogate == "vespo":
+        _check(spec.ratio == "token", "method.surrogate=vespo builds its own sequence weight from the token "
+                                      "log-ratios (their sum, no length normalisation): use ratio=token")
+        _check(min(spec.vespo_k_pos, spec.vespo_k_neg) >= 0 and min(spec.vespo_lambda_pos, spec.vespo_lambda_neg) > 0,
+               "method.vespo_k_pos/vespo_k_neg must be >= 0 and vespo_lambda_pos/vespo_lambda_neg > 0 (the kernel "
+               "w^k exp(lambda (1 - w)) must vanish as w grows)")
+    if spec.advantage == "reinforce_pp" and spec.kl_coef > 0:
+        _check(spec.kl_placement == "reward", "method.advantage=reinforce_pp folds the KL into the reward: "
+                                              "set kl_placement=reward (or kl_coef=0)")
+    _check(spec.advantage != "decoupled" or spec.kl_placement == "loss" or spec.kl_coef == 0,
+           "method.advantage=decoupled normalises reward components separately; a reward-side KL would be one "
+           "more component: use kl_placement=loss")
+    _check(0 < spec.gae_gamma <= 1 and 0 <= spec.gae_lambda <= 1 and 0 <= spec.gae_lambda_critic <= 1,
+           "method.gae_gamma must be in (0, 1], gae_lambda and gae_lambda_critic in [0, 1]")
+    _check(spec.value_clip >= 0 and spec.positive_lm_coef >= 0,
+           "method.value_clip and method.positive_lm_coef must be >= 0 (0 = off)")
+    _check(spec.gae_length_alpha >= 0 and spec.critic_lr > 0 and spec.critic_warmup >= 0,
+           "method.gae_length_alpha >= 0, critic_lr > 0 and critic_warmup >= 0 required")
+    _check(spec.step_omega >= 0 and 0 < spec.step_gamma <= 1 and 0 < spec.anchor_similarity <= 1,
+           "method.step_omega must be >= 0, step_gamma in (0, 1] and anchor_similarity in (0, 1]")
+    _check(spec.step_omega == 0 or spec.advantage in ("group_std", "group_mean"),
+           f"method.step_omega > 0 (GiGPO) adds step-level group advantages to a group estimator: use advantage "
+           f"group_std or group_mean, got {spec.advantage!r}")
+    _check(spec.episode_norm == "episode" or spec.advantage in ("group_std", "group_mean"),
+           f"method.episode_norm=step weights the episode group's mean/std by turns: use advantage group_std or "
+           f"group_mean, got {spec.advantage!r}")
+    _check(spec.advantage != "value_tracker" or spec.kl_placement == "loss" or spec.kl_coef == 0,
+           "method.advantage=value_tracker: kl_placement=reward is not supported with the tracker; use loss")
+
+
+def with_reward_weights(spec: MethodSpec, given, source: str, names, error=ConfigError) -> MethodSpec:
+    """``spec`` with ``given`` (one weight per named reward function, or None) as its
+    ``reward_weights``, plus weight 1 for the method's soft-overlong component when on: the one
+    place weights meet, for the CLI's task weights and for TRL's ``GRPOConfig.reward_weights``.
+    Weights given in ``source`` and in the method that differ raise ``error``, and so does a
+    weight list that is not one weight per reward component."""
+    overlong = (1.0,) if spec.soft_overlong else ()
+    if given is not None:
+        weights = (*(float(w) for w in given), *overlong)
+        if spec.reward_weights is not None and tuple(spec.reward_weights) != weights:
+            raise error(f"method.reward_weights: {list(spec.reward_weights)} conflicts with {source} "
+                        f"{list(weights)}; set weights in one place")
+        spec = dataclasses.replace(spec, reward_weights=weights)
+    n_components = len(names) + len(overlong)
+    if spec.reward_weights is not None and len(spec.reward_weights) != n_components:
+        raise error(f"method.reward_weights: {len(spec.reward_weights)} weights for {n_components} reward "
+                    f"components ({', '.join(names)}{', overlong' if overlong else ''})")
+    return spec

@@ -1,0 +1,73 @@
+"""The method registry rendered as a table of methods by axes (generated from the code)."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pandas as pd
+
+from grpolab.method.registry import METHODS
+from grpolab.method.trl_names import TRL_LOSS_MEANING, TRL_LOSS_TYPES, format_recipe, trl_recipe
+
+
+def _describe(method) -> dict:
+    row = {"method": method.key, "title": method.title}
+    if method.missing:
+        return {**row, "status": f"not yet: {method.missing}", "citation": method.citation}
+    s = method.spec()
+    clip = {"clip": f"clip [{s.eps_low:g}, {s.eps_high:g}]", "dual_clip": f"dual-clip c={s.dual_clip_c:g}",
+            "cispo": f"IS weight clip [{1 - s.eps_low:g}, {1 + s.eps_high:g}]", "sapo": f"soft gate tau {s.sapo_tau_pos:g}/{s.sapo_tau_neg:g}",
+            "clip_cov": f"Clip-Cov {s.cov_fraction:g}", "kl_cov": f"KL-Cov {s.cov_fraction:g}",
+            "reinforce": "none (REINFORCE)", "group_dpo": f"DPO beta={s.dpo_beta:g}",
+            "vespo": f"VESPO k {s.vespo_k_pos:g}/{s.vespo_k_neg:g} lam {s.vespo_lambda_pos:g}/{s.vespo_lambda_neg:g}",
+            }[s.surrogate]
+    kl = "off" if s.kl_coef == 0 else f"{s.kl_estimator} {s.kl_coef:g} in {s.kl_placement}"
+    length = ", ".join(x for x, on in (("overlong filter", s.overlong_filter), ("soft punish", s.soft_overlong)) if on) or "-"
+    regime = ", ".join(f"{k}={v}" for k, v in method.regime.items()) or "-"
+    advantage = s.advantage + (f" + {s.step_omega:g} x anchor steps" if s.step_omega else "")   # GiGPO
+    return {**row, "status": "runs", "advantage": advantage, "ratio": s.ratio, "surrogate": clip,
+            "aggregation": s.aggregation, "KL": kl, "sampling": s.sampling, "length": length,
+            "regime": regime, "spec": s.spec_hash(), "citation": method.citation, "TRL": _trl(s)}
+
+
+def _trl(spec) -> str:
+    """The GRPOConfig under which stock TRL trains this exact update rule, or empty."""
+    recipe = trl_recipe(spec)
+    return "" if recipe is None else f"GRPOConfig({format_recipe(recipe)})"
+
+
+def methods_frame() -> pd.DataFrame:
+    return pd.DataFrame([_describe(m) for m in METHODS.values()]).fillna("")
+
+
+WIDTH = 110
+UPDATE_RULE = ["method", "advantage", "ratio", "surrogate", "aggregation"]
+REGULARISERS = ["method", "KL", "sampling", "length", "regime"]
+
+
+def methods_table(markdown: bool = False) -> str:
+    """Markdown: one wide table (for docs). Plain text: fits ~110 columns: the update rule, then
+    KL / sampling / length / regime, then each method's title, citation and spec hash."""
+    frame = methods_frame()
+    if markdown:
+        return frame.to_markdown(index=False)
+    runs = frame[frame.status == "runs"]
+    left = lambda part: part.to_string(index=False, justify="left", formatters={  # noqa: E731
+        c: (lambda v, w=int(part[c].str.len().max()): f"{v:<{w}}") for c in part.columns})
+    lines = ["Update rule", left(runs[UPDATE_RULE]), "", "KL, sampling, length, regime", left(runs[REGULARISERS]),
+             "", "Sources"]
+    for row in frame.itertuples():
+        status = "" if row.status == "runs" else f" [{row.status}]"
+        lines.extend(textwrap.wrap(f"{row.method} ({row.title}): {row.citation}{status}", width=WIDTH,
+                                   initial_indent="  ", subsequent_indent="      "))
+    lines.extend(["", "TRL's loss_type names (GrpoLabTrainer without method= trains the GRPOConfig as these axes)"])
+    for name, axes in TRL_LOSS_TYPES.items():
+        text = f"{name}: {', '.join(f'{k}={v}' for k, v in axes.items())}: {TRL_LOSS_MEANING[name]}"
+        lines.extend(textwrap.wrap(text, width=WIDTH, initial_indent="  ", subsequent_indent="      "))
+    lines.extend(["", "Registered methods stock TRL trains exactly (both names of one update rule; rollout reuse aside)"])
+    for row in runs[runs.TRL != ""].itertuples():
+        lines.extend(textwrap.wrap(f"{row.method} = {row.TRL}", width=WIDTH, initial_indent="  ",
+                                   subsequent_indent="      "))
+    return "\n".join(line.rstrip() for line in "\n".join(lines).splitlines())
+
+

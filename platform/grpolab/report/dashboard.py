@@ -1,0 +1,202 @@
+"""Dashboards: layout YAML + extracted DataFrames -> plotly figures -> one offline HTML file.
+
+plotly.js is embedded once in the page by default (no CDN: clusters are often offline); with
+``plotlyjs="shared"`` pages load one local copy beside them instead (~4.7 MB saved per page).
+The layout's ``x`` (steps | tokens | seconds, also per panel) picks the curves' x-axis and
+``seeds`` (band | lines | both) how seeds are shown. Ladders add the ablation chart and the
+paired deltas (dashboard_figures.py). Panels whose metric no run logged (e.g. KL with the KL
+off) are not drawn; the page says which and why. A small self-check script records, after
+rendering, what each panel holds and any script error, in ``<pre id="grpolab-self-check">``
+(tests read it in Chromium).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+import yaml
+
+from grpolab.analysis.ablation import load_results
+from grpolab.errors import ConfigError
+from grpolab.report import dashboard_data as data
+from grpolab.report.figures import ablation_figure, curve_figure, paired_delta_figure, titled  # noqa: F401 (re-exported)
+from grpolab.report.page import plotly_script, render_page
+from grpolab.report.verdict_page import (  # rung verdicts: effect + paired t CI, and per-seed differences
+    count_cell,
+    ladder_sections,
+)
+from grpolab.studies.definition import load_study
+
+DEFAULT_LAYOUT = {
+    "panels": [
+        {"title": "Held-out pass@1", "metric": "eval/pass_at_1"},
+        {"title": "Reward (rollout mean)", "metric": "reward/mean"},
+        {"title": "Policy entropy", "metric": "entropy"},
+        {"title": "Length of correct completions", "metric": "length/correct"},
+        {"title": "Length of incorrect completions", "metric": "length/incorrect"},
+        {"title": "Clip fraction (either bound binds)", "metric": "clip/region_fraction"},
+        {"title": "Old-policy probability of upper-clipped tokens", "metric": "clip/high_old_prob"},
+        {"title": "All-correct groups (zero variance)", "metric": "groups/all_correct"},
+        {"title": "All-wrong groups (zero variance)", "metric": "groups/all_wrong"},
+        {"title": "KL to the reference", "metric": "kl"},
+    ],
+    "ablation": True,
+    "paired_delta": True,
+    "optuna": True,
+    "x": "steps",
+    "seeds": "band",
+}
+LAYOUT_KEYS = {"title": "page title", "panels": "list of {metric, title, x}", "ablation": "ladder table chart",
+               "paired_delta": "ladder paired deltas", "optuna": "search plots",
+               "x": "steps | tokens | seconds", "seeds": "band | lines | both"}
+PANEL_KEYS = ("metric", "title", "x")
+COUNT_COLUMNS = ("n", "censored", "seeds", "seeds_needed", "seeds_for_power", "seeds for 80% power")   # integers on the page
+SEED_VIEWS = ("band", "lines", "both")
+
+
+def load_layout(path: str | None) -> dict:
+    if path is None:
+        return dict(DEFAULT_LAYOUT)
+    layout = yaml.safe_load(Path(path).read_text()) or {}
+    unknown = set(layout) - set(LAYOUT_KEYS)
+    if unknown:
+        raise ConfigError(f"dashboard layout: unknown key {sorted(unknown)[0]!r}; valid: {', '.join(LAYOUT_KEYS)}")
+    for i, panel in enumerate(layout.get("panels") or []):
+        if not isinstance(panel, dict) or "metric" not in panel:
+            raise ConfigError(f"dashboard layout: panels[{i}] needs a metric (and optional title, x)")
+        bad = set(panel) - set(PANEL_KEYS)
+        if bad:
+            raise ConfigError(f"dashboard layout: panels[{i}].{sorted(bad)[0]}: unknown key; valid: {', '.join(PANEL_KEYS)}")
+        _check_choice(f"panels[{i}].x", panel.get("x", "steps"), data.X_AXES)
+    merged = {**DEFAULT_LAYOUT, **layout}
+    _check_choice("x", merged["x"], data.X_AXES)
+    _check_choice("seeds", merged["seeds"], SEED_VIEWS)
+    return merged
+
+
+def _check_choice(key: str, value, valid) -> None:
+    if value not in valid:
+        raise ConfigError(f"dashboard layout: {key}: {value!r} is not valid; valid: {', '.join(valid)}")
+
+
+def optuna_figures(study) -> tuple[list[tuple[str, go.Figure]], list[str]]:
+    import optuna.visualization as vis
+    figures, skipped = [], []
+    multi = len(study.directions) > 1
+    makers = [("Parameter importance", lambda: vis.plot_param_importances(study, target=(lambda t: t.values[0]) if multi else None)),
+              ("Slice", lambda: vis.plot_slice(study, target=(lambda t: t.values[0]) if multi else None)),
+              ("Contour", lambda: vis.plot_contour(study, target=(lambda t: t.values[0]) if multi else None))]
+    if multi:
+        makers.append(("Pareto front", lambda: vis.plot_pareto_front(study)))
+    for title, make in makers:
+        try:
+            fig = make()
+        except (ValueError, RuntimeError) as exc:   # e.g. too few complete trials for importances
+            skipped.append(f"{title}: {exc}")
+            continue
+        if any(len(getattr(t, "x", None) or getattr(t, "y", None) or []) for t in fig.data):
+            top = titled(fig, fig.layout.title.text or title)     # below the toolbar, as every panel
+            figures.append((title, fig.update_layout(height=340 + top, margin={"t": top})))
+        else:
+            skipped.append(f"{title}: no data yet")
+    return figures, skipped
+
+
+def default_output_name(study_path: str | None, run_ids: list[str] | None, layout_path: str | None,
+                        x: str = "steps", seeds: str = "band") -> str:
+    """``<study>[-<layout>][-<x>][-seeds-<view>].html`` or ``runs-<id8>-<id8>...html``: a page is
+    named after what it shows, so two dashboards never overwrite each other by accident."""
+    if study_path:
+        stem = Path(study_path).stem
+    else:
+        ids = [r[:8] for r in run_ids or []]
+        stem = "runs-" + "-".join(ids[:4]) + (f"-and-{len(ids) - 4}-more" if len(ids) > 4 else "")
+    parts = [stem]
+    if layout_path:
+        parts.append(Path(layout_path).stem)
+    if x != "steps":
+        parts.append(x)
+    if seeds != "band":
+        parts.append(f"seeds-{seeds}")
+    return "-".join(parts) + ".html"
+
+
+def build_dashboard(state: Path, out: Path, study_path: str | None = None, run_ids: list[str] | None = None,
+                    layout_path: str | None = None, storage_url: str | None = None, x: str | None = None,
+                    seeds: str | None = None, plotlyjs: str = "inline") -> Path:
+    """Read the study's (or chosen) runs and write the page; ``x`` / ``seeds`` override the layout."""
+    layout = load_layout(layout_path)
+    if x is not None:
+        _check_choice("x", x, data.X_AXES)
+        layout = {**layout, "x": x, "panels": [{k: v for k, v in p.items() if k != "x"} for p in layout["panels"]]}
+    if seeds is not None:
+        _check_choice("seeds", seeds, SEED_VIEWS)
+        layout = {**layout, "seeds": seeds}
+    cfg, runs, title = _select_runs(state, study_path, run_ids, layout)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plotly_tag = plotly_script(out, plotlyjs)
+    sections, notes, tables = [], [], []
+    if cfg is not None and cfg.kind == "ladder" and (layout.get("ablation") or layout.get("paired_delta")):
+        _ladder_sections(state, study_path, storage_url, cfg, layout, sections, tables)
+    _curve_sections(state, runs, layout, sections, notes)
+    if cfg is not None and cfg.kind == "search" and layout.get("optuna"):
+        _, study = load_results(study_path, state, storage_url)
+        figures, skipped = optuna_figures(study)
+        sections.extend(figures)
+        notes.extend(skipped)
+    out.write_text(render_page(title, sections, notes, tables, plotly_tag))
+    (out.with_suffix(".json")).write_text(json.dumps({"runs": runs.run_id.tolist(), "labels": runs.label.tolist(),
+                                                      "panels": [s[0] for s in sections], "x": layout["x"],
+                                                      "seeds": layout["seeds"], "not_shown": notes}, indent=2))
+    return out
+
+
+def _select_runs(state: Path, study_path, run_ids, layout):
+    cfg = None
+    if study_path:
+        cfg = load_study(study_path)
+        runs = data.study_runs(state, cfg.name)
+        title = layout.get("title") or f"grpolab study: {cfg.name}"
+    elif run_ids:
+        runs = data.chosen_runs(state, run_ids)
+        title = layout.get("title") or f"grpolab runs: {', '.join(runs.label)}"
+    else:
+        raise ConfigError("dashboard: give a study file or --runs RUN_ID[,RUN_ID...]")
+    if runs.empty:
+        raise ConfigError(f"dashboard: no finished runs found for {study_path or run_ids}; run the study first")
+    return cfg, runs, title
+
+
+def _ladder_sections(state, study_path, storage_url, cfg, layout, sections, tables) -> None:
+    table = data.ablation_frame(state, study_path, storage_url)
+    metric = cfg.objectives[0].metric
+    if layout.get("ablation"):
+        sections.append(("Ablation table", ablation_figure(table, metric, cfg.published_source)))
+    if layout.get("paired_delta") and len(table) > 1:
+        sections.append(("Paired delta vs previous rung", paired_delta_figure(table, metric, table.attrs.get("level"))))
+    if layout.get("ablation"):
+        sections.extend(ladder_sections(state, study_path, storage_url))
+    from grpolab.report.tables import ladder_caption  # metric, family, censoring, deviations, pre-registration
+    tables.append(f"<h2>Ablation table</h2><p>{html.escape(ladder_caption(cfg, 0, state))}</p>"
+                  + table.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="--",
+                                  formatters={c: count_cell for c in table.columns if c in COUNT_COLUMNS}))
+
+
+def _curve_sections(state, runs, layout, sections, notes) -> None:
+    by_x: dict[str, tuple[pd.DataFrame, pd.DataFrame]] = {}   # x axis -> (curves, summary)
+    for panel in layout["panels"]:
+        x = panel.get("x", layout["x"])
+        if x not in by_x:
+            curves = data.metric_curves(state, runs, [p["metric"] for p in layout["panels"]], x)
+            by_x[x] = curves, data.band_summary(curves)
+        curves, summary = by_x[x]
+        if summary[summary.metric == panel["metric"]].empty:
+            notes.append(f"{panel['metric']}: not logged by these runs (e.g. KL off, or no clipped token)")
+            continue
+        title = panel.get("title", panel["metric"])
+        sections.append((title, curve_figure(summary, panel["metric"], title, x, curves, layout["seeds"])))

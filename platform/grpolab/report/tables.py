@@ -1,0 +1,109 @@
+"""Results tables from Optuna storage (never by re-running anything).
+
+Ladder: per rung the mean over seeds with a 95 % t-interval, the paired delta against the
+previous rung with its verdict (``ladder_verdicts``), and the published value beside it. Missing
+or failed rows are shown, never dropped. A threshold metric that was never reached counts at the
+run's budget, a lower bound (``censored`` counts them), as in claims.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from grpolab.analysis.ablation import ladder_rows, ladder_table, load_results, search_table
+from grpolab.analysis.scaling import scaling_frame
+from grpolab.errors import ConfigError
+from grpolab.studies.definition import StudyConfig, load_study
+from grpolab.studies.registration import ladder_fields, ladder_key, status
+
+
+def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: float = 0.95, study=None) -> str:
+    """What the ladder table states: its metric, intervals, family, censoring, deviations and
+    pre-registration status (every output of a ladder's verdicts carries it)."""
+    obj = cfg.objectives[objective]
+    delta = f"{obj.smallest_effect:g}" if obj.smallest_effect is not None else "not set (no verdicts)"
+    caption = (f"{cfg.name}: {obj.metric} ({obj.direction}), mean over seeds {list(cfg.seeds)} with 95% t-interval; "
+               f"verdict_vs_prev: each rung against the previous one on paired seeds, {100 * level:.4g}% paired "
+               f"t-interval of the difference (delta_ci95 its half-width"
+               + ("" if level == 0.95 else "; the per-look level of seeds added until decided")
+               + f"), smallest effect that matters {delta} (labels: README); family: the judged rungs of this "
+               f"table; tests: each rung's H0 (mean 0) p with Holm's adjustment over the family; familywise: the "
+               f"label on the Bonferroni interval at 1 - 0.05/(rungs x looks), all of which hold together with "
+               f"probability >= 95%; threshold metrics never reached count at the budget (a lower bound, column "
+               f"censored) and make a rung's label inconclusive")
+    if cfg.published_source:
+        caption += f"; published: {cfg.published_source}"
+    caption += f"; deviations: {'; '.join(d.text() for d in cfg.deviations) or 'none'}"
+    if study is not None:
+        from grpolab.studies.storage import sequential_note
+        caption += f"; {sequential_note(study)}" if sequential_note(study) else ""
+    if state is not None:
+        file_cfg = load_study(cfg.path)   # registered as written, without seeds added on demand
+        caption += f"; {status(state, ladder_key(file_cfg), ladder_fields(file_cfg), cfg.deviations)}"
+    return caption
+
+
+def render(frame: pd.DataFrame, fmt: str, caption: str = "") -> str:
+    if fmt == "csv":
+        return frame.to_csv(index=False)
+    if fmt == "latex":
+        from grpolab.report.tables import latex_table
+        return latex_table(frame, caption)
+    return markdown_table(frame)
+
+
+def markdown_table(frame: pd.DataFrame) -> str:
+    """A pipe table whose cells cannot break it: ``|`` escaped, newlines as spaces."""
+    def clean(v):
+        return v.replace("|", "\\|").replace("\n", " ") if isinstance(v, str) else v
+    return frame.map(clean).rename(columns=clean).to_markdown(index=False, floatfmt=".4g")
+
+
+def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "markdown", metric: str | None = None) -> str:
+    cfg, study = load_results(path, state, storage_url)
+    names = [o.metric for o in cfg.objectives]
+    if metric is not None and metric not in names:
+        raise ConfigError(f"--metric: {metric!r} is not an objective of {cfg.name}; valid: {', '.join(names)}")
+    index = names.index(metric) if metric else 0
+    metric = names[index]
+    if cfg.kind == "ladder":
+        from grpolab.studies.storage import verdict_plan
+        level, looks, _ = verdict_plan(study)
+        frame = ladder_table(ladder_rows(study, cfg, index), cfg, index, state, level, looks)
+        caption = ladder_caption(cfg, index, state, level, study)
+    else:
+        frame = search_table(study, cfg)
+        caption = f"{cfg.name}: {len(frame)} trials, objectives {[o.metric for o in cfg.objectives]}"
+    body = render(frame, fmt, caption)
+    if fmt == "markdown" and cfg.kind == "ladder":
+        from grpolab.report.tables import scaling_section  # asymptote A and efficiency C_mid beside the table
+        body += scaling_section(state, path, storage_url)
+    return body if fmt != "markdown" else f"{caption}\n\n{body}"
+
+
+def latex_table(frame: pd.DataFrame, caption: str = "", float_format: str = "{:.3g}") -> str:
+    """A booktabs LaTeX table (``\\usepackage{booktabs}``). Cells and column names are escaped
+    (``%``, ``_``, ``&``, ``#`` ...); NaN is ``--``; the caption is escaped the same way."""
+    return frame.to_latex(index=False, escape=True, na_rep="--", float_format=float_format.format,
+                          caption=escape_latex(caption) if caption else None)
+
+
+def escape_latex(text: str) -> str:
+    """Text mode escaping (pandas escapes cells itself, not the caption)."""
+    return "".join(LATEX_SPECIALS.get(ch, ch) for ch in text)
+
+
+def scaling_section(state, study_path: str, storage_url: str | None) -> str:
+    """Markdown shown beside a ladder's table, or '' when no fit is possible."""
+    frame = scaling_frame(state, study_path, storage_url)
+    if frame is None or frame.empty:
+        return ""
+    return ("\nCompute scaling (ScaleRL-style): R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), C = generated tokens, "
+            "R = held-out pass@1, R0 = the step-0 value; one fit per seed, mean and 95% t-interval over seeds\n\n"
+            + frame.to_markdown(index=False, floatfmt=".4g"))
+
+
+LATEX_SPECIALS = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}

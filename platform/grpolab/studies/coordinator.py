@@ -1,0 +1,282 @@
+"""Optuna driver: ladders (cumulative ablations, every rung x seed exactly once) and searches.
+
+Storage: a journal file in the state folder by default (safe for several local workers;
+SQLite ran fixed rows twice under concurrency, TRACKING_NOTES.md), or any RDB URL
+(PostgreSQL for workers on many machines: same command, same ``--storage``).
+
+Exactly-once ladder rows: the coordinator enqueues each missing (rung, seed) row once; workers
+pop enqueued trials through ``study.ask()``, which claims a WAITING trial atomically in the
+storage. A worker that finds no waiting row stops. Interrupted rows (Ctrl-C, SIGTERM, or a
+worker that died: its trial is reaped, lifecycle.py) are re-queued when the command is run
+again; rows that failed with an error only with ``--retry-failed``; a failed or unfinished row
+is never skipped silently (the command exits 1 and lists it). With ``--launcher slurm`` the
+workers are Slurm jobs (slurm.py), and a row handed back while the study runs (its job was
+cancelled or preempted) is queued again at once, for a job still running.
+
+Several coordinators (on one machine or many) may run the same study at once: store creation,
+the parent run and enqueueing happen under the setup lock (stores.py), and each coordinator
+waits for the rows the others still run before it reports.
+
+MLflow: one parent run per study; each trial's run is its child, with the trial number as a
+tag, and the run id stored on the trial (``mlflow_run_id``): linked both ways.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from grpolab.errors import ConfigError
+from grpolab.signals import raise_if_signalled
+from grpolab.studies.definition import StudyConfig, ladder_notes, load_study
+from grpolab.studies.devices import placement_for
+from grpolab.studies.lifecycle import RESUMES_ATTR, reap_logged, reap_stale_trials, signals_raise, watchdog
+from grpolab.studies.processes import release, run_workers, start_workers
+from grpolab.studies.registration import (
+    definition_hash,  # noqa: F401  (re-exported: tests, check_definition)
+    register_ladder,
+)
+from grpolab.studies.rows import (
+    OUTCOME_ATTR,
+    PARENT_RUN_ATTR,
+    ROW_ATTR,
+    RUN_ATTR,
+    STUDY_PATH_ATTR,
+    deciding_trial,
+    format_progress,
+    progress,
+    row_key,
+    row_trials,
+    summary,
+    trial_row_state,
+)
+from grpolab.studies.storage import create_or_load, default_storage, seed_param, with_added_seeds
+from grpolab.studies.trials import worker_loop
+from grpolab.tracking.recorder import RunRecorder, client_for
+from grpolab.tracking.stores import check_stores, init_tracking_store, setup_lock
+
+log = logging.getLogger(__name__)
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # TPE's group=True
+
+
+def enqueue_missing_rows(study: optuna.Study, cfg: StudyConfig, retry_failed: bool) -> list[str]:
+    """Enqueue every ladder row that has no complete, running or waiting trial. A row is decided
+    by its latest trial (as in study_progress.row_states): interrupted (Ctrl-C, SIGTERM, reaped
+    after its worker died or hung) is always re-queued, failed with an error only when
+    ``retry_failed``; so an interrupted ``--retry-failed`` retry is re-queued like any other
+    interruption. Call under the setup lock (stores.setup_lock): two coordinators enqueueing at
+    once would queue a row twice. Returns the rows left failed."""
+    by_row = row_trials(study)
+    left_failed = []
+    for rung, seed in cfg.rows():
+        key = row_key(rung, seed)
+        trials = by_row.get(key, [])
+        state = trial_row_state(deciding_trial(trials))
+        if state in ("COMPLETE", "RUNNING", "WAITING"):
+            continue
+        if state == "FAIL" and not retry_failed:
+            left_failed.append(key)
+            continue
+        attrs = {ROW_ATTR: key}
+        previous = [t.user_attrs[RUN_ATTR] for t in trials if RUN_ATTR in t.user_attrs]
+        if previous:   # the row restarts (or, with a checkpoint, resumes) its latest run
+            attrs[RESUMES_ATTR] = previous[-1]
+        study.enqueue_trial({"rung": rung, seed_param(cfg, seed): seed}, user_attrs=attrs)
+    return left_failed
+
+
+def check_definition(study: optuna.Study, cfg: StudyConfig, accept_changed: bool) -> None:
+    """A study keeps its rows across runs of the command; mixing rows made under another
+    definition (budget, rungs, seeds) into one table would be silent, so it is refused."""
+    stored, current = study.user_attrs.get("definition_hash"), definition_hash(cfg)
+    if stored is not None and stored != current and not accept_changed:
+        raise ConfigError(f"study {cfg.name!r} already holds rows made from a different definition of {cfg.path}; "
+                          "give the study a new name, or pass --accept-changed to keep the old rows and go on")
+    study.set_user_attr("definition_hash", current)
+
+
+def ensure_parent_run(study: optuna.Study, cfg: StudyConfig, state: Path, reopen: bool = True) -> str:
+    parent = study.user_attrs.get(PARENT_RUN_ATTR)
+    if parent:  # resuming: the parent is live again until the rows are done
+        if reopen:
+            client_for(state).update_run(parent, status="RUNNING")
+        return parent
+    experiment = (cfg.base.get("tracking") or {}).get("experiment", "grpolab")
+    recorder = RunRecorder(state, experiment, cfg.name, {"grpolab.study": cfg.name, "grpolab.study_kind": cfg.kind},
+                           {"study": {"path": cfg.path, "kind": cfg.kind, "seeds": list(cfg.seeds)}})
+    recorder.log_text(Path(cfg.path).read_text(), "study.yaml")
+    study.set_user_attr(PARENT_RUN_ATTR, recorder.run_id)
+    study.set_user_attr(STUDY_PATH_ATTR, cfg.path)
+    return recorder.run_id
+
+
+def run_study(path: str, state: Path, storage_url: str | None, workers: int | None, retry_failed: bool,
+              echo=print, accept_changed: bool = False, publish: Publish | None = None,
+              gpus_per_row: int | None = None, devices: str | None = None, launcher=None) -> int:
+    """Coordinator: validate, check the stores, then (under the setup lock, so that several
+    coordinators starting together do it once) create the stores, the study and its parent run,
+    hand back the rows of dead workers and queue the missing rows; run workers, show live
+    progress, wait for rows other coordinators still run. Returns the exit code: 0 when every
+    row is done, 1 when a row failed or did not complete.
+
+    ``publish(state, parent_run_id, study_path, storage_url)`` is called once this run's rows are
+    done, before the parent run closes (the front door passes the report's table publisher: the
+    study driver never imports reporting, as Optuna's ``optimize`` takes ``callbacks=``).
+
+    ``gpus_per_row`` K (devices.py): every worker is a process owning K devices of the pool
+    (``devices``, else the study file's ``devices:``, else CUDA_VISIBLE_DEVICES or every CUDA
+    device), ``workers`` of them (default: pool // K); a row runs as K processes when K > 1.
+    ``launcher`` (slurm.SlurmLauncher): the workers run as cluster jobs submitted once the rows
+    are queued, instead of processes on this machine."""
+    cfg = load_study(path)
+    placement = None
+    if launcher is not None:   # every refusal (storage, flags) before anything is written or submitted
+        launcher.check(cfg, storage_url, workers, devices)
+    else:
+        placement = placement_for(cfg.devices, gpus_per_row, devices, workers)
+    workers = placement.workers if placement else launcher.jobs if launcher else (workers or 1)
+    if placement is not None:
+        echo(placement.describe())
+    if cfg.kind == "ladder":   # before anything runs: rungs that cannot act, rungs that repeat another
+        notes = ladder_notes(cfg)
+        echo("ladder check: " + ("every rung's change can act in its regime and no two rungs are identical"
+                                 if not notes else f"{len(notes)} finding(s)"))
+        for note in notes:
+            echo(f"  ! {note}")
+    storage_url = storage_url or default_storage(state)
+    tracking = check_stores(state, storage_url)          # fail fast: nothing is written before this
+    Path(state).mkdir(parents=True, exist_ok=True)
+    in_process = workers <= 1 and placement is None and launcher is None
+    procs = [] if in_process or launcher else start_workers(   # they import meanwhile
+        path, storage_url, state, workers, placement and placement.device_sets, placement.per_row if placement else 1)
+    try:
+        with signals_raise():
+            with setup_lock(state, tracking, storage_url):
+                init_tracking_store(state)
+                study = create_or_load(cfg, storage_url)
+                check_definition(study, cfg, accept_changed)
+                cfg = with_added_seeds(cfg, study)
+                if cfg.kind == "ladder":   # before any row of this run: the file's verdict fields as they stand
+                    register_ladder(state, load_study(path), study)
+                for reason in reap_stale_trials(study, state, row_timeout=cfg.row_timeout_s).values():
+                    echo(reason)
+                if cfg.kind == "ladder":
+                    enqueue_missing_rows(study, cfg, retry_failed)
+                pending = has_pending_rows(study, cfg)
+                parent = ensure_parent_run(study, cfg, state, reopen=pending)
+            release(procs, go=pending)
+            return _coordinate(study, cfg, state, storage_url, procs if pending else [], workers, parent, pending,
+                               echo, lambda: setup_lock(state, tracking, storage_url), publish,
+                               in_process=in_process, launcher=launcher)
+    finally:
+        release(procs, go=False)   # set-up failed or was interrupted: workers never told to go are killed
+
+
+# publish(state, parent_run_id, study_path, storage_url): what the front door records on the parent run
+Publish = Callable[[Path, str, str, "str | None"], None]
+
+TICK_FAILURES = 5   # consecutive unreadable-store ticks (2 s apart) before the coordinator gives up
+
+
+def _ticker(study, cfg: StudyConfig, state: Path, workers: int, echo):
+    """The coordinator's periodic check: hand back rows of dead or hung workers, print progress when
+    rows change state (not every poll), and raise a pending Ctrl-C/SIGTERM that a library swallowed
+    or turned into another error while the check waited on the store (reap_logged logs store errors
+    and goes on; a failed progress read is reported and raised only at TICK_FAILURES in a row).
+    Called between rows and every 2 s while workers run, always in the main thread."""
+    started, last = time.time(), {"failures": 0}
+
+    def tick():
+        try:
+            reap_logged(study, state, cfg.row_timeout_s, echo)
+            p = progress(study, cfg, started, workers)
+        except Exception as exc:   # Optuna's journal lock re-raises an interrupted wait as RuntimeError
+            raise_if_signalled(exc)
+            # a store hiccup (a PostgreSQL restart) must not stop every worker mid-row: the watch
+            # gives up, stopping them, only when the store stays unreadable for TICK_FAILURES ticks
+            last["failures"] += 1
+            if last["failures"] >= TICK_FAILURES:
+                raise
+            echo(f"progress: store read failed ({type(exc).__name__}: {exc}); "
+                 f"workers go on ({last['failures']}/{TICK_FAILURES} failures in a row)")
+            return
+        last["failures"] = 0
+        key = (p["done"], p["running"], p["failed"], p["interrupted"])
+        if last.get("key") != key and p["done"] < p["total"]:   # the finished study's line is printed once, at the end
+            last["key"] = key
+            echo(format_progress(p))
+        raise_if_signalled()
+    return tick
+
+
+def _coordinate(study, cfg: StudyConfig, state: Path, storage_url: str, procs: list, workers: int, parent: str,
+                pending: bool, echo, locked, publish: Publish | None = None, in_process: bool | None = None,
+                launcher=None) -> int:
+    """Run the rows (in this process when ``in_process``, by default when ``workers`` is 1; else
+    in the released worker processes ``procs``, or in the ``launcher``'s cluster jobs), wait for
+    other coordinators' rows, then close the parent run. ``locked()``
+    is the setup lock: the parent's tables, tags and status are written under it, because
+    coordinators that finish together would otherwise insert the same new tag at once (a
+    duplicate key: the PostgreSQL round of the three-coordinator test lost a coordinator to it)."""
+    started, tick = time.time(), _ticker(study, cfg, state, workers, echo)
+    try:
+        if launcher is not None:
+            if pending:   # rows handed back by a job Slurm ended are queued again (once: under the lock) meanwhile
+                launcher.run(study, cfg, storage_url, state, tick, echo, requeue=lambda: _requeue(study, cfg, locked))
+        elif workers <= 1 if in_process is None else in_process:
+            with watchdog(study, state, cfg.row_timeout_s, echo):   # this process runs rows: check them from a thread
+                worker_loop(cfg, storage_url, state, tick)
+        else:
+            for line in run_workers(procs, tick):
+                echo(line)
+        while study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            tick()   # rows run by other coordinators' workers: wait until they end or are handed back
+            time.sleep(2)
+    except BaseException:
+        if pending:
+            try:   # not under the lock: an interrupted coordinator must never wait on it
+                _close_parent(state, parent, progress(study, cfg, started, workers), interrupted=True)
+            except Exception as exc:  # noqa: BLE001 - the interruption is what is reported
+                log.warning("could not close the study's parent run: %s", exc)
+        raise
+    with locked():
+        final = progress(study, cfg, started, workers)
+        if pending:  # a finished study run again keeps its parent run (and its end time) as it was
+            if publish is not None:
+                publish(state, parent, cfg.path, storage_url)
+            _close_parent(state, parent, final)
+    echo(format_progress(final))
+    return summary(study, cfg, final, echo)
+
+
+def _requeue(study, cfg: StudyConfig, locked) -> None:
+    """Queue again the ladder rows handed back while the study runs (a cluster job ended under
+    them): under the setup lock, and only rows with no complete, running or waiting trial, so a
+    row is queued once however many coordinators do this."""
+    if cfg.kind == "ladder":
+        with locked():
+            enqueue_missing_rows(study, cfg, retry_failed=False)
+
+
+def has_pending_rows(study: optuna.Study, cfg: StudyConfig) -> bool:
+    """Whether a worker would run anything: a waiting ladder row, or a search short of n_trials."""
+    if cfg.kind == "ladder":
+        return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+    finished = [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL or
+                t.user_attrs.get(OUTCOME_ATTR) == "error"]
+    return len(finished) < cfg.n_trials
+
+
+def _close_parent(state: Path, parent_run_id: str, final: dict, interrupted: bool = False) -> None:
+    client = client_for(state)
+    status = "KILLED" if interrupted else ("FAILED" if final["failed"] else (
+        "FINISHED" if final["done"] >= final["total"] else "KILLED"))
+    client.set_tag(parent_run_id, "grpolab.rows_done", f"{final['done']}/{final['total']}")
+    client.set_terminated(parent_run_id, status=status)

@@ -1,0 +1,318 @@
+"""Study files (studies/*.yaml) -> validated StudyConfig. Two kinds:
+
+ladder: a base experiment and ordered rungs, each adding changes on top of the previous one
+        (cumulative), run for every seed; optionally the published value of each rung.
+search: a space over axes and hyperparameters (conditional via ``when``), a sampler, a pruner,
+        a trial budget and one or several objectives.
+
+Metrics are ``final:<eval key>`` (held-out value at the end), ``auc:<eval key>`` (mean over the
+eval points, the area under the curve per step), ``tail:<train key>`` (mean of a training
+curve over the last quarter of its points), or ``steps_to:<eval key>>=<x>`` /
+``tokens_to:<eval key>>=<x>`` (optimizer steps / generated tokens until the held-out value first
+reaches x; inf if never), e.g. ``final:eval/pass_at_1``, ``tail:length/incorrect``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from grpolab.errors import ConfigError, did_you_mean
+from grpolab.experiment.config import apply_overrides, build_config
+from grpolab.method.requirements import inert
+from grpolab.method.spec import MethodSpec
+from grpolab.studies.devices import check_devices
+from grpolab.studies.registration import parse_deviations
+from grpolab.studies.search_space import check_space
+from grpolab.yaml_input import read_yaml_mapping
+
+METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")
+EVAL_KEYS = ("eval/pass_at_1", "eval/pass_at_k", "eval/greedy_accuracy", "eval/mean_length")
+
+
+@dataclass(frozen=True)
+class Mechanism:
+    """The curve that shows a change acting, and its floor fixed in advance: below it the change's
+    verdict is ``mechanism did not act``. ``rows``: whose runs are measured (mean over their seeds)."""
+    metric: str
+    at_least: float
+    rows: str = "this"      # rungs: this | previous; claims: treatment | control
+
+    def text(self) -> str:
+        return f"{self.metric} >= {self.at_least:g} on the {self.rows} rows"
+
+
+@dataclass(frozen=True)
+class Rung:
+    name: str
+    changes: dict
+    published: float | None = None
+    mechanism: Mechanism | None = None
+
+
+@dataclass(frozen=True)
+class Objective:
+    metric: str
+    direction: str = "maximize"
+    smallest_effect: float | None = None    # in the metric's own unit; None: its verdicts are not judged
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    name: str
+    kind: str
+    path: str
+    base: dict
+    seeds: tuple[int, ...]
+    objectives: tuple[Objective, ...]
+    rungs: tuple[Rung, ...] = ()
+    published_source: str = ""
+    deviations: tuple = ()          # preregistration.Deviation entries: changes made after seeing results
+    added_seeds: tuple = ()         # seeds added on demand (studies.add_seeds), also in ``seeds``
+    description: str = ""
+    space: dict = field(default_factory=dict)
+    n_trials: int = 0
+    sampler: dict = field(default_factory=dict)
+    pruner: dict = field(default_factory=dict)
+    row_timeout_s: float | None = 3600.0   # a row with no progress this long is hung: handed back (lifecycle.py)
+    devices: tuple[str, ...] = ()          # the device pool for --gpus-per-row (devices.py); not in the definition hash
+    plan: dict = field(default_factory=dict)   # `grpolab study --plan` assumptions (plan.py); not in the definition hash
+
+    def rows(self) -> list[tuple[int, int]]:
+        """(rung index, seed) for every row of a ladder."""
+        return [(r, s) for r in range(len(self.rungs)) for s in self.seeds]
+
+    def rung_experiment(self, rung: int, seed: int) -> dict:
+        """The experiment dict of one ladder row: base + changes of rungs 0..rung, cumulative."""
+        overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}"
+                     for r in self.rungs[: rung + 1] for k, v in r.changes.items()]
+        data = apply_overrides(self.base, overrides + [f"seed={seed}"])
+        data["name"] = f"{self.name}-r{rung}"
+        return data
+
+
+def parse_threshold(key: str) -> tuple[str, float]:
+    """'eval/pass_at_1>=0.35' -> ('eval/pass_at_1', 0.35)."""
+    name, sep, value = key.partition(">=")
+    try:
+        return name, float(value) if sep else float("nan")
+    except ValueError:
+        raise ConfigError(f"metric key {key!r}: expected <eval key>>=<number>, e.g. eval/pass_at_1>=0.35") from None
+
+
+def check_metric(metric: str) -> None:
+    agg, _, key = metric.partition(":")
+    if agg not in METRIC_AGGS or not key:
+        raise ConfigError(f"metric {metric!r}: expected <agg>:<key> with agg in {', '.join(METRIC_AGGS)}, "
+                          "e.g. final:eval/pass_at_1, tail:length/incorrect or steps_to:eval/pass_at_1>=0.35")
+    if agg in ("steps_to", "tokens_to"):
+        name, threshold = parse_threshold(key)
+        if name not in EVAL_KEYS or threshold != threshold:
+            raise ConfigError(f"metric {metric!r}: {agg} needs <held-out key>>=<threshold>; keys: {', '.join(EVAL_KEYS)}")
+    elif agg in ("final", "auc") and key not in EVAL_KEYS:
+        raise ConfigError(f"metric {metric!r}: {agg} needs a held-out key; valid: {', '.join(EVAL_KEYS)}")
+
+
+def _positive(value, where: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"{where}: expected a positive number (in the metric's own unit), got {value!r}")
+    return float(value)
+
+
+def _objectives(raw, study_delta) -> tuple[Objective, ...]:
+    """Each objective its own direction and smallest effect; a study-level ``smallest_effect``
+    belongs to a single objective only (steps, tokens and pass@1 share no unit)."""
+    items = raw if isinstance(raw, list) else [raw]
+    if study_delta is not None and len(items) > 1:
+        raise ConfigError("smallest_effect: with several objectives give each its own "
+                          "(objectives: [{metric, direction, smallest_effect}, ...]); they share no unit")
+    out = []
+    for item in items:
+        item = {"metric": item} if isinstance(item, str) else dict(item)
+        unknown = set(item) - {"metric", "direction", "smallest_effect"}
+        if unknown or "metric" not in item:
+            raise ConfigError(f"objectives: each needs metric (and optional direction, smallest_effect), got {item}")
+        check_metric(item["metric"])
+        if item.get("direction", "maximize") not in ("maximize", "minimize"):
+            raise ConfigError(f"objectives.direction: maximize or minimize, got {item['direction']!r}")
+        delta = _positive(item.get("smallest_effect", study_delta), f"objectives[{item['metric']}].smallest_effect")
+        out.append(Objective(item["metric"], item.get("direction", "maximize"), delta))
+    return tuple(out)
+
+
+def parse_mechanism(raw, where: str, sides: tuple[str, ...], check=check_metric) -> Mechanism | None:
+    """``mechanism: {metric, at_least[, rows]}`` with rows one of ``sides`` (default: the first)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not {"metric", "at_least"} <= set(raw) <= {"metric", "at_least", "rows"}:
+        raise ConfigError(f"{where}: expected {{metric: M, at_least: NUMBER[, rows: {'|'.join(sides)}]}}, got {raw!r}")
+    floor = raw["at_least"]
+    if isinstance(floor, bool) or not isinstance(floor, (int, float)):
+        raise ConfigError(f"{where}.at_least: expected a number, got {floor!r}")
+    rows = raw.get("rows", sides[0])
+    if rows not in sides:
+        raise ConfigError(f"{where}.rows: {rows!r}; valid: {', '.join(sides)}")
+    try:
+        check(raw["metric"])
+    except ConfigError as exc:
+        raise ConfigError(f"{where}.metric: {exc}") from None
+    return Mechanism(raw["metric"], float(floor), rows)
+
+
+_LADDER_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objectives", "budget", "rungs", "published_source",
+                "smallest_effect", "row_timeout_s", "deviations", "devices", "plan"}
+_SEARCH_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objectives", "budget", "space", "n_trials",
+                "sampler", "pruner", "row_timeout_s", "deviations", "devices", "plan"}
+
+
+def load_study(path: str | Path) -> StudyConfig:
+    path = Path(path)
+    data = read_yaml_mapping(path, "study file", "give at least kind, base and rungs (or space), e.g. studies/dapo_table1.yaml")
+    kind = data.get("kind")
+    if kind not in ("ladder", "search"):
+        raise ConfigError(f"kind: expected ladder or search, got {kind!r}")
+    valid = _LADDER_KEYS if kind == "ladder" else _SEARCH_KEYS
+    unknown = set(data) - valid
+    if unknown:
+        raise ConfigError(f"{sorted(unknown)[0]}: unknown key for a {kind} study{did_you_mean(sorted(unknown)[0], valid)}; valid: {', '.join(sorted(valid))}")
+    base = data.get("base")
+    if isinstance(base, str):
+        base = read_yaml_mapping(path.parent / base, "base: experiment file")
+    if not isinstance(base, dict):
+        raise ConfigError("base: expected an experiment mapping (or a path to an experiment YAML)")
+    budget = data.get("budget") or {}
+    if not isinstance(budget, dict):
+        raise ConfigError(f"budget: expected a mapping of experiment keys (e.g. train.steps: 50), got {budget!r}")
+    base = apply_overrides(base, [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in budget.items()])
+    seeds = data.get("seeds", [0])     # absent: one seed, 0; given: a non-empty list
+    if (not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                            for s in seeds) or len(set(seeds)) != len(seeds)):
+        raise ConfigError(f"seeds: expected a non-empty list of distinct non-negative integers, got {seeds!r}")
+    seeds = tuple(seeds)
+    if kind == "search" and "smallest_effect" in data:
+        raise ConfigError("smallest_effect: only ladders have verdicts; give it per objective of a ladder")
+    objectives = _objectives(data.get("objectives") or data.get("metric") or "final:eval/pass_at_1",
+                             _positive(data.get("smallest_effect"), "smallest_effect"))
+    name = data.get("name", path.stem)
+    # one MLflow experiment per study (MLflow's chart and compare views work per experiment), unless
+    # the study's base names one (several studies can share an experiment that way)
+    tracking = base.get("tracking") or {}
+    if isinstance(tracking, dict) and "experiment" not in tracking:
+        base = {**base, "tracking": {**tracking, "experiment": name}}
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"name: expected a non-empty string (it names the Optuna study), got {name!r}")
+    common = dict(name=name, kind=kind, path=str(path), base=base, seeds=seeds, objectives=objectives,
+                  description=data.get("description", ""), row_timeout_s=_row_timeout(data),
+                  deviations=parse_deviations(data.get("deviations"), path.name), plan=parse_plan(data.get("plan")),
+                  devices=check_devices(data["devices"], "devices") if data.get("devices") is not None else ())
+    if kind == "ladder":
+        study = StudyConfig(**common, rungs=_rungs(data.get("rungs")), published_source=data.get("published_source", ""))
+        for rung in range(len(study.rungs)):  # every rung must validate before anything runs
+            _validate_experiment(study.rung_experiment(rung, seeds[0]), f"rungs[{rung}]")
+        return study
+    if len(objectives) > 1 and data.get("pruner"):
+        raise ConfigError("pruner: Optuna cannot prune multi-objective studies; remove the pruner or keep one objective")
+    space = check_space(data.get("space") or {})
+    n_trials = data.get("n_trials", 8)
+    if not isinstance(n_trials, int) or n_trials < 1:
+        raise ConfigError(f"n_trials: expected a positive integer, got {n_trials!r}")
+    return StudyConfig(**common, space=space, n_trials=n_trials, sampler=data.get("sampler") or {"name": "tpe", "seed": 0},
+                       pruner=data.get("pruner") or {})
+
+
+PLAN_KEYS = {"expected_completion_tokens": "the mean completion length, in tokens, the estimate assumes",
+             "devices_per_row": "devices one row runs on (--gpus-per-row overrides it)"}
+
+
+def parse_plan(raw) -> dict:
+    """``plan: {expected_completion_tokens, devices_per_row}``: assumptions of ``grpolab study --plan``
+    (positive integers); they change no row."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"plan: expected a mapping of {', '.join(PLAN_KEYS)}, got {raw!r}")
+    for key, value in raw.items():
+        if key not in PLAN_KEYS:
+            raise ConfigError(f"plan.{key}: unknown key; valid: {', '.join(PLAN_KEYS)}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"plan.{key}: expected a positive integer ({PLAN_KEYS[key]}), got {value!r}")
+    return dict(raw)
+
+
+def _row_timeout(data: dict) -> float | None:
+    """``row_timeout_s``: seconds a row may go without progress (a step, an evaluation) before it
+    is handed back and its worker stopped; default 3600, null to never time out."""
+    value = data.get("row_timeout_s", 3600.0)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigError(f"row_timeout_s: expected a positive number of seconds (or null for none), got {value!r}")
+    return float(value)
+
+
+def _rungs(raw) -> tuple[Rung, ...]:
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError("rungs: expected a non-empty list of {name, changes, published}")
+    out = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or "name" not in item:
+            raise ConfigError(f"rungs[{i}]: expected a mapping with name, changes and optional published")
+        unknown = set(item) - {"name", "changes", "published", "mechanism"}
+        if unknown:
+            raise ConfigError(f"rungs[{i}].{sorted(unknown)[0]}: unknown key; valid: name, changes, published, mechanism")
+        if i == 0 and item.get("mechanism") is not None:
+            raise ConfigError("rungs[0].mechanism: the first rung is not judged against anything; "
+                              "give mechanisms to the rungs that change something")
+        if not isinstance(item["name"], str) or not item["name"].strip():
+            raise ConfigError(f"rungs[{i}].name: expected a non-empty string, got {item['name']!r}")
+        if item["name"] in {r.name for r in out}:  # rows, tables and dashboards are keyed by rung name
+            raise ConfigError(f"rungs[{i}].name: {item['name']!r} is already the name of an earlier rung; "
+                              "rung names must be unique")
+        changes = item.get("changes") or {}
+        if not isinstance(changes, dict):
+            raise ConfigError(f"rungs[{i}].changes: expected a mapping of experiment keys, got {changes!r}")
+        if i > 0 and not changes:
+            raise ConfigError(f"rungs[{i}] ({item['name']}): a rung after the first must change something")
+        published = item.get("published")
+        if published is not None and (isinstance(published, bool) or not isinstance(published, (int, float))):
+            raise ConfigError(f"rungs[{i}].published: expected a number or nothing, got {published!r}")
+        out.append(Rung(item["name"], changes, published,
+                        parse_mechanism(item.get("mechanism"), f"rungs[{i}].mechanism", ("this", "previous"))))
+    return tuple(out)
+
+
+def _validate_experiment(data: dict, where: str):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return build_config(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def ladder_notes(study) -> list[str]:
+    """Before a ladder runs: rungs whose change is inert in their regime, and rungs whose
+    effective experiments (method spec, task, model, budget, eval) are identical."""
+    import warnings
+    notes, seen = [], {}
+    for i, rung in enumerate(study.rungs):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cfg = build_config(study.rung_experiment(i, study.seeds[0]))
+        for key in rung.changes if i > 0 else ():
+            section, _, axis = key.partition(".")
+            if section == "method" and axis in MethodSpec.__dataclass_fields__ and inert(cfg, axis) is not None:
+                req = inert(cfg, axis)
+                notes.append(f"rung {i} ({rung.name}): its change {key}={rung.changes[key]} is inert here: "
+                             f"it needs {req.name} ({req.hint})")
+        effective = (cfg.spec.spec_hash(), repr((cfg.task, cfg.model, cfg.train, cfg.eval, cfg.warm_start)))
+        if effective in seen:
+            notes.append(f"rung {i} ({rung.name}) runs exactly the same experiment as rung {seen[effective]} "
+                         f"({study.rungs[seen[effective]].name})")
+        seen.setdefault(effective, i)
+    return notes

@@ -1,0 +1,186 @@
+"""A study's plan before it runs (``grpolab study FILE --plan [--tokens-per-second X]``): its rows,
+devices, generated tokens and GPU-hours, from the file alone. The whole study is validated while
+planning (errors.planning): no model is loaded and torch is not imported; what the machine that
+runs it needs (a GPU, vLLM, hub downloads not in the local cache) is listed, not raised; the
+file's own mistakes still exit 2.
+
+Per row (a ladder's rung x seed; a search's trial), from its validated experiment:
+
+- rollouts = ceil(train.steps / (minibatches x num_iterations)): generation batches;
+- train tokens = rollouts x prompts_per_rollout x group_size x L;
+- evals = 2 + floor((train.steps - 1) / eval.every) (the start, every ``every`` steps, the end; 2
+  when ``every`` is 0); eval tokens = evals x eval.prompts x (eval.k + 1) x L_eval (k samples and one
+  greedy completion per prompt);
+- L: the study's ``plan.expected_completion_tokens`` when declared (at most the completion cap),
+  else the cap itself, an upper bound (completions stop at EOS); L_eval likewise at the eval cap;
+- dynamic sampling regenerates until the batch is full: up to ``method.max_sampling_rounds`` x the
+  train tokens (shown as the bound, not added);
+- devices: ``--gpus-per-row``, else ``plan.devices_per_row``, else 1;
+- GPU-hours = devices x (train + eval tokens) / tokens_per_second / 3600, where tokens_per_second is
+  one row's generated tokens per second on its devices, end to end (generation and update), as
+  ``grpolab bench --what throughput FILE`` measures it on the machine that will run the study.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+
+from grpolab.errors import ConfigError, planning
+from grpolab.experiment.config import build_config
+from grpolab.studies.definition import ladder_notes, load_study
+from grpolab.tasks import make_task
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    name: str                 # the rung (ladders) or "each trial" (searches)
+    rows: int                 # rows of this shape (seeds of a rung; trials of a search)
+    rollouts: int
+    prompts: int
+    group_size: int
+    completion_tokens: int    # L
+    cap: int
+    evals: int
+    eval_prompts: int
+    eval_k: int
+    eval_completion_tokens: int
+    devices: int
+    dynamic_rounds: int       # 1, or method.max_sampling_rounds under dynamic sampling
+
+    @property
+    def train_tokens(self) -> int:
+        return self.rollouts * self.prompts * self.group_size * self.completion_tokens
+
+    @property
+    def eval_tokens(self) -> int:
+        return self.evals * self.eval_prompts * (self.eval_k + 1) * self.eval_completion_tokens
+
+    @property
+    def tokens(self) -> int:
+        return self.train_tokens + self.eval_tokens
+
+    def gpu_hours(self, tokens_per_second: float) -> float:
+        return self.devices * self.tokens / tokens_per_second / 3600
+
+
+@dataclass
+class StudyPlan:
+    path: str
+    name: str
+    kind: str
+    seeds: int
+    rows: list[RowPlan]
+    expected: int | None          # plan.expected_completion_tokens
+    devices_source: str
+    needs: list[str] = field(default_factory=list)     # what the running machine needs (errors.planning)
+    notes: list[str] = field(default_factory=list)     # ladder checks, search caveats
+
+    @property
+    def total_rows(self) -> int:
+        return sum(r.rows for r in self.rows)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(r.rows * r.tokens for r in self.rows)
+
+    def gpu_hours(self, tokens_per_second: float) -> float:
+        return sum(r.rows * r.gpu_hours(tokens_per_second) for r in self.rows)
+
+
+BUDGET_KEYS = ("train.steps", "train.prompts_per_rollout", "train.group_size", "train.minibatches",
+               "train.num_iterations", "train.max_completion_length", "eval.every", "eval.prompts", "eval.k")
+
+
+def plan_study(path: str, gpus_per_row: int | None = None) -> StudyPlan:
+    """Validate the study for a plan and size each of its rows (module docstring)."""
+    if gpus_per_row is not None and (isinstance(gpus_per_row, bool) or gpus_per_row < 1):
+        raise ConfigError(f"--gpus-per-row: must be an integer >= 1, got {gpus_per_row!r}")
+    with planning() as needs, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        study = load_study(path)
+        expected = study.plan.get("expected_completion_tokens")
+        if gpus_per_row is not None:
+            devices, source = gpus_per_row, "--gpus-per-row"
+        elif "devices_per_row" in study.plan:
+            devices, source = study.plan["devices_per_row"], "plan.devices_per_row"
+        else:
+            devices, source = 1, "default: one device per row"
+        seed = study.seeds[0]
+        if study.kind == "ladder":
+            shapes = [(f"r{i} {rung.name}", len(study.seeds), build_config(study.rung_experiment(i, seed)))
+                      for i, rung in enumerate(study.rungs)]
+            notes = [f"ladder check: {n}" for n in ladder_notes(study)] or [
+                "ladder check: every rung's change can act in its regime and no two rungs are identical"]
+        else:
+            base = build_config({**study.base, "seed": seed})
+            shapes = [("each trial", study.n_trials, base)]
+            moved = sorted(k for k in study.space if k in BUDGET_KEYS)
+            notes = [f"the search space changes {', '.join(moved)}: each trial is sized at the base values"] if moved else []
+        sized = [_row(name, rows, cfg, expected, devices) for name, rows, cfg in shapes]
+    return StudyPlan(str(path), study.name, study.kind, len(study.seeds), sized, expected, source, list(needs), notes)
+
+
+def _row(name: str, rows: int, cfg, expected: int | None, devices: int) -> RowPlan:
+    t, e = cfg.train, cfg.eval
+    cap = t.max_completion_length or _task_cap(cfg)
+    eval_cap = e.max_completion_length or cap
+    every = e.every
+    evals = 2 + ((t.steps - 1) // every if every else 0)
+    per_rollout = t.minibatches * t.num_iterations
+    return RowPlan(name, rows, math.ceil(t.steps / per_rollout), t.prompts_per_rollout, t.group_size,
+                   min(expected, cap) if expected else cap, cap, evals, e.prompts, e.k,
+                   min(expected, eval_cap) if expected else eval_cap, devices,
+                   cfg.spec.max_sampling_rounds if cfg.spec.sampling == "dynamic" else 1)
+
+
+def _task_cap(cfg) -> int:
+    task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
+    return task.max_completion_length
+
+
+def render_plan(plan: StudyPlan, tokens_per_second: float | None = None) -> str:
+    """The plan as text: one line per row shape, the totals, what the running machine needs."""
+    shape = (f"{len(plan.rows)} rungs x {plan.seeds} seeds" if plan.kind == "ladder"
+             else f"{plan.rows[0].rows} trials")
+    lines = [(f"plan of {plan.path}: {plan.kind} {plan.name!r}, {shape} = {plan.total_rows} rows "
+              "(validated without loading a model)")]
+    caps = sorted({r.cap for r in plan.rows})
+    if plan.expected:
+        lines.append(f"completion length assumed: {plan.expected:,} tokens per completion (plan.expected_completion_tokens; "
+                     f"cap {', '.join(f'{c:,}' for c in caps)})")
+    else:
+        lines.append(f"completion length assumed: the cap, {', '.join(f'{c:,}' for c in caps)} tokens per completion "
+                     "(an upper bound: declare plan.expected_completion_tokens for a mean)")
+    devices = sorted({r.devices for r in plan.rows})
+    lines.append(f"devices per row: {', '.join(map(str, devices))} ({plan.devices_source})")
+    if tokens_per_second:
+        lines.append(f"throughput: {tokens_per_second:,g} generated tokens/s per row on its devices (--tokens-per-second)")
+    header = ("row", "rows", "rollouts", "prompts x G", "L", "train tokens", "evals", "eval tokens", "devices",
+              "GPU-h/row")
+    table = [header]
+    for r in plan.rows:
+        table.append((r.name, str(r.rows), f"{r.rollouts:,}", f"{r.prompts} x {r.group_size}", f"{r.completion_tokens:,}",
+                      f"{r.train_tokens:,}" + (f" (up to x{r.dynamic_rounds})" if r.dynamic_rounds > 1 else ""),
+                      str(r.evals), f"{r.eval_tokens:,}", str(r.devices),
+                      f"{r.gpu_hours(tokens_per_second):,.2f}" if tokens_per_second else "-"))
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip())
+    total = f"total: {plan.total_rows} rows, {plan.total_tokens:,} generated tokens"
+    if tokens_per_second:
+        total += f", {plan.gpu_hours(tokens_per_second):,.2f} GPU-hours"
+        dynamic = [r for r in plan.rows if r.dynamic_rounds > 1]
+        if dynamic:
+            extra = sum(r.rows * r.devices * r.train_tokens * (r.dynamic_rounds - 1) for r in dynamic) / tokens_per_second / 3600
+            total += f" (dynamic sampling may add up to {extra:,.2f} more)"
+    lines.append(total)
+    if not tokens_per_second:
+        lines.append("GPU-hours: give --tokens-per-second X, one row's generated tokens per second on its devices; "
+                     f"measure X on the machine that will run it: grpolab bench --what throughput {plan.path}")
+    lines.extend(plan.notes)
+    if plan.needs:
+        lines.append("the machine that runs it needs:")
+        lines.extend(f"  - {need}" for need in plan.needs)
+    return "\n".join(lines)

@@ -1,0 +1,158 @@
+"""A study row on K processes (``--gpus-per-row K`` with K > 1).
+
+The worker that claimed the row keeps everything a row's bookkeeping needs (the trial, its
+heartbeat, the report) and starts K rank processes for the training itself, the way
+``torchrun --nproc_per_node K`` does: each gets RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+MASTER_ADDR and MASTER_PORT, and accelerate (inside TRL) joins them in one process group (gloo on
+CPU, NCCL on GPUs; rank r uses device r of its worker's CUDA_VISIBLE_DEVICES). Rank 0 holds the
+row's one MLflow run and evaluates (experiment/runner.py: several processes log one run).
+
+The ranks are started directly rather than through torchrun's agent, so that the worker owns each
+of them: it stops them all when the row is handed back (reaped), when the worker is signalled, or
+when one rank fails (the others would wait in a collective for ever); and each rank asks the
+kernel to kill it when its worker dies (PR_SET_PDEATHSIG), so not even a SIGKILLed worker leaves
+ranks training.
+
+Rank 0 tells the worker through files in a scratch folder: ``progress`` (touched at each step and
+evaluation: the heartbeat's progress), ``run_id`` (the MLflow run, once open) and ``result.json``
+(evaluations and curves, or why it was pruned or failed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from grpolab.studies.processes import stop
+from grpolab.studies.worker_exit import wait_any
+
+PARENT_ENV = "GRPOLAB_RANK_PARENT"      # the worker's pid: a rank dies with it
+PROGRESS, RUN_ID, RESULT, SPEC = "progress", "run_id", "result.json", "spec.json"
+STOP_GRACE_S = 5.0                      # SIGTERM -> SIGKILL for ranks being stopped
+AFTER_RANK0_S = 60.0                    # other ranks may take this long to exit after rank 0 finished
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rank_env(rank: int, world: int, port: int, threads: str) -> dict:
+    """What torchrun puts in a rank's environment (single node), plus grpolab's thread share."""
+    return {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(world), "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": str(rank),
+            "ROLE_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "GRPOLAB_WORKER_THREADS": threads,
+            PARENT_ENV: str(os.getpid())}
+
+
+def start_ranks(world: int, row_dir: Path) -> list[subprocess.Popen]:
+    """Start ``world`` rank processes of the row described by ``row_dir/spec.json``, each with its
+    share of this worker's threads. They stay in the worker's process group (a terminal's Ctrl-C
+    reaches them as it reaches the worker)."""
+    share = int(os.environ.get("GRPOLAB_WORKER_THREADS") or _cpus())
+    threads, port = str(max(1, share // world)), free_port()
+    cmd = [sys.executable, "-m", "grpolab.cli", "study-rank", str(row_dir / SPEC)]
+    return [subprocess.Popen(cmd, env=rank_env(rank, world, port, threads)) for rank in range(world)]
+
+
+def _cpus() -> int:
+    """The cores this process may use (a Slurm job's allocation, not the whole node)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def stop_ranks(procs: list[subprocess.Popen], wait_first: float = 0.0, grace: float = STOP_GRACE_S) -> None:
+    """Let running ranks exit on their own for ``wait_first`` s (a terminal's Ctrl-C reached them
+    already), then SIGTERM (each ends its run KILLED), then SIGKILL after ``grace`` s: the workers'
+    own stop (processes.stop)."""
+    stop(procs, grace=wait_first, patience=grace)
+
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def watch_ranks(procs: list[subprocess.Popen], row_dir: Path, check, progressed, poll: float = 0.2) -> list[int]:
+    """Wait for every rank, calling ``check()`` (it raises to stop the row: reaped, signalled) and
+    ``progressed()`` when rank 0 touched its progress file. A rank that fails, or rank 0 done with
+    a pruned or failed row, stops the others; whatever ends the watch early stops every rank
+    first. Returns the exit codes."""
+    seen, rank0_done = None, None
+    try:
+        while any(p.poll() is None for p in procs):
+            check()
+            mtime = _mtime(row_dir / PROGRESS)
+            if mtime is not None and mtime != seen:
+                seen = mtime
+                progressed()
+            if any(p.returncode not in (None, 0) for p in procs):
+                break   # a rank failed: the others would wait in a collective for ever
+            if procs[0].returncode is not None:
+                rank0_done = rank0_done or time.monotonic()
+                if "values" not in read_result(row_dir) or time.monotonic() - rank0_done > AFTER_RANK0_S:
+                    break   # pruned or failed (the others are stuck in the next step), or they hang in teardown
+            wait_any(procs, poll)
+        progressed()
+    except BaseException as exc:
+        stop_ranks(procs, wait_first=3.0 if isinstance(exc, KeyboardInterrupt) else 0.0)
+        raise
+    stop_ranks(procs)
+    return [p.returncode for p in procs]
+
+
+def read_result(row_dir: Path) -> dict:
+    try:
+        return json.loads((row_dir / RESULT).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def write_atomic(path: Path, text: str) -> None:
+    scratch = path.with_name(f".{path.name}.tmp")
+    scratch.write_text(text)
+    os.replace(scratch, path)
+
+
+def die_with_worker() -> None:
+    """Rank side, first thing: be killed (SIGKILL) when the worker that started this rank dies;
+    exit at once if it is already gone (it died before the request was made)."""
+    parent = os.environ.get(PARENT_ENV)
+    if not parent or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != int(parent):
+        os._exit(1)
+
+
+class RankBeat:
+    """A rank's stand-in for the worker's Heartbeat (lifecycle.py): rank 0 tells its progress to
+    the worker through the progress file; the worker holds the trial's heartbeat and stops the
+    ranks when the row is reaped, so ``lost`` is never set here."""
+
+    def __init__(self, row_dir: Path | None):
+        self.trial = None
+        self.lost = threading.Event()
+        self._path, self._last = (row_dir / PROGRESS if row_dir else None), 0.0
+
+    def progressed(self) -> None:
+        if self._path is not None and time.monotonic() - self._last > 0.5:
+            self._last = time.monotonic()
+            with contextlib.suppress(OSError):
+                self._path.touch()

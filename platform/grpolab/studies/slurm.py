@@ -1,0 +1,241 @@
+"""Study workers as Slurm jobs (``grpolab study FILE --launcher slurm``), submitted through submitit.
+
+The coordinator validates the study, creates it and queues its rows as always, then submits
+``--jobs N`` jobs; each runs ``grpolab study-worker`` (the same worker loop as local workers)
+against the shared storage, which must be PostgreSQL (every job and the coordinator reach it;
+a journal file or SQLite is refused before anything is submitted). MLflow must be reachable from
+the jobs too: a state folder on a shared file system, or a tracking server (MLFLOW_TRACKING_URI,
+which the jobs inherit with the rest of the environment).
+
+While the jobs run, the coordinator shows progress as for local workers, and watches the jobs'
+states (``sacct``, through submitit's watcher). A job that leaves the RUNNING state (cancelled,
+preempted, out of time, failed, its node lost) hands its row back at once: the row's trial is
+failed as interrupted and its MLflow run ended KILLED with the reason (its worker does that
+itself on SIGTERM, or on submitit's SIGUSR2 warning; the coordinator does it for a worker that had
+no time to: the trial's worker record names its job, lifecycle.reap_job_trials), then the row is
+queued again, once (under the setup lock), for a job still running to take. Jobs that all ended
+with rows still waiting are replaced, at most ``--jobs`` replacements in all. Ctrl-C (or any
+error) in the coordinator cancels the jobs it submitted: their workers hand their rows back.
+
+``--gpus-per-row K`` asks Slurm for K GPUs per job (``--gpus-per-node``); Slurm sets the job's
+CUDA_VISIBLE_DEVICES, and with K > 1 each row runs as K processes (ranks.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import logging
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from optuna.trial import TrialState
+
+from grpolab.errors import ConfigError
+from grpolab.studies.coordinator import has_pending_rows
+from grpolab.studies.definition import StudyConfig
+from grpolab.studies.lifecycle import reap_job_trials
+from grpolab.studies.rows import row_states
+
+log = logging.getLogger(__name__)
+
+SUBMITIT_VERSION = "1.5.4"
+# a job in one of these may still run a worker (sacct's names; ``CANCELLED by 0`` is read as CANCELLED)
+ACTIVE = {"RUNNING", "COMPLETING", "CONFIGURING", "STAGE_OUT", "SIGNALING"}
+QUEUED = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SUSPENDED", "UNKNOWN", "READY"}
+DEFAULT_TIME = "24:00:00"
+
+
+def is_postgres(url: str | None) -> bool:
+    return bool(url) and re.match(r"postgres(ql)?(\+\w+)?://", url) is not None
+
+
+def parse_time(text: str) -> int:
+    """Slurm's time formats -> whole minutes: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
+    match = re.fullmatch(r"(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?", str(text).strip())
+    if not match:
+        raise ConfigError(f"--time: {text!r} is not a Slurm time (MM, HH:MM:SS or D-HH:MM:SS)")
+    days, a, b, c = match.groups()
+    if days is not None:   # D-HH[:MM[:SS]]
+        seconds = int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
+    elif c is not None:    # HH:MM:SS
+        seconds = int(a) * 3600 + int(b) * 60 + int(c)
+    elif b is not None:    # MM:SS
+        seconds = int(a) * 60 + int(b)
+    else:                  # MM
+        seconds = int(a) * 60
+    if seconds <= 0:
+        raise ConfigError(f"--time: {text!r} is no time at all")
+    return max(1, -(-seconds // 60))
+
+
+def job_state(raw: str) -> str:
+    return (raw or "UNKNOWN").split()[0].upper()
+
+
+def worker_command(cfg: StudyConfig, storage_url: str, state: Path, procs_per_row: int) -> list[str]:
+    return [sys.executable, "-m", "grpolab.cli", "--state", str(Path(state).resolve()), "study-worker",
+            str(Path(cfg.path).resolve()), "--storage", storage_url] + (
+        ["--procs-per-row", str(procs_per_row)] if procs_per_row > 1 else [])
+
+
+def run_worker(cmd: list[str]) -> int:
+    """What a job runs: the study worker as a child process, its output in the job's log. Slurm
+    signals every process of the job, so the worker gets SIGTERM (or SIGUSR2) itself and hands
+    its row back; if submitit's own handler raises here meanwhile, the worker is given time to
+    finish that, not killed (``subprocess.run`` would kill it)."""
+    proc = subprocess.Popen(cmd)
+    try:
+        code = proc.wait()
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            proc.wait(timeout=60)
+        raise
+    if code:
+        raise RuntimeError(f"the study worker exited with code {code}")
+    return code
+
+
+@dataclass
+class SlurmLauncher:
+    jobs: int = 1
+    partition: str | None = None
+    gpus_per_row: int | None = None
+    time: str | None = None
+    folder: str | None = None
+    cpus_per_job: int | None = None
+    poll_s: float = 2.0
+    submitted: list = field(default_factory=list)   # every job submitted (submitit Job objects)
+    cancelled: set = field(default_factory=set)     # jobs this launcher cancelled itself (not reported)
+
+    @property
+    def timeout_min(self) -> int:
+        return parse_time(self.time or DEFAULT_TIME)
+
+    def check(self, cfg: StudyConfig, storage_url: str | None, workers: int | None = None,
+              devices: str | None = None) -> None:
+        """Every refusal, before anything is written or submitted."""
+        if not is_postgres(storage_url):
+            raise ConfigError("--launcher slurm: the jobs need a PostgreSQL storage they all reach "
+                              f"(--storage postgresql://user@host/db), not {storage_url or 'the default journal file'}: "
+                              "a journal file or SQLite is not safe across machines")
+        for name, value in (("--jobs", self.jobs), ("--gpus-per-row", self.gpus_per_row),
+                            ("--cpus-per-job", self.cpus_per_job)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{name}: must be an integer >= 1, got {value!r}")
+        if workers is not None:
+            raise ConfigError("--workers: not with --launcher slurm (--jobs N sets how many worker jobs run)")
+        if devices is not None:
+            raise ConfigError("--devices: not with --launcher slurm (Slurm gives each job its --gpus-per-row GPUs)")
+        parse_time(self.time or DEFAULT_TIME)
+        if importlib.util.find_spec("submitit") is None:
+            raise ConfigError(f"--launcher slurm needs submitit: pip install submitit=={SUBMITIT_VERSION} "
+                              "(scripts/install_slurm.sh installs it with Slurm's client tools)")
+        if not shutil.which("sbatch"):
+            raise ConfigError("--launcher slurm: sbatch is not on PATH; run the coordinator where jobs can be "
+                              "submitted (a Slurm login node)")
+
+    def _executor(self, cfg: StudyConfig, state: Path):
+        import submitit
+        folder = Path(self.folder) if self.folder else Path(state).resolve() / "slurm" / "%j"
+        executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
+        params = {"timeout_min": self.timeout_min, "name": f"grpolab-{cfg.name}", "nodes": 1, "tasks_per_node": 1}
+        if self.partition:
+            params["slurm_partition"] = self.partition
+        if self.gpus_per_row:
+            params["gpus_per_node"] = self.gpus_per_row
+        if self.cpus_per_job:
+            params["cpus_per_task"] = self.cpus_per_job
+        executor.update_parameters(**params)
+        return executor
+
+    def submit(self, executor, cmd: list[str], count: int) -> list:
+        jobs = [executor.submit(run_worker, cmd) for _ in range(count)]
+        for job in jobs:
+            job.watcher.register_job(job.job_id)
+        self.submitted.extend(jobs)
+        return jobs
+
+    def states(self) -> dict[str, str]:
+        """Each submitted job's state, from one sacct call for all of them."""
+        if not self.submitted:
+            return {}
+        watcher = self.submitted[0].watcher
+        watcher.update()
+        return {job.job_id: job_state(watcher.get_state(job.job_id, mode="cache")) for job in self.submitted}
+
+    def cancel(self, job_ids) -> None:
+        ids = [str(j) for j in job_ids]
+        self.cancelled.update(ids)
+        if ids:
+            subprocess.run(["scancel", *ids], check=False, capture_output=True)
+
+    def run(self, study, cfg: StudyConfig, storage_url: str, state: Path, tick, echo, requeue) -> list[str]:
+        """Submit the jobs, watch them and the rows until every job has ended; a job that did not
+        complete is echoed as it ends (and its line returned). ``tick`` is the coordinator's check
+        (progress, reaping; it raises a pending signal); ``requeue`` queues handed-back rows again
+        under the setup lock."""
+        executor, cmd = self._executor(cfg, state), worker_command(cfg, storage_url, state, self.gpus_per_row or 1)
+        jobs = self.submit(executor, cmd, self.jobs)
+        echo(f"slurm: submitted {len(jobs)} worker job(s) {', '.join(j.job_id for j in jobs)} "
+             f"(logs: {Path(str(jobs[0].paths.folder)).parent})")
+        spare, seen, lines, shown = self.jobs, {}, [], None
+        try:
+            while True:
+                tick()
+                states = self.states()
+                changed = {j: s for j, s in states.items() if seen.get(j) != s}
+                seen.update(states)
+                handed_back = False
+                for job_id, s in changed.items():
+                    if s not in ACTIVE | {"UNKNOWN"}:   # its worker is gone (or never started): rows handed back
+                        for reason in reap_job_trials(study, state, job_id, s).values():
+                            echo(reason)
+                    if s not in ACTIVE | QUEUED:
+                        handed_back = True
+                        if s != "COMPLETED" and job_id not in self.cancelled:
+                            job = next(j for j in self.submitted if j.job_id == job_id)
+                            lines.append(f"slurm job {job_id} ended {s} (log: {job.paths.stderr})")
+                            echo(lines[-1])
+                if handed_back or _interrupted_rows(study, cfg):   # queued again once the trial is FAIL
+                    requeue()
+                live = [j for j, s in states.items() if s in ACTIVE | QUEUED]
+                summary = ", ".join(f"{n} {s.lower()}" for s, n in sorted(_count(states).items()))
+                if summary != shown:
+                    shown = summary
+                    echo(f"slurm: jobs {summary}")
+                pending = has_pending_rows(study, cfg)
+                if not live:
+                    if pending and spare > 0:   # every job ended with rows still waiting: replace them
+                        count = min(spare, self.jobs)
+                        spare -= count
+                        extra = self.submit(executor, cmd, count)
+                        echo(f"slurm: rows still waiting and no job left: submitted {count} more "
+                             f"({', '.join(j.job_id for j in extra)})")
+                        continue
+                    break
+                if not pending and not study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                    self.cancel(j for j, s in states.items() if s in QUEUED)   # nothing left for them to run
+                time.sleep(self.poll_s)
+        except BaseException:
+            # Ctrl-C, SIGTERM or an error in the coordinator: no job is left running without it;
+            # each worker gets SIGTERM from Slurm and hands its row back
+            self.cancel(j.job_id for j in self.submitted if seen.get(j.job_id) in ACTIVE | QUEUED | {None})
+            raise
+        return lines
+
+
+def _interrupted_rows(study, cfg: StudyConfig) -> bool:
+    return cfg.kind == "ladder" and "INTERRUPTED" in row_states(study, cfg).values()
+
+
+def _count(states: dict[str, str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for s in states.values():
+        out[s] = out.get(s, 0) + 1
+    return out

@@ -1,0 +1,136 @@
+"""A study's Optuna storage: where it lives, how a study is created or loaded, and the facts stored
+with it (seeds added on demand, the fixed sequential plan)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from grpolab.errors import ConfigError
+from grpolab.studies.definition import StudyConfig
+from grpolab.studies.registration import definition_hash  # noqa: F401  (re-exported: tests, check_definition)
+
+
+def default_storage(state: Path) -> str:
+    return f"journal:{Path(state).resolve() / 'optuna.journal'}"
+
+
+def open_storage(url: str):
+    """An Optuna storage from a URL: ``journal:/path`` or any SQLAlchemy URL."""
+    if url.startswith("journal:"):
+        from optuna.storages import JournalStorage
+        from optuna.storages.journal import JournalFileBackend
+        path = url[len("journal:"):]
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return JournalStorage(JournalFileBackend(path))
+    return optuna.storages.RDBStorage(url)
+
+
+def _sampler(cfg: StudyConfig):
+    name, seed = cfg.sampler.get("name", "tpe"), cfg.sampler.get("seed", 0)
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "nsga2":
+        return optuna.samplers.NSGAIISampler(seed=seed)
+    raise ConfigError(f"sampler.name: unknown sampler {name!r}; valid: tpe, random, nsga2")
+
+
+def _pruner(cfg: StudyConfig):
+    if not cfg.pruner:
+        return optuna.pruners.NopPruner()
+    kw = {k: v for k, v in cfg.pruner.items() if k != "name"}
+    if cfg.pruner.get("name", "median") != "median":
+        raise ConfigError(f"pruner.name: unknown pruner {cfg.pruner.get('name')!r}; valid: median")
+    return optuna.pruners.MedianPruner(**kw)
+
+
+def create_or_load(cfg: StudyConfig, storage_url: str) -> optuna.Study:
+    """The study, created on first use with its objectives' directions and names (optuna-dashboard
+    and ``study.metric_names`` show the metric, not "Objective 0")."""
+    directions = [o.direction for o in cfg.objectives]
+    study = optuna.create_study(study_name=cfg.name, storage=open_storage(storage_url), load_if_exists=True,
+                                directions=directions, sampler=_sampler(cfg) if cfg.kind == "search" else None,
+                                pruner=_pruner(cfg) if cfg.kind == "search" else None)
+    names = [o.metric for o in cfg.objectives]
+    if study.metric_names != names:
+        study.set_metric_names(names)
+    return study
+
+
+def load_existing(cfg: StudyConfig, storage_url: str) -> optuna.Study | None:
+    """The study if its storage has it, else None: reading results never creates an empty study."""
+    storage = open_storage(storage_url)
+    if cfg.name not in {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}:
+        return None
+    return optuna.load_study(study_name=cfg.name, storage=storage, sampler=_sampler(cfg) if cfg.kind == "search" else None)
+
+
+SEEDS_ADDED_ATTR = "grpolab_seeds_added"
+
+
+def with_added_seeds(cfg: StudyConfig, study: optuna.Study) -> StudyConfig:
+    """The study's seeds: the file's, then those added on demand (``verdicts --until-decided``),
+    which the Optuna study keeps, so every worker, table and verdict sees the same rows."""
+    added = tuple(s for s in study.user_attrs.get(SEEDS_ADDED_ATTR, []) if s not in cfg.seeds)
+    return dataclasses.replace(cfg, seeds=cfg.seeds + added, added_seeds=cfg.added_seeds + added) if added else cfg
+
+
+def add_seeds(cfg: StudyConfig, storage_url: str, count: int) -> StudyConfig:
+    """Make the study's paired seeds at least ``count``: new seeds are max(seed) + 1, + 2, ... (a
+    seed's rows, warm start and eval set depend on the seed only, so earlier rows stay valid)."""
+    study = create_or_load(cfg, storage_url)
+    cfg = with_added_seeds(cfg, study)
+    if len(cfg.seeds) >= count:
+        return cfg
+    new = tuple(range(max(cfg.seeds) + 1, max(cfg.seeds) + 1 + count - len(cfg.seeds)))
+    study.set_user_attr(SEEDS_ADDED_ATTR, [*study.user_attrs.get(SEEDS_ADDED_ATTR, []), *new])
+    return dataclasses.replace(cfg, seeds=cfg.seeds + new, added_seeds=cfg.added_seeds + new)
+
+
+SEQUENTIAL_ATTR = "grpolab_sequential"
+
+
+def record_sequential(cfg: StudyConfig, storage_url: str, looks: list[int], level: float) -> None:
+    """Keep a study's sequential plan (planned looks, per-look level, rows complete before it) with
+    the study, so every later table, dashboard and verdict states the same level. A plan is fixed:
+    another plan on the same study would restart the looks and spend the error rate twice."""
+    study = create_or_load(cfg, storage_url)
+    plan = study.user_attrs.get(SEQUENTIAL_ATTR)
+    if plan is not None and plan["looks"] != list(looks):
+        raise ConfigError(f"study {cfg.name!r} already follows the sequential plan of looks at {plan['looks']} seeds "
+                          f"(level {100 * plan['level']:.4g} % each): continue it with the same --max-seeds and "
+                          "--batch (a second plan on the same seeds would spend the error rate twice)")
+    if plan is None:
+        done = sum(t.state == TrialState.COMPLETE for t in study.get_trials(deepcopy=False))
+        study.set_user_attr(SEQUENTIAL_ATTR, {"looks": list(looks), "level": level, "rows_before": done})
+
+
+def verdict_plan(study: optuna.Study) -> tuple[float, int, int]:
+    """(level, planned looks, rows complete before the plan) of a study's verdicts: (0.95, 1, 0)
+    without a sequential plan."""
+    plan = study.user_attrs.get(SEQUENTIAL_ATTR) or {}
+    return float(plan.get("level", 0.95)), len(plan.get("looks", [0])), int(plan.get("rows_before", 0))
+
+
+def sequential_note(study: optuna.Study) -> str:
+    """What every verdict of a sequential study says about its plan."""
+    plan = study.user_attrs.get(SEQUENTIAL_ATTR)
+    if not plan:
+        return ""
+    note = (f"seeds added until decided: looks planned at {plan['looks']} seeds, each at "
+            f"{100 * plan['level']:.4g} % (Bonferroni over the looks)")
+    if plan.get("rows_before"):
+        note += (f"; the plan began after {plan['rows_before']} rows were complete, so an earlier look at them "
+                 "is not covered by its error bound")
+    return note
+
+
+def seed_param(cfg: StudyConfig, seed: int) -> str:
+    """Optuna's categorical ``seed`` cannot grow its choices within a study, so a seed added on
+    demand is the integer parameter ``added_seed`` (the row key carries the seed either way)."""
+    return "added_seed" if seed in cfg.added_seeds else "seed"

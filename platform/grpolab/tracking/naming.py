@@ -1,0 +1,156 @@
+"""What an MLflow run says about itself: its name, its params and its tags.
+
+Params are limited to what defines the run (the stock MLflow UI shows one column per param, so
+every constant flag is a column of noise): the method's core axes, the axes that act under its
+surrogate / KL / sampling / length settings, fine-grained axes only where they differ from the
+default, the training budget, the evaluation, the task, the model, the warm start and the seed.
+The full resolved configuration is still stored as the ``config.json`` artifact.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+
+from grpolab.method.registry import METHODS
+from grpolab.method.spec import MethodSpec
+
+# Always logged: they say which update rule this is.
+CORE_AXES = ("advantage", "ratio", "surrogate", "aggregation", "kl_coef", "sampling", "overlong_filter",
+             "soft_overlong", "entropy_coef")
+# Logged only when the condition on the spec holds: otherwise the axis cannot act.
+CONDITIONAL_AXES = {
+    "eps_low": lambda s: s.surrogate not in ("reinforce", "group_dpo", "sapo"),
+    "eps_high": lambda s: s.surrogate not in ("reinforce", "group_dpo", "sapo"),
+    "dual_clip_c": lambda s: s.surrogate == "dual_clip",
+    "sapo_tau_pos": lambda s: s.surrogate == "sapo",
+    "sapo_tau_neg": lambda s: s.surrogate == "sapo",
+    "cov_fraction": lambda s: s.surrogate in ("clip_cov", "kl_cov"),
+    "cov_low": lambda s: s.surrogate == "clip_cov",
+    "cov_high": lambda s: s.surrogate == "clip_cov",
+    "kl_cov_coef": lambda s: s.surrogate == "kl_cov",
+    "dpo_beta": lambda s: s.surrogate == "group_dpo",
+    "kl_estimator": lambda s: s.kl_coef > 0,
+    "kl_placement": lambda s: s.kl_coef > 0,
+    "kl_ratio_correction": lambda s: s.kl_coef > 0,
+    "max_sampling_rounds": lambda s: s.sampling == "dynamic",
+    "sampling_cap_policy": lambda s: s.sampling == "dynamic",
+    "overlong_buffer": lambda s: s.soft_overlong,
+    "overlong_penalty": lambda s: s.soft_overlong,
+    "entropy_mode": lambda s: s.entropy_coef > 0,
+    "entropy_target": lambda s: s.entropy_coef > 0 and s.entropy_mode == "adaptive",
+    "entropy_coef_step": lambda s: s.entropy_coef > 0 and s.entropy_mode == "adaptive",
+    "tracker_decay": lambda s: s.advantage == "value_tracker",
+    **{k: (lambda s: s.advantage == "gae") for k in ("gae_gamma", "gae_lambda", "gae_lambda_critic",
+                                                     "gae_length_alpha", "critic_lr", "critic_warmup")},
+}
+_DEFAULT_SPEC = MethodSpec()
+# The training budget and rollout shape: every run states them, whatever their value.
+CORE_TRAIN = ("steps", "group_size", "prompts_per_rollout", "minibatches", "num_iterations", "grad_accum",
+              "learning_rate", "temperature", "max_completion_length")
+CORE_EVAL = ("every", "prompts", "k", "max_completion_length")
+
+
+def method_params(spec: MethodSpec) -> dict:
+    """The axes that define this update rule (see the module docstring)."""
+    out = {}
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        if f.name in CORE_AXES:
+            out[f.name] = value
+        elif f.name in CONDITIONAL_AXES:
+            if CONDITIONAL_AXES[f.name](spec):
+                out[f.name] = value
+        elif value != getattr(_DEFAULT_SPEC, f.name):   # e.g. std_unbiased, adv_eps, reward_weights
+            out[f.name] = value
+    return out
+
+
+def run_params(cfg) -> dict:
+    """Nested dict of the params of one run (flattened to ``a.b`` keys by the recorder)."""
+    ws = cfg.warm_start
+    if cfg.model.path is not None or not ws.enabled:
+        warm = {"enabled": False}
+    else:
+        defaults = type(ws)()
+        warm = {"band": list(ws.band), **{k: getattr(ws, k) for k in ("learning_rate", "max_steps", "seed")
+                                          if getattr(ws, k) != getattr(defaults, k)}}
+    model = {"path": cfg.model.path} if cfg.model.path is not None else {"preset": cfg.model.preset}
+    if getattr(cfg.model, "revision", None) is not None:   # a hub id's revision (the commit is the grpolab.hub.model tag)
+        model["revision"] = cfg.model.revision
+    return {"method": {"name": cfg.method_name, **method_params(cfg.spec)},
+            "task": dict(cfg.task), "model": model, "warm_start": warm,
+            "train": _core_or_changed(cfg.train, CORE_TRAIN), "eval": _core_or_changed(cfg.eval, CORE_EVAL),
+            "seed": cfg.seed}
+
+
+def _core_or_changed(section, core: tuple[str, ...]) -> dict:
+    """The section's core fields, plus any other field set away from its default (e.g. dtype)."""
+    defaults = type(section)()
+    return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)
+            if f.name in core or getattr(section, f.name) != getattr(defaults, f.name)}
+
+
+def method_label(spec: MethodSpec, name: str, reference: MethodSpec | None = None) -> str:
+    """The method a run actually trains: the registered method with this exact update rule if
+    there is one (a DAPO ladder's last rung is ``dapo``), else ``name + <axes changed>`` relative
+    to ``reference`` (a ladder's first rung) or to the registered method ``name``."""
+    digest = spec.spec_hash()
+    if name in METHODS and not METHODS[name].missing and METHODS[name].spec().spec_hash() == digest:
+        return name
+    for key, method in METHODS.items():
+        if not method.missing and method.spec().spec_hash() == digest:
+            return key
+    if reference is None and name in METHODS and not METHODS[name].missing:
+        reference = METHODS[name].spec()
+    if reference is None:
+        return name
+    changed = [f"{f.name}={getattr(spec, f.name)}" for f in dataclasses.fields(spec)
+               if getattr(spec, f.name) != getattr(reference, f.name)]
+    return f"{name} + {', '.join(changed)}"[:250] if changed else name
+
+
+def ladder_run_name(rung: int, rung_name: str, seed: int) -> str:
+    return f"r{rung} {rung_name} · seed {seed}"
+
+
+def standard_tags(git_commit: str) -> dict:
+    """MLflow's own system tags, which the stock UI shows (source, commit, user)."""
+    return {"mlflow.source.name": "grpolab", "mlflow.source.type": "LOCAL",
+            "mlflow.source.git.commit": git_commit, "mlflow.user": _user()}
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
+def state_relative(path, state) -> str:
+    """``path`` as a path tag stores it: relative to the state folder when inside it."""
+    from pathlib import Path
+    try:
+        return Path(path).resolve().relative_to(Path(state).resolve()).as_posix()
+    except ValueError:   # outside the state folder: nothing to move with it
+        return str(Path(path).resolve())
+
+
+def resolve_path_tag(value: str, state):
+    """A path tag read back against the state folder it is read from (an absolute value, as
+    written before tags were relative, is returned as stored)."""
+    from pathlib import Path
+    path = Path(value)
+    return path if path.is_absolute() else Path(state).resolve() / path
+
+
+def clean_metric_name(name: str) -> str:
+    """MLflow rejects '@' and '(' in metric names; 'pass@k' becomes 'pass_at_k'."""
+    return name.replace("@", "_at_").replace("(", "_").replace(")", "_")
+
+
+X_AXES = {"steps": "optimizer step", "tokens": "completion tokens generated (cumulative)",
+          "seconds": "wall-clock seconds since the run's first logged point"}
+
+
+TOKENS_METRIC = "tokens/cumulative"

@@ -1,0 +1,101 @@
+"""Dynamic sampling (DAPO) and zero-variance filtering: the pure part, no TRL.
+
+DAPO keeps only groups whose rewards disagree (0 < #correct < G for binary rewards): a
+zero-variance group has A = 0 everywhere and only dilutes the batch. The trainer generates
+rounds of fresh groups until ``target`` informative groups exist or ``max_rounds`` is hit;
+these functions decide which groups to keep and rebuild one padded batch from the rounds.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from grpolab.trainer.metrics import ZERO_VARIANCE_TOL, group_spread  # one definition of a zero-variance group
+
+# Row-aligned tensors and how to pad them when batches of different widths are joined.
+LEFT_PADDED = ("prompt_ids", "prompt_mask")
+RIGHT_PADDED = ("completion_ids", "completion_mask", "old_per_token_logps", "ref_per_token_logps",
+                "sampling_per_token_logps", "importance_sampling_ratio", "tool_mask")
+RECOMPUTED = ("advantages", "num_items_in_batch")
+
+
+class SamplingCapError(RuntimeError):
+    """Dynamic sampling hit its round cap with too few informative groups (policy ``fail``)."""
+
+
+def filter_values(metric: str, total_reward: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
+    """What a group must disagree on to be kept, per ``method.sampling_filter``:
+    ``accuracy`` (DAPO, eq. 11: 0 < #correct < G) filters on verifier correctness, so length
+    shaping cannot rescue an all-wrong group; ``reward`` (verl's newer default) on the total
+    shaped reward."""
+    if metric == "accuracy":
+        return correct.to(total_reward.device, torch.float32)
+    if metric == "reward":
+        return total_reward
+    raise ValueError(f"unknown sampling filter {metric!r}; valid: accuracy, reward")
+
+
+def select_groups(rewards: torch.Tensor, group_size: int, target: int, policy: str) -> tuple[torch.Tensor, int]:
+    """Indices of ``target`` groups to train on, and how many of them are degenerate fill-ins.
+
+    Informative groups (spread > tol) are taken in generation order. If fewer than ``target``
+    exist: policy ``fill`` tops up with the remaining groups of largest reward std (the least
+    degenerate), policy ``fail`` raises SamplingCapError."""
+    spread = group_spread(rewards, group_size)
+    informative = (spread > ZERO_VARIANCE_TOL).nonzero().view(-1)
+    if len(informative) >= target:
+        return informative[:target], 0
+    missing = target - len(informative)
+    if policy == "fail":
+        raise SamplingCapError(
+            f"dynamic sampling found {len(informative)} informative groups of {target} needed within the round cap; "
+            "raise method.max_sampling_rounds, ease the task, or set method.sampling_cap_policy=fill")
+    if policy != "fill":
+        raise ValueError(f"unknown cap policy {policy!r}; valid: fill, fail")
+    std = rewards.view(-1, group_size).std(1)
+    rest = torch.tensor([i for i in range(len(spread)) if i not in set(informative.tolist())], dtype=torch.long)
+    order = rest[torch.argsort(std[rest], descending=True, stable=True)]
+    return torch.cat([informative, order[:missing]]), missing
+
+
+def rows_of_groups(groups: torch.Tensor, group_size: int) -> torch.Tensor:
+    return (groups.view(-1, 1) * group_size + torch.arange(group_size)).view(-1)
+
+
+def _pad_to(t: torch.Tensor, width: int, left: bool, value) -> torch.Tensor:
+    extra = width - t.size(1)
+    if extra <= 0:
+        return t
+    pad = torch.full((t.size(0), extra), value, dtype=t.dtype, device=t.device)
+    return torch.cat([pad, t] if left else [t, pad], dim=1)
+
+
+def concat_batches(batches: list[dict], pad_token_id: int) -> dict:
+    """Join row-aligned batches: prompts re-padded on the left, completions on the right."""
+    keys = set(batches[0])
+    unknown = keys - set(LEFT_PADDED) - set(RIGHT_PADDED) - set(RECOMPUTED)
+    if unknown:
+        raise NotImplementedError(f"dynamic sampling cannot merge batch fields {sorted(unknown)} (multimodal/tools)")
+    out = {}
+    for key in keys - set(RECOMPUTED):
+        parts = [b[key] for b in batches]
+        width = max(p.size(1) for p in parts)
+        left = key in LEFT_PADDED
+        value = pad_token_id if key in ("prompt_ids", "completion_ids") else 0
+        out[key] = torch.cat([_pad_to(p, width, left, value) for p in parts], dim=0)
+    return out
+
+
+def take_rows(batch: dict, rows: torch.Tensor) -> dict:
+    """Rows of a joined batch, trimmed of columns that became all padding."""
+    out = {k: v[rows.to(v.device)] for k, v in batch.items()}
+    keep_c = out["completion_mask"].sum(0) > 0
+    width_c = int(keep_c.nonzero().max()) + 1 if keep_c.any() else 1
+    keep_p = out["prompt_mask"].sum(0) > 0
+    start_p = int(keep_p.nonzero().min()) if keep_p.any() else 0
+    for k in list(out):
+        if k in RIGHT_PADDED:
+            out[k] = out[k][:, :width_c]
+        elif k in LEFT_PADDED:
+            out[k] = out[k][:, start_p:]
+    return out
