@@ -203,7 +203,7 @@ def test_threshold_metrics_steps_and_tokens_to_reach():
 
 def test_every_shipped_study_validates():
     names = set()
-    from grpolab.errors import planning
+    from grpolab.planning import planning
     for path in sorted((REPO / "studies").glob("*.yaml")):
         with planning():            # a GPU-only need (bf16, vLLM, a download) is recorded, not refused, on CPU
             cfg = load_study(path)  # every rung of a ladder is built and validated here

@@ -112,7 +112,7 @@ def test_validating_a_study_imports_no_torch():
     """A multi-worker coordinator validates every row's config while its workers import torch:
     it must not import torch itself (~3 s of the workers' 2 cores at every study start)."""
     code = ("import sys; from grpolab.studies.definition import load_study; import grpolab.studies.coordinator; "
-            "import glob; from grpolab.errors import planning; "
+            "import glob; from grpolab.planning import planning; "
             "exec('for p in sorted(glob.glob(\\'studies/*.yaml\\')):\\n    with planning(): load_study(p)'); "
             "print(sorted(m for m in ('torch', 'transformers', 'trl', 'peft') if m in sys.modules))")
     from pathlib import Path

@@ -281,8 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     # the internal study-worker command is left out of the listing (it has no help= either)
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(PUBLIC_COMMANDS) + "}")
     sub.add_parser = functools.partial(sub.add_parser, parents=[_common_flags(False)])
-    for add in (_add_run, _add_study, _add_study_worker, _add_table, _add_dashboard, _add_verdicts, _add_methods,
-                _add_bench):
+    for add in (_add_run, _add_study, _add_study_worker, _add_study_rank, _add_table, _add_dashboard, _add_verdicts,
+                _add_methods, _add_bench):
         add(sub)
     return parser
 
@@ -362,6 +362,9 @@ def _add_study_worker(sub) -> None:
     worker.add_argument("--wait-for-go", action="store_true", help=argparse.SUPPRESS)
     worker.add_argument("--procs-per-row", type=int, default=1, help=argparse.SUPPRESS)   # --gpus-per-row K
     worker.set_defaults(func=_cmd_study_worker)
+
+
+def _add_study_rank(sub) -> None:
     rank = sub.add_parser("study-rank")   # internal: one of the K processes of a row (studies/ranks.py)
     rank.add_argument("spec")
     rank.set_defaults(func=_cmd_study_rank)

@@ -26,7 +26,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from grpolab.errors import ConfigError, is_planning, plan_note
+from grpolab.errors import ConfigError
+from grpolab.planning import is_planning, plan_note
 
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _TRUE = {"1", "ON", "YES", "TRUE"}

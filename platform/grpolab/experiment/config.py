@@ -26,7 +26,8 @@ from pathlib import Path
 import yaml
 
 from grpolab.envs.task import check_episode_config
-from grpolab.errors import ConfigError, did_you_mean, unmet_here
+from grpolab.errors import ConfigError, did_you_mean
+from grpolab.planning import unmet_here
 from grpolab.experiment.engines import GenerationCfg, check_engines
 from grpolab.experiment.pretrained import PRETRAINED, check_model_path, preset_file
 from grpolab.method.registry import METHODS, get_method

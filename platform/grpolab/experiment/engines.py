@@ -23,7 +23,8 @@ from __future__ import annotations
 import importlib.util
 from dataclasses import dataclass
 
-from grpolab.errors import ConfigError, is_planning, plan_note, unmet_here
+from grpolab.errors import ConfigError
+from grpolab.planning import is_planning, plan_note, unmet_here
 from grpolab.hub import cached as cached_hub
 from grpolab.hub import looks_like_hub_id
 from grpolab.world.models import PRESETS, preset_config

@@ -1,6 +1,6 @@
 """A study's plan before it runs (``grpolab study FILE --plan [--tokens-per-second X]``): its rows,
 devices, generated tokens and GPU-hours, from the file alone. The whole study is validated while
-planning (errors.planning): no model is loaded and torch is not imported; what the machine that
+planning (grpolab.planning): no model is loaded and torch is not imported; what the machine that
 runs it needs (a GPU, vLLM, hub downloads not in the local cache) is listed, not raised; the
 file's own mistakes still exit 2.
 
@@ -27,7 +27,8 @@ import math
 import warnings
 from dataclasses import dataclass, field
 
-from grpolab.errors import ConfigError, planning
+from grpolab.errors import ConfigError
+from grpolab.planning import planning
 from grpolab.experiment.config import build_config
 from grpolab.studies.definition import ladder_notes, load_study
 from grpolab.tasks import make_task
@@ -74,7 +75,7 @@ class StudyPlan:
     rows: list[RowPlan]
     expected: int | None          # plan.expected_completion_tokens
     devices_source: str
-    needs: list[str] = field(default_factory=list)     # what the running machine needs (errors.planning)
+    needs: list[str] = field(default_factory=list)     # what the running machine needs (grpolab.planning)
     notes: list[str] = field(default_factory=list)     # ladder checks, search caveats
 
     @property
