@@ -213,7 +213,7 @@ def _parent_run_id(study_path: str, state, storage_url) -> str | None:
 
 def _cmd_study_worker(args) -> int:
     from grpolab.studies.worker_exit import exit_now
-    if args.wait_for_go:   # started by a coordinator before its set-up (worker_procs.py)
+    if args.wait_for_go:   # started by a coordinator before its set-up (studies/processes.py)
         from grpolab.studies.processes import wait_for_go
         try:
             if not wait_for_go(preload=args.procs_per_row == 1):

@@ -1,6 +1,6 @@
 """``grpolab verdicts``: run what the claims' studies are missing (through the study driver, so
 every rung x seed row exists exactly once), read each row's metric windows back from MLflow
-(``run_windows``), and judge every claim on its paired seeds. Nothing here trains directly.
+(``analysis/histories.py``), and judge every claim on its paired seeds. Nothing here trains directly.
 
 Every verdict carries, besides its label and reason: the mechanism check (``mechanism:``, a
 floor fixed in advance), the censoring policy (``verdicts.with_censoring``), its Holm-adjusted

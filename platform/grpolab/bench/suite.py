@@ -7,7 +7,7 @@ trainer:  grpolab's GrpoLabTrainer (GRPO spec) against stock TRL GRPOTrainer (lo
           use on CPU) and bf16 autocast; then the drop-in against stock TRL on TRL's quickstart
           script; reports each step-time ratio.
 workers:  rows per minute of the same small study with 1 and with 2 worker processes, and their
-          ratio (bench_workers.py).
+          ratio (bench/workers.py).
 throughput: one row of a study or experiment file, its generated tokens per second on this machine
           (bench/throughput.py): the --tokens-per-second of `grpolab study FILE --plan`.
 cli:      seconds from starting `grpolab` to its answer for a typo'd subcommand (exit 2), a typo'd

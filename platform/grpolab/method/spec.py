@@ -1,6 +1,6 @@
 """The axes of the GRPO family as one validated, hashable dataclass.
 
-A method is a named combination of these axis values (see ``methods.py``); an experiment may
+A method is a named combination of these axis values (see ``method/registry.py``); an experiment may
 override any axis. Validation happens here, before any model is loaded, and says what is valid.
 Formulas for each value live in the docstrings of ``grpolab.algorithms``.
 """

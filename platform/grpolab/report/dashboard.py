@@ -4,7 +4,7 @@ plotly.js is embedded once in the page by default (no CDN: clusters are often of
 ``plotlyjs="shared"`` pages load one local copy beside them instead (~4.7 MB saved per page).
 The layout's ``x`` (steps | tokens | seconds, also per panel) picks the curves' x-axis and
 ``seeds`` (band | lines | both) how seeds are shown. Ladders add the ablation chart and the
-paired deltas (dashboard_figures.py). Panels whose metric no run logged (e.g. KL with the KL
+paired deltas (report/figures.py). Panels whose metric no run logged (e.g. KL with the KL
 off) are not drawn; the page says which and why. A small self-check script records, after
 rendering, what each panel holds and any script error, in ``<pre id="grpolab-self-check">``
 (tests read it in Chromium).

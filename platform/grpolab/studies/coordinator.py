@@ -68,7 +68,7 @@ warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning
 
 def enqueue_missing_rows(study: optuna.Study, cfg: StudyConfig, retry_failed: bool) -> list[str]:
     """Enqueue every ladder row that has no complete, running or waiting trial. A row is decided
-    by its latest trial (as in study_progress.row_states): interrupted (Ctrl-C, SIGTERM, reaped
+    by its latest trial (as in rows.row_states): interrupted (Ctrl-C, SIGTERM, reaped
     after its worker died or hung) is always re-queued, failed with an error only when
     ``retry_failed``; so an interrupted ``--retry-failed`` retry is re-queued like any other
     interruption. Call under the setup lock (stores.setup_lock): two coordinators enqueueing at

@@ -193,7 +193,7 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
     else:
         result = _run_row(exp, state, parent_run_id, tags, run_name, resume_run_id, heartbeat, on_run,
                           trial if prunes else None, cfg.objectives[0].metric)
-    if "eval/pass_at_1" in result.final_eval:   # for the progress lines (study_progress.latest_finished)
+    if "eval/pass_at_1" in result.final_eval:   # for the progress lines (rows.latest_finished)
         try:
             trial.set_user_attr(PASS_AT_1_ATTR, result.final_eval["eval/pass_at_1"])
         except UpdateFinishedTrialError:   # reaped meanwhile: _report discards the row

@@ -260,7 +260,7 @@ class RunRecorder:
         self.system_monitor.start()
 
     def log_curves_figure(self, curves: dict, evals: dict, state_dir: Path, name: str = "curves.png") -> None:
-        """The run's main curves as one image on the run (``tracking.figures``; run_figures.py)."""
+        """The run's main curves as one image on the run (``tracking/figures.py``)."""
         confine_caches(state_dir)   # matplotlib's font cache in the state folder, not $HOME
         import matplotlib.pyplot as plt
         figure = curves_figure(curves, evals)
