@@ -56,8 +56,8 @@ def _surrogate_param(param: str) -> Requirement:
     who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
     hint = f"set method.surrogate: {'/'.join(names)}"
     if off_policy:
-        why = SURROGATES[names[0]].on_policy if len(names) == 1 else "on-policy the ratio is exactly 1"
-        hint += f" and train.minibatches > 1 or train.num_iterations > 1 ({why})"
+        hint += " and train.minibatches > 1 or train.num_iterations > 1"
+        hint += f" ({SURROGATES[names[0]].on_policy})" if len(names) == 1 else ""
     return Requirement(f"surrogate {who}" + (" with rollout reuse" if off_policy else ""),
                        lambda c: c.spec.surrogate in names and (c.reuses_rollouts or not off_policy), hint)
 

@@ -1,7 +1,7 @@
 """TRL 1.16's ``GRPOConfig.loss_type`` names as grpolab axis values, and the GRPOConfig that
 trains a registered method's update rule exactly (data and pure functions; no TRL import).
 
-``grpolab.trainer.trl_config.TRL_FIELDS`` maps every GRPOConfig field; its ``loss_type`` entry
+``grpolab.trainer.trl_fields.TRL_FIELDS`` maps every GRPOConfig field; its ``loss_type`` entry
 reads ``TRL_LOSS_TYPES`` here, on the method floor, so that ``grpolab methods`` can print TRL's
 name next to a registered method's. TRL's ``loss_type`` encodes two axes at once (the surrogate
 and the aggregation): TRL's "dapo" is DAPO's token-level aggregation only, not the paper's recipe
