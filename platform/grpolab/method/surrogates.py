@@ -15,6 +15,7 @@ Pure data, no torch: validating an experiment imports this.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Surrogate:
     """One value of the surrogate axis. Formulas: the docstrings of its function in
     ``grpolab.algorithms.losses``."""
     name: str
+    label: Callable[[object], str]  # MethodSpec -> how ``grpolab methods`` shows it, with its parameters
     params: dict[str, bool]        # MethodSpec field it reads -> True when that field acts only off-policy
     on_policy: str | None          # why the surrogate is inert on-policy (needs rollout reuse); None: it acts
     clip: str | None = None        # "ppo": rho clipped to [1 - eps_low, 1 + eps_high] where A's sign says;
@@ -51,7 +53,7 @@ _EPSILONS = {"epsilon": ("eps_low", 0.0), "epsilon_high": ("eps_high", 0.0)}
 _RATIO_ONE = "on-policy rho = 1: no clip binds and the update is the unclipped policy gradient"
 
 _ENTRIES = (
-    Surrogate("clip", dict(_CLIP_BOUNDS), _RATIO_ONE, clip="ppo", trl_fields=dict(_EPSILONS), trl=(
+    Surrogate("clip", lambda s: f"clip [{s.eps_low:g}, {s.eps_high:g}]", dict(_CLIP_BOUNDS), _RATIO_ONE, clip="ppo", trl_fields=dict(_EPSILONS), trl=(
         TrlLoss("grpo", "seq_mean_token_mean",
                 "PPO clip; each completion's token mean, mean over completions (GRPO's length-normalised loss)"),
         TrlLoss("dapo", "token_mean",
@@ -65,31 +67,32 @@ _ENTRIES = (
         TrlLoss("luspo", "seq_mean_token_sum", "PPO clip; each completion's token sum, mean over completions (LUSPO)"),
     )),
     # TRL's delta caps rho for A < 0 inside its clip loss: dual-clip exactly when delta >= 1 + eps_high
-    Surrogate("dual_clip", {**_CLIP_BOUNDS, "dual_clip_c": True},
+    Surrogate("dual_clip", lambda s: f"dual-clip c={s.dual_clip_c:g}", {**_CLIP_BOUNDS, "dual_clip_c": True},
               "on-policy rho = 1 and the cap -c*A never binds", clip="dual", trl_as="clip",
               trl_fields={**_EPSILONS, "delta": ("dual_clip_c", 0.0)}),
     # TRL's cispo truncates the IS weight above at epsilon_high (an absolute bound) and never below
-    Surrogate("cispo", dict(_CLIP_BOUNDS), "on-policy rho = 1: the truncation never binds", clip="truncate",
+    Surrogate("cispo", lambda s: f"IS weight clip [{1 - s.eps_low:g}, {1 + s.eps_high:g}]", dict(_CLIP_BOUNDS), "on-policy rho = 1: the truncation never binds", clip="truncate",
               trl_fields={"epsilon_high": ("eps_high", 1.0)}, trl=(
                   TrlLoss("cispo", "token_mean", "truncated, detached IS weight min(rho, epsilon_high) x A x log pi; "
                           "token-level (MiniMax-M1)", fixed={"eps_low": 1.0}),)),
     # d/drho [(4/tau) sigmoid(tau (rho - 1))] at rho = 1 is 4 sigmoid'(0) = 1 for every tau
-    Surrogate("sapo", {"sapo_tau_pos": True, "sapo_tau_neg": True},
+    Surrogate("sapo", lambda s: f"soft gate tau {s.sapo_tau_pos:g}/{s.sapo_tau_neg:g}", {"sapo_tau_pos": True, "sapo_tau_neg": True},
               "on-policy the gate's slope at rho = 1 is 1 for every tau",
               trl_fields={"sapo_temperature_pos": ("sapo_tau_pos", 0.0), "sapo_temperature_neg": ("sapo_tau_neg", 0.0)},
               trl=(TrlLoss("sapo", "seq_mean_token_mean",
                            "soft gate (4/tau) sigmoid(tau (rho - 1)) instead of a clip; like grpo's aggregation (SAPO)"),)),
-    Surrogate("reinforce", {}, None, no_trl="TRL 1.16 has no ratio-free loss type"),
+    Surrogate("reinforce", lambda s: "none (REINFORCE)", {}, None, no_trl="TRL 1.16 has no ratio-free loss type"),
     # the selected tokens' gradient is cut also on-policy; the clip part binds only off-policy
-    Surrogate("clip_cov", {**_CLIP_BOUNDS, "cov_fraction": False, "cov_low": False, "cov_high": False}, None,
+    Surrogate("clip_cov", lambda s: f"Clip-Cov {s.cov_fraction:g}", {**_CLIP_BOUNDS, "cov_fraction": False, "cov_low": False, "cov_high": False}, None,
               clip="ppo", no_trl="TRL 1.16 has no covariance-selected clip"),
-    Surrogate("kl_cov", {"cov_fraction": False, "kl_cov_coef": False},
+    Surrogate("kl_cov", lambda s: f"KL-Cov {s.cov_fraction:g}", {"cov_fraction": False, "kl_cov_coef": False},
               "on-policy |log ratio| = 0 and its gradient too", no_trl="TRL 1.16 has no covariance-selected KL"),
-    Surrogate("group_dpo", {"dpo_beta": False}, None, reference=True,
+    Surrogate("group_dpo", lambda s: f"DPO beta={s.dpo_beta:g}", {"dpo_beta": False}, None, reference=True,
               own_ratio="uses sequence log-probs directly",
               no_trl="a pairwise DPO loss on each group's best and worst completion, not a GRPOConfig loss type"),
     # VESPO (2602.10693): a detached Gamma weight of the sequence ratio times -A log pi
-    Surrogate("vespo", {k: True for k in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
+    Surrogate("vespo", lambda s: f"VESPO k {s.vespo_k_pos:g}/{s.vespo_k_neg:g} lam {s.vespo_lambda_pos:g}/"
+                                 f"{s.vespo_lambda_neg:g}", {k: True for k in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
               "on-policy the sequence weight is 1 and phi(1) = 1 for every k, lambda",
               own_ratio="builds its own sequence weight from the token log-ratios (their sum, no length normalisation)",
               trl_fields={f"vespo_{k}": (f"vespo_{k}", 0.0) for k in ("k_pos", "lambda_pos", "k_neg", "lambda_neg")},
