@@ -355,7 +355,7 @@ def test_trl_loss_only_settings_map_to_axes_or_say_they_cannot_act(method, field
 @pytest.mark.parametrize("field, value", [("use_adaptive_entropy", True), ("off_policy_mask_threshold", 0.5)])
 @pytest.mark.parametrize("method", ["grpo", None])
 def test_trl_settings_without_a_grpolab_equivalent_are_refused_not_inert(field, value, method, tmp_path):
-    from grpolab.trainer.trl_config import REFUSED, TRL_FIELDS
+    from grpolab.trainer.trl_fields import REFUSED, TRL_FIELDS
     assert TRL_FIELDS[field].kind == REFUSED
     with pytest.raises(ValueError, match=rf"GRPOConfig.{field}={value!r} has no grpolab equivalent"):
         GrpoLabTrainer(model=MISSING_MODEL, reward_funcs=reward_num_unique_chars, args=_args(tmp_path, **{field: value}),

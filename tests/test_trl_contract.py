@@ -37,17 +37,17 @@ def test_behaviours_the_trainer_relies_on():
 
 def test_every_grpo_config_field_is_classified():
     """Every GRPOConfig field (TrainingArguments' included) is in grpolab's one table
-    (``trl_config.TRL_FIELDS``: an axis, passed through to TRL, or refused): a TRL upgrade that adds
+    (``trl_fields.TRL_FIELDS``: an axis, passed through to TRL, or refused): a TRL upgrade that adds
     a field fails here until grpolab decides what it means (a new loss-only knob would otherwise be
     silently inert under grpolab's loss)."""
     import dataclasses
 
     from transformers import TrainingArguments
 
-    from grpolab.trainer.trl_config import AXIS, REFUSED, TRL, TRL_FIELDS, trl_field
+    from grpolab.trainer.trl_fields import AXIS, REFUSED, TRL, TRL_FIELDS, trl_field
     fields = {f.name for f in dataclasses.fields(GRPOConfig)}
     unclassified = sorted(name for name in fields if trl_field(name) is None)
-    assert unclassified == [], f"new GRPOConfig fields: classify them in trl_config.TRL_FIELDS: {unclassified}"
+    assert unclassified == [], f"new GRPOConfig fields: classify them in trl_fields.TRL_FIELDS: {unclassified}"
     own = fields - {f.name for f in dataclasses.fields(TrainingArguments)}
     assert own - set(TRL_FIELDS) == set(), "GRPOConfig's own fields are each listed explicitly"
     assert set(TRL_FIELDS) - fields == set(), "fields TRL no longer has"

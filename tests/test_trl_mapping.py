@@ -1,4 +1,4 @@
-"""GRPOConfig -> grpolab axes (trainer/trl_config.TRL_FIELDS) without any model: every TRL loss
+"""GRPOConfig -> grpolab axes (trainer/trl_fields.TRL_FIELDS) without any model: every TRL loss
 type maps, the registered methods' TRL recipes (method/trl_names.trl_recipe) train exactly their
 update rule through the same table, and the run's name says which it is. Loss/gradient parity
 with stock TRL is in test_trl_parity.py; method= plus GRPOConfig overrides in test_dropin.py."""
@@ -14,7 +14,7 @@ from trl import GRPOConfig, GRPOTrainer
 from grpolab.method.registry import METHODS
 from grpolab.method.trl_names import TRL_DEFAULTS, TRL_LOSS_TYPES, format_recipe, trl_recipe
 from grpolab.tracking.naming import method_label
-from grpolab.trainer.trl_config import spec_from_trl
+from grpolab.trainer.trl_fields import spec_from_trl
 
 BASE = dict(output_dir="/tmp/grpolab-trl-mapping", report_to="none", use_cpu=True)
 
@@ -71,7 +71,7 @@ def test_grpo_config_maps_to_axes(kw, label, axes):
 def test_settings_without_an_equivalent_raise_and_name_why():
     with pytest.raises(ValueError, match=r"use_adaptive_entropy=True has no grpolab equivalent \(TRL's adaptive "
                                          r"entropy control .* only while the last step's entropy"):
-        from grpolab.trainer.trl_config import check_refused
+        from grpolab.trainer.trl_fields import check_refused
         check_refused(GRPOConfig(**BASE, use_adaptive_entropy=True))
     with pytest.raises(ValueError, match=r"delta=1.1 < 1 \+ epsilon_high = 1.2"):
         _spec(delta=1.1)

@@ -151,7 +151,7 @@ def test_advantage_parity_with_trl_generation(case, tiny_model_dir, tmp_path):
 
 
 # Every TRL 1.16 loss type through GrpoLabTrainer WITHOUT method=: both trainers get the same
-# GRPOConfig; grpolab reads its axes from trl_config.TRL_FIELDS. Off-policy micro-batch (old
+# GRPOConfig; grpolab reads its axes from trl_fields.TRL_FIELDS. Off-policy micro-batch (old
 # log-probs != current), random non-zero advantages, gradient accumulation 2.
 LOSS_TYPE_CASES = {
     "grpo": dict(loss_type="grpo"),

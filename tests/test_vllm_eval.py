@@ -104,7 +104,7 @@ def test_colocate_tensor_parallel_is_refused_at_config_time(monkeypatch):
 
 def test_trl_off_policy_mask_is_refused_not_ignored(tmp_path):
     """TRL's off_policy_mask_threshold acts inside TRL's loss, which grpolab replaces, and has no grpolab
-    axis yet: setting it raises (trl_config.TRL_FIELDS)."""
+    axis yet: setting it raises (trl_fields.TRL_FIELDS)."""
     from trl import GRPOConfig
 
     from grpolab.trainer.grpo_trainer import GrpoLabTrainer

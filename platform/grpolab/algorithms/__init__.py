@@ -8,14 +8,13 @@ Nothing here imports TRL, MLflow or Optuna; ``grpolab.trainer.grpo_trainer`` cal
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from grpolab.algorithms import advantages as adv
 from grpolab.algorithms import losses as L
 from grpolab.algorithms.advantages import ValueTracker
 from grpolab.algorithms.shaping import overlong_buffer, soft_overlong_penalty
+from grpolab.algorithms.surrogates import SURROGATE_LOSSES, Batch, clip_stats, masked_mean, surrogate_loss
 from grpolab.method.spec import MethodSpec
 
 __all__ = ["compute_advantages", "gae_advantages", "policy_loss", "entropy_mask", "ValueTracker",
@@ -128,11 +127,6 @@ def entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, top_quantile: floa
     return ((entropies * mask.float()) >= threshold) & mask.bool()
 
 
-def _masked_mean(x: torch.Tensor, m: torch.Tensor) -> float:
-    x = x.expand_as(m) if x.shape != m.shape else x
-    return float((x.float() * m).sum() / m.sum().clamp(min=1.0))
-
-
 def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
                 mask: torch.Tensor, ref_logp: torch.Tensor | None = None, *, token_normaliser=None,
                 max_completion_length: int | None = None, entropies: torch.Tensor | None = None,
@@ -158,19 +152,18 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
         if entropies is None:
             raise ValueError("top_entropy_quantile < 1 needs per-token entropies")
         eff_mask = mask * entropy_mask(entropies.detach(), mask, spec.top_entropy_quantile, gather).to(mask.dtype)
-        stats["entropy/kept_fraction"] = _masked_mean(eff_mask, mask)
+        stats["entropy/kept_fraction"] = masked_mean(eff_mask, mask)
     log_ratio = logp - old_logp
-    if spec.surrogate == "group_dpo":
+    surrogate = SURROGATE_LOSSES[spec.surrogate]   # the registry: algorithms/surrogates.py
+    if surrogate.pairwise:
         if sampling_weights is not None:
-            raise ValueError("group_dpo has no per-token loss to re-weight: set generation.is_correction=none")
-        if ref_logp is None or rewards is None or group_ids is None:
-            raise ValueError("group_dpo needs ref_logp, rewards and group_ids")
-        loss, pairs = L.group_dpo_loss(logp, ref_logp, eff_mask, rewards, group_ids, spec.dpo_beta)
-        stats["dpo/pairs"] = float(pairs)
-        stats["kl"] = _masked_mean(L.kl_estimate(logp.detach(), ref_logp, spec.kl_estimator), mask)
+            raise ValueError(f"{spec.surrogate} has no per-token loss to re-weight: set generation.is_correction=none")
         coef = torch.exp(log_ratio)
+        loss = surrogate.fn(spec, Batch(logp, log_ratio, coef, A, eff_mask, generator, None, ref_logp, rewards,
+                                        group_ids), stats)
+        stats["kl"] = masked_mean(L.kl_estimate(logp.detach(), ref_logp, spec.kl_estimator), mask)
     else:
-        per_token, coef = _surrogate(spec, logp, log_ratio, A, mask, stats, generator, sampling_weights)
+        per_token, coef = surrogate_loss(spec, logp, log_ratio, A, mask, stats, generator, sampling_weights)
         if spec.top_entropy_quantile < 1.0:  # the policy-gradient term only; the normaliser still counts them
             per_token = per_token * eff_mask
         kl = L.kl_estimate(logp, ref_logp, spec.kl_estimator) if ref_logp is not None else None
@@ -178,19 +171,19 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
             # on every valid token, also when top-entropy selection masks the policy gradient (as TRL);
             # the ratio correction gives the unbiased reverse-KL gradient off-policy; it changes it on-policy too
             per_token = per_token + spec.kl_coef * (kl * coef if spec.kl_ratio_correction else kl)
-        if sampling_weights is not None and spec.surrogate != "vespo":   # VESPO folds it into its weight w
+        if sampling_weights is not None and not surrogate.own_sampler_weight:   # VESPO folds it into its weight w
             per_token = per_token * sampling_weights.to(per_token.dtype)
         loss = L.aggregate(per_token, mask, spec.aggregation, token_normaliser, max_completion_length)
         if kl is not None:
-            stats["kl"] = _masked_mean(kl.detach(), mask)
+            stats["kl"] = masked_mean(kl.detach(), mask)
     stats["policy_loss"] = float(loss.detach())
     if spec.positive_lm_coef > 0:
         loss = loss + spec.positive_lm_coef * _positive_nll(logp, mask, positive, stats)
     if entropies is not None:
-        stats["entropy"] = _masked_mean(entropies.detach(), mask)
+        stats["entropy"] = masked_mean(entropies.detach(), mask)
         if entropy_coef:
             loss = loss - entropy_coef * (entropies * eff_mask).sum() / eff_mask.sum().clamp(min=1.0)
-    _clip_stats(spec, coef.detach(), A, old_logp, mask, stats)
+    clip_stats(spec, coef.detach(), A, old_logp, mask, stats)
     return loss, stats
 
 
@@ -203,105 +196,3 @@ def _positive_nll(logp, mask, positive, stats) -> torch.Tensor:
     n = pos.sum()
     stats["lm/positive_nll"] = float((-(logp.detach() * pos).sum() / n)) if n > 0 else float("nan")
     return -(logp * pos).sum() / n.clamp(min=1.0)
-
-
-def _surrogate(spec, logp, log_ratio, A, mask, stats, generator, sampling_weights=None):
-    """Per-token (or per-sequence) surrogate loss and the ratio it used."""
-    if spec.ratio == "geometric":
-        return L.geometric_mean_loss(log_ratio, A, mask, spec.eps_low, spec.eps_high), torch.exp(log_ratio)
-    coef = torch.exp(L.log_importance_weights(log_ratio, mask, spec.ratio))
-    s = spec.surrogate
-    if s == "clip":
-        return L.clip_surrogate(coef, A, spec.eps_low, spec.eps_high), coef
-    if s == "dual_clip":
-        return L.dual_clip_surrogate(coef, A, spec.eps_low, spec.eps_high, spec.dual_clip_c), coef
-    if s == "cispo":
-        return L.cispo_surrogate(coef, A, logp, spec.eps_low, spec.eps_high), coef
-    if s == "sapo":
-        return L.sapo_surrogate(coef, A, spec.sapo_tau_pos, spec.sapo_tau_neg), coef
-    if s == "reinforce":
-        return L.reinforce_surrogate(A, logp), coef
-    if s == "vespo":
-        log_sampler = None
-        if sampling_weights is not None:   # vLLM's pi_old / pi_sampler, per token or per sequence, in log space
-            log_is = torch.clamp(torch.log(sampling_weights.to(log_ratio.dtype)), L.VESPO_LOG_W_MIN, L.VESPO_LOG_W_MAX)
-            log_sampler = (log_is * mask if log_is.shape == mask.shape else log_is).sum(-1, keepdim=True)
-        phi = L.vespo_weights(log_ratio, A, mask, spec.vespo_k_pos, spec.vespo_lambda_pos, spec.vespo_k_neg,
-                              spec.vespo_lambda_neg, log_sampler)
-        stats["vespo/phi_seq_mean"] = float(phi.mean()) if phi.shape[-1] == 1 else _masked_mean(phi, mask)
-        return L.vespo_surrogate(phi, A, logp), coef
-    if s == "clip_cov":
-        loss, sel = L.clip_cov_loss(coef, A, logp, mask, spec.eps_low, spec.eps_high, spec.cov_fraction,
-                                    spec.cov_low, spec.cov_high, generator)
-        stats["cov/selected_fraction"] = _masked_mean(sel, mask)
-        return loss, coef
-    if s == "kl_cov":
-        loss, sel = L.kl_cov_loss(coef, A, logp, log_ratio, mask, spec.cov_fraction, spec.kl_cov_coef)
-        stats["cov/selected_fraction"] = _masked_mean(sel, mask)
-        return loss, coef
-    raise ValueError(f"unknown surrogate {s!r}")
-
-
-CLIPPING_SURROGATES = ("clip", "dual_clip", "clip_cov", "cispo")
-
-
-def _clip_stats(spec, coef, A, old_logp, mask, stats) -> None:
-    """Fractions of valid (trained) tokens whose update a clip changed, one meaning for every
-    surrogate that clips (per sequence for a sequence-level ratio, broadcast):
-      PPO clip / Clip-Cov / GSPO / GMPO (log space): low = rho < 1 - eps_low with A < 0,
-        high = rho > 1 + eps_high with A > 0 (the gradient is cut);
-      dual-clip: also dual = rho > c with A < 0 (the loss is capped), counted in the region;
-      CISPO: the IS weight is truncated whatever the sign of A (as verl counts it):
-        low = rho < 1 - eps_low, high = rho > 1 + eps_high.
-    region = low | high | dual. SAPO applies no clip: its soft gate is reported instead
-    (gate weight w = 4 s (1 - s), s = sigmoid(tau (rho - 1)), the factor on the unclipped
-    gradient: ``sapo/gate_mean`` and ``sapo/gate_below_half``). REINFORCE, KL-Cov and
-    Group-DPO clip nothing and report no clip fraction."""
-    coef = coef.expand_as(mask) if coef.shape != mask.shape else coef
-    A_full = A.expand_as(mask)
-    if spec.surrogate == "sapo":
-        tau = torch.where(A_full > 0, torch.full_like(A_full, spec.sapo_tau_pos), torch.full_like(A_full, spec.sapo_tau_neg))
-        gate = torch.sigmoid(tau * (coef - 1))
-        weight = 4 * gate * (1 - gate)
-        stats["sapo/gate_mean"] = _masked_mean(weight, mask)
-        stats["sapo/gate_below_half"] = _masked_mean(weight < 0.5, mask)
-        return
-    if spec.surrogate not in CLIPPING_SURROGATES:
-        return
-    if spec.ratio == "geometric":
-        low_b, high_b = math.exp(-spec.eps_low), math.exp(spec.eps_high)
-    else:
-        low_b, high_b = 1 - spec.eps_low, 1 + spec.eps_high
-    if spec.surrogate == "cispo":
-        low, high = coef < low_b, coef > high_b
-    else:
-        low, high = (coef < low_b) & (A_full < 0), (coef > high_b) & (A_full > 0)
-    region = low | high
-    if spec.surrogate == "dual_clip":
-        dual = (coef > spec.dual_clip_c) & (A_full < 0)
-        stats["clip/dual_fraction"] = _masked_mean(dual, mask)
-        region = region | dual
-    stats["clip/low_fraction"] = _masked_mean(low, mask)
-    stats["clip/high_fraction"] = _masked_mean(high, mask)
-    stats["clip/region_fraction"] = _masked_mean(region, mask)
-    _trl_clip_stats(spec, coef, A_full, low, high, mask, stats)
-    high_m = high.to(mask.dtype) * mask
-    n_high = float(high_m.sum())
-    stats["clip/high_old_prob"] = float((torch.exp(old_logp) * high_m).sum() / n_high) if n_high else float("nan")
-
-
-def _trl_clip_stats(spec, coef, A_full, low, high, mask, stats) -> None:
-    """TRL's own clip curves (``TRL_NAMED_STATS``), as its ``_compute_loss`` defines them."""
-    if spec.surrogate == "cispo":
-        stats["cispo_clip_ratio"] = _masked_mean((coef > 1 + spec.eps_high) & (A_full > 0), mask)
-        return
-    if spec.surrogate not in ("clip", "dual_clip", "clip_cov"):
-        return
-    stats["clip_ratio/low_mean"] = stats["clip/low_fraction"]
-    stats["clip_ratio/high_mean"] = stats["clip/high_fraction"]
-    stats["clip_ratio/region_mean"] = _masked_mean(low | high, mask)
-    tokens = mask.sum(-1)
-    rows = tokens > 0   # NaN when no row has a valid token (TRL: nanmin / nanmax over sequences)
-    low_seq, high_seq = ((low.float() * mask).sum(-1) / tokens)[rows], ((high.float() * mask).sum(-1) / tokens)[rows]
-    stats["clip_ratio/low_min"] = float(low_seq.min()) if rows.any() else float("nan")
-    stats["clip_ratio/high_max"] = float(high_seq.max()) if rows.any() else float("nan")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from grpolab.method.spec import MethodSpec
+from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES, readers
 
 
 @dataclass(frozen=True)
@@ -24,13 +25,9 @@ class Requirement:
     hint: str                                  # how to provide it
 
 
-_CLIPPING = ("clip", "dual_clip", "clip_cov", "cispo")
 REUSE = Requirement("rollout reuse (off-policy updates)", lambda c: c.reuses_rollouts,
                     "on-policy the ratio is exactly 1 (eps_low/eps_high have no effect, clip fractions stay 0); "
                     "set train.minibatches > 1 or train.num_iterations > 1")
-CLIP_REUSE = Requirement("a clipping surrogate with rollout reuse",
-                         lambda c: c.reuses_rollouts and (c.spec.surrogate in _CLIPPING or c.spec.ratio == "geometric"),
-                         "use surrogate clip/dual_clip/clip_cov/cispo and train.minibatches > 1 or num_iterations > 1")
 KL_ON = Requirement("a KL term (method.kl_coef > 0)", lambda c: c.spec.kl_coef > 0, "set method.kl_coef > 0")
 # on-policy the correction factor pi/pi_old is 1 but still carries d log pi, so it acts without reuse
 KL_IN_LOSS = Requirement("an in-loss KL", lambda c: c.spec.kl_coef > 0 and c.spec.kl_placement == "loss",
@@ -50,35 +47,27 @@ CRITIC = _axis("the critic (advantage gae)", lambda s: s.advantage == "gae", "se
 STEP = _axis("GiGPO's step-level advantage (method.step_omega > 0)", lambda s: s.step_omega > 0,
              "set method.step_omega > 0 (multi-turn tasks)")
 
-# Dual clip on-policy: rho = 1, so for A < 0 the clip loss is -A < -c A (c > 1) and the cap never binds.
-DUAL_CLIP_REUSE = Requirement("surrogate dual_clip with rollout reuse",
-                              lambda c: c.spec.surrogate == "dual_clip" and c.reuses_rollouts,
-                              "set method.surrogate: dual_clip and train.minibatches > 1 or train.num_iterations > 1 "
-                              "(on-policy rho = 1 and the cap -c*A never binds)")
-# SAPO on-policy: d/drho [(4/tau) sigmoid(tau (rho - 1))] at rho = 1 is 4 sigmoid'(0) = 1 for every tau,
-# so the gradient equals the unclipped -A grad rho whatever tau is (only the loss value moves).
-SAPO_REUSE = Requirement("surrogate sapo with rollout reuse", lambda c: c.spec.surrogate == "sapo" and c.reuses_rollouts,
-                         "set method.surrogate: sapo and train.minibatches > 1 or train.num_iterations > 1 "
-                         "(on-policy the gate's slope at rho = 1 is 1 for every tau)")
-# VESPO on-policy: w = 1 and phi(1) = 1 for every (k, lambda), so the update is REINFORCE's.
-VESPO_REUSE = Requirement("surrogate vespo with rollout reuse", lambda c: c.spec.surrogate == "vespo" and c.reuses_rollouts,
-                          "set method.surrogate: vespo and train.minibatches > 1 or train.num_iterations > 1 "
-                          "(on-policy the sequence weight is 1 and phi(1) = 1 for every k, lambda)")
+
+def _surrogate_param(param: str) -> Requirement:
+    """A surrogate's own parameter (method/surrogates.py) acts when the run's surrogate reads it,
+    and, where the entry says so, only off-policy (on-policy rho = 1: e.g. a clip never binds)."""
+    names = readers(param)
+    off_policy = any(SURROGATES[n].params[param] for n in names)   # they agree (tests/test_surrogates.py)
+    who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+    hint = f"set method.surrogate: {'/'.join(names)}"
+    if off_policy:
+        hint += " and train.minibatches > 1 or train.num_iterations > 1"
+        hint += f" ({SURROGATES[names[0]].on_policy})" if len(names) == 1 else ""
+    return Requirement(f"surrogate {who}" + (" with rollout reuse" if off_policy else ""),
+                       lambda c: c.spec.surrogate in names and (c.reuses_rollouts or not off_policy), hint)
+
 
 # (axis, value or None for every value) -> the one requirement of that setting
 REQUIREMENTS: dict[tuple[str, object], Requirement] = {
-    ("surrogate", "clip"): REUSE, ("surrogate", "dual_clip"): REUSE, ("surrogate", "cispo"): REUSE,
-    ("surrogate", "sapo"): REUSE, ("surrogate", "kl_cov"): REUSE, ("surrogate", "vespo"): REUSE,
+    # the surrogate axis and its parameters, from its registry (method/surrogates.py)
+    **{("surrogate", s.name): REUSE for s in SURROGATES.values() if s.on_policy is not None},
+    **{(param, None): _surrogate_param(param) for param in SURROGATE_PARAMS},
     ("ratio", "geometric"): REUSE,
-    ("eps_low", None): CLIP_REUSE, ("eps_high", None): CLIP_REUSE,
-    ("dual_clip_c", None): DUAL_CLIP_REUSE,
-    ("sapo_tau_pos", None): SAPO_REUSE, ("sapo_tau_neg", None): SAPO_REUSE,
-    ("vespo_k_pos", None): VESPO_REUSE, ("vespo_lambda_pos", None): VESPO_REUSE,
-    ("vespo_k_neg", None): VESPO_REUSE, ("vespo_lambda_neg", None): VESPO_REUSE,
-    ("cov_low", None): _axis("surrogate clip_cov", lambda s: s.surrogate == "clip_cov", "set method.surrogate: clip_cov"),
-    ("cov_high", None): _axis("surrogate clip_cov", lambda s: s.surrogate == "clip_cov", "set method.surrogate: clip_cov"),
-    ("kl_cov_coef", None): _axis("surrogate kl_cov", lambda s: s.surrogate == "kl_cov", "set method.surrogate: kl_cov"),
-    ("dpo_beta", None): _axis("surrogate group_dpo", lambda s: s.surrogate == "group_dpo", "set method.surrogate: group_dpo"),
     ("kl_estimator", None): KL_ON, ("kl_placement", None): KL_ON,
     ("kl_ratio_correction", True): KL_IN_LOSS,
     ("max_sampling_rounds", None): DYNAMIC, ("sampling_cap_policy", None): DYNAMIC,

@@ -13,12 +13,13 @@ import json
 from dataclasses import dataclass, fields
 
 from grpolab.errors import ConfigError
+from grpolab.method.surrogates import SURROGATES
 
 AXIS_CHOICES: dict[str, tuple[str, ...]] = {
     "advantage": ("group_std", "group_mean", "batch_std", "leave_one_out", "reinforce_pp",
                   "reinforce_pp_baseline", "decoupled", "value_tracker", "gae"),
     "ratio": ("token", "sequence", "sequence_token", "geometric"),
-    "surrogate": ("clip", "dual_clip", "cispo", "sapo", "reinforce", "clip_cov", "kl_cov", "group_dpo", "vespo"),
+    "surrogate": tuple(SURROGATES),   # one entry per value: method/surrogates.py
     "aggregation": ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm", "token_mean_local",
                     "seq_mean_token_sum"),
     "kl_estimator": ("k1", "k2", "k3"),
@@ -98,7 +99,7 @@ class MethodSpec:
 
     @property
     def needs_reference(self) -> bool:
-        return self.kl_coef > 0 or self.surrogate == "group_dpo"
+        return self.kl_coef > 0 or SURROGATES[self.surrogate].reference
 
 
 SPEC_FIELDS = {f.name: f for f in fields(MethodSpec)}
@@ -146,9 +147,10 @@ def validate_spec(spec: MethodSpec) -> None:
         value = getattr(spec, axis)
         _check(value in choices, f"method.{axis}: unknown value {value!r}; valid: {', '.join(choices)}")
     _check(0 <= spec.eps_low <= 1, f"method.eps_low: must be in [0, 1], got {spec.eps_low}")
-    _check(spec.eps_high >= 0 or (spec.surrogate == "cispo" and spec.eps_high > -1),   # cispo: TRL's bound may be < 1
+    clip = SURROGATES[spec.surrogate].clip
+    _check(spec.eps_high >= 0 or (clip == "truncate" and spec.eps_high > -1),   # cispo: TRL's bound may be < 1
            f"method.eps_high: must be >= 0 (cispo: > -1, an upper bound 1 + eps_high > 0), got {spec.eps_high}")
-    if spec.surrogate in ("clip", "dual_clip", "clip_cov") and spec.ratio != "geometric":
+    if clip in ("ppo", "dual") and spec.ratio != "geometric":
         _check(spec.eps_high >= spec.eps_low,
                f"method.eps_high ({spec.eps_high}) < method.eps_low ({spec.eps_low}): Clip-Higher needs eps_high >= eps_low")
     _check(spec.dual_clip_c > 1, f"method.dual_clip_c: must be > 1, got {spec.dual_clip_c}")
@@ -166,11 +168,9 @@ def validate_spec(spec: MethodSpec) -> None:
     _check(spec.dpo_beta > 0, f"method.dpo_beta: must be > 0, got {spec.dpo_beta}")
     if spec.ratio == "geometric":
         _check(spec.surrogate == "clip", "method.ratio=geometric (GMPO) clips in log space itself: use surrogate=clip")
-    if spec.surrogate == "group_dpo":
-        _check(spec.ratio == "token", "method.surrogate=group_dpo uses sequence log-probs directly: use ratio=token")
+    own_ratio = SURROGATES[spec.surrogate].own_ratio
+    _check(own_ratio is None or spec.ratio == "token", f"method.surrogate={spec.surrogate} {own_ratio}: use ratio=token")
     if spec.surrogate == "vespo":
-        _check(spec.ratio == "token", "method.surrogate=vespo builds its own sequence weight from the token "
-                                      "log-ratios (their sum, no length normalisation): use ratio=token")
         _check(min(spec.vespo_k_pos, spec.vespo_k_neg) >= 0 and min(spec.vespo_lambda_pos, spec.vespo_lambda_neg) > 0,
                "method.vespo_k_pos/vespo_k_neg must be >= 0 and vespo_lambda_pos/vespo_lambda_neg > 0 (the kernel "
                "w^k exp(lambda (1 - w)) must vanish as w grows)")

@@ -7,6 +7,7 @@ import textwrap
 import pandas as pd
 
 from grpolab.method.registry import METHODS
+from grpolab.method.surrogates import SURROGATES
 from grpolab.method.trl_names import TRL_LOSS_MEANING, TRL_LOSS_TYPES, format_recipe, trl_recipe
 
 
@@ -15,12 +16,7 @@ def _describe(method) -> dict:
     if method.missing:
         return {**row, "status": f"not yet: {method.missing}", "citation": method.citation}
     s = method.spec()
-    clip = {"clip": f"clip [{s.eps_low:g}, {s.eps_high:g}]", "dual_clip": f"dual-clip c={s.dual_clip_c:g}",
-            "cispo": f"IS weight clip [{1 - s.eps_low:g}, {1 + s.eps_high:g}]", "sapo": f"soft gate tau {s.sapo_tau_pos:g}/{s.sapo_tau_neg:g}",
-            "clip_cov": f"Clip-Cov {s.cov_fraction:g}", "kl_cov": f"KL-Cov {s.cov_fraction:g}",
-            "reinforce": "none (REINFORCE)", "group_dpo": f"DPO beta={s.dpo_beta:g}",
-            "vespo": f"VESPO k {s.vespo_k_pos:g}/{s.vespo_k_neg:g} lam {s.vespo_lambda_pos:g}/{s.vespo_lambda_neg:g}",
-            }[s.surrogate]
+    clip = SURROGATES[s.surrogate].label(s)
     kl = "off" if s.kl_coef == 0 else f"{s.kl_estimator} {s.kl_coef:g} in {s.kl_placement}"
     length = ", ".join(x for x, on in (("overlong filter", s.overlong_filter), ("soft punish", s.soft_overlong)) if on) or "-"
     regime = ", ".join(f"{k}={v}" for k, v in method.regime.items()) or "-"

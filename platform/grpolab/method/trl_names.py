@@ -1,7 +1,7 @@
 """TRL 1.16's ``GRPOConfig.loss_type`` names as grpolab axis values, and the GRPOConfig that
 trains a registered method's update rule exactly (data and pure functions; no TRL import).
 
-``grpolab.trainer.trl_config.TRL_FIELDS`` maps every GRPOConfig field; its ``loss_type`` entry
+``grpolab.trainer.trl_fields.TRL_FIELDS`` maps every GRPOConfig field; its ``loss_type`` entry
 reads ``TRL_LOSS_TYPES`` here, on the method floor, so that ``grpolab methods`` can print TRL's
 name next to a registered method's. TRL's ``loss_type`` encodes two axes at once (the surrogate
 and the aggregation): TRL's "dapo" is DAPO's token-level aggregation only, not the paper's recipe
@@ -11,45 +11,29 @@ sampling). ``tests/test_trl_mapping.py`` checks ``trl_recipe`` against the field
 
 from __future__ import annotations
 
+import math
+
 from grpolab.method.spec import MethodSpec
+from grpolab.method.surrogates import SURROGATES
 
-# loss_type -> the axis values it sets (every other axis comes from its own GRPOConfig field).
-# Formulas: TRL's GRPOTrainer._compute_loss (1.16.0); grpolab's in grpolab.algorithms.
-TRL_LOSS_TYPES: dict[str, dict] = {
-    "grpo": {"surrogate": "clip", "aggregation": "seq_mean_token_mean"},
-    "dapo": {"surrogate": "clip", "aggregation": "token_mean"},
-    "dr_grpo": {"surrogate": "clip", "aggregation": "seq_mean_token_sum_norm"},
-    "bnpo": {"surrogate": "clip", "aggregation": "token_mean_local"},
-    # TRL's cispo truncates the IS weight above at epsilon_high (an absolute bound) and never below
-    "cispo": {"surrogate": "cispo", "aggregation": "token_mean", "eps_low": 1.0},
-    "sapo": {"surrogate": "sapo", "aggregation": "seq_mean_token_mean"},
-    # LUSPO (2602.05261): PPO clip, each sequence's token sum (length-weighted), mean over sequences
-    "luspo": {"surrogate": "clip", "aggregation": "seq_mean_token_sum"},
-    # VESPO (2602.10693): a detached Gamma weight of the sequence ratio times -A log pi, token_mean
-    "vespo": {"surrogate": "vespo", "aggregation": "token_mean"},
-}
-
-TRL_LOSS_MEANING: dict[str, str] = {
-    "grpo": "PPO clip; each completion's token mean, mean over completions (GRPO's length-normalised loss)",
-    "dapo": "PPO clip; mean over every token of the generation batch (DAPO's token-level loss only; grpolab's "
-            "dapo is the paper's recipe: + Clip-Higher, overlong filter, soft overlong punishment, dynamic sampling)",
-    "dr_grpo": "PPO clip; token sum / (completions x max_completion_length) (Dr. GRPO's constant normaliser)",
-    "bnpo": "PPO clip; mean over the tokens of the local micro-batch",
-    "cispo": "truncated, detached IS weight min(rho, epsilon_high) x A x log pi; token-level (MiniMax-M1)",
-    "sapo": "soft gate (4/tau) sigmoid(tau (rho - 1)) instead of a clip; like grpo's aggregation (SAPO)",
-    "luspo": "PPO clip; each completion's token sum, mean over completions (LUSPO)",
-    "vespo": "detached Gamma weight of the sequence ratio x A x log pi; token-level (VESPO)",
-}
+# loss_type -> the axis values it sets (every other axis comes from its own GRPOConfig field), from
+# the surrogate registry. Formulas: TRL's GRPOTrainer._compute_loss (1.16.0); grpolab's in grpolab.algorithms.
+TRL_LOSS_TYPES: dict[str, dict] = {t.loss_type: {"surrogate": s.name, "aggregation": t.aggregation, **t.fixed}
+                                   for s in SURROGATES.values() for t in s.trl}
+TRL_LOSS_MEANING: dict[str, str] = {t.loss_type: t.meaning for s in SURROGATES.values() for t in s.trl}
+# (surrogate, aggregation) -> loss_type
+TRL_LOSS_PAIRS: dict[tuple[str, str], str] = {(s.name, t.aggregation): t.loss_type
+                                              for s in SURROGATES.values() for t in s.trl}
 
 # GRPOConfig's defaults for the fields a recipe may set (TRL 1.16; a test checks them)
 TRL_DEFAULTS = {"loss_type": "dapo", "beta": 0.0, "epsilon": 0.2, "epsilon_high": None, "delta": None,
                 "scale_rewards": "group", "multi_objective_aggregation": "sum_then_normalize",
                 "importance_sampling_level": "token", "mask_truncated_completions": False,
                 "top_entropy_quantile": 1.0, "entropy_coef": 0.0, "use_bias_correction_kl": True,
-                "sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05}
+                "sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05, "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0,
+                "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0}
 _ADVANTAGE = {"group_std": {}, "batch_std": {"scale_rewards": "batch"}, "group_mean": {"scale_rewards": "none"},
               "decoupled": {"multi_objective_aggregation": "normalize_then_sum"}}
-_CLIPS = ("clip", "dual_clip")
 _NEUTRAL = MethodSpec()
 
 
@@ -58,7 +42,8 @@ def trl_recipe(spec: MethodSpec) -> dict | None:
     exactly ``spec``'s update rule, or None when an axis has no TRL setting (dynamic sampling,
     soft overlong punishment, a reward-side KL, ...). Rollout reuse and reward weights are not
     axes of the update rule and are left out."""
-    surrogate = "clip" if spec.surrogate == "dual_clip" else spec.surrogate
+    entry = SURROGATES[spec.surrogate]
+    surrogate = entry.trl_as or spec.surrogate   # dual_clip: a clip loss type plus delta
     loss = next((name for name, axes in TRL_LOSS_TYPES.items()
                  if all((surrogate if k == "surrogate" else getattr(spec, k)) == v for k, v in axes.items())), None)
     if loss is None or spec.advantage not in _ADVANTAGE or spec.ratio not in ("token", "sequence"):
@@ -70,20 +55,11 @@ def trl_recipe(spec: MethodSpec) -> dict | None:
            "entropy_coef": spec.entropy_coef}
     explained = {"surrogate", "aggregation", "advantage", "ratio", "overlong_filter", "top_entropy_quantile",
                  "entropy_coef", "reward_weights", *TRL_LOSS_TYPES[loss]}
-    if spec.surrogate in _CLIPS:
-        out.update(epsilon=spec.eps_low, epsilon_high=spec.eps_high)
-        explained |= {"eps_low", "eps_high"}
-    elif spec.surrogate == "cispo":
-        out["epsilon_high"] = 1.0 + spec.eps_high
-        explained.add("eps_high")
-    if spec.surrogate == "dual_clip":   # TRL's delta caps rho for A < 0 exactly like dual-clip when delta >= 1 + eps_high
-        if spec.dual_clip_c < 1.0 + spec.eps_high:
-            return None
-        out["delta"] = spec.dual_clip_c
-        explained.add("dual_clip_c")
-    if spec.surrogate == "sapo":
-        out.update(sapo_temperature_pos=spec.sapo_tau_pos, sapo_temperature_neg=spec.sapo_tau_neg)
-        explained |= {"sapo_tau_pos", "sapo_tau_neg"}
+    for field, (axis, shift) in entry.trl_fields.items():   # the surrogate's own parameters
+        out[field] = getattr(spec, axis) + shift
+        explained.add(axis)
+    if out.get("delta", math.inf) < 1.0 + spec.eps_high:
+        return None   # TRL's delta caps rho for A < 0 exactly like dual-clip only when delta >= 1 + eps_high
     if spec.kl_coef > 0:
         if spec.kl_estimator != "k3" or spec.kl_placement != "loss":
             return None

@@ -14,22 +14,15 @@ import getpass
 
 from grpolab.method.registry import METHODS
 from grpolab.method.spec import MethodSpec
+from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES
 
 # Always logged: they say which update rule this is.
 CORE_AXES = ("advantage", "ratio", "surrogate", "aggregation", "kl_coef", "sampling", "overlong_filter",
              "soft_overlong", "entropy_coef")
-# Logged only when the condition on the spec holds: otherwise the axis cannot act.
+# Logged only when the condition on the spec holds: otherwise the axis cannot act. A surrogate's own
+# parameters are logged under the surrogates that read them (method/surrogates.py).
 CONDITIONAL_AXES = {
-    "eps_low": lambda s: s.surrogate not in ("reinforce", "group_dpo", "sapo"),
-    "eps_high": lambda s: s.surrogate not in ("reinforce", "group_dpo", "sapo"),
-    "dual_clip_c": lambda s: s.surrogate == "dual_clip",
-    "sapo_tau_pos": lambda s: s.surrogate == "sapo",
-    "sapo_tau_neg": lambda s: s.surrogate == "sapo",
-    "cov_fraction": lambda s: s.surrogate in ("clip_cov", "kl_cov"),
-    "cov_low": lambda s: s.surrogate == "clip_cov",
-    "cov_high": lambda s: s.surrogate == "clip_cov",
-    "kl_cov_coef": lambda s: s.surrogate == "kl_cov",
-    "dpo_beta": lambda s: s.surrogate == "group_dpo",
+    **{p: (lambda s, p=p: p in SURROGATES[s.surrogate].params) for p in SURROGATE_PARAMS},
     "kl_estimator": lambda s: s.kl_coef > 0,
     "kl_placement": lambda s: s.kl_coef > 0,
     "kl_ratio_correction": lambda s: s.kl_coef > 0,

@@ -1,3 +1,4 @@
 """The one TRL GRPOTrainer subclass (the only module touching TRL internals: grpo_trainer), the
-translation of a TRL GRPOConfig into a method spec (trl_config), and what the trainer measures and
+drop-in's decisions (trl_config) with a GRPOConfig read as a method spec (trl_fields) and a method
+written into a GRPOConfig (trl_settings), and what the trainer measures and
 samples: metrics, dynamic sampling, the critic, loss statistics."""

@@ -1,10 +1,11 @@
 """What ``GrpoLabTrainer(method=..., correctness=...)`` decides before TRL builds anything.
 
 Pure checks on the user's arguments, no model loaded: which update rule (without ``method=``, the
-GRPOConfig's own, read field by field through ``TRL_FIELDS``; else a registered name, a dict of
-axis overrides on one, or a ``MethodSpec``, with the GRPOConfig fields the user set away from their
-defaults as axis overrides), which ``GRPOConfig`` settings that method decides, and where
-per-completion correctness comes from. ``grpo_trainer.py`` calls these first thing in its constructor.
+GRPOConfig's own, read field by field through ``trl_fields.TRL_FIELDS``; else a registered name, a
+dict of axis overrides on one, or a ``MethodSpec``, with the GRPOConfig fields the user set away from
+their defaults as axis overrides), which ``GRPOConfig`` settings that method decides
+(``trl_settings``), the warnings that announce both, and where per-completion correctness comes
+from. ``grpo_trainer.py`` calls these first thing in its constructor.
 
 Correctness sources (``correctness=``):
 - the name of one of the reward functions: a completion is correct when that reward is > 0
@@ -31,19 +32,10 @@ from transformers import TrainerCallback
 
 from grpolab.envs.task import check_episode_method
 from grpolab.method.registry import METHODS
-from grpolab.method.spec import AXIS_CHOICES, SPEC_FIELDS, MethodSpec, build_spec, with_reward_weights
-from grpolab.method.trl_names import TRL_LOSS_TYPES
+from grpolab.method.spec import SPEC_FIELDS, MethodSpec, with_reward_weights
 from grpolab.tracking.naming import method_label
-
-
-class _NoEquivalent:
-    """A GRPOConfig setting the method replaces by something TRL has no value for."""
-
-    def __init__(self, reason: str):
-        self.reason = reason
-
-    def __repr__(self) -> str:
-        return f"<no TRL equivalent: {self.reason}>"
+from grpolab.trainer.trl_fields import check_refused, override_from_trl, spec_from_trl
+from grpolab.trainer.trl_settings import apply_method_settings
 
 
 class _FromConfig:
@@ -159,307 +151,12 @@ def check_episode_axes(spec: MethodSpec, rollout_func) -> None:
                          "multi-turn episodes: pass rollout_func=EpisodeRollout (grpolab.envs), e.g. task: {name: gridworld}")
 
 
-def _loss_type(spec: MethodSpec):
-    pairs = {("clip", "seq_mean_token_mean"): "grpo", ("clip", "token_mean"): "dapo",
-             ("clip", "seq_mean_token_sum_norm"): "dr_grpo", ("clip", "token_mean_local"): "bnpo",
-             ("cispo", "token_mean"): "cispo", ("sapo", "seq_mean_token_mean"): "sapo",
-             ("clip", "seq_mean_token_sum"): "luspo", ("vespo", "token_mean"): "vespo"}
-    if spec.ratio in ("token", "sequence") and (spec.surrogate, spec.aggregation) in pairs:
-        return pairs[(spec.surrogate, spec.aggregation)]
-    return _NoEquivalent(f"surrogate={spec.surrogate}, aggregation={spec.aggregation}, ratio={spec.ratio}")
-
-
-def _clip_bounds(spec: MethodSpec) -> tuple:
-    if spec.surrogate in ("clip", "dual_clip", "clip_cov") and spec.ratio in ("token", "sequence"):
-        return spec.eps_low, spec.eps_high
-    if spec.surrogate == "cispo":   # TRL's cispo truncates the IS weight at epsilon_high itself
-        return _NoEquivalent("cispo has no lower bound"), 1.0 + spec.eps_high
-    reason = f"surrogate={spec.surrogate}, ratio={spec.ratio} has no clip of TRL's kind"
-    return _NoEquivalent(reason), _NoEquivalent(reason)
-
-
-def trl_settings(spec: MethodSpec) -> dict:
-    """GRPOConfig field -> the value equivalent to ``spec`` (or ``_NoEquivalent``). TRL's beta
-    only switches the reference model on (grpolab's loss applies the KL itself)."""
-    eps_low, eps_high = _clip_bounds(spec)
-    scale = {"group_std": "group", "group_mean": "none", "batch_std": "batch"}
-    level = {"token": "token", "sequence": "sequence"}
-    return {
-        "loss_type": _loss_type(spec),
-        "beta": spec.kl_coef if spec.kl_coef > 0 else (1.0 if spec.needs_reference else 0.0),
-        "epsilon": eps_low, "epsilon_high": eps_high,
-        "mask_truncated_completions": spec.overlong_filter,
-        "scale_rewards": scale.get(spec.advantage, _NoEquivalent(f"advantage={spec.advantage}")),
-        "multi_objective_aggregation": "normalize_then_sum" if spec.advantage == "decoupled" else "sum_then_normalize",
-        "importance_sampling_level": level.get(spec.ratio, _NoEquivalent(f"ratio={spec.ratio}")),
-        "top_entropy_quantile": spec.top_entropy_quantile,
-        "use_bias_correction_kl": spec.kl_ratio_correction,
-        "entropy_coef": spec.entropy_coef if spec.entropy_mode == "static" else _NoEquivalent("adaptive entropy bonus"),
-    }
-
-
-# -- GRPOConfig -> MethodSpec: the ONE table --------------------------------------------------------
-# Every GRPOConfig field is one of: AXIS (it means grpolab axis values: ``to_axes(value, args, spec)``
-# returns them, ``spec`` being the spec built so far from the fields above it, so a field can read the
-# surrogate that loss_type chose; {} = TRL ignores the value in this context, so grpolab does too),
-# TRL (passed through: TRL applies it itself, outside the loss and advantages grpolab replaces) or
-# REFUSED (no grpolab equivalent: set away from its default it raises, the note says why).
-# Fields of transformers.TrainingArguments are passed through (``trl_field``).
-# tests/test_trl_mapping.py fails when TRL adds a GRPOConfig field this table does not classify.
-AXIS, TRL, REFUSED = "axis", "trl", "refused"
-
-
-@dataclasses.dataclass(frozen=True)
-class TrlField:
-    kind: str
-    note: str
-    to_axes: object = None    # AXIS: (value, args, spec) -> {axis: value}
-
-
-_CLIPS = ("clip", "dual_clip")   # the surrogates TRL's epsilon / epsilon_high / delta act on
-
-
-def _from_loss_type(value, args, spec) -> dict:
-    if value not in TRL_LOSS_TYPES:
-        raise ValueError(f"GRPOConfig.loss_type={value!r}: not a TRL 1.16 loss type ({', '.join(TRL_LOSS_TYPES)})")
-    axes = dict(TRL_LOSS_TYPES[value])
-    missing = [f"{k}={v}" for k, v in axes.items() if k in AXIS_CHOICES and v not in AXIS_CHOICES[k]]
-    if missing:
-        raise NotImplementedError(f"GRPOConfig.loss_type={value!r} needs grpolab axis values not implemented yet: "
-                                  f"{', '.join(missing)}")
-    if spec.surrogate == "dual_clip" and axes["surrogate"] == "clip":
-        del axes["surrogate"]   # the method's dual clip is a PPO clip too (TRL: clip + delta)
-    return axes
-
-
-def _epsilon(value, args, spec) -> dict:
-    if spec.surrogate not in _CLIPS:
-        return {}   # TRL's cispo, sapo and vespo ignore epsilon
-    out = {"eps_low": float(value)}
-    if args.epsilon_high is None:   # TRL: epsilon_high defaults to epsilon; a method's Clip-Higher is kept
-        out["eps_high"] = max(float(value), spec.eps_high) if spec.eps_high != spec.eps_low else float(value)
-    return out
-
-
-def _epsilon_high(value, args, spec) -> dict:
-    high = float(args.epsilon if value is None else value)
-    if spec.surrogate == "cispo":   # TRL's cispo: the IS weight truncated at epsilon_high (absolute)
-        return {"eps_high": high - 1.0}
-    return {"eps_high": high} if spec.surrogate in _CLIPS else {}
-
-
-def _delta(value, args, spec) -> dict:
-    """TRL's two-sided clip (INTELLECT-2) caps rho at delta inside min(rho A, clip(rho) A): for
-    A < 0 the loss stops at -A delta, for A > 0 the clip already binds below delta when
-    delta >= 1 + eps_high. That is grpolab's dual clip with c = delta, exactly."""
-    if value is None or spec.surrogate not in _CLIPS:
-        return {}
-    if value < 1.0 + spec.eps_high:
-        raise ValueError(f"GRPOConfig.delta={value} < 1 + epsilon_high = {1 + spec.eps_high}: TRL then also cuts "
-                         f"the clip for A > 0, which grpolab's dual clip (c >= 1 + eps_high) does not; TRL "
-                         f"recommends delta > 1 + epsilon")
-    return {"surrogate": "dual_clip", "dual_clip_c": float(value)}
-
-
-def _when(surrogate: str, axis: str):
-    """A setting TRL reads only for one loss type, as the axis of that surrogate."""
-    return lambda value, args, spec: {axis: float(value)} if spec.surrogate == surrogate else {}
-
-
-def _beta(value, args, spec) -> dict:
-    return {"kl_coef": float(value), "kl_estimator": "k3", "kl_placement": "loss"} if value else {"kl_coef": 0.0}
-
-
-def _bias_correction_kl(value, args, spec) -> dict:
-    return {"kl_ratio_correction": bool(value)} if spec.kl_coef > 0 and spec.kl_placement == "loss" else {}
-
-
-def _ratio(value, args, spec) -> dict:
-    return {} if spec.surrogate == "vespo" else {"ratio": value}   # VESPO builds its own sequence weight
-
-
-def _scale_rewards(value, args, spec) -> dict:
-    value = {True: "group", False: "none"}.get(value, value)
-    return {"advantage": {"group": "group_std", "batch": "batch_std", "none": "group_mean"}[value]}
-
-
-def _aggregation(value, args, spec) -> dict:
-    return {"advantage": "decoupled"} if value == "normalize_then_sum" else {}   # TRL then ignores scale_rewards
-
-
-def _same(axis: str, cast):
-    return lambda value, args, spec: {axis: cast(value)}
-
-
-def _nothing(value, args, spec) -> dict:
-    return {}
-
-
-_PASSED = {   # TRL applies these itself; grpolab's loss and advantages never read them
-    "model_init_kwargs": "model loading", "trust_remote_code": "model loading", "disable_dropout": "model setup",
-    "cast_lm_head_to_fp32": "model setup", "num_generations": "group size (grpolab reads TRL's)",
-    "num_generations_eval": "evaluation", "max_completion_length": "generation (also dr_grpo's constant, read from TRL)",
-    "ds3_gather_for_generation": "generation", "shuffle_dataset": "data", "pad_to_multiple_of": "generation",
-    "generation_batch_size": "rollout reuse (batching)", "steps_per_generation": "rollout reuse (batching)",
-    "num_iterations": "rollout reuse", "temperature": "generation", "top_p": "generation", "top_k": "generation",
-    "min_p": "generation", "generation_kwargs": "generation", "chat_template_kwargs": "generation",
-    "repetition_penalty": "generation", "cache_implementation": "generation",
-    **{f: "vLLM generation" for f in ("use_vllm", "vllm_mode", "vllm_model_impl", "vllm_enable_sleep_mode",
-                                      "vllm_structured_outputs_regex", "vllm_server_base_url", "vllm_server_host",
-                                      "vllm_server_port", "vllm_server_timeout", "vllm_group_port",
-                                      "vllm_gpu_memory_utilization", "vllm_max_model_length",
-                                      "vllm_tensor_parallel_size")},
-    **{f: "the vLLM sampler correction: TRL computes the weight, grpolab's loss applies it as TRL's does"
-       for f in ("vllm_importance_sampling_correction", "vllm_importance_sampling_mode",
-                 "vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_min",
-                 "vllm_importance_sampling_cap")},
-    "sync_ref_model": "reference model (TR-DPO sync)", "ref_model_mixup_alpha": "reference model (TR-DPO sync)",
-    "ref_model_sync_steps": "reference model (TR-DPO sync)", "max_tool_calling_iterations": "generation (tools)",
-    **{f: "logging" for f in ("log_completions", "log_multimodal", "num_completions_to_print", "log_unique_prompts",
-                              "log_completions_hub_repo")},
-    **{f: "generation (transformers)" for f in ("use_transformers_continuous_batching",
-                                                 "transformers_continuous_batching_config", "use_transformers_paged")},
-}
-_ADAPTIVE = ("TRL's adaptive entropy control (Skywork-OR1): grpolab's entropy_mode=adaptive has no coefficient "
-             "bounds and always applies the coefficient, where TRL applies it only while the last step's entropy "
-             "was <= entropy_target")
-
-TRL_FIELDS: dict[str, TrlField] = {
-    # axes, in the order they are read (loss_type first: other fields act only under some surrogates)
-    "loss_type": TrlField(AXIS, "surrogate + aggregation (grpolab.method.trl_names.TRL_LOSS_TYPES)", _from_loss_type),
-    "epsilon": TrlField(AXIS, "eps_low (clip losses; TRL's cispo, sapo and vespo ignore it)", _epsilon),
-    "epsilon_high": TrlField(AXIS, "eps_high (clip losses); cispo: eps_high = epsilon_high - 1 (TRL's bound is "
-                                   "absolute); None = epsilon", _epsilon_high),
-    "delta": TrlField(AXIS, "surrogate=dual_clip, dual_clip_c=delta (clip losses; others ignore it)", _delta),
-    "sapo_temperature_pos": TrlField(AXIS, "sapo_tau_pos (loss_type sapo only)", _when("sapo", "sapo_tau_pos")),
-    "sapo_temperature_neg": TrlField(AXIS, "sapo_tau_neg (loss_type sapo only)", _when("sapo", "sapo_tau_neg")),
-    **{f"vespo_{k}": TrlField(AXIS, f"vespo_{k} (loss_type vespo only)", _when("vespo", f"vespo_{k}"))
-       for k in ("k_pos", "lambda_pos", "k_neg", "lambda_neg")},
-    "importance_sampling_level": TrlField(AXIS, "ratio token | sequence (vespo ignores it)", _ratio),
-    "beta": TrlField(AXIS, "kl_coef, k3 estimator in the loss (TRL's KL)", _beta),
-    "use_bias_correction_kl": TrlField(AXIS, "kl_ratio_correction (acts only with beta > 0)", _bias_correction_kl),
-    "scale_rewards": TrlField(AXIS, "advantage: group -> group_std, batch -> batch_std, none -> group_mean",
-                              _scale_rewards),
-    "multi_objective_aggregation": TrlField(AXIS, "normalize_then_sum -> advantage=decoupled (GDPO)", _aggregation),
-    "reward_weights": TrlField(AXIS, "reward_weights (spec.with_reward_weights, in prepare)", _nothing),
-    "mask_truncated_completions": TrlField(AXIS, "overlong_filter (TRL masks the rows itself)",
-                                           _same("overlong_filter", bool)),
-    "top_entropy_quantile": TrlField(AXIS, "top_entropy_quantile", _same("top_entropy_quantile", float)),
-    "entropy_coef": TrlField(AXIS, "entropy_coef (static bonus; TRL's mean-entropy definition)",
-                             _same("entropy_coef", float)),
-    **{f: TrlField(AXIS, f"acts only with use_adaptive_entropy=True ({_ADAPTIVE})", _nothing)
-       for f in ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target")},
-    # refused: no grpolab equivalent
-    "use_adaptive_entropy": TrlField(REFUSED, _ADAPTIVE + "; use method={'name': ..., 'entropy_mode': 'adaptive'} "
-                                              "for grpolab's rule"),
-    "off_policy_mask_threshold": TrlField(REFUSED, "DeepSeek-V3.2's off-policy sequence mask has no grpolab axis yet"),
-    "router_aux_loss_coef": TrlField(TRL, "the MoE router's load-balancing loss: TRL decides whether and with which "
-                                          "coefficient (aux_loss_enabled, router_aux_loss_coef), grpolab's loss adds "
-                                          "it exactly as TRL's does"),
-    **{name: TrlField(TRL, note) for name, note in _PASSED.items()},
-}
-
-
-def trl_field(name: str) -> TrlField | None:
-    """How grpolab reads GRPOConfig field ``name``; None for a field it does not know (a test fails)."""
-    if name in TRL_FIELDS:
-        return TRL_FIELDS[name]
-    from transformers import TrainingArguments
-    if name in {f.name for f in dataclasses.fields(TrainingArguments)}:
-        return TrlField(TRL, "transformers.TrainingArguments (optimizer, batching, precision, logging, ...)")
-    return None
-
-
-def check_refused(args) -> None:
-    for field, entry in TRL_FIELDS.items():
-        given, default = getattr(args, field), _default(type(args), field)
-        if entry.kind == REFUSED and given != default:
-            raise ValueError(f"GRPOConfig.{field}={given!r} has no grpolab equivalent ({entry.note}); leave {field} at "
-                             f"its default ({default!r})")
-
-
-def spec_from_trl(args) -> tuple[str, MethodSpec]:
-    """No ``method=``: ("trl:<loss_type>", the spec that trains exactly what ``args`` says), every
-    AXIS field read in table order from grpolab's neutral spec."""
-    spec = MethodSpec()
-    for field, entry in TRL_FIELDS.items():
-        if entry.kind == AXIS:
-            spec = dataclasses.replace(spec, **entry.to_axes(getattr(args, field), args, spec))
-    return f"trl:{args.loss_type}", build_spec(spec.to_dict())
-
-
-def override_from_trl(args, method_name: str, spec: MethodSpec) -> tuple[MethodSpec, list[str]]:
-    """``method=`` given: each AXIS field set away from GRPOConfig's default whose axes differ from
-    the method's becomes an axis override. Returns the spec and what to announce, e.g.
-    ``beta=0.1 -> kl_coef=0.1``; a field that cannot act under the method's axes is announced as such."""
-    notes = []
-    for field, entry in TRL_FIELDS.items():
-        value = getattr(args, field)
-        if entry.kind != AXIS or field == "reward_weights" or value == _default(type(args), field):
-            continue
-        axes = entry.to_axes(value, args, spec)
-        diff = {k: v for k, v in axes.items() if getattr(spec, k) != v}
-        if diff:
-            spec = dataclasses.replace(spec, **diff)
-            notes.append(f"{field}={value!r} -> {', '.join(f'{k}={v!r}' for k, v in diff.items())}")
-        elif not axes:
-            notes.append(f"{field}={value!r} cannot act under this method's axes, no effect ({entry.note})")
-    return spec if not notes else build_spec(spec.to_dict()), notes
-
-
 class MethodSettingsWarning(UserWarning):
     """The method changed GRPOConfig settings the user left at (or set to) their defaults."""
 
 
 class MethodOverrideWarning(UserWarning):
     """GRPOConfig settings the user set away from their defaults override the method's axes."""
-
-
-def _default(config_cls, field: str):
-    f = {x.name: x for x in dataclasses.fields(config_cls)}[field]
-    return f.default if f.default is not dataclasses.MISSING else f.default_factory()
-
-
-def apply_method_settings(args, method_name: str, spec: MethodSpec, regime: dict, overridden: list) -> list[str]:
-    """Write the method's TRL settings into ``args`` (``spec`` already holds the user's overrides,
-    so they agree with what the user set). A value equal to the default cannot be told from an
-    unset one: each one the method changes is returned as ``"field: default -> value"`` for the
-    caller's warning. Rollout reuse the user set explicitly wins over the method's (appended to
-    ``overridden``)."""
-    changed = []
-    for field, wanted in trl_settings(spec).items():
-        given, default = getattr(args, field), _default(type(args), field)
-        if isinstance(wanted, _NoEquivalent):
-            continue   # grpolab's loss replaces TRL's: the field is left as the user set it
-        if given == default and given != wanted and not (field == "epsilon_high" and given is None
-                                                         and args.epsilon == wanted):
-            changed.append(f"{field}: {given!r} -> {wanted!r}")   # (TRL reads epsilon_high=None as epsilon)
-        setattr(args, field, wanted)
-    return changed + _apply_reuse(args, method_name, regime, overridden)
-
-
-def _apply_reuse(args, method_name: str, regime: dict, overridden: list) -> list[str]:
-    """A registered method whose point is off-policy correction (GSPO, CISPO, ...) gets its
-    rollout reuse when the user's config is on-policy by default; a reuse the user set wins.
-    Returns what it changed."""
-    changed = []
-    if "num_iterations" in regime and args.num_iterations != regime["num_iterations"]:
-        if args.num_iterations != 1:
-            overridden.append(f"num_iterations={args.num_iterations} (method {method_name!r} reuses each rollout "
-                              f"{regime['num_iterations']} times)")
-        else:
-            changed.append(f"num_iterations: 1 -> {regime['num_iterations']}")
-            args.num_iterations = regime["num_iterations"]
-    if "minibatches" in regime:
-        wanted = regime["minibatches"] * args.gradient_accumulation_steps
-        if args.steps_per_generation not in (args.gradient_accumulation_steps, wanted):
-            overridden.append(f"steps_per_generation={args.steps_per_generation} (method {method_name!r}: "
-                              f"{regime['minibatches']} optimizer steps per rollout, steps_per_generation={wanted})")
-        elif args.steps_per_generation != wanted:
-            changed.append(f"steps_per_generation: {args.steps_per_generation} -> {wanted}")
-            args.steps_per_generation = wanted
-            args.generation_batch_size = args.per_device_train_batch_size * args.world_size * wanted
-    return changed
 
 
 def reward_func_names(reward_funcs) -> list[str]:

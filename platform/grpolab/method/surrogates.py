@@ -1,0 +1,119 @@
+"""The surrogate axis as one registry: every value's facts, as data, in one entry.
+
+An entry says what the surrogate reads (the ``MethodSpec`` fields it logs and that are inert under
+any other surrogate), when it can act (on-policy, rho = 1, most surrogates train exactly the
+unclipped policy gradient), how its clip is counted, and how stock TRL 1.16 names it. Its torch
+function is attached by name one floor up (``grpolab.algorithms.surrogates``; a test checks one
+function per entry and one entry per function). Everything else derives from here: the axis's
+valid values (``spec.AXIS_CHOICES``), the requirements of the surrogate and its parameters
+(``requirements``), the params a run logs (``tracking.naming``), TRL's loss types
+(``trl_names``) and the GRPOConfig fields that set a surrogate's parameters (``trainer.trl_fields``).
+Adding a surrogate: one entry here, its function in ``algorithms/surrogates.py``, and its test.
+Pure data, no torch: validating an experiment imports this.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class TrlLoss:
+    """One TRL 1.16 ``GRPOConfig.loss_type``: this surrogate with one aggregation (TRL's loss_type
+    encodes both axes), plus any axis value the loss type fixes (cispo: no lower bound)."""
+    loss_type: str
+    aggregation: str
+    meaning: str                               # for ``grpolab methods``
+    fixed: dict = field(default_factory=dict)  # axis -> value the loss type implies
+
+
+@dataclass(frozen=True)
+class Surrogate:
+    """One value of the surrogate axis. Formulas: the docstrings of its function in
+    ``grpolab.algorithms.losses``."""
+    name: str
+    label: Callable[[object], str]  # MethodSpec -> how ``grpolab methods`` shows it, with its parameters
+    params: dict[str, bool]        # MethodSpec field it reads -> True when that field acts only off-policy
+    on_policy: str | None          # why the surrogate is inert on-policy (needs rollout reuse); None: it acts
+    clip: str | None = None        # "ppo": rho clipped to [1 - eps_low, 1 + eps_high] where A's sign says;
+                                   # "dual": ppo plus the cap -c A for A < 0; "truncate": the IS weight
+                                   # truncated whatever A's sign (CISPO); None: no clip, no clip fractions
+    reference: bool = False        # needs the reference model even with kl_coef = 0
+    own_ratio: str | None = None   # why it builds its own ratio (then ratio must be token)
+    trl: tuple[TrlLoss, ...] = ()  # TRL's loss types for it
+    trl_as: str | None = None      # TRL trains it as this surrogate's loss types plus its trl_fields
+    trl_fields: dict[str, tuple[str, float]] = field(default_factory=dict)  # GRPOConfig field -> (axis, shift):
+                                   # field = axis + shift under its loss types (cispo's bound is absolute)
+    no_trl: str | None = None      # why TRL has no loss type for it (None when trl or trl_as says)
+
+
+_CLIP_BOUNDS = {"eps_low": True, "eps_high": True}   # a clip binds only off-policy (rho = 1 on-policy)
+_EPSILONS = {"epsilon": ("eps_low", 0.0), "epsilon_high": ("eps_high", 0.0)}
+_RATIO_ONE = "on-policy rho = 1: no clip binds and the update is the unclipped policy gradient"
+
+_ENTRIES = (
+    Surrogate("clip", lambda s: f"clip [{s.eps_low:g}, {s.eps_high:g}]", dict(_CLIP_BOUNDS), _RATIO_ONE, clip="ppo", trl_fields=dict(_EPSILONS), trl=(
+        TrlLoss("grpo", "seq_mean_token_mean",
+                "PPO clip; each completion's token mean, mean over completions (GRPO's length-normalised loss)"),
+        TrlLoss("dapo", "token_mean",
+                "PPO clip; mean over every token of the generation batch (DAPO's token-level loss only; grpolab's "
+                "dapo is the paper's recipe: + Clip-Higher, overlong filter, soft overlong punishment, dynamic "
+                "sampling)"),
+        TrlLoss("dr_grpo", "seq_mean_token_sum_norm",
+                "PPO clip; token sum / (completions x max_completion_length) (Dr. GRPO's constant normaliser)"),
+        TrlLoss("bnpo", "token_mean_local", "PPO clip; mean over the tokens of the local micro-batch"),
+        # LUSPO (2602.05261): PPO clip, each sequence's token sum (length-weighted), mean over sequences
+        TrlLoss("luspo", "seq_mean_token_sum", "PPO clip; each completion's token sum, mean over completions (LUSPO)"),
+    )),
+    # TRL's delta caps rho for A < 0 inside its clip loss: dual-clip exactly when delta >= 1 + eps_high
+    Surrogate("dual_clip", lambda s: f"dual-clip c={s.dual_clip_c:g}", {**_CLIP_BOUNDS, "dual_clip_c": True},
+              "on-policy rho = 1 and the cap -c*A never binds", clip="dual", trl_as="clip",
+              trl_fields={**_EPSILONS, "delta": ("dual_clip_c", 0.0)}),
+    # TRL's cispo truncates the IS weight above at epsilon_high (an absolute bound) and never below
+    Surrogate("cispo", lambda s: f"IS weight clip [{1 - s.eps_low:g}, {1 + s.eps_high:g}]", dict(_CLIP_BOUNDS), "on-policy rho = 1: the truncation never binds", clip="truncate",
+              trl_fields={"epsilon_high": ("eps_high", 1.0)}, trl=(
+                  TrlLoss("cispo", "token_mean", "truncated, detached IS weight min(rho, epsilon_high) x A x log pi; "
+                          "token-level (MiniMax-M1)", fixed={"eps_low": 1.0}),)),
+    # d/drho [(4/tau) sigmoid(tau (rho - 1))] at rho = 1 is 4 sigmoid'(0) = 1 for every tau
+    Surrogate("sapo", lambda s: f"soft gate tau {s.sapo_tau_pos:g}/{s.sapo_tau_neg:g}", {"sapo_tau_pos": True, "sapo_tau_neg": True},
+              "on-policy the gate's slope at rho = 1 is 1 for every tau",
+              trl_fields={"sapo_temperature_pos": ("sapo_tau_pos", 0.0), "sapo_temperature_neg": ("sapo_tau_neg", 0.0)},
+              trl=(TrlLoss("sapo", "seq_mean_token_mean",
+                           "soft gate (4/tau) sigmoid(tau (rho - 1)) instead of a clip; like grpo's aggregation (SAPO)"),)),
+    Surrogate("reinforce", lambda s: "none (REINFORCE)", {}, None, no_trl="TRL 1.16 has no ratio-free loss type"),
+    # the selected tokens' gradient is cut also on-policy; the clip part binds only off-policy
+    Surrogate("clip_cov", lambda s: f"Clip-Cov {s.cov_fraction:g}", {**_CLIP_BOUNDS, "cov_fraction": False, "cov_low": False, "cov_high": False}, None,
+              clip="ppo", no_trl="TRL 1.16 has no covariance-selected clip"),
+    Surrogate("kl_cov", lambda s: f"KL-Cov {s.cov_fraction:g}", {"cov_fraction": False, "kl_cov_coef": False},
+              "on-policy |log ratio| = 0 and its gradient too", no_trl="TRL 1.16 has no covariance-selected KL"),
+    Surrogate("group_dpo", lambda s: f"DPO beta={s.dpo_beta:g}", {"dpo_beta": False}, None, reference=True,
+              own_ratio="uses sequence log-probs directly",
+              no_trl="a pairwise DPO loss on each group's best and worst completion, not a GRPOConfig loss type"),
+    # VESPO (2602.10693): a detached Gamma weight of the sequence ratio times -A log pi
+    Surrogate("vespo", lambda s: f"VESPO k {s.vespo_k_pos:g}/{s.vespo_k_neg:g} lam {s.vespo_lambda_pos:g}/"
+                                 f"{s.vespo_lambda_neg:g}", {k: True for k in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")},
+              "on-policy the sequence weight is 1 and phi(1) = 1 for every k, lambda",
+              own_ratio="builds its own sequence weight from the token log-ratios (their sum, no length normalisation)",
+              trl_fields={f"vespo_{k}": (f"vespo_{k}", 0.0) for k in ("k_pos", "lambda_pos", "k_neg", "lambda_neg")},
+              trl=(TrlLoss("vespo", "token_mean",
+                           "detached Gamma weight of the sequence ratio x A x log pi; token-level (VESPO)"),)),
+)
+SURROGATES: dict[str, Surrogate] = {s.name: s for s in _ENTRIES}
+
+
+def readers(param: str) -> tuple[str, ...]:
+    """The surrogates that read ``param`` (a MethodSpec field), in registry order."""
+    return tuple(s.name for s in _ENTRIES if param in s.params)
+
+
+SURROGATE_PARAMS: tuple[str, ...] = tuple(dict.fromkeys(p for s in _ENTRIES for p in s.params))
+
+
+def trl_target(surrogate: str, trl_field: str) -> str | None:
+    """The surrogate that GRPOConfig field ``trl_field`` (set) means under ``surrogate``'s TRL loss
+    types: ``surrogate`` itself when it reads the field, else the surrogate TRL trains as
+    ``surrogate`` plus that field (delta on a clip loss: dual_clip); None when TRL ignores it there."""
+    if trl_field in SURROGATES[surrogate].trl_fields:
+        return surrogate
+    return next((s.name for s in _ENTRIES if s.trl_as == surrogate and trl_field in s.trl_fields), None)
