@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 
 import torch
 from accelerate.utils import gather_object
@@ -23,7 +22,7 @@ from trl import GRPOTrainer
 
 from grpolab import algorithms
 from grpolab.algorithms.losses import kl_estimate
-from grpolab.errors import EmptyUpdatesError, EmptyUpdateWarning, NonFiniteLossError
+from grpolab.errors import EmptyUpdatesError, EmptyUpdateWarning, NonFiniteLossError, warn_at_caller
 from grpolab.trainer import sampling
 from grpolab.trainer import trl_config as dropin
 from grpolab.trainer.critic import CriticMixin
@@ -233,9 +232,9 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         self._empty_streak += 1
         limit = self.max_empty_updates
         if self._empty_streak == 1:
-            warnings.warn(f"GrpoLabTrainer: update batch at step {self.state.global_step} gives the policy no "
-                          f"gradient: {cause}" + (f"; the run fails after {limit} such batches in a row "
-                                                  "(max_empty_updates)" if limit else ""), EmptyUpdateWarning)
+            warn_at_caller(f"GrpoLabTrainer: update batch at step {self.state.global_step} gives the policy no "
+                           f"gradient: {cause}" + (f"; the run fails after {limit} such batches in a row "
+                                                   "(max_empty_updates)" if limit else ""), EmptyUpdateWarning)
         if limit and self._empty_streak >= limit:
             raise EmptyUpdatesError(f"{self._empty_streak} update batches in a row gave the policy no gradient "
                                     f"(max_empty_updates={limit}; CLI: train.max_empty_updates, 0 = never fail), up "
@@ -301,8 +300,8 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
             round_inputs = self._fresh_inputs(n_local)
         groups, filled = sampling.select_groups(values, G, target, self.spec.sampling_cap_policy)
         if filled:
-            warnings.warn(f"dynamic sampling: round cap {self.spec.max_sampling_rounds} reached, "
-                          f"{filled} of {target} groups are zero-variance fill-ins")
+            warn_at_caller(f"dynamic sampling: round cap {self.spec.max_sampling_rounds} reached, "
+                           f"{filled} of {target} groups are zero-variance fill-ins")
         keep = sampling.rows_of_groups(groups, G)
         merged = sampling.take_rows(sampling.concat_batches(pool, self.processing_class.pad_token_id), keep)
         start = self.accelerator.process_index * n_local

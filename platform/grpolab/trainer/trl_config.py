@@ -26,11 +26,11 @@ import difflib
 import functools
 import inspect
 import math
-import warnings
 
 from transformers import TrainerCallback
 
 from grpolab.envs.task import check_episode_method
+from grpolab.errors import warn_at_caller
 from grpolab.method.registry import METHODS
 from grpolab.method.spec import SPEC_FIELDS, MethodSpec, with_reward_weights
 from grpolab.tracking.naming import method_label
@@ -132,12 +132,12 @@ def prepare(model, reward_funcs, args, train_dataset, method, correctness, trl_k
     check_episode_axes(spec, trl_kwargs.get("rollout_func"))
     changed = [] if from_config else apply_method_settings(args, method_name, spec, regime, overridden)
     if overridden:
-        warnings.warn(f"GrpoLabTrainer: training {method_label(spec, method_name)}: GRPOConfig settings override "
-                      f"method {method_name!r}: {'; '.join(overridden)}", MethodOverrideWarning, stacklevel=4)
+        warn_at_caller(f"GrpoLabTrainer: training {method_label(spec, method_name)}: GRPOConfig settings override "
+                       f"method {method_name!r}: {'; '.join(overridden)}", MethodOverrideWarning)
     if changed:
-        warnings.warn(f"GrpoLabTrainer: method {method_name!r} changed GRPOConfig settings left at their defaults "
-                      f"(a value set to the default cannot be told from an unset one): {', '.join(changed)}",
-                      MethodSettingsWarning, stacklevel=4)
+        warn_at_caller(f"GrpoLabTrainer: method {method_name!r} changed GRPOConfig settings left at their defaults "
+                       f"(a value set to the default cannot be told from an unset one): {', '.join(changed)}",
+                       MethodSettingsWarning)
     return DropIn(method_name, spec, args, funcs, kind, key)
 
 
@@ -209,7 +209,7 @@ def check_needs(method_name: str, spec: MethodSpec, has_correctness: bool) -> Me
         message += (f"; method {method_name!r}: sampling={spec.sampling} filters groups on accuracy, so it keeps "
                     "groups whose total reward varies instead (sampling_filter=reward)")
         spec = dataclasses.replace(spec, sampling_filter="reward")
-    warnings.warn(message, stacklevel=5)   # check_needs < prepare < GrpoLabTrainer.__init__ < the caller
+    warn_at_caller(message)
     return spec
 
 
