@@ -542,6 +542,18 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
             self.entropy_coef_now - step, 0.0)
         self._metrics["train"]["entropy_coef"].append(self.entropy_coef_now)
 
+    # -- logging ----------------------------------------------------------------------------
+    def log(self, logs: dict, start_time: float | None = None) -> None:
+        """TRL's ``log``, less the curves with no value in this window. TRL averages each curve's
+        non-NaN values and passes None where none is left (``length/correct`` at a step where no
+        completion was correct; a reward function that returned None for every completion); MLflow
+        refuses None with a warning per key and step, JSON loggers store null. Such a curve is left
+        out of the step instead, as CLI runs leave it out (docs/metrics.md)."""
+        mode = "train" if self.model.training else "eval"
+        for key in [k for k, values in self._metrics[mode].items() if all(math.isnan(v) for v in values)]:
+            del self._metrics[mode][key]
+        super().log(logs, start_time)
+
     # -- held-out eval through TRL's vLLM engine (vllm_eval.py) ---------------------------
     def sync_generation_weights(self) -> None:
         """Push the current weights into TRL's vLLM engine unless this step's are there already.

@@ -103,8 +103,8 @@ DEFINITIONS: dict[str, str] = {
                "episodes: the model's own), truncated completions included; from the loss's forward when it "
                "sees exactly these under pi_old, else one no-grad forward per generation round",
     "length/mean": "generated: mean completion length in tokens, EOS included",
-    "length/correct": "generated: mean length of correct completions (NaN when none)",
-    "length/incorrect": "generated: mean length of incorrect completions (NaN when none)",
+    "length/correct": "generated: mean length of correct completions (absent at a step with none)",
+    "length/incorrect": "generated: mean length of incorrect completions (absent at a step with none)",
     "length/std": "generated: std (N-1) of completion lengths in tokens, EOS included, over the generation batch: "
                   "the spread that token-level aggregation (token_mean) weighs differently from sequence-level "
                   "(seq_mean_token_mean); 0 when every completion has the same length",
@@ -122,17 +122,17 @@ DEFINITIONS: dict[str, str] = {
     "trained/reward/mean": "trained: mean total reward of the scorable rows with a non-empty loss mask",
     "trained/accuracy": "trained: fraction correct among rows with a non-empty loss mask",
     "trained/length/mean": "trained: mean length of rows with a non-empty loss mask",
-    "trained/length/correct": "trained: mean length of correct rows with a non-empty loss mask (NaN when none)",
-    "trained/length/incorrect": "trained: mean length of incorrect rows with a non-empty loss mask (NaN when none)",
+    "trained/length/correct": "trained: mean length of correct rows with a non-empty loss mask (absent at a step with none)",
+    "trained/length/incorrect": "trained: mean length of incorrect rows with a non-empty loss mask (absent at a step with none)",
     "trained/groups/zero_variance": "trained: fraction of the update batch's groups with equal total rewards",
     "trained/groups/all_correct": "trained: fraction of the update batch's groups that are all correct",
     "trained/groups/all_wrong": "trained: fraction of the update batch's groups that are all incorrect",
     "above_group_mean/fraction": "generated, drop-in trainer without correctness=: fraction of completions whose "
                                  "total reward is above their group's mean (stands in for `accuracy`)",
     "length/above_group_mean": "generated, without correctness=: mean length of completions whose reward is above "
-                               "their group's mean (stands in for `length/correct`; NaN when none)",
+                               "their group's mean (stands in for `length/correct`; absent at a step with none)",
     "length/not_above_group_mean": "generated, without correctness=: mean length of the other completions (stands "
-                                   "in for `length/incorrect`; NaN when none)",
+                                   "in for `length/incorrect`; absent at a step with none)",
     "trained/above_group_mean/fraction": "trained, without correctness=: as `above_group_mean/fraction`, over rows "
                                          "with a non-empty loss mask",
     "trained/length/above_group_mean": "trained, without correctness=: as `length/above_group_mean`, over rows with "
@@ -224,6 +224,10 @@ def render_doc() -> str:
              "Experiments that compare clipping must be configured that way (grpolab warns otherwise).", "",
              "Held-out keys are written as MLflow stores them (`eval/pass_at_1`); study metrics use the",
              "same names.", "",
+             "A curve with no value at a step (`length/correct` when no completion was correct,",
+             "`clip/high_old_prob` when no token was clipped) is left out of that step, never logged as",
+             "NaN or None (TRL's `log` passes None, which MLflow refuses with a warning): in CLI runs and",
+             "in `GrpoLabTrainer`'s own `report_to` logging alike.", "",
              "| metric | definition |", "|---|---|"]
     lines += [f"| `{k}` | {v} |" for k, v in DEFINITIONS.items()]
     return "\n".join(lines) + "\n"
