@@ -8,6 +8,7 @@ Public names (``grpolab.__all__``) are imported on first use (PEP 562 ``__getatt
     study(path, workers=1) -> StudyOutcome          run or resume a ladder or search
     results(study) -> DataFrame                     tidy rows: rung, seed, step, metric, value, run_id
     curves(run_ids, metrics=None) -> DataFrame      MLflow histories in the same tidy shape
+    tiny_model(directory) -> str                    a tiny random local model + tokenizer (no hub)
     GrpoLabTrainer                                  the TRL GRPOTrainer subclass every run trains with
     ConfigError                                     bad input (a ValueError naming the key)
 """
@@ -17,7 +18,7 @@ __version__ = "0.1.0"
 # public name -> the module (relative to this package) that defines it
 _EXPORTS = {
     "run": "api", "load": "api", "study": "api", "results": "api", "curves": "api",
-    "RunOutcome": "api", "StudyOutcome": "api",
+    "tiny_model": "api", "RunOutcome": "api", "StudyOutcome": "api",
     "GrpoLabTrainer": "trainer.grpo_trainer",
     "ConfigError": "errors",
 }

@@ -266,3 +266,29 @@ def curves(run_ids: str | list[str], metrics: list[str] | None = None, *,
     if metrics is not None and (isinstance(metrics, str) or not all(isinstance(m, str) for m in metrics)):
         raise ConfigError(f"metrics: expected a list of metric names, got {metrics!r}")
     return run_curves(client_for(state_path(state)), ids, metrics)
+
+
+TINY_MODEL_MARK = "grpolab_tiny_model.json"   # marks a folder tiny_model wrote (and may write again)
+
+
+def tiny_model(directory: str | os.PathLike, *, preset: str = "tiny", seed: int = 0) -> str:
+    """Write a randomly initialised tiny causal LM and its tokenizer to ``directory`` and return
+    the path, for a TRL or ``GrpoLabTrainer`` script on a machine without a model hub: ``model=``
+    takes it where it takes a hub id. Nothing is downloaded: a Llama-family model built from a
+    transformers config (``preset``: tiny ~0.1 M parameters, small ~2 M, medium ~20 M, initialised
+    from ``seed``) and a character-level tokenizer over digits, lower-case letters, ``ACST``,
+    ``+-*/=:;,.()#`` and space (any other character is ``<unk>``). A folder this function wrote
+    before is rewritten; any other non-empty folder is refused, so no model of yours is overwritten."""
+    from grpolab.world.models import PRESETS, build_model, save_model
+    if preset not in PRESETS:
+        raise ConfigError(f"tiny_model: unknown preset {preset!r}; valid: {', '.join(PRESETS)}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError(f"tiny_model: seed must be an int, got {seed!r}")
+    folder = Path(directory)
+    if folder.exists() and (not folder.is_dir() or (any(folder.iterdir()) and not (folder / TINY_MODEL_MARK).exists())):
+        raise ConfigError(f"tiny_model: {str(folder)!r} exists and is not a folder tiny_model wrote (no "
+                          f"{TINY_MODEL_MARK}): give a new or empty folder")
+    with _quiet_libraries():   # no "Writing model shards" bar for a 0.1 M-parameter model
+        save_model(*build_model(preset, seed), folder)
+    (folder / TINY_MODEL_MARK).write_text(f'{{"preset": "{preset}", "seed": {seed}}}\n')
+    return str(folder)

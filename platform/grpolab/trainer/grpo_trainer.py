@@ -23,7 +23,7 @@ from trl import GRPOTrainer
 from grpolab import algorithms
 from grpolab.algorithms.losses import kl_estimate
 from grpolab.errors import EmptyUpdatesError, EmptyUpdateWarning, NonFiniteLossError, warn_at_caller
-from grpolab.trainer import sampling
+from grpolab.trainer import mlflow_report, sampling
 from grpolab.trainer import trl_config as dropin
 from grpolab.trainer.critic import CriticMixin
 from grpolab.trainer.loss_stats import WindowStats, weighted
@@ -80,11 +80,22 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
                 self.reward_processing_classes.append(None)
             self.reward_weights = torch.cat([self.reward_weights, torch.ones(len(late))])
             self._own_reward_columns = list(range(first, len(self.reward_funcs)))
-        if "mlflow" in (self.args.report_to or []):   # grpolab's run tags on the run TRL's MLflow callback opens
-            self.add_callback(dropin.MlflowTagsCallback(dropin.mlflow_tags(self.method_name, spec, self.args.seed)))
+        # report_to="mlflow": the run named, its params trimmed and tagged as a CLI run's (mlflow_report.py)
+        mlflow_report.report_like_the_cli(self, self._describe_run, dropin.mlflow_tags(self.method_name, spec,
+                                                                                       self.args.seed))
         self.critic = self.critic_opt = None
         if spec.advantage == "gae":
             self._build_critic()
+
+    def _describe_run(self, args, state) -> tuple[str, dict]:
+        """(run name, params) of this run as CLI runs have them (``mlflow_report``)."""
+        kind, key = self._correct_kind, self._correct_key
+        correctness = {"reward": lambda: self.reward_func_names[key], "column": lambda: key,
+                       "callable": lambda: getattr(key, "__name__", repr(key)), "none": lambda: "none"}[kind]()
+        model_path = getattr(getattr(self.model, "config", None), "_name_or_path", None) or type(self.model).__name__
+        params = mlflow_report.dropin_params(self.method_name, self.spec, args, state.max_steps, model_path,
+                                             self.reward_func_names, correctness)
+        return mlflow_report.dropin_run_name(self.method_name, self.spec, args.seed), params
 
     # -- rewards ------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):

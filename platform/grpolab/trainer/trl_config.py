@@ -27,8 +27,6 @@ import functools
 import inspect
 import math
 
-from transformers import TrainerCallback
-
 from grpolab.envs.task import check_episode_method
 from grpolab.errors import warn_at_caller
 from grpolab.method.registry import METHODS
@@ -269,16 +267,3 @@ def overlong_reward(spec: MethodSpec, max_len: int):
 def mlflow_tags(method_name: str, spec: MethodSpec, seed: int) -> dict:
     return {"grpolab.method": method_label(spec, method_name), "grpolab.method_base": method_name,
             "grpolab.spec_hash": spec.spec_hash(), "grpolab.seed": str(seed), "grpolab.trainer.trl_config": "true"}
-
-
-class MlflowTagsCallback(TrainerCallback):
-    """Sets grpolab's run tags on the MLflow run that ``report_to="mlflow"`` opened (TRL's
-    reporting callbacks run before user callbacks, so the run exists by then)."""
-
-    def __init__(self, tags: dict):
-        self.tags = tags
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        import mlflow
-        if state.is_world_process_zero and mlflow.active_run() is not None:
-            mlflow.set_tags(self.tags)

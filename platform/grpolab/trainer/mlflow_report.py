@@ -1,0 +1,112 @@
+"""The MLflow run of a drop-in ``GrpoLabTrainer`` with ``report_to="mlflow"``, as CLI runs have it.
+
+transformers' ``MLflowCallback`` names the run ``args.run_name`` (None by default: MLflow picks a
+random name) and logs every ``TrainingArguments`` field plus the model config as params (224 on
+a GRPOConfig): one column of noise per constant flag in the MLflow UI. ``GrpoLabMlflowCallback``
+takes its place in the trainer's callback list (same position, so callbacks after it still find
+the run open) and changes only what it logs:
+
+- run name: ``<method>-s<seed>`` like a CLI run's ``<experiment>-s<seed>`` (``args.run_name`` wins
+  when set);
+- params: the CLI's trimmed set under the CLI's names (``method.*`` from
+  ``tracking.naming.method_params``, ``train.*`` read from the GRPOConfig, ``model.path``,
+  ``task.reward_funcs``, ``task.correctness``, ``seed``), flat ``a.b`` keys;
+- grpolab's tags (``trl_config.mlflow_tags``);
+- the full GRPOConfig and model config, which TRL logged as params, as the ``trl_config.json``
+  artifact.
+
+Everything else is transformers' own ``setup``: ``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_NAME``,
+``MLFLOW_RUN_ID``, ``MLFLOW_NESTED_RUN``, ``MLFLOW_TAGS``, ``MLFLOW_MAX_LOG_PARAMS`` and
+``HF_MLFLOW_LOG_ARTIFACTS`` act as documented there. ``MLFLOW_FLATTEN_PARAMS`` has nothing left to
+do (these params are flat already); a run that sets it is told so once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from transformers.integrations import MLflowCallback
+
+from grpolab.errors import warn_at_caller
+from grpolab.method.spec import MethodSpec
+from grpolab.tracking.naming import method_label, method_params
+
+
+def dropin_params(method_name: str, spec: MethodSpec, args, steps: int, model_path: str, reward_funcs: list[str],
+                  correctness: str) -> dict[str, object]:
+    """The CLI's params (``naming.run_params``) of a drop-in run, flat: the GRPOConfig read back
+    into the CLI's training knobs (``experiment.runner._grpo_args`` is the other direction)."""
+    group = args.num_generations
+    minibatches = args.steps_per_generation / args.gradient_accumulation_steps
+    train = {"steps": steps, "group_size": group, "prompts_per_rollout": args.generation_batch_size // group,
+             "minibatches": int(minibatches) if minibatches.is_integer() else minibatches,
+             "num_iterations": args.num_iterations, "grad_accum": args.gradient_accumulation_steps,
+             "learning_rate": args.learning_rate, "temperature": args.temperature,
+             "max_completion_length": args.max_completion_length}
+    nested = {"method": {"name": method_name, **method_params(spec)}, "train": train, "model": {"path": model_path},
+              "task": {"reward_funcs": list(reward_funcs), "correctness": correctness}, "seed": args.seed}
+    return _flat(nested)
+
+
+def _flat(d: dict, prefix: str = "") -> dict[str, object]:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def dropin_run_name(method_name: str, spec: MethodSpec, seed: int) -> str:
+    """``<method>-s<seed>``: the registered method this update rule equals, else ``name + axes``."""
+    return f"{method_label(spec, method_name)}-s{seed}"
+
+
+class _ArgsAsGrpolabLogsThem:
+    """``TrainingArguments`` as ``MLflowCallback.setup`` reads them: ``run_name`` and ``to_dict()``
+    answered by grpolab, every other attribute by the trainer's own args."""
+
+    def __init__(self, args, run_name: str, params: dict):
+        self._args, self.run_name, self._params = args, run_name, params
+
+    def __getattr__(self, name):
+        return getattr(self._args, name)
+
+    def to_dict(self) -> dict:
+        return dict(self._params)
+
+
+class GrpoLabMlflowCallback(MLflowCallback):
+    """transformers' MLflow reporting with grpolab's run name, params, tags and config artifact
+    (module docstring). ``describe(args, state)`` returns (run name, params) at setup, when the
+    number of steps is known."""
+
+    def __init__(self, describe, tags: dict):
+        super().__init__()
+        self._describe, self._grpolab_tags = describe, tags
+
+    def setup(self, args, state, model):
+        if os.getenv("MLFLOW_FLATTEN_PARAMS") is not None:
+            warn_at_caller("MLFLOW_FLATTEN_PARAMS has no effect on a GrpoLabTrainer run: its params are grpolab's "
+                           "flat 'a.b' keys; the full GRPOConfig is the run's trl_config.json artifact")
+        run_name, params = self._describe(args, state)
+        super().setup(_ArgsAsGrpolabLogsThem(args, args.run_name or run_name, params), state, None)
+        if state.is_world_process_zero and self._ml_flow.active_run() is not None:
+            self._ml_flow.set_tags(self._grpolab_tags)
+            config = getattr(model, "config", None)
+            full = {"args": args.to_dict(), "model_config": config.to_dict() if config is not None else None}
+            self._ml_flow.log_text(json.dumps(full, indent=2, default=str), "trl_config.json")
+
+
+def report_like_the_cli(trainer, describe, tags: dict) -> bool:
+    """Put ``GrpoLabMlflowCallback`` where transformers' ``MLflowCallback`` is in the trainer's
+    callback list; False when there is none (no ``report_to="mlflow"``). Subclasses such as
+    DagsHub's are left as they are: their ``setup`` does more."""
+    callbacks = trainer.callback_handler.callbacks
+    for i, callback in enumerate(callbacks):
+        if type(callback) is MLflowCallback:
+            callbacks[i] = GrpoLabMlflowCallback(describe, tags)
+            return True
+    return False
