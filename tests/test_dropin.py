@@ -65,6 +65,7 @@ def test_quickstart_dapo_acts_and_reports_through_trl_logging(tiny_model_dir, tm
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "dropin")
+    monkeypatch.chdir(tmp_path)   # MLflow's default artifact root (trl_config.json) is ./mlruns
     spy = _LossSpy(monkeypatch)
     # num_iterations=2: the second pass reuses the rollout, so the ratio moves and clips can bind
     args = _args(tmp_path, report_to="mlflow", num_iterations=2, learning_rate=0.05, max_completion_length=32)
@@ -114,6 +115,7 @@ def test_quickstart_dapo_acts_and_reports_through_trl_logging(tiny_model_dir, tm
     assert run.data.metrics["clip/high_fraction"] == pytest.approx(logged["clip/high_fraction"], rel=1e-6)
     assert run.data.tags["grpolab.method"] == "dapo" and run.data.tags["grpolab.seed"] == "0"
     assert run.data.tags["grpolab.spec_hash"] == trainer.spec.spec_hash()
+    assert run.info.run_name == "dapo-s0" and run.data.params["method.eps_high"] == "0.28"   # as a CLI run
 
 
 def test_grpo_matches_stock_trl_on_an_off_policy_step(tiny_model_dir, tmp_path):
