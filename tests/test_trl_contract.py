@@ -33,6 +33,13 @@ def test_behaviours_the_trainer_relies_on():
     cfg = GRPOConfig(output_dir="/tmp/x", use_cpu=True, report_to="none")
     assert cfg.use_bias_correction_kl is True  # TRL's default KL gradient differs from the GRPO paper's
     assert cfg.loss_type == "dapo" and cfg.beta == 0.0  # defaults a "naive GRPO" row must override
+    # GrpoLabTrainer.log drops the curves TRL would log as None (mean of no non-NaN value)
+    assert _params(GRPOTrainer.log) == ["self", "logs", "start_time"]
+    assert "if valid else None" in inspect.getsource(GRPOTrainer.log)
+    # mlflow_report.GrpoLabMlflowCallback hands MLflowCallback.setup grpolab's run name and params
+    from transformers.integrations import MLflowCallback
+    setup = inspect.getsource(MLflowCallback.setup)
+    assert "run_name=args.run_name" in setup and "args.to_dict()" in setup and "model.config.to_dict()" in setup
 
 
 def test_every_grpo_config_field_is_classified():
