@@ -50,6 +50,9 @@ DROPPED = frozenset({"frac_reward_zero_std", "reward", "reward_std", "num_tokens
 ARTIFACTS_DIR = "mlartifacts"
 LOCATION_MARK = ".artifact-root"      # in the state folder: the artifact root URI last written
 
+# log_dataset's retries after a concurrent insert of the same dataset (see log_dataset)
+DATASET_RACE_RETRIES = 2
+
 
 def tracking_uri(state_dir: Path) -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path(state_dir).resolve()}/mlflow.db"
@@ -231,7 +234,17 @@ class RunRecorder:
         dataset = mlflow.data.from_pandas(pd.DataFrame(rows), name=name,
                                           source=CodeDatasetSource(tags={k: str(v) for k, v in source_tags.items()}))
         tag = InputTag(key="mlflow.data.context", value=context)
-        self.client.log_inputs(self.run_id, datasets=[DatasetInput(dataset._to_mlflow_entity(), tags=[tag])])
+        inputs = [DatasetInput(dataset._to_mlflow_entity(), tags=[tag])]
+        for attempt in range(DATASET_RACE_RETRIES + 1):
+            try:
+                self.client.log_inputs(self.run_id, datasets=inputs)
+                return
+            except mlflow.exceptions.MlflowException as exc:
+                # Two workers logging the same dataset (experiment, name, digest) at once: both see it
+                # missing, both insert, the second hits the store's unique constraint (measured: a
+                # 2-worker study on SQLite). Retried, the dataset exists and only the input is linked.
+                if "unique constraint" not in str(exc).lower() or attempt == DATASET_RACE_RETRIES:
+                    raise
 
     def log_json(self, obj, name: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
