@@ -3,6 +3,7 @@ submit jobs through submitit. Each cluster has its own munged, ports, state and 
 run at once (pytest -n 2) or one after another in a session. Install with scripts/install_slurm.sh."""
 
 import contextlib
+import importlib.util
 import os
 import random
 import shutil
@@ -43,6 +44,27 @@ class SlurmCluster:
 
     def run(self, *cmd: str, check: bool = True) -> str:
         return subprocess.run(cmd, env=self.env, check=check, capture_output=True, text=True).stdout
+
+
+def _missing() -> list:
+    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+    return [b for b in BINARIES if not shutil.which(b, path=path)] + (
+        ["submitit"] if importlib.util.find_spec("submitit") is None else [])
+
+
+def why_unavailable() -> str | None:
+    """Why no test cluster can run on this machine (its tests skip, saying so), or None. Slurm or
+    submitit merely not installed yet is no reason where they can be (root with apt-get, as
+    `make install-test` does): the tests fail then, naming the install step."""
+    if not Path("/proc/self/environ").exists():
+        return "the Slurm test cluster needs Linux (/proc)"
+    if os.geteuid() != 0:
+        return ("the Slurm test cluster needs root: slurmd starts each job as its owner, and "
+                "scripts/install_slurm.sh installs Slurm and munge with apt-get")
+    if _missing() and not shutil.which("apt-get"):
+        return (f"Slurm is not installed ({', '.join(_missing())} missing) and cannot be here: "
+                "scripts/install_slurm.sh installs Debian's slurm-wlm and munge with apt-get, which this machine lacks")
+    return None
 
 
 def _free_ports(count: int) -> list:
@@ -187,11 +209,11 @@ def _start_daemons(cluster: SlurmCluster) -> None:
 @contextlib.contextmanager
 def slurm_cluster(tmp_path: Path):
     """Start munged, slurmctld and slurmd; yield a SlurmCluster once the node is idle; stop all."""
-    missing = [b for b in BINARIES if not shutil.which(b, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")]
-    if missing:
-        raise RuntimeError(f"Slurm test cluster needs {missing}: run scripts/install_slurm.sh")
-    if os.geteuid() != 0:
-        raise RuntimeError("Slurm test cluster needs root (slurmd launches jobs as their owner)")
+    if why_unavailable():
+        raise RuntimeError(f"Slurm test cluster: {why_unavailable()}")
+    if _missing():
+        raise RuntimeError(f"Slurm test cluster needs {_missing()}: run `make install-test` "
+                           "(scripts/install_slurm.sh installs Debian's slurm-wlm and munge, and submitit)")
     start = time.monotonic()
     # Unix socket paths are capped at 108 bytes: sockets and spool live in a short /tmp dir.
     run = Path(tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))
