@@ -1,12 +1,15 @@
 """`grpolab study --launcher slurm` on the loopback Slurm cluster (tests/slurm_cluster.py: one
 node, CPU only, a sacct stand-in) with a real PostgreSQL storage: four rows over two worker jobs,
-one job cancelled (scancel) in the middle of its row; every row completes exactly once, the
-cancelled row's run ends KILLED with the reason and no MLflow run is left RUNNING. Storage the
-jobs could not share is refused before anything is submitted."""
+one job cancelled (scancel) in the middle of its row, held there by a flag file. Its row is
+handed back at once, by its worker (SIGTERM) or, when the worker ignores SIGTERM and Slurm kills
+it, by the coordinator from the job's state; every row completes exactly once, the cancelled
+row's run ends KILLED with the reason and no MLflow run is left RUNNING. Storage the jobs could
+not share is refused before anything is submitted."""
 
 import os
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -69,25 +72,50 @@ def cluster(tmp_path, monkeypatch, record_property):
         yield c
 
 
+# The held rows' reward (replacing fault_helpers' HOLD_REWARD): it holds its row while the flag
+# file exists, and says which worker process is inside it (flag.held-<pid>), so the scancel lands
+# inside the row's first reward call, not in its set-up. When deaf, it ignores SIGTERM: Slurm's
+# SIGKILL (KillWait later) ends the worker, and only the coordinator can hand its row back.
+HOLD_REWARD = '''
+import os, signal, threading, time
+
+def reward(*, completion, flag, **kwargs):
+    if DEAF:
+        assert threading.current_thread() is threading.main_thread()
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    open(f"{flag}.held-{os.getpid()}", "w").close()
+    while os.path.exists(flag):
+        time.sleep(0.05)
+    return 0.0
+'''
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("worker_hands_back", [True, False], ids=["worker-hands-back", "worker-killed-first"])
 def test_four_rows_over_two_jobs_one_cancelled_mid_row_complete_exactly_once(
-        cluster, tmp_path, tiny_model_dir, postgres_server, monkeypatch, record_property):
+        cluster, tmp_path, tiny_model_dir, postgres_server, monkeypatch, record_property, request, worker_hands_back):
     """Every row is held mid-row by a flag file (fault_helpers.held_study) until the cancelled
     job's row has been handed back, so the scancel lands mid-row however fast or slow the machine
     is: a row cannot finish before it, nor a job be cancelled before its row started (a fixed
-    4-step row raced the scancel, and lost on a loaded machine)."""
+    4-step row raced the scancel, and lost on a loaded machine). The coordinator sees the jobs as
+    on another host, as from a cluster's login node: no process check or heartbeat grace can hand
+    the row back within the test's 90 s, only the job's end (or its worker itself)."""
     import optuna
     from fault_helpers import held_study
     from slurm_cluster import until
+
+    from grpolab.studies import lifecycle
     flag = tmp_path / "hold"
     flag.touch()
     path = held_study(tmp_path, tiny_model_dir, flag, name="slurm_ladder", seeds=(0, 1),
                       rungs=[{"name": "base"}, {"name": "+ lr", "changes": {"train.learning_rate": 2e-3}}])
+    (tmp_path / "hold_reward.py").write_text(f"DEAF = {not worker_hands_back}\n" + HOLD_REWARD)
+    monkeypatch.setattr(lifecycle, "host_identity", lambda: "login-node/00000000/0")   # the coordinator's host
     # the rows' reward module lives in tmp_path: this process and the jobs (sbatch passes them this
     # process's environment) import it from there
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    storage, state = postgres_server.database("slurm_rows"), tmp_path / "state"
+    storage, state = postgres_server.database(f"slurm_rows_{uuid.uuid4().hex[:8]}"), tmp_path / "state"
     launcher = SlurmLauncher(jobs=2, partition="debug", cpus_per_job=1, time="20", poll_s=0.5)
     lines, outcome = [], {}
 
@@ -101,18 +129,24 @@ def test_four_rows_over_two_jobs_one_cancelled_mid_row_complete_exactly_once(
     thread = threading.Thread(target=coordinate, daemon=True)
     thread.start()
 
-    def trials():
-        return optuna.load_study(study_name="slurm_ladder", storage=storage).get_trials(deepcopy=False)
+    readers = []   # one storage (one connection pool) for every read: a new one per poll kept ~50 connections open
+    request.addfinalizer(lambda: readers and readers[0].engine.dispose())
 
-    def held_rows():   # a row held in each job: claimed by the job's worker, its MLflow run open
+    def trials():
+        if not readers:
+            readers.append(optuna.storages.RDBStorage(storage))
+        return optuna.load_study(study_name="slurm_ladder", storage=readers[0]).get_trials(deepcopy=False)
+
+    def held_rows():   # a row held in each job: its MLflow run open, its worker inside the reward
         assert thread.is_alive(), f"the coordinator ended before the rows ran: {outcome} {lines}"
         if not any(line.startswith("slurm: submitted") for line in lines):
             return None   # the coordinator still creates the storage's tables: a second creator would collide
         held = {}
         for t in trials():
-            job = (t.user_attrs.get("worker") or {}).get("slurm_job")
-            if t.state == TrialState.RUNNING and job and "mlflow_run_id" in t.user_attrs:
-                held[job] = t
+            worker = t.user_attrs.get("worker") or {}
+            if (t.state == TrialState.RUNNING and worker.get("slurm_job") and "mlflow_run_id" in t.user_attrs
+                    and Path(f"{flag}.held-{worker['pid']}").exists()):
+                held[worker["slurm_job"]] = t
         return sorted(held.values(), key=lambda t: t.number) if len(held) == 2 else None
     try:
         try:   # two jobs start python, torch and a model at once: slow on a loaded 2-core machine
@@ -166,9 +200,13 @@ def test_four_rows_over_two_jobs_one_cancelled_mid_row_complete_exactly_once(
     assert killed.info.status == "KILLED"
     reason = killed.data.tags["grpolab.error"]
     record_property("killed_reason", reason)
-    # its worker's own (SIGTERM: "received signal 15 in Slurm job J ..."), or the coordinator's
-    # ("row handed back: its Slurm job J is CANCELLED") when Slurm's SIGKILL came first
-    assert f"Slurm job {job_id}" in reason or "handed back" in reason, reason
+    if worker_hands_back:   # its worker's own, or the coordinator's when Slurm's SIGKILL came first (a slow worker)
+        assert reason in (f"row handed back: its Slurm job {job_id} is CANCELLED",
+                          f"RunKilled: received signal 15 in Slurm job {job_id} (the job was cancelled, "
+                          "preempted or reached its time limit)"), reason
+    else:                   # from the job's state (lifecycle.reap_job_trials): no worker record could be checked
+        assert reason == f"row handed back: its Slurm job {job_id} is CANCELLED", reason
+        assert cut.user_attrs.get("outcome") is None
     finished = [r for r in runs if r.info.status == "FINISHED" and "optuna.trial_number" in r.data.tags]
     assert len(finished) == 4
     jobs = {(t.user_attrs.get("worker") or {}).get("slurm_job") for ts in by_row.values() for t in ts}
