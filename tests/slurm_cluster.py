@@ -3,6 +3,7 @@ submit jobs through submitit. Each cluster has its own munged, ports, state and 
 run at once (pytest -n 2) or one after another in a session. Install with scripts/install_slurm.sh."""
 
 import contextlib
+import importlib.util
 import os
 import random
 import shutil
@@ -16,6 +17,7 @@ from pathlib import Path
 
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "sbatch", "squeue", "scancel")
 KILL_WAIT_S = 2   # SIGTERM -> SIGKILL grace when a job is cancelled; small so cancel tests are quick
+STARTUP_S = 120   # for the node to come up: ~1.5 s on an idle machine, far more on a loaded 2-core one
 
 # submitit reads job states only from `sacct`, which needs slurmdbd (and a MySQL) to answer.
 # Without one, this stand-in answers submitit's query from the controller's memory (squeue -t all
@@ -37,31 +39,59 @@ class SlurmCluster:
     env: dict            # os.environ plus SLURM_CONF and the sacct stand-in on PATH
     logs: Path
     startup_s: float
+    name: str = ""       # the ClusterName, unique to this cluster: its processes are found by it
     procs: dict = field(default_factory=dict)
 
     def run(self, *cmd: str, check: bool = True) -> str:
         return subprocess.run(cmd, env=self.env, check=check, capture_output=True, text=True).stdout
 
 
-def _free_port() -> int:
-    """A free port below Linux's ephemeral range (32768+), so no outgoing connection can take it
-    before the daemon binds it (the daemons retry a taken port for ~40 s before giving up)."""
-    while True:
+def _missing() -> list:
+    path = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
+    return [b for b in BINARIES if not shutil.which(b, path=path)] + (
+        ["submitit"] if importlib.util.find_spec("submitit") is None else [])
+
+
+def why_unavailable() -> str | None:
+    """Why no test cluster can run on this machine (its tests skip, saying so), or None. Slurm or
+    submitit merely not installed yet is no reason where they can be (root with apt-get, as
+    `make install-test` does): the tests fail then, naming the install step."""
+    if not Path("/proc/self/environ").exists():
+        return "the Slurm test cluster needs Linux (/proc)"
+    if os.geteuid() != 0:
+        return ("the Slurm test cluster needs root: slurmd starts each job as its owner, and "
+                "scripts/install_slurm.sh installs Slurm and munge with apt-get")
+    if _missing() and not shutil.which("apt-get"):
+        return (f"Slurm is not installed ({', '.join(_missing())} missing) and cannot be here: "
+                "scripts/install_slurm.sh installs Debian's slurm-wlm and munge with apt-get, which this machine lacks")
+    return None
+
+
+def _free_ports(count: int) -> list:
+    """``count`` distinct free loopback ports below Linux's ephemeral range (32768+), so no
+    outgoing connection can take one before its daemon binds it (the daemons retry a taken port
+    for ~40 s before giving up)."""
+    ports: list = []
+    while len(ports) < count:
         port = random.randrange(10000, 32768)
         with socket.socket() as s, contextlib.suppress(OSError):
-            s.bind(("", port))
-            return port
+            s.bind(("127.0.0.1", port))
+            if port not in ports:
+                ports.append(port)
+    return ports
 
 
 def _slurm_conf(name: str, state: Path, run: Path, logs: Path, munge_socket: Path) -> str:
     mem_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
     host = socket.gethostname().split(".")[0]
+    ctld_port, slurmd_port = _free_ports(2)
     return f"""ClusterName={name}
 SlurmctldHost={host}(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
-SlurmctldPort={_free_port()}
-SlurmdPort={_free_port()}
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket={munge_socket}
@@ -88,6 +118,7 @@ FirstJobId={random.randrange(10**5, 6 * 10**7)}
 NodeName=localhost NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory={mem_mb * 9 // 10} State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 """
+# NoCtldInAddrAny,NoInAddrAny: the daemons listen on 127.0.0.1 (their addresses above), not on every interface.
 # batch_sched_delay=0: start batch jobs on submit, not up to 3 s later (measured: 2-3 s -> 1-2 s).
 # FirstJobId is random because submitit's SlurmJob.watcher is one per process and caches finished
 # states by job id: a second cluster in the same session must not reuse the first one's ids.
@@ -121,13 +152,21 @@ def _node_idle(env: dict) -> bool:
     return out.returncode == 0 and out.stdout.strip() == "idle"
 
 
-def _strays(conf: Path) -> list:
-    """Processes started for this cluster (slurmstepd and job tasks inherit its SLURM_CONF)."""
-    mark, pids = f"SLURM_CONF={conf}".encode(), []
+MARK = "GRPOLAB_SLURM_TEST_CLUSTER"   # in the daemons' environment only (slurmstepd inherits it)
+
+
+def _strays(name: str) -> list:
+    """Processes of this cluster and only them: its daemons and slurmstepds (started with
+    MARK=<cluster name> in their environment, which no other process is given) and its jobs'
+    processes (Slurm sets SLURM_CLUSTER_NAME=<cluster name> in every job; the name is unique to
+    this cluster). Not SLURM_CONF: the tests put that into the test process's own environment
+    (submitit runs sbatch with it), so a server the test process starts meanwhile (a session's
+    PostgreSQL) carries it too, and must survive this cluster's teardown."""
+    marks, pids = {f"{MARK}={name}".encode(), f"SLURM_CLUSTER_NAME={name}".encode()}, []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and int(entry.name) != os.getpid():
             with contextlib.suppress(OSError):
-                if mark in (entry / "environ").read_bytes().split(b"\0"):
+                if marks.intersection((entry / "environ").read_bytes().split(b"\0")):
                     pids.append(int(entry.name))
     return pids
 
@@ -148,32 +187,33 @@ def _stop(cluster: SlurmCluster) -> None:
                 proc.kill()
                 proc.wait()
     with contextlib.suppress(RuntimeError):
-        _wait(lambda: not _strays(cluster.conf), 5, "slurmstepd exit")
-    for pid in _strays(cluster.conf):
+        _wait(lambda: not _strays(cluster.name), 5, "slurmstepd exit")
+    for pid in _strays(cluster.name):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
 
 def _start_daemons(cluster: SlurmCluster) -> None:
     """slurmctld and slurmd in the foreground (-D), as our children; ready once the node is idle."""
+    env = {**cluster.env, MARK: cluster.name}   # teardown finds the daemons' slurmstepds by it (_strays)
     for daemon, extra in (("slurmctld", []), ("slurmd", ["-N", "localhost"])):
         with open(cluster.logs / f"{daemon}.out", "w") as out:
             cluster.procs[daemon] = subprocess.Popen(
-                [daemon, "-D", "-f", str(cluster.conf), *extra], env=cluster.env,
+                [daemon, "-D", "-f", str(cluster.conf), *extra], env=env,
                 stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     logs = (cluster.logs / "slurmctld.log", cluster.logs / "slurmd.log")
-    _wait(lambda: _node_idle(cluster.env), 30, "node idle in sinfo", logs, every=0.2)
+    _wait(lambda: _node_idle(cluster.env), STARTUP_S, "node idle in sinfo", logs, every=0.2)
 
 
 @contextlib.contextmanager
 def slurm_cluster(tmp_path: Path):
     """Start munged, slurmctld and slurmd; yield a SlurmCluster once the node is idle; stop all."""
-    missing = [b for b in BINARIES if not shutil.which(b, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")]
-    if missing:
-        raise RuntimeError(f"Slurm test cluster needs {missing}: run scripts/install_slurm.sh")
-    if os.geteuid() != 0:
-        raise RuntimeError("Slurm test cluster needs root (slurmd launches jobs as their owner)")
+    if why_unavailable():
+        raise RuntimeError(f"Slurm test cluster: {why_unavailable()}")
+    if _missing():
+        raise RuntimeError(f"Slurm test cluster needs {_missing()}: run `make install-test` "
+                           "(scripts/install_slurm.sh installs Debian's slurm-wlm and munge, and submitit)")
     start = time.monotonic()
     # Unix socket paths are capped at 108 bytes: sockets and spool live in a short /tmp dir.
     run = Path(tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))
@@ -185,7 +225,8 @@ def slurm_cluster(tmp_path: Path):
     cluster = SlurmCluster(root / "slurm.conf", {}, root / "logs", 0.0)
     try:
         cluster.procs["munged"], sock = _start_munged(root, run, cluster.logs)
-        name = "t" + run.name.removeprefix("slurm-").lower()   # unique: slurmctld checks it against its state
+        # unique: slurmctld checks it against its state, and teardown finds this cluster's processes by it
+        cluster.name = name = "t" + run.name.removeprefix("slurm-").lower()
         cluster.conf.write_text(_slurm_conf(name, root / "state", run, cluster.logs, sock))
         cluster.env = {**os.environ, "SLURM_CONF": str(cluster.conf),
                        "PATH": f"{run / 'bin'}:{os.environ.get('PATH', '')}:/usr/sbin"}
