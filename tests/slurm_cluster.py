@@ -186,6 +186,8 @@ def _stop(cluster: SlurmCluster) -> None:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+    if not cluster.name:   # it never got a name (munged failed): no daemon or job of its own to find
+        return
     with contextlib.suppress(RuntimeError):
         _wait(lambda: not _strays(cluster.name), 5, "slurmstepd exit")
     for pid in _strays(cluster.name):

@@ -137,6 +137,40 @@ def test_mlflow_settings_act_on_a_dropin_run_and_run_name_wins(tiny_model_dir, t
     assert len(run.data.params) == 5 and run.data.params["method.name"] == "trl:dapo"
 
 
+def test_a_run_attached_through_mlflow_run_id_keeps_its_name(tiny_model_dir, tmp_path, monkeypatch):
+    """MLFLOW_RUN_ID attaches the trainer to an existing run, as in transformers: MLflow would
+    rename that run to any name it is given, so grpolab gives none (the orchestrator's name stays).
+    MLFLOW_FLATTEN_PARAMS=false asks for nothing and draws no warning."""
+    import warnings
+
+    import datasets
+    from mlflow.tracking import MlflowClient
+    from trl import GRPOConfig
+
+    from grpolab import GrpoLabTrainer
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.chdir(tmp_path)
+    client = MlflowClient(uri)
+    experiment = client.create_experiment("attached")
+    run_id = client.create_run(experiment, run_name="orchestrator-run-42").info.run_id
+    client.set_terminated(run_id)
+    for key, value in {"MLFLOW_TRACKING_URI": uri, "MLFLOW_EXPERIMENT_NAME": "attached", "MLFLOW_RUN_ID": run_id,
+                       "MLFLOW_FLATTEN_PARAMS": "false"}.items():
+        monkeypatch.setenv(key, value)
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), report_to="mlflow", max_steps=1,
+                      per_device_train_batch_size=4, num_generations=4, max_completion_length=4, use_cpu=True,
+                      bf16=False, save_strategy="no", disable_tqdm=True)
+    trainer = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=length, args=args,
+                             train_dataset=datasets.Dataset.from_dict({"prompt": ["1+1=", "2+2="]}), correctness=never)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    assert not [w for w in caught if "MLFLOW_FLATTEN_PARAMS" in str(w.message)]
+    run = client.get_run(run_id)
+    assert run.info.run_name == "orchestrator-run-42"
+    assert run.data.params["method.name"] == "trl:dapo" and "reward/mean" in run.data.metrics
+
+
 def test_tiny_model_writes_a_local_model_and_refuses_a_folder_it_did_not_write(tmp_path):
     import grpolab
     from grpolab.world.models import load_model

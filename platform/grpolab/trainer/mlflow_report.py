@@ -27,6 +27,7 @@ import json
 import os
 
 from transformers.integrations import MLflowCallback
+from transformers.utils import ENV_VARS_TRUE_VALUES
 
 from grpolab.errors import warn_at_caller
 from grpolab.method.spec import MethodSpec
@@ -88,11 +89,16 @@ class GrpoLabMlflowCallback(MLflowCallback):
         self._describe, self._grpolab_tags = describe, tags
 
     def setup(self, args, state, model):
-        if os.getenv("MLFLOW_FLATTEN_PARAMS") is not None:
+        if os.getenv("MLFLOW_FLATTEN_PARAMS", "FALSE").upper() in ENV_VARS_TRUE_VALUES:   # as transformers reads it
             warn_at_caller("MLFLOW_FLATTEN_PARAMS has no effect on a GrpoLabTrainer run: its params are grpolab's "
                            "flat 'a.b' keys; the full GRPOConfig is the run's trl_config.json artifact")
         run_name, params = self._describe(args, state)
-        super().setup(_ArgsAsGrpolabLogsThem(args, args.run_name or run_name, params), state, None)
+        # A run the user attaches to (MLFLOW_RUN_ID) or already has open keeps its own name, as with
+        # transformers: MLflow renames a resumed run to any run_name it is given.
+        nested = os.getenv("MLFLOW_NESTED_RUN", "FALSE").upper() in ENV_VARS_TRUE_VALUES
+        attached = os.getenv("MLFLOW_RUN_ID") or (self._ml_flow.active_run() is not None and not nested)
+        name = args.run_name if attached else (args.run_name or run_name)
+        super().setup(_ArgsAsGrpolabLogsThem(args, name, params), state, None)
         if state.is_world_process_zero and self._ml_flow.active_run() is not None:
             self._ml_flow.set_tags(self._grpolab_tags)
             config = getattr(model, "config", None)
