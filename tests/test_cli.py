@@ -102,3 +102,20 @@ def test_unknown_run_id_is_one_line_exit_2(tmp_path):
 ])
 def test_dashboard_files_are_named_after_what_they_show(args, name):
     assert default_output_name(*args) == name
+
+
+def test_grpolab_warnings_print_as_one_line_and_others_keep_pythons_format(capsys):
+    """On the command line grpolab's own warnings (any GrpoLabWarning, e.g. the dynamic-sampling round
+    cap raised as a plain grpolab warning) are one ``warning: ...`` line; a library's warning keeps
+    Python's ``file:line: Category: message`` format."""
+    import warnings
+
+    from grpolab import cli
+    from grpolab.errors import EmptyUpdateWarning, GrpoLabWarning
+    for category in (GrpoLabWarning, EmptyUpdateWarning):
+        cli._show_warning(warnings.WarningMessage("round cap reached", category, "/x/grpo_trainer.py", 314).message,
+                          category, "/x/grpo_trainer.py", 314)
+    cli._show_warning(FutureWarning("old kwarg"), FutureWarning, "/lib/transformers/args.py", 7, line="")
+    err = capsys.readouterr().err.splitlines()
+    assert err[:2] == ["warning: round cap reached", "warning: round cap reached"]
+    assert err[2] == "/lib/transformers/args.py:7: FutureWarning: old kwarg"

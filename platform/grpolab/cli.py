@@ -17,7 +17,7 @@ import time
 import warnings
 from pathlib import Path
 
-from grpolab.errors import ConfigError
+from grpolab.errors import ConfigError, GrpoLabWarning
 from grpolab.signals import RunKilled
 
 
@@ -480,17 +480,14 @@ def hoist_global_flags(argv: list[str]) -> list[str]:
     return front + rest
 
 
-_python_showwarning = warnings.showwarning
-
-
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """grpolab's own warnings reach a command-line user as one ``warning: ...`` line, like its
     configuration warnings: the default format would print grpolab's source line, which names
     nothing the user wrote. Other libraries' warnings keep Python's format (file and line)."""
-    if category.__module__.split(".")[0] == "grpolab":
+    if issubclass(category, GrpoLabWarning) or category.__module__.split(".")[0] == "grpolab":
         print(f"warning: {message}", file=file or sys.stderr, flush=True)
     else:
-        _python_showwarning(message, category, filename, lineno, file, line)
+        (file or sys.stderr).write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
 def _main(argv: list[str] | None) -> int:

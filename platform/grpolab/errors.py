@@ -33,7 +33,12 @@ def _pass_through_dirs() -> tuple[str, ...]:
     return tuple(dirs)
 
 
-def warn_at_caller(message: str, category: type[Warning] = UserWarning) -> None:
+class GrpoLabWarning(UserWarning):
+    """A warning grpolab raises on purpose (a setting that cannot act, a cap reached): the command
+    line prints it as one ``warning: ...`` line; Python code can filter the whole family by it."""
+
+
+def warn_at_caller(message: str, category: type[Warning] = GrpoLabWarning) -> None:
     """``warnings.warn`` attributed to the first frame outside grpolab and the libraries it runs
     under (TRL, transformers, accelerate, torch): the user's line that built the ``GrpoLabTrainer``
     or called ``train()``, so Python prints that file and line (not ``sys:1`` or grpolab's own code),
@@ -57,7 +62,7 @@ class EmptyUpdatesError(RuntimeError):
     (``train.max_empty_updates`` / ``GrpoLabTrainer(max_empty_updates=)`` bounds the streak)."""
 
 
-class EmptyUpdateWarning(UserWarning):
+class EmptyUpdateWarning(GrpoLabWarning):
     """The first update batch of a streak that gives the policy no gradient, with its cause."""
 
 
