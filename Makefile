@@ -41,9 +41,9 @@ test: install-test
 
 # TRL's own GRPO trainer tests (tests/conformance, vendored with provenance), offline, against stock
 # GRPOTrainer and against GrpoLabTrainer without method= (it must train what GRPOConfig says), plus
-# TRL's basic training tests once per registered method. The non-slow subset (part of `make test`):
-# `-m 'not slow'` leaves out the 6 tests on a full-vocabulary MoE model (about 80 % of the full
-# suite's time; run them with `GRPOLAB_CONFORMANCE_TRAINER=... python -m pytest -m slow tests/conformance`).
+# TRL's basic training tests once per registered method. Every test, the 7 `slow` ones included
+# (tool, environment and dataloader-worker runs on a full-vocabulary MoE model: about two thirds
+# of its time); `CONFORMANCE_MARK='not slow' make conformance` is the quick subset.
 conformance: install-test
 	PYTHON=$(PYTHON) sh scripts/conformance.sh
 

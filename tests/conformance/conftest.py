@@ -117,8 +117,9 @@ DRIFT = {
 }  # fmt: skip
 
 
-# ~80% of the suite's time on 2 CPU cores: the full-151k-vocab Qwen3-MoE tool/environment runs (minutes each) and the
-# dataloader-workers run. Marked with the project's `slow` marker, so `-m 'not slow'` is the quick subset.
+# About two thirds of the suite's time on 2 CPU cores: the full-151k-vocab Qwen3-MoE tool/environment runs (20-70 s
+# each) and the dataloader-workers run. Marked with the project's `slow` marker, so `-m 'not slow'` is the quick subset
+# (CI runs them all: scripts/conformance.sh).
 SLOW = {"test_train_with_tools", "test_train_with_malformed_tool_calls", "test_train_with_multiple_environments",
         "test_train_with_environment_factory", "test_train_with_environment_owned_reward",
         "test_train_multiple_dataloader_workers"}  # fmt: skip
