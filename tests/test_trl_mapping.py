@@ -61,6 +61,11 @@ def test_trl_defaults_are_grpo_configs():
     (dict(loss_type="sapo", delta=1.5, epsilon=0.3), "sapo", dict(surrogate="sapo", eps_low=0.2)),   # TRL ignores both
     (dict(mask_truncated_completions=True, top_entropy_quantile=0.2, entropy_coef=0.01), "trl:dapo",
      dict(overlong_filter=True, top_entropy_quantile=0.2, entropy_coef=0.01, entropy_mode="static")),
+    (dict(use_adaptive_entropy=True, entropy_coef_delta=0.01, entropy_target=0.3), "trl:dapo",   # TRL's controller
+     dict(entropy_mode="adaptive_gated", entropy_coef=0.0, entropy_coef_step=0.01, entropy_target=0.3,
+          entropy_coef_min=0.0, entropy_coef_max=1.0)),
+    (dict(entropy_coef_delta=0.01, entropy_target=0.3), "trl:dapo",   # read only with use_adaptive_entropy
+     dict(entropy_mode="static", entropy_coef_step=1e-3, entropy_target=0.2)),
 ])
 def test_grpo_config_maps_to_axes(kw, label, axes):
     got_label, spec = _spec(**kw)
@@ -69,10 +74,8 @@ def test_grpo_config_maps_to_axes(kw, label, axes):
 
 
 def test_settings_without_an_equivalent_raise_and_name_why():
-    with pytest.raises(ValueError, match=r"use_adaptive_entropy=True has no grpolab equivalent \(TRL's adaptive "
-                                         r"entropy control .* only while the last step's entropy"):
-        from grpolab.trainer.trl_fields import check_refused
-        check_refused(GRPOConfig(**BASE, use_adaptive_entropy=True))
+    with pytest.raises(NotImplementedError, match=r"use_adaptive_entropy=True with top_entropy_quantile < 1"):
+        _spec(use_adaptive_entropy=True, top_entropy_quantile=0.5)
     with pytest.raises(ValueError, match=r"delta=1.1 < 1 \+ epsilon_high = 1.2"):
         _spec(delta=1.1)
 

@@ -166,6 +166,13 @@ LOSS_TYPE_CASES = {
     "vespo": dict(loss_type="vespo"),
     "grpo+sequence": dict(loss_type="grpo", importance_sampling_level="sequence"),
     "dapo+delta": dict(delta=1.25, epsilon_high=0.25),      # TRL's two-sided clip = grpolab's dual clip
+    # DeepSeek-V3.2's off-policy sequence mask (TRL's own mask; the KL term is not masked)
+    "grpo+off_policy_mask": dict(loss_type="grpo", off_policy_mask_threshold=0.05),
+    "dapo+beta+off_policy_mask": dict(beta=0.04, off_policy_mask_threshold=0.05),
+    # TRL's adaptive entropy control (entropy_mode=adaptive_gated); its first step applies no bonus, the
+    # controller test below and the end-to-end test cover the later ones
+    "dapo+adaptive_entropy": dict(use_adaptive_entropy=True, entropy_coef=0.05, entropy_target=15.0,
+                                  entropy_coef_delta=0.01),
 }
 
 
@@ -191,7 +198,7 @@ def test_trl_loss_types_without_method(case, tiny_model_dir, tmp_path):
     assert max((a - b).abs().max().item() for a, b in zip(grads_a, grads_b)) <= 1e-6
 
 
-@pytest.mark.parametrize("case", ["dapo", "grpo+beta", "luspo"])   # ~20 s each; every loss type: measured, see above
+@pytest.mark.parametrize("case", ["dapo", "grpo+beta", "luspo", "dapo+adaptive_entropy"])   # ~20 s each
 def test_trl_loss_types_without_method_train_like_stock(case, tiny_model_dir, tmp_path):
     """End to end: TRL generates, scores and computes advantages, grpolab its own; step 2 reuses
     step 1's rollout (steps_per_generation 4 = two optimizer steps, a large learning rate), so its
@@ -210,3 +217,40 @@ def test_trl_loss_types_without_method_train_like_stock(case, tiny_model_dir, tm
     assert a["step"] == b["step"] == 2 and a["grad_norm"] > 1e-4
     assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-7)
     assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-5)
+
+
+def test_off_policy_mask_parity_case_is_informative(tiny_model_dir, tmp_path):
+    """The off-policy mask cases above drop some rows and keep others on the parity batch."""
+    stock, ours = _trainers(tiny_model_dir, tmp_path, None, LOSS_TYPE_CASES["grpo+off_policy_mask"])
+    inputs = _inputs(stock, off_policy=True, with_ref=False)
+    with torch.no_grad():
+        logp, _, _ = stock._get_per_token_logps_and_entropies(
+            stock.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1), inputs["completion_ids"].size(1))
+    keep = stock.get_off_policy_mask(inputs["advantages"].unsqueeze(1), logp, inputs["old_per_token_logps"],
+                                     inputs["completion_mask"], 0.05)
+    assert 0 < int(keep.sum()) < keep.numel()
+    _loss_and_grads(ours, inputs)
+    num, den = ours._window.sums["off_policy/kept_fraction"]
+    assert 0 < num / den < 1
+
+
+@pytest.mark.parametrize("last_entropy, target", [(float("inf"), 100.0), (0.1, 1.0), (5.0, 1.0), (50.0, 100.0)],
+                         ids=["first_step", "below_target_then_down", "above_target_gated", "up_to_max"])
+def test_trl_adaptive_entropy_controller_without_method(last_entropy, target, tiny_model_dir, tmp_path):
+    """TRL's gated controller (use_adaptive_entropy) from the same state: the bonus applied (none before a first
+    step or while the last step's entropy was above the target), loss and gradients, then the coefficient moved
+    by entropy_coef_delta within [entropy_coef_min, entropy_coef_max] from the step's entropy."""
+    trl_kw = dict(use_adaptive_entropy=True, entropy_coef=0.05, entropy_target=target, entropy_coef_delta=0.01,
+                  entropy_coef_min=0.02, entropy_coef_max=0.055)
+    stock, ours = _trainers(tiny_model_dir, tmp_path, None, trl_kw)
+    assert ours.spec.entropy_mode == "adaptive_gated"
+    stock._last_world_entropy = ours._last_entropy = last_entropy
+    inputs = _inputs(stock, off_policy=True, with_ref=False)
+    loss_a, grads_a = _loss_and_grads(stock, inputs)
+    loss_b, grads_b = _loss_and_grads(ours, inputs)
+    assert loss_b.item() == pytest.approx(loss_a.item(), rel=1e-5, abs=1e-7)
+    assert max((a - b).abs().max().item() for a, b in zip(grads_a, grads_b)) <= 1e-6
+    assert ours._last_entropy == pytest.approx(stock._last_world_entropy, rel=1e-5)
+    assert ours.entropy_coef == ours.entropy_coef_now == pytest.approx(stock.entropy_coef, abs=1e-12)
+    assert stock.entropy_coef != 0.05   # the controller moved (up to the max, or down)

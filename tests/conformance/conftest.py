@@ -35,7 +35,10 @@ def _selected(config) -> bool:
 
 
 def pytest_ignore_collect(collection_path, config):
-    if collection_path.resolve() == HERE / "trl_tests" and not _selected(config):
+    path = collection_path.resolve()
+    if path in (HERE / "trl_tests", HERE / "test_methods.py") and not _selected(config):
+        return True
+    if path == HERE / "test_methods.py" and TRAINER != "grpolab":   # per-method runs: GrpoLabTrainer's alone
         return True
     return None
 
@@ -91,8 +94,32 @@ QWEN_ID_TESTS = ["test_train_with_tools", "test_train_with_malformed_tool_calls"
 FULL_VOCAB_TESTS = ["test_train_with_mask_truncated_completions"]
 
 
-# ~80% of the suite's time on 2 CPU cores: the full-151k-vocab Qwen3-MoE tool/environment runs (minutes each) and the
-# dataloader-workers run. Marked with the project's `slow` marker, so `-m 'not slow'` is the quick subset.
+# Drift between the vendored test file (TRL f2cd577, ~v1.10) and the installed trl 1.16.0: these fail on stock
+# GRPOTrainer (and, for the same reason, on GrpoLabTrainer, which inherits the code concerned). Marked
+# xfail(strict=True): a green run means every other test passed, and a drift test that starts passing (a newer vendored
+# file, or a TRL change) fails the run until it is removed here.
+_EOS = ("TRL 1.16 sets `eos_token_ids` in GRPOTrainer.__init__ and `_generate` reads it; the test builds its trainer "
+        "with object.__new__ (no __init__), so the attribute is missing")
+_LIGER = ("TRL 1.16 deprecated use_liger_kernel: it applies only Liger's layer kernels, after its fused-LM-head "
+          "forward, and no longer checks liger-kernel's availability (ImportError) nor refuses PEFT prompt learning "
+          "(ValueError) at init")
+DRIFT = {
+    "test_generate_prefers_rollout_func": _EOS,
+    "test_generate_rollout_func_syncs_vllm_weights_when_needed": _EOS,
+    "test_liger_kernel_with_peft_non_lm_head_target_allowed": _LIGER,
+    "test_liger_kernel_with_peft_modules_to_save_lm_head_allowed": _LIGER,
+    "test_liger_kernel_with_peft_prompt_learning_raises": _LIGER,
+    "test_train_moe_peft_model": ("TRL 1.16 skips the `ref` adapter for `target_parameters` LoRA only with "
+                                  "peft < 0.20 (peft#3350 fixed multi-adapter support); peft 0.21 is installed, "
+                                  "so a `ref` adapter exists"),
+    "test_entropy_bonus_flows_gradients": ("TRL 1.16's fused LM head returns entropies that carry grad whether or not "
+                                           "the entropy bonus is on; the test expects them detached when it is off"),
+}  # fmt: skip
+
+
+# About two thirds of the suite's time on 2 CPU cores: the full-151k-vocab Qwen3-MoE tool/environment runs (20-70 s
+# each) and the dataloader-workers run. Marked with the project's `slow` marker, so `-m 'not slow'` is the quick subset
+# (CI runs them all: scripts/conformance.sh).
 SLOW = {"test_train_with_tools", "test_train_with_malformed_tool_calls", "test_train_with_multiple_environments",
         "test_train_with_environment_factory", "test_train_with_environment_owned_reward",
         "test_train_multiple_dataloader_workers"}  # fmt: skip
@@ -109,6 +136,8 @@ def pytest_collection_modifyitems(config, items):
             continue
         if item.originalname in SLOW:
             item.add_marker(pytest.mark.slow)
+        if item.originalname in DRIFT:
+            item.add_marker(pytest.mark.xfail(strict=True, reason=f"drift, trl 1.16.0: {DRIFT[item.originalname]}"))
         for needle, reason in SKIPS:
             if needle in item.nodeid:
                 item.add_marker(pytest.mark.skip(reason=reason))

@@ -133,7 +133,7 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
                 entropy_coef: float | None = None, rewards: torch.Tensor | None = None,
                 group_ids: torch.Tensor | None = None, generator: torch.Generator | None = None, gather=None,
                 positive: torch.Tensor | None = None,
-                sampling_weights: torch.Tensor | None = None):
+                sampling_weights: torch.Tensor | None = None, keep: torch.Tensor | None = None):
     """Loss of one micro-batch (before gradient-accumulation scaling) and its statistics.
 
     logp, old_logp, ref_logp, mask, entropies: (B, T); advantages (B,) or (B, T). The loss is
@@ -143,7 +143,8 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
     high-clipped tokens, KL, entropy, and the method's own selection counts.
     ``sampling_weights`` (B, T) or (B, 1): the importance weight w of a sampler that is not the
     trained policy (vLLM: w = pi_train / pi_vllm, truncated or masked, engines.py); every
-    per-token term is multiplied by w before aggregation, as TRL does."""
+    per-token term is multiplied by w before aggregation, as TRL does. ``keep`` (B, 1) or (B, T) of
+    0/1: rows (tokens) whose surrogate term is dropped, the KL kept (TRL's off-policy sequence mask)."""
     mask = mask.to(logp.dtype)
     A = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
     stats: dict[str, float] = {}
@@ -156,14 +157,18 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
     log_ratio = logp - old_logp
     surrogate = SURROGATE_LOSSES[spec.surrogate]   # the registry: algorithms/surrogates.py
     if surrogate.pairwise:
-        if sampling_weights is not None:
-            raise ValueError(f"{spec.surrogate} has no per-token loss to re-weight: set generation.is_correction=none")
+        if sampling_weights is not None or keep is not None:
+            raise ValueError(f"{spec.surrogate} has no per-token loss to re-weight or mask: set "
+                             "generation.is_correction=none and no off-policy mask")
         coef = torch.exp(log_ratio)
         loss = surrogate.fn(spec, Batch(logp, log_ratio, coef, A, eff_mask, generator, None, ref_logp, rewards,
                                         group_ids), stats)
         stats["kl"] = masked_mean(L.kl_estimate(logp.detach(), ref_logp, spec.kl_estimator), mask)
     else:
         per_token, coef = surrogate_loss(spec, logp, log_ratio, A, mask, stats, generator, sampling_weights)
+        if keep is not None:   # the policy term only, as TRL masks it (the KL below stays)
+            per_token = per_token * keep.to(per_token.dtype)
+            stats["off_policy/kept_fraction"] = masked_mean(keep, mask)
         if spec.top_entropy_quantile < 1.0:  # the policy-gradient term only; the normaliser still counts them
             per_token = per_token * eff_mask
         kl = L.kl_estimate(logp, ref_logp, spec.kl_estimator) if ref_logp is not None else None

@@ -42,7 +42,8 @@ SOFT_OVERLONG = _axis("soft overlong punishment", lambda s: s.soft_overlong, "se
 DYNAMIC = _axis("dynamic sampling", lambda s: s.sampling == "dynamic", "set method.sampling: dynamic")
 FILTERING = _axis("a group filter", lambda s: s.sampling in ("dynamic", "zero_variance_filter"),
                   "set method.sampling: dynamic or zero_variance_filter")
-ADAPTIVE = _axis("the adaptive entropy bonus", lambda s: s.entropy_mode == "adaptive", "set method.entropy_mode: adaptive")
+ADAPTIVE = _axis("the adaptive entropy bonus", lambda s: s.entropy_mode in ("adaptive", "adaptive_gated"),
+                 "set method.entropy_mode: adaptive or adaptive_gated")
 CRITIC = _axis("the critic (advantage gae)", lambda s: s.advantage == "gae", "set method.advantage: gae")
 STEP = _axis("GiGPO's step-level advantage (method.step_omega > 0)", lambda s: s.step_omega > 0,
              "set method.step_omega > 0 (multi-turn tasks)")
@@ -74,6 +75,7 @@ REQUIREMENTS: dict[tuple[str, object], Requirement] = {
     ("sampling_filter", None): FILTERING,
     ("overlong_buffer", None): SOFT_OVERLONG, ("overlong_penalty", None): SOFT_OVERLONG,
     ("entropy_target", None): ADAPTIVE, ("entropy_coef_step", None): ADAPTIVE,
+    ("entropy_coef_min", None): ADAPTIVE, ("entropy_coef_max", None): ADAPTIVE,
     ("tracker_decay", None): _axis("advantage value_tracker", lambda s: s.advantage == "value_tracker",
                                    "set method.advantage: value_tracker"),
     ("gae_gamma", None): CRITIC, ("gae_lambda", None): CRITIC, ("gae_lambda_critic", None): CRITIC,

@@ -25,7 +25,7 @@ AXIS_CHOICES: dict[str, tuple[str, ...]] = {
     "kl_estimator": ("k1", "k2", "k3"),
     "kl_placement": ("loss", "reward"),
     "sampling": ("static", "dynamic", "zero_variance_filter"),
-    "entropy_mode": ("static", "adaptive"),
+    "entropy_mode": ("static", "adaptive", "adaptive_gated"),
     "sampling_cap_policy": ("fill", "fail"),
     "sampling_filter": ("accuracy", "reward"),
     "episode_norm": ("episode", "step"),
@@ -72,6 +72,8 @@ class MethodSpec:
     entropy_mode: str = "static"
     entropy_target: float = 0.2           # adaptive: raise the coefficient while entropy is below
     entropy_coef_step: float = 1e-3       # adaptive: change per optimizer step
+    entropy_coef_min: float = 0.0         # adaptive: the coefficient never goes below (TRL's entropy_coef_min)
+    entropy_coef_max: float = float("inf")  # adaptive: nor above (TRL's entropy_coef_max)
     top_entropy_quantile: float = 1.0     # keep only this top fraction of tokens by entropy (0.2 = 80/20)
     tracker_decay: float = 0.9            # value_tracker: Beta-tracker forgetting factor
     gae_gamma: float = 1.0                # critic (gae): discount
@@ -106,7 +108,8 @@ SPEC_FIELDS = {f.name: f for f in fields(MethodSpec)}
 # axes added after spec hashes were recorded: left out of the hash at their defaults, so the
 # hashes of existing runs and studies stay what they were
 _HASHED_UNLESS_DEFAULT = ("step_omega", "step_gamma", "anchor_similarity", "episode_norm",
-                          "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg")
+                          "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
+                          "entropy_coef_min", "entropy_coef_max")
 _TYPES = {"str": str, "bool": bool, "float": float, "int": int}
 
 
@@ -157,6 +160,9 @@ def validate_spec(spec: MethodSpec) -> None:
     _check(spec.kl_coef >= 0, f"method.kl_coef: must be >= 0, got {spec.kl_coef}")
     _check(spec.adv_eps >= 0, f"method.adv_eps: must be >= 0, got {spec.adv_eps}")
     _check(0 < spec.top_entropy_quantile <= 1, f"method.top_entropy_quantile: must be in (0, 1], got {spec.top_entropy_quantile}")
+    _check(0 <= spec.entropy_coef_min <= spec.entropy_coef_max,
+           f"method.entropy_coef_min/entropy_coef_max: need 0 <= min <= max, got {spec.entropy_coef_min}, "
+           f"{spec.entropy_coef_max}")
     _check(0 < spec.cov_fraction <= 1, f"method.cov_fraction: must be in (0, 1], got {spec.cov_fraction}")
     _check(0 < spec.tracker_decay <= 1, f"method.tracker_decay: must be in (0, 1], got {spec.tracker_decay}")
     _check(spec.overlong_buffer >= 0, f"method.overlong_buffer: must be >= 0 (0 = 20% of the cap), got {spec.overlong_buffer}")

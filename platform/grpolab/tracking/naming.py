@@ -30,9 +30,10 @@ CONDITIONAL_AXES = {
     "sampling_cap_policy": lambda s: s.sampling == "dynamic",
     "overlong_buffer": lambda s: s.soft_overlong,
     "overlong_penalty": lambda s: s.soft_overlong,
-    "entropy_mode": lambda s: s.entropy_coef > 0,
-    "entropy_target": lambda s: s.entropy_coef > 0 and s.entropy_mode == "adaptive",
-    "entropy_coef_step": lambda s: s.entropy_coef > 0 and s.entropy_mode == "adaptive",
+    # TRL's gated controller acts from a zero start coefficient too
+    "entropy_mode": lambda s: s.entropy_coef > 0 or s.entropy_mode == "adaptive_gated",
+    **{k: (lambda s: (s.entropy_coef > 0 and s.entropy_mode == "adaptive") or s.entropy_mode == "adaptive_gated")
+       for k in ("entropy_target", "entropy_coef_step", "entropy_coef_min", "entropy_coef_max")},
     "tracker_decay": lambda s: s.advantage == "value_tracker",
     **{k: (lambda s: s.advantage == "gae") for k in ("gae_gamma", "gae_lambda", "gae_lambda_critic",
                                                      "gae_length_alpha", "critic_lr", "critic_warmup")},

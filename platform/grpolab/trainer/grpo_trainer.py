@@ -65,6 +65,7 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         self.spec = spec
         self.tracker = algorithms.ValueTracker(spec.tracker_decay) if spec.advantage == "value_tracker" else None
         self.entropy_coef_now = spec.entropy_coef
+        self._last_entropy = math.inf   # adaptive_gated: the last optimizer step's entropy (none yet: no bonus)
         self.cumulative_tokens = 0.0
         self.last_rollout: list[dict] = []        # a few rows of the latest rollout, for the samples artifact
         self._stash: dict = {}
@@ -213,7 +214,7 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         spec, terms = self.spec, []
         if spec.kl_coef > 0 and spec.kl_placement == "loss":
             terms.append("in-loss KL")
-        if self.entropy_coef_now or spec.entropy_mode == "adaptive":
+        if self.entropy_coef_now or spec.entropy_mode != "static":
             terms.append("entropy bonus")
         if spec.positive_lm_coef > 0:
             terms.append("positive-example LM loss")
@@ -449,16 +450,23 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
             compute_aux_loss=self.aux_loss_enabled)   # MoE: the router's load-balancing loss, as TRL requests it
         old = inputs.get("old_per_token_logps")
         old = logp.detach() if old is None else old
+        keep = None
+        if self.off_policy_mask_threshold is not None:   # TRL's own off-policy sequence mask (trl_config.TRL_FIELDS)
+            A = inputs["advantages"]
+            keep = self.get_off_policy_mask(A.unsqueeze(1) if A.dim() == 1 else A, logp,
+                                            inputs.get("sampling_per_token_logps", old), completion_mask,
+                                            self.off_policy_mask_threshold)
         training = self.model.training
         spg = self.args.steps_per_generation if training else 1
         token_normaliser = inputs["num_items_in_batch"] / self.accelerator.num_processes / spg
         loss, stats = algorithms.policy_loss(
             self.spec, logp, old, inputs["advantages"], completion_mask, inputs.get("ref_per_token_logps"),
             token_normaliser=token_normaliser, max_completion_length=self.max_completion_length,
-            entropies=entropies, entropy_coef=self.entropy_coef_now, rewards=inputs.get("seq_rewards"),
+            entropies=entropies, entropy_coef=self._entropy_coef_applied(), rewards=inputs.get("seq_rewards"),
             group_ids=inputs.get("group_ids"), gather=self._gather_valid if self.accelerator.num_processes > 1 else None,
             positive=inputs.get("correct"),
             sampling_weights=inputs.get("importance_sampling_ratio"),  # TRL's vLLM correction (engines.py)
+            keep=keep,
         )
         trl_stats = {k: stats.pop(k) for k in list(stats) if k in algorithms.TRL_NAMED_STATS}
         if self.aux_loss_enabled:   # as TRL 1.16: + coef * aux_loss, scaled for gradient accumulation below
@@ -542,15 +550,29 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         gathered = self.accelerator.gather(padded)
         return gathered[~torch.isnan(gathered)]
 
+    def _entropy_coef_applied(self) -> float:
+        """The entropy-bonus coefficient of this micro-batch. ``adaptive_gated`` (TRL's controller,
+        Skywork-OR1): the coefficient only while the previous optimizer step's entropy was <= the
+        target, none before the first step."""
+        if self.spec.entropy_mode == "adaptive_gated" and not self._last_entropy <= self.spec.entropy_target:
+            return 0.0
+        return self.entropy_coef_now
+
     def _update_entropy_coef(self, entropy: float | None) -> None:
-        """Adaptive entropy bonus: coef += step while entropy < target, else coef -= step (>= 0),
-        applied once per optimizer step (at the accumulation boundary), from the entropy of the
-        step's trained tokens over every process."""
-        if self.spec.entropy_mode != "adaptive" or entropy is None:
+        """Adaptive entropy bonus, once per optimizer step (at the accumulation boundary), from the
+        entropy of the step's trained tokens over every process: coef + step (at most
+        entropy_coef_max) while the entropy is below the target (``adaptive_gated``, as TRL: <=),
+        else coef - step (at least entropy_coef_min)."""
+        spec = self.spec
+        if spec.entropy_mode == "static" or entropy is None:
             return
-        step = self.spec.entropy_coef_step
-        self.entropy_coef_now = self.entropy_coef_now + step if entropy < self.spec.entropy_target else max(
-            self.entropy_coef_now - step, 0.0)
+        below = entropy <= spec.entropy_target if spec.entropy_mode == "adaptive_gated" else entropy < spec.entropy_target
+        if below:
+            self.entropy_coef_now = min(self.entropy_coef_now + spec.entropy_coef_step, spec.entropy_coef_max)
+        else:
+            self.entropy_coef_now = max(self.entropy_coef_now - spec.entropy_coef_step, spec.entropy_coef_min)
+        self._last_entropy = entropy
+        self.entropy_coef = self.entropy_coef_now   # TRL's attribute, as TRL's controller keeps it
         self._metrics["train"]["entropy_coef"].append(self.entropy_coef_now)
 
     # -- logging ----------------------------------------------------------------------------

@@ -160,8 +160,10 @@ DEFINITIONS: dict[str, str] = {
     "dpo/pairs": "trained: Group-DPO: (best, worst) pairs per micro-step over all processes (groups with unequal rewards)",
     "tracker/prompts": "SPO: prompts the value tracker has seen",
     "entropy/kept_fraction": "trained: top-entropy tokens: fraction of trained tokens that carry the policy gradient",
-    "entropy_coef": "entropy bonus: the coefficient after this optimizer step (adaptive: from the step's "
-                    "trained/entropy over every process; static: constant, logged as TRL does)",
+    "off_policy/kept_fraction": "trained: GRPOConfig.off_policy_mask_threshold (TRL's off-policy sequence mask): "
+                                "fraction of trained tokens whose surrogate term the mask keeps",
+    "entropy_coef": "entropy bonus: the coefficient after this optimizer step (adaptive, adaptive_gated: from the "
+                    "step's trained/entropy over every process; static: constant, logged as TRL does)",
     "aux_loss": "trained: MoE models: the router's load-balancing auxiliary loss, added to the loss times TRL's "
                 "router_aux_loss_coef (the model config's by default) as TRL 1.16 adds it; mean over micro-batches",
     "vespo/phi_seq_mean": "trained: VESPO: mean over completions of the gamma kernel weight phi(w) of the sequence "

@@ -28,7 +28,7 @@ import inspect
 import math
 
 from grpolab.envs.task import check_episode_method
-from grpolab.errors import warn_at_caller
+from grpolab.errors import GrpoLabWarning, warn_at_caller
 from grpolab.method.registry import METHODS
 from grpolab.method.spec import SPEC_FIELDS, MethodSpec, with_reward_weights
 from grpolab.tracking.naming import method_label
@@ -149,11 +149,11 @@ def check_episode_axes(spec: MethodSpec, rollout_func) -> None:
                          "multi-turn episodes: pass rollout_func=EpisodeRollout (grpolab.envs), e.g. task: {name: gridworld}")
 
 
-class MethodSettingsWarning(UserWarning):
+class MethodSettingsWarning(GrpoLabWarning):
     """The method changed GRPOConfig settings the user left at (or set to) their defaults."""
 
 
-class MethodOverrideWarning(UserWarning):
+class MethodOverrideWarning(GrpoLabWarning):
     """GRPOConfig settings the user set away from their defaults override the method's axes."""
 
 

@@ -144,9 +144,20 @@ _PASSED = {   # TRL applies these itself; grpolab's loss and advantages never re
     **{f: "generation (transformers)" for f in ("use_transformers_continuous_batching",
                                                  "transformers_continuous_batching_config", "use_transformers_paged")},
 }
-_ADAPTIVE = ("TRL's adaptive entropy control (Skywork-OR1): grpolab's entropy_mode=adaptive has no coefficient "
-             "bounds and always applies the coefficient, where TRL applies it only while the last step's entropy "
-             "was <= entropy_target")
+_ADAPTIVE = ("TRL's adaptive entropy control (Skywork-OR1): entropy_mode=adaptive_gated, entropy_coef_step="
+             "entropy_coef_delta, entropy_target, entropy_coef_min, entropy_coef_max")
+
+
+def _adaptive_entropy(value, args, spec) -> dict:
+    if not value:
+        return {}
+    if spec.top_entropy_quantile < 1.0:   # TRL's controller then measures the entropy of the selected tokens only
+        raise NotImplementedError("GRPOConfig.use_adaptive_entropy=True with top_entropy_quantile < 1: TRL's "
+                                  "controller measures the entropy of the selected tokens, grpolab's of every "
+                                  "trained token; not implemented yet")
+    return {"entropy_mode": "adaptive_gated", "entropy_coef_step": float(args.entropy_coef_delta),
+            "entropy_target": float(args.entropy_target), "entropy_coef_min": float(args.entropy_coef_min),
+            "entropy_coef_max": float(args.entropy_coef_max)}
 
 _SHARED_FIELDS = ("epsilon", "epsilon_high", "delta")   # read by several surrogates: their own rows above
 TRL_FIELDS: dict[str, TrlField] = {
@@ -171,12 +182,15 @@ TRL_FIELDS: dict[str, TrlField] = {
     "top_entropy_quantile": TrlField(AXIS, "top_entropy_quantile", _same("top_entropy_quantile", float)),
     "entropy_coef": TrlField(AXIS, "entropy_coef (static bonus; TRL's mean-entropy definition)",
                              _same("entropy_coef", float)),
-    **{f: TrlField(AXIS, f"acts only with use_adaptive_entropy=True ({_ADAPTIVE})", _nothing)
+    **{f: TrlField(AXIS, "read with use_adaptive_entropy=True (it acts only then)", _nothing)
        for f in ("entropy_coef_min", "entropy_coef_max", "entropy_coef_delta", "entropy_target")},
-    # refused: no grpolab equivalent
-    "use_adaptive_entropy": TrlField(REFUSED, _ADAPTIVE + "; use method={'name': ..., 'entropy_mode': 'adaptive'} "
-                                              "for grpolab's rule"),
-    "off_policy_mask_threshold": TrlField(REFUSED, "DeepSeek-V3.2's off-policy sequence mask has no grpolab axis yet"),
+    # entropy control and the off-policy mask (nothing is refused today; check_refused keeps the kind)
+    "use_adaptive_entropy": TrlField(AXIS, _ADAPTIVE + " (grpolab's own rule, entropy_mode=adaptive, has no gate)",
+                                     _adaptive_entropy),
+    "off_policy_mask_threshold": TrlField(TRL, "DeepSeek-V3.2's off-policy sequence mask: TRL's get_off_policy_mask "
+                                               "(negative-advantage rows whose mean log(pi_sampler / pi) exceeds the "
+                                               "threshold), applied by grpolab's loss to the surrogate term as TRL's "
+                                               "does, with or without method="),
     "router_aux_loss_coef": TrlField(TRL, "the MoE router's load-balancing loss: TRL decides whether and with which "
                                           "coefficient (aux_loss_enabled, router_aux_loss_coef), grpolab's loss adds "
                                           "it exactly as TRL's does"),
