@@ -407,3 +407,13 @@ def test_reward_weights_meet_the_methods_in_one_place(tmp_path):
     with pytest.raises(ValueError, match=r"method.reward_weights: 2 weights for 3 reward components "
                                          r"\(reward_num_unique_chars, solved, overlong\)"):
         GrpoLabTrainer(**kw, args=_args(tmp_path, reward_weights=[1.0]), method="dapo")
+
+
+def test_clip_cov_reads_the_users_clip_bounds(tmp_path):
+    """Clip-Cov clips like PPO outside its selected tokens, so GRPOConfig's epsilon/epsilon_high are
+    overrides of its eps_low/eps_high (they were announced as having no effect, then overwritten)."""
+    setup, said = _prepare(tmp_path, "clip_cov", correctness="answer", epsilon=0.3, epsilon_high=0.35)
+    assert (setup.spec.eps_low, setup.spec.eps_high) == (0.3, 0.35)
+    assert (setup.args.epsilon, setup.args.epsilon_high) == (0.3, 0.35)
+    [note] = said["MethodOverrideWarning"]
+    assert "epsilon=0.3 -> eps_low=0.3" in note and "no effect" not in note

@@ -17,7 +17,7 @@ from grpolab.algorithms import policy_loss
 from grpolab.algorithms.surrogates import SURROGATE_LOSSES
 from grpolab.method.requirements import REQUIREMENTS, REUSE, requirement
 from grpolab.method.spec import AXIS_CHOICES, SPEC_FIELDS, MethodSpec, build_spec
-from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES, readers
+from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES
 from grpolab.method.trl_names import TRL_LOSS_MEANING, TRL_LOSS_TYPES
 from grpolab.tracking.naming import method_params
 
@@ -48,8 +48,15 @@ def test_every_entry_is_complete(name):
 
 
 @pytest.mark.parametrize("param", SURROGATE_PARAMS)
-def test_surrogates_that_read_a_param_agree_on_when_it_acts(param):
-    assert len({SURROGATES[s].params[param] for s in readers(param)}) == 1
+def test_a_param_is_inert_on_policy_exactly_under_the_surrogates_that_say_so(param):
+    """The requirement of a surrogate parameter, on-policy, holds exactly under the readers whose
+    entry says it acts on-policy (cov_fraction: clip_cov yes, kl_cov no); off-policy under all."""
+    for name in SURROGATES:
+        spec = build_spec({"surrogate": name})
+        on = requirement(param, getattr(spec, param)).holds(SimpleNamespace(spec=spec, reuses_rollouts=False))
+        off = requirement(param, getattr(spec, param)).holds(SimpleNamespace(spec=spec, reuses_rollouts=True))
+        reads = param in SURROGATES[name].params
+        assert (on, off) == (reads and not SURROGATES[name].params[param], reads), (name, param)
 
 
 @pytest.mark.parametrize("name", list(SURROGATES))
@@ -118,6 +125,16 @@ def test_inert_on_policy_means_the_reinforce_gradient(name):
         if s.eps_low > s.eps_high:
             s = dataclasses.replace(s, eps_high=s.eps_low)
         assert torch.allclose(_loss_and_grad(s, on_policy=True)[1], reference, atol=1e-6), name
+
+
+@pytest.mark.parametrize("name, param", [(n, p) for n, s in SURROGATES.items() for p, off in s.params.items() if not off])
+def test_a_param_said_to_act_on_policy_does(name, param):
+    """The converse claim: a parameter flagged as acting on-policy changes the on-policy loss or gradient
+    (a flag set wrongly would hide an inert setting from the warning)."""
+    spec = build_spec({**_BASE, "surrogate": name})
+    loss, grad, _ = _loss_and_grad(spec, on_policy=True)
+    loss2, grad2, _ = _loss_and_grad(dataclasses.replace(spec, **{param: _MOVED[param]}), on_policy=True)
+    assert loss2 != pytest.approx(loss, abs=1e-7) or not torch.allclose(grad2, grad, atol=1e-7), (name, param)
 
 
 @pytest.mark.parametrize("name", list(SURROGATES))

@@ -51,16 +51,21 @@ STEP = _axis("GiGPO's step-level advantage (method.step_omega > 0)", lambda s: s
 
 def _surrogate_param(param: str) -> Requirement:
     """A surrogate's own parameter (method/surrogates.py) acts when the run's surrogate reads it,
-    and, where the entry says so, only off-policy (on-policy rho = 1: e.g. a clip never binds)."""
+    and, where that surrogate's entry says so, only off-policy (on-policy rho = 1: e.g. a clip never
+    binds). The flag is per surrogate: cov_fraction acts on-policy under clip_cov, not under kl_cov."""
     names = readers(param)
-    off_policy = any(SURROGATES[n].params[param] for n in names)   # they agree (tests/test_surrogates.py)
-    who = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+    off_policy = [n for n in names if SURROGATES[n].params[param]]
+    on_policy = [n for n in names if n not in off_policy]
+    said = [" or ".join(on_policy)] if on_policy else []
+    said += [" or ".join(off_policy) + " with rollout reuse"] if off_policy else []
     hint = f"set method.surrogate: {'/'.join(names)}"
     if off_policy:
-        hint += " and train.minibatches > 1 or train.num_iterations > 1"
-        hint += f" ({SURROGATES[names[0]].on_policy})" if len(names) == 1 else ""
-    return Requirement(f"surrogate {who}" + (" with rollout reuse" if off_policy else ""),
-                       lambda c: c.spec.surrogate in names and (c.reuses_rollouts or not off_policy), hint)
+        hint += (f"{' (' + '/'.join(off_policy) + ')' if on_policy else ''} and train.minibatches > 1 or "
+                 f"train.num_iterations > 1")
+        hint += f" ({SURROGATES[off_policy[0]].on_policy})" if len(off_policy) == 1 else ""
+    return Requirement("surrogate " + ", or ".join(said),
+                       lambda c: c.spec.surrogate in names and (c.reuses_rollouts or c.spec.surrogate in on_policy),
+                       hint)
 
 
 # (axis, value or None for every value) -> the one requirement of that setting

@@ -35,6 +35,8 @@ class Surrogate:
     name: str
     label: Callable[[object], str]  # MethodSpec -> how ``grpolab methods`` shows it, with its parameters
     params: dict[str, bool]        # MethodSpec field it reads -> True when that field acts only off-policy
+                                   # under this surrogate (one field may differ between surrogates:
+                                   # cov_fraction acts on-policy under clip_cov, not under kl_cov)
     on_policy: str | None          # why the surrogate is inert on-policy (needs rollout reuse); None: it acts
     clip: str | None = None        # "ppo": rho clipped to [1 - eps_low, 1 + eps_high] where A's sign says;
                                    # "dual": ppo plus the cap -c A for A < 0; "truncate": the IS weight
@@ -84,8 +86,9 @@ _ENTRIES = (
     Surrogate("reinforce", lambda s: "none (REINFORCE)", {}, None, no_trl="TRL 1.16 has no ratio-free loss type"),
     # the selected tokens' gradient is cut also on-policy; the clip part binds only off-policy
     Surrogate("clip_cov", lambda s: f"Clip-Cov {s.cov_fraction:g}", {**_CLIP_BOUNDS, "cov_fraction": False, "cov_low": False, "cov_high": False}, None,
-              clip="ppo", no_trl="TRL 1.16 has no covariance-selected clip"),
-    Surrogate("kl_cov", lambda s: f"KL-Cov {s.cov_fraction:g}", {"cov_fraction": False, "kl_cov_coef": False},
+              clip="ppo", trl_fields=dict(_EPSILONS), no_trl="TRL 1.16 has no covariance-selected clip"),
+    # its parameters choose and weigh a penalty on |log ratio|, which is 0 on-policy: inert there too
+    Surrogate("kl_cov", lambda s: f"KL-Cov {s.cov_fraction:g}", {"cov_fraction": True, "kl_cov_coef": True},
               "on-policy |log ratio| = 0 and its gradient too", no_trl="TRL 1.16 has no covariance-selected KL"),
     Surrogate("group_dpo", lambda s: f"DPO beta={s.dpo_beta:g}", {"dpo_beta": False}, None, reference=True,
               own_ratio="uses sequence log-probs directly",
