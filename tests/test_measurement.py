@@ -221,10 +221,14 @@ def test_inert_settings_are_warned_once_and_named():
     with pytest.warns(UserWarning) as record:
         on_policy = build_config({"name": "k", "method": {"base": "kl_cov"}, "train": {"minibatches": 1}})
     msgs = [str(w.message) for w in record if "inert" in str(w.message)]
+    # kl_cov's own reason (it reads no eps), and its parameters, which act only through that penalty
     assert msgs == ["method.surrogate=kl_cov needs rollout reuse (off-policy updates) and is inert in this run: "
-                    "on-policy the ratio is exactly 1 (eps_low/eps_high have no effect, clip fractions stay 0); "
-                    "set train.minibatches > 1 or train.num_iterations > 1"]
-    assert inert_settings(on_policy) == ["surrogate=kl_cov"]
+                    "on-policy |log ratio| = 0 and its gradient too; "
+                    "set train.minibatches > 1 or train.num_iterations > 1",
+                    "method.cov_fraction=0.002 needs surrogate clip_cov, or kl_cov with rollout reuse and is inert in "
+                    "this run: set method.surrogate: clip_cov/kl_cov (kl_cov) and train.minibatches > 1 or "
+                    "train.num_iterations > 1 (on-policy |log ratio| = 0 and its gradient too)"]
+    assert inert_settings(on_policy) == ["surrogate=kl_cov", "cov_fraction=0.002"]
     reused = build_config({"name": "k", "method": {"base": "kl_cov"}, "train": {"minibatches": 2}})
     assert inert_settings(reused) == [] and not any("inert" in w for w in reused.warnings)
     grpo = build_config({"name": "g", "method": {"base": "grpo", "eps_high": 0.28, "kl_coef": 0.0,

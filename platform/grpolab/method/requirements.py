@@ -49,6 +49,15 @@ STEP = _axis("GiGPO's step-level advantage (method.step_omega > 0)", lambda s: s
              "set method.step_omega > 0 (multi-turn tasks)")
 
 
+def _surrogate_reuse(why_inert: str) -> Requirement:
+    """A surrogate inert on-policy (its entry's reason) needs rollout reuse."""
+    return Requirement(REUSE.name, REUSE.holds, f"{why_inert}; set train.minibatches > 1 or train.num_iterations > 1")
+
+
+def _either(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
 def _surrogate_param(param: str) -> Requirement:
     """A surrogate's own parameter (method/surrogates.py) acts when the run's surrogate reads it,
     and, where that surrogate's entry says so, only off-policy (on-policy rho = 1: e.g. a clip never
@@ -56,8 +65,8 @@ def _surrogate_param(param: str) -> Requirement:
     names = readers(param)
     off_policy = [n for n in names if SURROGATES[n].params[param]]
     on_policy = [n for n in names if n not in off_policy]
-    said = [" or ".join(on_policy)] if on_policy else []
-    said += [" or ".join(off_policy) + " with rollout reuse"] if off_policy else []
+    said = [_either(on_policy)] if on_policy else []
+    said += [_either(off_policy) + " with rollout reuse"] if off_policy else []
     hint = f"set method.surrogate: {'/'.join(names)}"
     if off_policy:
         hint += (f"{' (' + '/'.join(off_policy) + ')' if on_policy else ''} and train.minibatches > 1 or "
@@ -71,7 +80,7 @@ def _surrogate_param(param: str) -> Requirement:
 # (axis, value or None for every value) -> the one requirement of that setting
 REQUIREMENTS: dict[tuple[str, object], Requirement] = {
     # the surrogate axis and its parameters, from its registry (method/surrogates.py)
-    **{("surrogate", s.name): REUSE for s in SURROGATES.values() if s.on_policy is not None},
+    **{("surrogate", s.name): _surrogate_reuse(s.on_policy) for s in SURROGATES.values() if s.on_policy is not None},
     **{(param, None): _surrogate_param(param) for param in SURROGATE_PARAMS},
     ("ratio", "geometric"): REUSE,
     ("kl_estimator", None): KL_ON, ("kl_placement", None): KL_ON,

@@ -52,7 +52,7 @@ class Surrogate:
 
 _CLIP_BOUNDS = {"eps_low": True, "eps_high": True}   # a clip binds only off-policy (rho = 1 on-policy)
 _EPSILONS = {"epsilon": ("eps_low", 0.0), "epsilon_high": ("eps_high", 0.0)}
-_RATIO_ONE = "on-policy rho = 1: no clip binds and the update is the unclipped policy gradient"
+_RATIO_ONE = "on-policy the ratio is exactly 1 (eps_low/eps_high have no effect, clip fractions stay 0)"
 
 _ENTRIES = (
     Surrogate("clip", lambda s: f"clip [{s.eps_low:g}, {s.eps_high:g}]", dict(_CLIP_BOUNDS), _RATIO_ONE, clip="ppo", trl_fields=dict(_EPSILONS), trl=(
