@@ -36,7 +36,9 @@ def test_every_entry_is_complete(name):
     entry = SURROGATES[name]
     assert callable(SURROGATE_LOSSES[name].fn)
     assert set(entry.params) <= set(SPEC_FIELDS)
-    assert REQUIREMENTS.get(("surrogate", name)) is (REUSE if entry.on_policy else None)
+    needs = REQUIREMENTS.get(("surrogate", name))
+    assert (needs.holds, needs.name) == (REUSE.holds, REUSE.name) if entry.on_policy else needs is None
+    assert not entry.on_policy or needs.hint.startswith(entry.on_policy + "; ")   # its own reason, not a clip's
     assert entry.clip in (None, "ppo", "dual", "truncate")
     assert (entry.no_trl is None) == bool(entry.trl or entry.trl_as), "a TRL mapping, or a reason why none"
     assert {k for k, v in TRL_LOSS_TYPES.items() if v["surrogate"] == name} == {t.loss_type for t in entry.trl}
