@@ -7,6 +7,7 @@ fed the same micro-batch, on-policy and off-policy, with gradient accumulation 2
 """
 
 import hashlib
+import math
 
 import pytest
 import torch
@@ -254,3 +255,30 @@ def test_trl_adaptive_entropy_controller_without_method(last_entropy, target, ti
     assert ours._last_entropy == pytest.approx(stock._last_world_entropy, rel=1e-5)
     assert ours.entropy_coef == ours.entropy_coef_now == pytest.approx(stock.entropy_coef, abs=1e-12)
     assert stock.entropy_coef != 0.05   # the controller moved (up to the max, or down)
+
+
+def test_trl_adaptive_entropy_resumes_from_a_checkpoint_like_stock(tiny_model_dir, tmp_path):
+    """TRL keeps its controller (entropy_coef, the last step's entropy) in the checkpoint's
+    entropy_ctrl_state.json; a drop-in run resumed from checkpoint-1 continues from it as stock TRL's does
+    (before the fix it restarted at the initial coefficient with no bonus: loss 0.136 vs stock's -0.099)."""
+    import json
+
+    from transformers import set_seed
+    trl_kw = {**LOSS_TYPE_CASES["dapo+adaptive_entropy"], "max_steps": 2, "learning_rate": 0.05, "logging_steps": 1,
+              "seed": 0, "save_steps": 1, "save_strategy": "steps"}
+    first = _trainers(tiny_model_dir, tmp_path / "first", None, trl_kw)
+    resumed = _trainers(tiny_model_dir, tmp_path / "resumed", None, trl_kw)
+    steps, states = {}, {}
+    for name, trainer, again in zip(("stock", "grpolab"), first, resumed):
+        set_seed(0)
+        trainer.train()
+        checkpoint = f"{trainer.args.output_dir}/checkpoint-1"
+        states[name] = json.loads(open(f"{checkpoint}/entropy_ctrl_state.json").read())
+        set_seed(0)
+        again.train(resume_from_checkpoint=checkpoint)
+        steps[name] = [e for e in again.state.log_history if "loss" in e and "train_runtime" not in e][-1]
+    assert states["grpolab"] == pytest.approx(states["stock"]) and math.isfinite(states["stock"]["last_world_entropy"])
+    a, b = steps["stock"], steps["grpolab"]
+    assert a["step"] == b["step"] == 2
+    assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-7)
+    assert b["entropy_coef"] == pytest.approx(a["entropy_coef"])

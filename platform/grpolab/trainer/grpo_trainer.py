@@ -14,6 +14,7 @@ Native TRL settings used where TRL is exact: ``mask_truncated_completions`` (ove
 from __future__ import annotations
 
 import logging
+import os
 import math
 
 import torch
@@ -572,8 +573,18 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         else:
             self.entropy_coef_now = max(self.entropy_coef_now - spec.entropy_coef_step, spec.entropy_coef_min)
         self._last_entropy = entropy
-        self.entropy_coef = self.entropy_coef_now   # TRL's attribute, as TRL's controller keeps it
+        # TRL's attributes, as TRL's controller keeps them: its checkpoint (entropy_ctrl_state.json) saves these
+        self.entropy_coef, self._last_world_entropy = self.entropy_coef_now, entropy
         self._metrics["train"]["entropy_coef"].append(self.entropy_coef_now)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        """TRL restores its adaptive entropy controller from the checkpoint here (``entropy_coef``,
+        ``_last_world_entropy``); grpolab's controller continues from the same state, so a resumed
+        run trains as stock TRL's does."""
+        super()._load_optimizer_and_scheduler(checkpoint)
+        restored = checkpoint is not None and os.path.exists(os.path.join(checkpoint, "entropy_ctrl_state.json"))
+        if self.spec.entropy_mode == "adaptive_gated" and getattr(self, "use_adaptive_entropy", False) and restored:
+            self.entropy_coef_now, self._last_entropy = float(self.entropy_coef), float(self._last_world_entropy)
 
     # -- logging ----------------------------------------------------------------------------
     def log(self, logs: dict, start_time: float | None = None) -> None:
