@@ -152,3 +152,19 @@ def test_fp32_head_needs_untied_embeddings(tmp_path):
         two_steps("tied", model__preset=None, model__path=str(tmp_path / "tied"), train__cast_lm_head_to_fp32=True, train__dtype="bf16")
     with pytest.warns(UserWarning, match="cast_lm_head_to_fp32 has no effect"):
         two_steps("fp32-head", train__cast_lm_head_to_fp32=True)
+
+
+def test_sampling_weights_leave_the_kl_term_unweighted():
+    """TRL 1.16 (and verl) multiply the policy term by the vLLM importance weight and add beta * KL after:
+    the KL is never weighted. Hand check on one token-mean batch with an in-loss k3 KL."""
+    spec = build_spec({"advantage": "group_mean", "aggregation": "token_mean", "surrogate": "clip", "kl_coef": 0.5,
+                       "kl_estimator": "k3", "kl_placement": "loss", "kl_ratio_correction": False})
+    logp = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
+    ref = torch.tensor([[-1.5, -1.0, -0.5]])
+    mask = torch.tensor([[1.0, 1.0, 0.0]])
+    w = torch.tensor([[0.5, 3.0, 1.0]])
+    loss, _ = algorithms.policy_loss(spec, logp, logp.detach(), torch.tensor([2.0]), mask, ref_logp=ref,
+                                     sampling_weights=w)
+    k3 = torch.exp(ref - logp.detach()) - (ref - logp.detach()) - 1
+    expected = ((-2.0 * w[0, :2]) + 0.5 * k3[0, :2]).sum() / 2
+    assert loss.item() == pytest.approx(expected.item())

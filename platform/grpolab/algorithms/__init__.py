@@ -142,8 +142,8 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
     high: rho > 1 + eps_high with A > 0; region: either), mean old-policy probability of
     high-clipped tokens, KL, entropy, and the method's own selection counts.
     ``sampling_weights`` (B, T) or (B, 1): the importance weight w of a sampler that is not the
-    trained policy (vLLM: w = pi_train / pi_vllm, truncated or masked, engines.py); every
-    per-token term is multiplied by w before aggregation, as TRL does. ``keep`` (B, 1) or (B, T) of
+    trained policy (vLLM: w = pi_train / pi_vllm, truncated or masked, engines.py); the per-token
+    policy term (not the KL) is multiplied by w before aggregation, as TRL and verl do. ``keep`` (B, 1) or (B, T) of
     0/1: rows (tokens) whose surrogate term is dropped, the KL kept (TRL's off-policy sequence mask)."""
     mask = mask.to(logp.dtype)
     A = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
@@ -171,13 +171,14 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
             stats["off_policy/kept_fraction"] = masked_mean(keep, mask)
         if spec.top_entropy_quantile < 1.0:  # the policy-gradient term only; the normaliser still counts them
             per_token = per_token * eff_mask
+        if sampling_weights is not None and not surrogate.own_sampler_weight:   # VESPO folds it into its weight w
+            # the policy term only, before the KL is added: TRL 1.16 and verl weight the KL by no sampler ratio
+            per_token = per_token * sampling_weights.to(per_token.dtype)
         kl = L.kl_estimate(logp, ref_logp, spec.kl_estimator) if ref_logp is not None else None
         if kl is not None and spec.kl_coef > 0 and spec.kl_placement == "loss":
             # on every valid token, also when top-entropy selection masks the policy gradient (as TRL);
             # the ratio correction gives the unbiased reverse-KL gradient off-policy; it changes it on-policy too
             per_token = per_token + spec.kl_coef * (kl * coef if spec.kl_ratio_correction else kl)
-        if sampling_weights is not None and not surrogate.own_sampler_weight:   # VESPO folds it into its weight w
-            per_token = per_token * sampling_weights.to(per_token.dtype)
         loss = L.aggregate(per_token, mask, spec.aggregation, token_normaliser, max_completion_length)
         if kl is not None:
             stats["kl"] = masked_mean(kl.detach(), mask)
