@@ -100,16 +100,3 @@ def test_colocate_tensor_parallel_is_refused_at_config_time(monkeypatch):
         build_config({"name": "tp", "generation": {"backend": "vllm", "tensor_parallel_size": 2}})
     cfg = build_config({"name": "tp", "generation": {"backend": "vllm", "mode": "server", "tensor_parallel_size": 2}})
     assert not any("transformers generate" in w for w in cfg.warnings)   # no more "eval still uses transformers"
-
-
-def test_trl_off_policy_mask_is_refused_not_ignored(tmp_path):
-    """TRL's off_policy_mask_threshold acts inside TRL's loss, which grpolab replaces, and has no grpolab
-    axis yet: setting it raises (trl_fields.TRL_FIELDS)."""
-    from trl import GRPOConfig
-
-    from grpolab.trainer.grpo_trainer import GrpoLabTrainer
-    args = GRPOConfig(output_dir=str(tmp_path), report_to="none", use_cpu=True, off_policy_mask_threshold=0.5)
-    with pytest.raises(ValueError, match=r"GRPOConfig.off_policy_mask_threshold=0.5 has no grpolab equivalent "
-                                         r"\(DeepSeek-V3.2's off-policy sequence mask"):
-        GrpoLabTrainer(model="/nonexistent/model/dir", reward_funcs=lambda completions, **kw: [0.0] * len(completions),
-                       args=args, method="grpo")
