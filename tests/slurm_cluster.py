@@ -247,3 +247,17 @@ def until(ready, timeout: float, every: float = 0.1):
         assert time.monotonic() < deadline, f"not reached in {timeout}s"
         time.sleep(every)
     return value
+
+
+@contextlib.contextmanager
+def cluster_for_test(tmp_path: Path, monkeypatch, record_property):
+    """The cluster as a test uses it: skipped (with the reason) where Slurm cannot run, its start-up
+    time recorded, and submitit's sbatch/sacct/scancel pointed at it (it runs them with os.environ)."""
+    import pytest
+    if why_unavailable():
+        pytest.skip(why_unavailable())
+    with slurm_cluster(tmp_path) as c:
+        record_property("cluster_startup_s", round(c.startup_s, 2))
+        for name in ("SLURM_CONF", "PATH"):
+            monkeypatch.setenv(name, c.env[name])
+        yield c

@@ -8,18 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from slurm_cluster import KILL_WAIT_S, slurm_cluster, until, why_unavailable
+from slurm_cluster import KILL_WAIT_S, cluster_for_test, until
 
 
 @pytest.fixture
 def cluster(tmp_path, monkeypatch, record_property):
-    if why_unavailable():
-        pytest.skip(why_unavailable())
-    with slurm_cluster(tmp_path) as c:
-        record_property("cluster_startup_s", round(c.startup_s, 2))
-        # submitit calls sbatch/sacct/scancel with os.environ; jobs import this module by name.
-        for name in ("SLURM_CONF", "PATH"):
-            monkeypatch.setenv(name, c.env[name])
+    with cluster_for_test(tmp_path, monkeypatch, record_property) as c:
+        # the jobs import this module by name
         monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
         yield c
 

@@ -62,13 +62,8 @@ def test_slurm_flags_are_checked(tmp_path, capsys):
 
 @pytest.fixture
 def cluster(tmp_path, monkeypatch, record_property):
-    from slurm_cluster import slurm_cluster, why_unavailable
-    if why_unavailable():
-        pytest.skip(why_unavailable())
-    with slurm_cluster(tmp_path) as c:
-        record_property("cluster_startup_s", round(c.startup_s, 2))
-        for name in ("SLURM_CONF", "PATH"):   # submitit runs sbatch/sacct/scancel with os.environ
-            monkeypatch.setenv(name, c.env[name])
+    from slurm_cluster import cluster_for_test
+    with cluster_for_test(tmp_path, monkeypatch, record_property) as c:
         yield c
 
 

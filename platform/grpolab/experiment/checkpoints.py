@@ -37,6 +37,7 @@ from transformers import TrainerCallback
 
 from grpolab.errors import ConfigError
 from grpolab.experiment.config import rollout_steps
+from grpolab.tracking.naming import flat_keys
 from grpolab.tracking.recorder import stored_points
 
 COMPLETE = "grpolab_complete.json"
@@ -144,19 +145,9 @@ class CheckpointCallback(TrainerCallback):
 
 
 # -- resume checks -----------------------------------------------------------------------------
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = list(v) if isinstance(v, tuple) else v
-    return out
-
-
 def config_change(stored: dict, current: dict) -> str | None:
     """The first key whose value differs between two resolved configurations, described."""
-    a, b = _flat(stored), _flat(json.loads(json.dumps(current, default=str)))
+    a, b = flat_keys(stored), flat_keys(json.loads(json.dumps(current, default=str)))
     for key in sorted(set(a) | set(b)):
         if a.get(key, "<absent>") != b.get(key, "<absent>"):
             return f"{key} was {a.get(key, '<absent>')!r}, now {b.get(key, '<absent>')!r}"

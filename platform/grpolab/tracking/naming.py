@@ -45,6 +45,17 @@ CORE_TRAIN = ("steps", "group_size", "prompts_per_rollout", "minibatches", "num_
 CORE_EVAL = ("every", "prompts", "k", "max_completion_length")
 
 
+
+def flat_keys(d: dict, prefix: str = "") -> dict[str, object]:
+    """A nested dict as ``a.b`` keys (MLflow's param names), tuples as lists, values kept."""
+    out: dict[str, object] = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(flat_keys(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
+    return out
+
 def method_params(spec: MethodSpec) -> dict:
     """The axes that define this update rule (see the module docstring)."""
     out = {}

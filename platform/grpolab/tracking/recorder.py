@@ -33,7 +33,7 @@ from mlflow.tracking import MlflowClient
 from grpolab.signals import RunKilled
 from grpolab.state import confine_caches
 from grpolab.tracking.figures import curves_figure
-from grpolab.tracking.naming import clean_metric_name, resolve_path_tag, standard_tags
+from grpolab.tracking.naming import clean_metric_name, flat_keys, resolve_path_tag, standard_tags
 
 MAX_BATCH = 1000        # MLflow's limit of metrics per log_batch call
 MAX_PARAM_LEN = 6000
@@ -125,14 +125,8 @@ def ensure_experiment(client: MlflowClient, name: str, state_dir: Path) -> str:
 
 
 def flatten(d: dict, prefix: str = "") -> dict[str, str]:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(flatten(v, key + "."))
-        else:
-            out[key] = str(list(v) if isinstance(v, tuple) else v)[:MAX_PARAM_LEN]
-    return out
+    """Params as MLflow stores them: ``a.b`` keys, values as text cut at MLflow's length limit."""
+    return {key: str(value)[:MAX_PARAM_LEN] for key, value in flat_keys(d, prefix).items()}
 
 
 def git_commit() -> str:

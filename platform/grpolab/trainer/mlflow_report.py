@@ -31,7 +31,7 @@ from transformers.utils import ENV_VARS_TRUE_VALUES
 
 from grpolab.errors import warn_at_caller
 from grpolab.method.spec import MethodSpec
-from grpolab.tracking.naming import method_label, method_params
+from grpolab.tracking.naming import flat_keys, method_label, method_params
 
 
 def dropin_params(method_name: str, spec: MethodSpec, args, steps: int, model_path: str, reward_funcs: list[str],
@@ -47,17 +47,7 @@ def dropin_params(method_name: str, spec: MethodSpec, args, steps: int, model_pa
              "max_completion_length": args.max_completion_length}
     nested = {"method": {"name": method_name, **method_params(spec)}, "train": train, "model": {"path": model_path},
               "task": {"reward_funcs": list(reward_funcs), "correctness": correctness}, "seed": args.seed}
-    return _flat(nested)
-
-
-def _flat(d: dict, prefix: str = "") -> dict[str, object]:
-    out = {}
-    for key, value in d.items():
-        if isinstance(value, dict):
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
-    return out
+    return flat_keys(nested)
 
 
 def dropin_run_name(method_name: str, spec: MethodSpec, seed: int) -> str:
