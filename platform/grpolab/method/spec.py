@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, fields
 
 from grpolab.errors import ConfigError
+from grpolab.method.aggregations import AGGREGATIONS, TOKEN_LEVEL
 from grpolab.method.surrogates import SURROGATES
 
 AXIS_CHOICES: dict[str, tuple[str, ...]] = {
@@ -20,8 +21,7 @@ AXIS_CHOICES: dict[str, tuple[str, ...]] = {
                   "reinforce_pp_baseline", "decoupled", "value_tracker", "gae"),
     "ratio": ("token", "sequence", "sequence_token", "geometric"),
     "surrogate": tuple(SURROGATES),   # one entry per value: method/surrogates.py
-    "aggregation": ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm", "token_mean_local",
-                    "seq_mean_token_sum"),
+    "aggregation": tuple(AGGREGATIONS),   # one entry per value: method/aggregations.py
     "kl_estimator": ("k1", "k2", "k3"),
     "kl_placement": ("loss", "reward"),
     "sampling": ("static", "dynamic", "zero_variance_filter"),
@@ -168,9 +168,9 @@ def validate_spec(spec: MethodSpec) -> None:
     _check(spec.overlong_buffer >= 0, f"method.overlong_buffer: must be >= 0 (0 = 20% of the cap), got {spec.overlong_buffer}")
     _check(spec.max_sampling_rounds >= 1, f"method.max_sampling_rounds: must be >= 1, got {spec.max_sampling_rounds}")
     if spec.sampling == "zero_variance_filter":
-        _check(spec.aggregation in ("token_mean", "token_mean_local"),
+        _check(spec.aggregation in TOKEN_LEVEL,
                "method.sampling=zero_variance_filter drops groups from the token normaliser: use aggregation "
-               "token_mean or token_mean_local")
+               + " or ".join(TOKEN_LEVEL))
     _check(spec.dpo_beta > 0, f"method.dpo_beta: must be > 0, got {spec.dpo_beta}")
     if spec.ratio == "geometric":
         _check(spec.surrogate == "clip", "method.ratio=geometric (GMPO) clips in log space itself: use surrogate=clip")
