@@ -37,6 +37,7 @@ DISTINGUISHING = {
     "vespo": ("vespo/phi_seq_mean", lambda v: v != 1.0),         # phi(1) = 1 on-policy; the reused pass moves it
     "intellect2": ("clip/dual_fraction", lambda v: v > 0),       # the cap binds on the reused pass
     "top_entropy_80_20": ("entropy/kept_fraction", lambda v: 0 < v < 1),
+    "gfpo": ("gfpo/length_gap", lambda v: v >= 0),                # with sampling/kept_fraction = 8/16 below
 }
 TASK_FOR = {"gdpo": {"name": "addition_format"}, "gigpo": {"name": "gridworld"}}
 
@@ -100,6 +101,8 @@ def test_every_registered_method_trains(key, shared_state):
         metric, ok = DISTINGUISHING[key]
         values = [logs[metric] for logs in cap.logs if metric in logs]
         assert values and ok(values[-1]), (metric, values)
+    if key == "gfpo":
+        assert [logs["sampling/kept_fraction"] for logs in cap.logs] == [0.5] * len(cap.logs)
 
 
 @pytest.mark.parametrize("key", [k for k, m in METHODS.items() if m.missing])

@@ -248,6 +248,9 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
         raise ConfigError(f"train.max_completion_length: must be >= 0 (0 = task default), got {t.max_completion_length}")
     if t.max_empty_updates < 0:
         raise ConfigError(f"train.max_empty_updates: must be >= 0 (0 = never fail), got {t.max_empty_updates}")
+    if s.sampling == "gfpo" and s.gfpo_keep >= t.group_size:
+        raise ConfigError(f"method.gfpo_keep={s.gfpo_keep}: GFPO retains fewer completions than it samples; set "
+                          f"method.gfpo_keep < train.group_size ({t.group_size})")
     rollout = t.prompts_per_rollout * t.group_size
     if rollout % (t.minibatches * t.grad_accum):
         raise ConfigError(f"train: prompts_per_rollout x group_size = {rollout} completions must split evenly into "

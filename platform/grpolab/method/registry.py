@@ -85,6 +85,15 @@ METHODS: dict[str, Method] = {m.key: m for m in [
                 top_entropy_quantile=0.2, **_NO_KL),
            note="DAPO (the paper's base recipe) with the policy gradient kept only on the top 20% of tokens by "
                 "entropy in the batch; the other tokens stay in the token normaliser (as TRL's top_entropy_quantile)"),
+    Method("gfpo", "GFPO", "Shrivastava et al. 2025, Sample More to Think Less: Group Filtered Policy Optimization "
+                           "for Concise Reasoning, arXiv:2508.09726",
+           dict(advantage="group_std", ratio="token", surrogate="clip", eps_low=0.2, eps_high=0.28,
+                aggregation="token_mean", sampling="gfpo", gfpo_keep=8, gfpo_metric="length", **_NO_KL),
+           regime={"group_size": 16},
+           note="sample 16 completions per prompt, train on the 8 shortest: the rejected ones get advantage 0 and "
+                "leave the loss, the retained group's mean and std give the baseline (the paper's G=16, k=8; "
+                "gfpo_metric=token_efficiency retains the largest reward / length); DAPO's Clip-Higher and "
+                "token-level loss as the paper's base; TRL 1.16 ships no GFPO trainer"),
     Method("cispo", "CISPO", "MiniMax 2025, MiniMax-M1, arXiv:2506.13585",
            dict(advantage="group_std", ratio="token", surrogate="cispo", eps_low=1.0, eps_high=4.0,
                 aggregation="token_mean", **_NO_KL), regime=_REUSE,

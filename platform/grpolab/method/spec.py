@@ -24,7 +24,8 @@ AXIS_CHOICES: dict[str, tuple[str, ...]] = {
     "aggregation": tuple(AGGREGATIONS),   # one entry per value: method/aggregations.py
     "kl_estimator": ("k1", "k2", "k3"),
     "kl_placement": ("loss", "reward"),
-    "sampling": ("static", "dynamic", "zero_variance_filter"),
+    "sampling": ("static", "dynamic", "zero_variance_filter", "gfpo"),
+    "gfpo_metric": ("length", "token_efficiency"),
     "entropy_mode": ("static", "adaptive", "adaptive_gated"),
     "sampling_cap_policy": ("fill", "fail"),
     "sampling_filter": ("accuracy", "reward"),
@@ -64,6 +65,8 @@ class MethodSpec:
     max_sampling_rounds: int = 4          # dynamic sampling: generation rounds per batch at most
     sampling_cap_policy: str = "fill"     # at the cap: fill with least degenerate groups (warn) | fail
     sampling_filter: str = "accuracy"     # dynamic / zero-variance filter keeps groups whose accuracy (DAPO) or reward (verl) varies
+    gfpo_keep: int = 8                    # GFPO: completions retained per group (of train.group_size sampled)
+    gfpo_metric: str = "length"           # GFPO: retain the shortest (length) or the largest reward / length
     overlong_filter: bool = False         # mask truncated completions out of the loss
     soft_overlong: bool = False           # DAPO eq. 13 length penalty added to the reward
     overlong_buffer: int = 0              # L_cache of eq. 13 in tokens; 0 = 20% of the cap (DAPO's 4096/20480)
@@ -109,7 +112,7 @@ SPEC_FIELDS = {f.name: f for f in fields(MethodSpec)}
 # hashes of existing runs and studies stay what they were
 _HASHED_UNLESS_DEFAULT = ("step_omega", "step_gamma", "anchor_similarity", "episode_norm",
                           "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
-                          "entropy_coef_min", "entropy_coef_max")
+                          "entropy_coef_min", "entropy_coef_max", "gfpo_keep", "gfpo_metric")
 _TYPES = {"str": str, "bool": bool, "float": float, "int": int}
 
 
@@ -167,10 +170,14 @@ def validate_spec(spec: MethodSpec) -> None:
     _check(0 < spec.tracker_decay <= 1, f"method.tracker_decay: must be in (0, 1], got {spec.tracker_decay}")
     _check(spec.overlong_buffer >= 0, f"method.overlong_buffer: must be >= 0 (0 = 20% of the cap), got {spec.overlong_buffer}")
     _check(spec.max_sampling_rounds >= 1, f"method.max_sampling_rounds: must be >= 1, got {spec.max_sampling_rounds}")
-    if spec.sampling == "zero_variance_filter":
+    if spec.sampling in ("zero_variance_filter", "gfpo"):
         _check(spec.aggregation in TOKEN_LEVEL,
-               "method.sampling=zero_variance_filter drops groups from the token normaliser: use aggregation "
+               f"method.sampling={spec.sampling} drops completions from the token normaliser: use aggregation "
                + " or ".join(TOKEN_LEVEL))
+    _check(spec.gfpo_keep >= 1, f"method.gfpo_keep: must be >= 1, got {spec.gfpo_keep}")
+    _check(spec.sampling != "gfpo" or spec.advantage in ("group_std", "group_mean"),
+           f"method.sampling=gfpo takes each group's baseline over its retained completions: use advantage "
+           f"group_std or group_mean, got {spec.advantage!r}")
     _check(spec.dpo_beta > 0, f"method.dpo_beta: must be > 0, got {spec.dpo_beta}")
     if spec.ratio == "geometric":
         _check(spec.surrogate == "clip", "method.ratio=geometric (GMPO) clips in log space itself: use surrogate=clip")
