@@ -177,3 +177,15 @@ def test_gfpo_settings_are_checked_before_any_work():
         from grpolab.experiment.config import build_config
         build_config({"name": "x", "method": "gfpo", "task": {"name": "random_reward"}, "model": {"preset": "tiny"},
                       "train": {"group_size": 4}})
+
+
+def test_gfpo_through_the_drop_in_needs_more_generations_than_it_keeps(tiny_model_dir, tmp_path):
+    from trl import GRPOConfig
+
+    from grpolab import GrpoLabTrainer
+    _, _, ds = tiny_dataset()
+    args = GRPOConfig(output_dir=str(tmp_path), report_to="none", per_device_train_batch_size=4, num_generations=4,
+                      use_cpu=True)
+    with pytest.raises(ValueError, match=r"gfpo_keep=8 must be < GRPOConfig.num_generations \(4\)"):
+        GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=[lambda completions, **k: [0.0] * len(completions)],
+                       args=args, train_dataset=ds, method="gfpo")
