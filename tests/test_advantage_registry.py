@@ -140,3 +140,17 @@ def test_unscorable_rows_follow_the_entry():
         else:
             with pytest.raises(ValueError, match="does not define"):
                 compute_advantages(spec, r, 2, mask=torch.ones(4, 3))
+
+
+def test_maxrl_divides_the_centred_reward_by_the_success_rate():
+    """MaxRL (arXiv:2602.02710): A = (r - mean) / (mean + 1e-4). The installed TRL 1.16.0 has no
+    scale_rewards='mean' to compare with (its entry says so), so the numbers are by hand."""
+    spec = build_spec({"advantage": "maxrl"})
+    a = compute_advantages(spec, torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0]), 4)
+    assert a[:4].tolist() == pytest.approx([0.75 / 0.2501, -0.25 / 0.2501, -0.25 / 0.2501, -0.25 / 0.2501])
+    assert a[4:8].tolist() == [0.0] * 4                                       # no success: no signal
+    assert a[8:].tolist() == pytest.approx([0.5 / 0.5001] * 2 + [-0.5 / 0.5001] * 2)
+    with pytest.raises(ConfigError, match="needs rewards in \\[0, 1\\]"):
+        from grpolab.experiment.config import build_config
+        build_config({"name": "m", "method": {"base": "maxrl", "soft_overlong": True}, "task": {"name": "addition"},
+                      "model": {"preset": "tiny"}, "tracking": {"enabled": False}})

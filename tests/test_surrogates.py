@@ -99,7 +99,8 @@ def _loss_and_grad(spec: MethodSpec, on_policy: bool = False):
 # a value of each parameter far from the default, so that it binds on the batch above
 _MOVED = {"eps_low": 0.02, "eps_high": 0.03, "dual_clip_c": 1.05, "sapo_tau_pos": 6.0, "sapo_tau_neg": 0.2,
           "vespo_k_pos": 0.5, "vespo_lambda_pos": 0.5, "vespo_k_neg": 0.5, "vespo_lambda_neg": 9.0,
-          "cov_fraction": 0.5, "cov_low": 50.0, "cov_high": -40.0, "kl_cov_coef": 5.0, "dpo_beta": 2.0}
+          "cov_fraction": 0.5, "cov_low": 50.0, "cov_high": -40.0, "kl_cov_coef": 5.0, "dpo_beta": 2.0,
+          "dro_beta": 2.0}
 _BASE = {"aggregation": "token_mean_local", "cov_low": -100.0, "cov_high": 100.0}
 
 

@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 
 from grpolab.algorithms import advantages as adv
+from grpolab.algorithms import baselines
 from grpolab.method.advantages import ADVANTAGES
 
 
@@ -32,6 +33,9 @@ class AdvantageInputs:
     local_rows: slice | None = None
     reduce: Callable | None = None              # sums a tensor over processes
     lengths: torch.Tensor | None = None         # (N,): valid tokens per completion, the whole batch
+    greedy_rewards: torch.Tensor | None = None  # (N,): the reward of a greedy completion of each row's prompt
+    old_logp: torch.Tensor | None = None        # (N, T): log pi_old of each sampled token
+    sum_pi_squared: torch.Tensor | None = None  # (N, T): sum over the vocabulary of pi_old^2 at each token
 
     def completion_lengths(self) -> torch.Tensor:
         if self.lengths is not None:
@@ -128,6 +132,50 @@ def value_tracker(spec, x: AdvantageInputs) -> torch.Tensor:
 @register("gae")
 def gae(spec, x: AdvantageInputs) -> torch.Tensor:
     raise ValueError("gae advantages need a critic's values: use grpolab.algorithms.gae_advantages")
+
+
+@register("opo")
+def opo(spec, x: AdvantageInputs) -> torch.Tensor:
+    return baselines.opo(x.rewards, x.completion_lengths(), x.group_size)
+
+
+@register("grpo_passk")
+def grpo_passk(spec, x: AdvantageInputs) -> torch.Tensor:
+    return baselines.pass_at_k(x.rewards, x.group_size, x.adv_eps, True, x.std_unbiased)
+
+
+@register("gpg")
+def gpg(spec, x: AdvantageInputs) -> torch.Tensor:
+    return baselines.gpg(x.rewards, x.group_size)
+
+
+@register("maxrl")
+def maxrl(spec, x: AdvantageInputs) -> torch.Tensor:
+    return baselines.mean_scaled(x.rewards, x.group_size, x.adv_eps)
+
+
+def _given(name: str, value):
+    """An input only the trainer could supply for an entry it cannot train yet (its ``missing``)."""
+    if value is None:
+        raise ValueError(f"advantage={name}: {ADVANTAGES[name].missing}")
+    return value
+
+
+@register("remax")
+def remax(spec, x: AdvantageInputs) -> torch.Tensor:
+    return baselines.remax(x.rewards, _given("remax", x.greedy_rewards))
+
+
+@register("optimal_token_baseline")
+def optimal_token_baseline(spec, x: AdvantageInputs) -> torch.Tensor:
+    return baselines.optimal_token_baseline(x.rewards, _needs_mask("optimal_token_baseline", x), x.old_logp,
+                                            _given("optimal_token_baseline", x.sum_pi_squared), x.group_size)
+
+
+@register("tir_optimal_token_baseline")
+def tir_optimal_token_baseline(spec, x: AdvantageInputs) -> torch.Tensor:
+    return baselines.tir_optimal_token_baseline(x.rewards, _needs_mask("tir_optimal_token_baseline", x), x.old_logp,
+                                                _given("tir_optimal_token_baseline", x.sum_pi_squared), x.group_size)
 
 
 def refuse_unscorable(name: str) -> None:

@@ -41,7 +41,6 @@ class Estimator:
 
 
 _NO_TRL_PER_TOKEN = "TRL 1.16 computes one advantage per completion from the group's rewards"
-_VERL = "verl 0.9.1 core_algos.py, register_adv_est"
 
 _ENTRIES = [
     Estimator("group_std", unscorable=True, step_norm="std", trl={"scale_rewards": "group"}),
@@ -61,6 +60,31 @@ _ENTRIES = [
                              "critic_warmup"),
               per_token=True, kl_per_token=True, critic=True, multi_turn="the critic reads single completions",
               no_trl="TRL 1.16's GRPOTrainer has no value model"),
+]
+_ENTRIES += [   # verl 0.9.1's further estimators (core_algos.py, register_adv_est)
+    Estimator("opo", no_trl="TRL 1.16 has no length-weighted baseline",
+              cite="OPO, Hao et al. 2025, arXiv:2505.23585; verl compute_opo_outcome_advantage"),
+    Estimator("grpo_passk", no_trl="TRL 1.16 has no pass@k advantage",
+              cite="pass@k advantage, arXiv:2503.19595 (the paper verl's docstring cites); verl "
+                   "compute_grpo_passk_outcome_advantage"),
+    Estimator("gpg", no_trl="TRL 1.16.0 has no GPG advantage (no GRPOConfig field, no experimental GPG trainer)",
+              cite="GPG, Chu et al. 2025, arXiv:2504.02546; verl compute_gpg_outcome_advantage"),
+    Estimator("remax", no_trl="TRL 1.16 generates no greedy baseline",
+              missing="its baseline is the reward of one greedy completion per prompt, a generation grpolab's "
+                      "trainer does not run (TRL samples every completion of a group alike)",
+              cite="ReMax, Li et al. 2023, arXiv:2310.10505; verl compute_remax_outcome_advantage"),
+    Estimator("optimal_token_baseline", per_token=True, no_trl=_NO_TRL_PER_TOKEN,
+              missing="its weights need sum_v pi_old(v)^2 at every completion token, a full-vocabulary quantity "
+                      "of the sampling policy that TRL's log-prob pass does not return",
+              cite="verl compute_optimal_token_baseline_advantage"),
+    Estimator("tir_optimal_token_baseline", per_token=True, no_trl=_NO_TRL_PER_TOKEN,
+              missing="as optimal_token_baseline: it needs sum_v pi_old(v)^2 at every model token",
+              cite="verl compute_multi_turn_optimal_token_baseline_advantage"),
+]
+_ENTRIES += [
+    Estimator("maxrl", bounded="it divides by the group's mean reward, a success rate only for rewards in [0, 1]",
+              no_trl="the installed TRL 1.16.0's scale_rewards has no 'mean' (group, batch, none)",
+              cite="MaxRL, Tajwar, Zeng et al. 2026, Maximum Likelihood Reinforcement Learning, arXiv:2602.02710"),
 ]
 ADVANTAGES: dict[str, Estimator] = {e.name: e for e in _ENTRIES}
 

@@ -74,6 +74,7 @@ class MethodSpec:
     cov_high: float = 5.0                 # Clip-Cov: covariance window upper bound
     kl_cov_coef: float = 1.0              # KL-Cov: coefficient of |log ratio| on selected tokens
     dpo_beta: float = 0.1                 # Group-DPO temperature
+    dro_beta: float = 0.05                # DRO: weight of the quadratic log-ratio penalty (beta/2) (log pi/pi_old)^2
     aggregation: str = "seq_mean_token_mean"
     kl_coef: float = 0.0                  # beta; 0 turns the reference model off
     kl_estimator: str = "k3"
@@ -128,7 +129,7 @@ SPEC_FIELDS = {f.name: f for f in fields(MethodSpec)}
 # hashes of existing runs and studies stay what they were
 _HASHED_UNLESS_DEFAULT = ("step_omega", "step_gamma", "anchor_similarity", "episode_norm",
                           "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
-                          "entropy_coef_min", "entropy_coef_max")
+                          "entropy_coef_min", "entropy_coef_max", "dro_beta")
 _TYPES = {"str": str, "bool": bool, "float": float, "int": int}
 
 
@@ -191,6 +192,7 @@ def validate_spec(spec: MethodSpec) -> None:
                "method.sampling=zero_variance_filter drops groups from the token normaliser: use aggregation "
                "token_mean or token_mean_local")
     _check(spec.dpo_beta > 0, f"method.dpo_beta: must be > 0, got {spec.dpo_beta}")
+    _check(spec.dro_beta > 0, f"method.dro_beta: must be > 0, got {spec.dro_beta}")
     if spec.ratio == "geometric":
         _check(spec.surrogate == "clip", "method.ratio=geometric (GMPO) clips in log space itself: use surrogate=clip")
     own_ratio = SURROGATES[spec.surrogate].own_ratio
