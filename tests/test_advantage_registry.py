@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import contextlib
 import math
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -21,8 +20,8 @@ from grpolab.method.advantages import ADVANTAGES, Estimator, advantage_params, r
 from grpolab.method.requirements import requirement
 from grpolab.method.spec import AXIS_CHOICES, SPEC_FIELDS, MethodSpec, build_spec
 from grpolab.tracking.naming import method_params
+from registry_grep import PACKAGE, lists_naming
 
-PACKAGE = Path(__file__).resolve().parents[1] / "platform" / "grpolab"
 HOMES = {PACKAGE / "method" / "advantages.py", PACKAGE / "algorithms" / "estimators.py"}
 
 
@@ -61,24 +60,17 @@ def test_an_estimators_params_are_logged_and_act_exactly_under_its_readers(param
         assert requirement(param, getattr(spec, param)).holds(run) == reads, (name, param)
 
 
+def _compares_advantage(node) -> str | None:
+    if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "advantage":
+        if any(isinstance(c, (ast.Constant, ast.Tuple, ast.List, ast.Set)) for c in node.comparators):
+            return "compares .advantage"
+    return None
+
+
 def test_no_hand_written_list_of_estimators_outside_the_registry():
     """A collection literal naming two or more estimators, or ``.advantage`` compared with an
     estimator's name, would be a second home for an estimator fact: read the entry instead."""
-    names = set(ADVANTAGES)
-    found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path in HOMES:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            elts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else (
-                node.keys if isinstance(node, ast.Dict) else [])
-            strings = {e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
-            if len(strings & names) >= 2:
-                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
-            if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "advantage":
-                if any(isinstance(c, (ast.Constant, ast.Tuple, ast.List, ast.Set)) for c in node.comparators):
-                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} compares .advantage")
-    assert found == []
+    assert lists_naming(set(ADVANTAGES), HOMES, _compares_advantage) == []
 
 
 # -- a toy estimator, added the registry's way ---------------------------------------------------------

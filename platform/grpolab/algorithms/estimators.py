@@ -76,24 +76,17 @@ def _needs_mask(name: str, x: AdvantageInputs) -> torch.Tensor:
     return x.mask
 
 
-@register("group_std", unscorable=lambda r, x: adv.unscorable_group_std(r, x.group_size, x.adv_eps, x.std_unbiased))
-def group_std(spec, x: AdvantageInputs) -> torch.Tensor:
-    return adv.group_std(x.rewards, x.group_size, x.adv_eps, x.std_unbiased)
+def _grouped(name: str, fn: Callable, unscorable: Callable, scaled: bool) -> None:
+    """Register a group estimator ``fn(r, G[, eps, unbiased])`` and its form for unscorable rows."""
+    scale = (lambda x: (x.adv_eps, x.std_unbiased)) if scaled else (lambda x: ())
+    register(name, unscorable=lambda r, x: unscorable(r, x.group_size, *scale(x)))(
+        lambda spec, x: fn(x.rewards, x.group_size, *scale(x)))
 
 
-@register("group_mean", unscorable=lambda r, x: adv.unscorable_group_mean(r, x.group_size))
-def group_mean(spec, x: AdvantageInputs) -> torch.Tensor:
-    return adv.group_mean(x.rewards, x.group_size)
-
-
-@register("batch_std", unscorable=lambda r, x: adv.unscorable_batch_std(r, x.group_size, x.adv_eps, x.std_unbiased))
-def batch_std(spec, x: AdvantageInputs) -> torch.Tensor:
-    return adv.batch_std(x.rewards, x.group_size, x.adv_eps, x.std_unbiased)
-
-
-@register("leave_one_out", unscorable=lambda r, x: adv.unscorable_leave_one_out(r, x.group_size))
-def leave_one_out(spec, x: AdvantageInputs) -> torch.Tensor:
-    return adv.leave_one_out(x.rewards, x.group_size)
+_grouped("group_std", adv.group_std, adv.unscorable_group_std, scaled=True)
+_grouped("group_mean", adv.group_mean, adv.unscorable_group_mean, scaled=False)
+_grouped("batch_std", adv.batch_std, adv.unscorable_batch_std, scaled=True)
+_grouped("leave_one_out", adv.leave_one_out, adv.unscorable_leave_one_out, scaled=False)
 
 
 @register("reinforce_pp")

@@ -32,7 +32,8 @@ class Method:
 
 
 _NO_KL = {"kl_coef": 0.0}
-_REUSE = {"minibatches": 2}   # two optimizer steps per rollout: the second one is off-policy
+_REUSE = {"minibatches": 2}
+_GRPO_CLIP_TOKEN_MEAN = dict(ratio="token", surrogate="clip", eps_low=0.2, eps_high=0.2, aggregation="token_mean", **_NO_KL)   # two optimizer steps per rollout: the second one is off-policy
 
 METHODS: dict[str, Method] = {m.key: m for m in [
     Method("grpo", "GRPO", "Shao et al. 2024, DeepSeekMath, arXiv:2402.03300",
@@ -137,8 +138,7 @@ METHODS: dict[str, Method] = {m.key: m for m in [
                 "the paper; KL 0.01 (k3) in the loss and token-mean loss as in verl-agent's recipes; "
                 "advantage=group_mean is the paper's mean-only normalisation (verl-agent's default config)"),
     Method("maxrl", "MaxRL", "Tajwar, Zeng et al. 2026, Maximum Likelihood Reinforcement Learning, arXiv:2602.02710",
-           dict(advantage="maxrl", ratio="token", surrogate="clip", eps_low=0.2, eps_high=0.2, aggregation="token_mean",
-                **_NO_KL),
+           dict(advantage="maxrl", **_GRPO_CLIP_TOKEN_MEAN),
            note="A = (r - group mean) / (group mean + 1e-4): a one-line change to GRPO's advantage; binary rewards "
                 "(the paper's setting); differs from group_mean by 1/mean, so it acts wherever a group's success "
                 "rate is below 1 and not 0; GRPO's clip and a token-mean loss (TRL's default loss_type)"),
@@ -146,15 +146,13 @@ METHODS: dict[str, Method] = {m.key: m for m in [
     # matches each with verl's own output
     Method("opo", "OPO", "Hao et al. 2025, On-Policy RL with Optimal Reward Baseline, arXiv:2505.23585; "
                          "verl 0.9.1 adv_estimator=opo",
-           dict(advantage="opo", ratio="token", surrogate="clip", eps_low=0.2, eps_high=0.2, aggregation="token_mean",
-                **_NO_KL),
+           dict(advantage="opo", **_GRPO_CLIP_TOKEN_MEAN),
            note="length-weighted group baseline sum |o| r / sum |o|; equals group_mean (Dr. GRPO's) when a group's "
                 "completions have equal lengths, so it acts only where lengths differ; verl's default clip and "
                 "token-mean loss"),
     Method("grpo_passk", "GRPO pass@k", "pass@k advantage, arXiv:2503.19595 (as cited by verl 0.9.1's "
                                         "adv_estimator=grpo_passk)",
-           dict(advantage="grpo_passk", adv_eps=1e-6, ratio="token", surrogate="clip", eps_low=0.2, eps_high=0.2,
-                aggregation="token_mean", **_NO_KL),
+           dict(advantage="grpo_passk", adv_eps=1e-6, **_GRPO_CLIP_TOKEN_MEAN),
            note="only each group's best completion moves: (r_max - r_second) / (std + 1e-6); with binary rewards a "
                 "group with two or more correct completions gives 0 (its top two tie)"),
     Method("gpg", "GPG", "Chu et al. 2025, GPG: A Simple and Strong Reinforcement Learning Baseline for Model "
