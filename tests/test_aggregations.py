@@ -14,7 +14,7 @@ from grpolab.method.aggregations import AGGREGATIONS, TOKEN_LEVEL
 from grpolab.method.requirements import REQUIREMENTS
 from grpolab.method.spec import AXIS_CHOICES, build_spec
 from grpolab.method.trl_names import TRL_LOSS_TYPES
-from registry_lists import PACKAGE, hand_written_lists
+from registry_grep import PACKAGE, lists_naming
 
 
 def test_one_function_per_entry_and_one_entry_per_function():
@@ -83,4 +83,4 @@ def test_no_hand_written_list_of_aggregations_outside_the_registry():
     """A tuple/list/set/dict literal naming two or more aggregations would be a second home for an
     aggregation fact: derive it from the registry instead."""
     homes = {PACKAGE / "method" / "aggregations.py", PACKAGE / "algorithms" / "aggregations.py"}
-    assert hand_written_lists(set(AGGREGATIONS), homes) == []
+    assert lists_naming(set(AGGREGATIONS), homes) == []

@@ -171,8 +171,8 @@ def test_gfpo_settings_are_checked_before_any_work():
     from grpolab.errors import ConfigError
     with pytest.raises(ConfigError, match="sampling=gfpo drops completions from the token normaliser"):
         build_spec({"sampling": "gfpo"})
-    with pytest.raises(ConfigError, match="sampling=gfpo takes each group's baseline over its retained"):
-        build_spec({"sampling": "gfpo", "aggregation": "token_mean", "advantage": "batch_std"})
+    with pytest.raises(ConfigError, match="sampling=gfpo leaves the rejected completions out of the baselines"):
+        build_spec({"sampling": "gfpo", "aggregation": "token_mean", "advantage": "reinforce_pp"})
     with pytest.raises(ConfigError, match=r"method.gfpo_keep=8: .* < train.group_size \(4\)"):
         from grpolab.experiment.config import build_config
         build_config({"name": "x", "method": "gfpo", "task": {"name": "random_reward"}, "model": {"preset": "tiny"},

@@ -1,5 +1,4 @@
-"""The grep behind each registry's "no second home" test: literal collections naming several of an
-axis's values anywhere in the package outside the registry's own two modules."""
+"""The registries' shared lint: where a hand-written collection names two or more values of one axis."""
 
 from __future__ import annotations
 
@@ -9,9 +8,9 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "platform" / "grpolab"
 
 
-def hand_written_lists(names: set[str], homes: set[Path]) -> list[str]:
-    """'path:line' of every tuple/list/set literal or dict's keys naming two or more of ``names``
-    in a module not in ``homes`` (a pair naming one value of this axis and one of another is fine)."""
+def lists_naming(names: set[str], homes: set[Path], extra=None) -> list[str]:
+    """``file:line`` of every tuple/list/set literal or dict's keys naming two or more of ``names``
+    in the package outside ``homes``; ``extra(node)`` may flag other nodes (returns a reason or None)."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
         if path in homes:
@@ -22,4 +21,7 @@ def hand_written_lists(names: set[str], homes: set[Path]) -> list[str]:
             strings = {e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
             if len(strings & names) >= 2:
                 found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+            reason = extra(node) if extra is not None else None
+            if reason:
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {reason}")
     return found
