@@ -37,7 +37,7 @@ DISTINGUISHING = {
     "vespo": ("vespo/phi_seq_mean", lambda v: v != 1.0),         # phi(1) = 1 on-policy; the reused pass moves it
     "intellect2": ("clip/dual_fraction", lambda v: v > 0),       # the cap binds on the reused pass
     "top_entropy_80_20": ("entropy/kept_fraction", lambda v: 0 < v < 1),
-    "gfpo": ("gfpo/length_gap", lambda v: v >= 0),                # with sampling/kept_fraction = 8/16 below
+    "gfpo": ("gfpo/length_gap", lambda v: v > 0),                 # the rejected are longer; kept 8/16 below
     # DPPO / DRO act only on the reused pass, where pi != pi_old (their divergence mask and penalty read it)
     "dppo_tv": ("policy/old_kl", lambda v: v != 0),
     "dppo_kl": ("policy/old_kl", lambda v: v != 0),
