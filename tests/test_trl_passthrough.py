@@ -32,7 +32,8 @@ def test_committed_field_list_matches_the_installed_trl():
     assert grpo_config_fields.GRPO_CONFIG_FIELDS == generate_fields(), (
         "regenerate: python -m grpolab.trainer.trl_passthrough")
     assert grpo_config_fields.REPORT_TO_NAMES == generate_report_to()
-    assert grpo_config_fields.GRPO_CONFIG_FIELDS["top_p"] == ("float", ("float",))
+    assert grpo_config_fields.GRPO_CONFIG_FIELDS["top_p"] == ("float", ("float",), ())
+    assert "constant_with_warmup" in grpo_config_fields.GRPO_CONFIG_FIELDS["lr_scheduler_type"][2]
 
 
 @pytest.mark.parametrize("trl, message", [
@@ -45,6 +46,7 @@ def test_committed_field_list_matches_the_installed_trl():
                              "warmup_steps"),
     ({"top_p": "high"}, "train.trl.top_p: expected float, got str 'high'"),
     ({"weight_decay": True}, "train.trl.weight_decay: expected float, got bool True"),
+    ({"lr_scheduler_type": "cosnie"}, "train.trl.lr_scheduler_type: unknown value 'cosnie' (did you mean 'cosine'?)"),
 ])
 def test_owned_unknown_and_mistyped_fields_are_refused(trl, message):
     with pytest.raises(ConfigError) as err:
@@ -88,3 +90,12 @@ def test_grpolab_defaults_yield_to_train_trl(tmp_path):
     assert (args.top_k, args.lr_scheduler_type.value, args.warmup_steps) == (50, "linear", 2)
     default = _grpo_args(build_config(_data()), make_task("addition", digits=2), tmp_path)
     assert (default.top_k, default.lr_scheduler_type.value, default.warmup_steps) == (0, "constant", 0)
+
+
+def test_dotted_override_keys_reach_train_trl():
+    """Ladder rung changes, search-space keys and --set all name train.trl.<field> as a dotted key."""
+    from grpolab.experiment.config import apply_overrides
+    cfg = build_config(apply_overrides(_data({"top_p": 1.0}), ["train.trl.top_p=0.9", "train.trl.min_p=0.05"]))
+    assert cfg.train.trl == {"top_p": 0.9, "min_p": 0.05}
+    with pytest.raises(ConfigError, match="train.trl.epsilon: grpolab sets this GRPOConfig field; use method"):
+        build_config(apply_overrides(_data(), ["train.trl.epsilon=0.3"]))
