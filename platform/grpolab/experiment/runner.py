@@ -359,6 +359,8 @@ def _finish(run: _Run, trainer, callback, ws_record, model_dir) -> None:
     recorder.log_json({"warm_start": ws_record, "model_dir": str(model_dir)}, "warm_start.json")
     recorder.log_json(cfg.resolved(), "config.json")
     recorder.log_table(callback.samples, "samples.json")
+    if cfg.tracking.log_model:   # the weights (a LoRA run: the adapter) and tokenizer, as save_final wrote them
+        recorder.log_folder(final_dir, "model")
     if cfg.tracking.figures:
         recorder.log_curves_figure(callback.curves, run.evals, state)
     recorder.set_tags({"grpolab.wall_seconds": round(time.perf_counter() - run.started, 1),
