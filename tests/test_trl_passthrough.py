@@ -41,6 +41,7 @@ def test_committed_field_list_matches_the_installed_trl():
     ({"beta": 0.1}, "train.trl.beta: grpolab sets this GRPOConfig field; use method"),
     ({"max_steps": 10}, "train.trl.max_steps: grpolab sets this GRPOConfig field; use train.steps"),
     ({"report_to": ["wandb"]}, "use tracking.report_to"),
+    ({"logging_first_step": True}, "use one log window per rollout"),
     ({"top_pp": 0.9}, "train.trl.top_pp: not a field of TRL 1.16's GRPOConfig / TrainingArguments (did you mean 'top_p'?)"),
     ({"warmup_ratio": 0.05}, "train.trl.warmup_ratio: not a field of TRL 1.16's GRPOConfig / TrainingArguments; use "
                              "warmup_steps"),

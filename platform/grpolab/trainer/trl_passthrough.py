@@ -23,6 +23,9 @@ from grpolab.trainer.trl_fields import AXIS, TRL_FIELDS
 OWNED = {
     "output_dir": "the run folder (state/runs/<run id>)", "report_to": "tracking.report_to",
     "logging_steps": "one log window per rollout (train.minibatches x train.num_iterations)",
+    "logging_strategy": "one log window per rollout (train.minibatches x train.num_iterations)",
+    "logging_first_step": "one log window per rollout (train.minibatches x train.num_iterations)",
+    "save_only_model": "train.save_every (a checkpoint keeps the optimizer state, so a run can resume)",
     "save_strategy": "train.save_every", "save_steps": "train.save_every", "save_total_limit": "train.keep_checkpoints",
     "max_steps": "train.steps", "num_train_epochs": "train.steps",
     "per_device_train_batch_size": "train.prompts_per_rollout x train.group_size (split over processes)",
