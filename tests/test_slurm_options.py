@@ -98,15 +98,14 @@ def cluster(tmp_path, monkeypatch, record_property):
 @pytest.mark.slow
 @pytest.mark.parametrize("storage_kind", ["journal", "postgresql"])
 def test_a_study_runs_on_slurm_with_either_shared_storage_and_the_jobs_options(
-        cluster, tmp_path, tiny_model_dir, postgres_server, record_property, storage_kind):
+        cluster, tmp_path, postgres_server, record_property, storage_kind):
     """Two rows over two jobs; a setup line each job runs writes a marker, so the setup reached the
     job, not only the script."""
     from grpolab.studies.coordinator import run_study
     shared = tmp_path / "shared"   # one node: every folder is shared; on a cluster, an NFS mount
     storage = (f"journal:{shared}/optuna.journal" if storage_kind == "journal"
                else postgres_server.database(f"slurm_opts_{uuid.uuid4().hex[:8]}"))
-    row = {**ROW, "model": {"preset": "tiny", "path": str(tiny_model_dir)},
-           "train": {**ROW["train"], "steps": 2}, "eval": {"every": 2, "prompts": 4, "k": 2}}
+    row = {**ROW, "train": {**ROW["train"], "steps": 2}, "eval": {"every": 2, "prompts": 4, "k": 2}}
     path = tmp_path / "slurm_opts.yaml"
     path.write_text(yaml.safe_dump({"kind": "ladder", "name": "slurm_opts", "base": row, "seeds": [0, 1],
                                     "rungs": [{"name": "base"}],

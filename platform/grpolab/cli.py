@@ -273,7 +273,7 @@ def _common_flags(defaults: bool) -> argparse.ArgumentParser:
     return common
 
 
-PUBLIC_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "methods", "metrics-doc", "bench")
+PUBLIC_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "methods", "metrics-doc", "bench", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -284,7 +284,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(PUBLIC_COMMANDS) + "}")
     sub.add_parser = functools.partial(sub.add_parser, parents=[_common_flags(False)])
     for add in (_add_run, _add_study, _add_study_worker, _add_study_rank, _add_table, _add_dashboard, _add_verdicts,
-                _add_methods, _add_bench):
+                _add_methods, _add_bench, _add_doctor):
         add(sub)
     return parser
 
@@ -444,6 +444,36 @@ def _add_bench(sub) -> None:
                        help="timed runs per variant (workers: repeats // 2 rotations of its three configurations)")
     bench.add_argument("--rows", type=int, default=8, help="rows of the workers benchmark's study (2 rungs x rows/2 seeds)")
     bench.set_defaults(func=_cmd_bench)
+
+
+def _add_doctor(sub) -> None:
+    doctor = sub.add_parser("doctor", help="check this machine: versions; with --gpu, the GPU, vLLM, a micro-ladder "
+                            "and stock TRL vs grpolab step times, into one JSON report")
+    doctor.add_argument("--gpu", action="store_true", help="run the GPU checks (each is 'not checked' without CUDA)")
+    doctor.add_argument("--out", default=None, metavar="FILE",
+                        help="the JSON report (default: <state>/doctor/gpu-<time>.json)")
+    doctor.add_argument("--model", default=None, metavar="DIR",
+                        help="a local chat model for the vLLM and ladder checks (default: a tiny model built here)")
+    doctor.add_argument("--steps", type=int, default=4, help="optimizer steps per micro-ladder row and timed run")
+    doctor.set_defaults(func=_cmd_doctor)
+
+
+def _cmd_doctor(args) -> int:
+    from grpolab.state import state_dir
+    if args.steps < 1:
+        raise ConfigError(f"--steps: must be >= 1, got {args.steps}")
+    if args.model is not None and not Path(args.model).is_dir():
+        raise ConfigError(f"--model: {args.model} is not a folder (a local Hugging Face model directory)")
+    from grpolab.bench.gpu_check import gpu_report, summary_lines, versions
+    if not args.gpu:
+        print("versions: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in versions().items()))
+        print("give --gpu for the GPU checks (GPU, vLLM load, micro-ladder, stock TRL vs grpolab timing)")
+        return 0
+    state = state_dir(args.state)
+    out = Path(args.out) if args.out else state / "doctor" / f"gpu-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    for line in summary_lines(gpu_report(out, state, args.model, args.steps)):
+        print(line)
+    return 0
 
 
 def _add_methods(sub) -> None:
