@@ -60,6 +60,16 @@ def test_the_study_file_key_is_checked_and_needs_k_of_two_or_more(tmp_path, caps
     assert check_accelerate_config(str(EXAMPLES / "zero3.yaml"), 8, "x") == str((EXAMPLES / "zero3.yaml").resolve())
 
 
+def test_the_plan_checks_the_file_against_plan_devices_per_row(tmp_path, capsys):
+    config = tmp_path / "four.yaml"
+    config.write_text("distributed_type: DEEPSPEED\nnum_processes: 4\n")
+    path = study_file(tmp_path, launcher={"accelerate_config": str(config)}, plan={"devices_per_row": 2})
+    assert cli.main(["study", str(path), "--plan"]) == 2
+    assert "says num_processes: 4, but --gpus-per-row is 2" in capsys.readouterr().err
+    assert cli.main(["study", str(path), "--plan", "--gpus-per-row", "4"]) == 0
+    assert f"(--gpus-per-row; launched by accelerate with {config.resolve()})" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("name", ["zero2.yaml", "zero3.yaml", "multi_cpu_gloo.yaml"])
 def test_the_shipped_configs_load_in_accelerates_own_config_class(name):
     from accelerate.commands.config.config_args import load_config_from_file
