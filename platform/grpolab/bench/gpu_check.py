@@ -101,8 +101,10 @@ def micro_ladder_file(folder: Path, model: dict, steps: int) -> Path:
            "train": {"steps": steps, "group_size": 4, "prompts_per_rollout": 4, "dtype": "bf16", "save_every": 0},
            "eval": {"every": steps, "prompts": 8, "k": 2},
            "generation": {"backend": "vllm", "mode": "colocate"}, "tracking": {"experiment": "grpolab-doctor"}}
-    path = folder / "doctor_micro_ladder.yaml"
-    path.write_text(yaml.safe_dump({"kind": "ladder", "name": "doctor_micro_ladder", "base": row, "seeds": [0, 1],
+    # a name of its own each time: a second check runs its rows again rather than finding them done
+    name = f"doctor_micro_ladder_{time.strftime('%Y%m%d_%H%M%S')}_{folder.name[-6:]}"
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"kind": "ladder", "name": name, "base": row, "seeds": [0, 1],
                                     "rungs": [{"name": "grpo"},
                                               {"name": "+ clip-higher", "changes": {"method.eps_high": 0.28}}]}))
     return path
