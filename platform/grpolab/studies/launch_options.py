@@ -92,7 +92,8 @@ def parse_slurm_param(text: str) -> tuple[str, object]:
         parsed = yaml.safe_load(value) if value.strip() else ""
     except yaml.YAMLError:
         parsed = value
-    return key.strip(), value if isinstance(parsed, (dict, list)) or parsed is None else parsed   # scalars typed
+    # a scalar comes typed; what YAML reads as a mapping, list or null is no Slurm value: kept as written
+    return key.strip(), parsed if isinstance(parsed, (str, int, float, bool)) else value
 
 
 def read_accelerate_config(path: str, where: str) -> dict:
