@@ -103,6 +103,14 @@ def test_a_row_on_k_processes_starts_one_accelerate_launch_with_the_file_and_k(t
     assert [e["RANK"] for _, e, _ in started] == ["0", "1"] and all(c[1:3] == ["-m", "grpolab.cli"] for c, _, _ in started)
 
 
+def test_workers_and_slurm_jobs_are_told_the_file(tmp_path):
+    from grpolab.studies.definition import load_study
+    from grpolab.studies.slurm import worker_command
+    zero2 = str(EXAMPLES / "zero2.yaml")
+    cmd = worker_command(load_study(study_file(tmp_path)), "postgresql://u@h/db", tmp_path, 2, zero2)
+    assert cmd[-4:] == ["--procs-per-row", "2", "--accelerate-config", zero2]
+
+
 def test_accelerate_gives_each_rank_its_distributed_environment(tmp_path):
     """The launch command run for real with the gloo config: each rank records what it got."""
     (tmp_path / "dump_rank_env.py").write_text(
