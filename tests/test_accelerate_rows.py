@@ -145,4 +145,5 @@ def test_a_two_process_row_through_accelerate_logs_one_mlflow_run(tmp_path, shar
     rows = [r for r in runs if "optuna.trial_number" in r.data.tags]
     assert len(rows) == 1 and rows[0].info.status == "FINISHED"
     assert rows[0].data.tags["grpolab.world_size"] == "2" and rows[0].data.tags["grpolab.dist_backend"] == "gloo"
+    assert rows[0].data.tags["grpolab.accelerate_config"] == str(Path(config).resolve())   # the worker's ranks got it
     assert sorted(m.step for m in client.get_metric_history(rows[0].info.run_id, "eval/pass_at_1")) == [0, 2]

@@ -186,7 +186,9 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
     prunes = cfg.kind == "search" and len(cfg.objectives) == 1   # Optuna prunes single-objective searches only
     if procs_per_row > 1:
         spec = {"experiment": data, "state": str(state), "parent_run_id": parent_run_id,
-                "tags": {**tags, "grpolab.processes": procs_per_row}, "run_name": run_name,
+                "tags": {**tags, "grpolab.processes": procs_per_row,   # and the launcher's file, when one launched them
+                         **({"grpolab.accelerate_config": cfg.launcher.accelerate_config}
+                            if cfg.launcher.accelerate_config else {})}, "run_name": run_name,
                 "resume_run_id": resume_run_id, "metric": cfg.objectives[0].metric,
                 "prune": {"study": cfg.path, "storage": storage_url, "trial_id": trial._trial_id}
                 if prunes else None}
