@@ -213,3 +213,20 @@ def test_gfpo_through_the_drop_in_needs_more_generations_than_it_keeps(tiny_mode
     with pytest.raises(ValueError, match=r"gfpo_keep=8 must be < GRPOConfig.num_generations \(4\)"):
         GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=[lambda completions, **k: [0.0] * len(completions)],
                        args=args, train_dataset=ds, method="gfpo")
+
+
+def test_gfpo_without_correctness_is_not_told_it_filters_on_accuracy():
+    """GFPO never reads sampling_filter: the drop-in's no-correctness stand-in must leave it alone."""
+    import warnings
+
+    from grpolab.trainer.trl_config import check_needs
+    spec = build_spec({"sampling": "gfpo", "gfpo_keep": 2, "advantage": "group_mean", "aggregation": "token_mean"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        checked = check_needs("gfpo", spec, has_correctness=False)
+    assert checked.sampling_filter == "accuracy"
+    assert not any("filters groups on accuracy" in str(w.message) for w in caught)
+    dynamic = build_spec({"sampling": "dynamic"})
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert check_needs("dapo", dynamic, has_correctness=False).sampling_filter == "reward"
