@@ -131,6 +131,7 @@ class GfpoFiltered(NamedTuple):
     rewards: torch.Tensor    # the gathered rewards, NaN on rejected rows (out of every baseline, A = 0)
     kept_fraction: float     # retained / generated completions
     length_gap: float        # mean rejected length - mean retained length (tokens)
+    retained: torch.Tensor   # bool (N,) over the gathered batch: the rows in the baselines
 
 
 def gfpo_filter(out: dict, rewards: torch.Tensor, spec, group_size: int, start: int, gather) -> GfpoFiltered:
@@ -150,4 +151,4 @@ def gfpo_filter(out: dict, rewards: torch.Tensor, spec, group_size: int, start: 
     filtered[~retained.to(filtered.device)] = float("nan")
     lengths = lengths.cpu()
     gap = float(lengths[~retained].mean() - lengths[retained].mean())
-    return GfpoFiltered(filtered, float(retained.float().mean()), gap)
+    return GfpoFiltered(filtered, float(retained.float().mean()), gap, retained)
