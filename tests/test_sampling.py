@@ -230,3 +230,14 @@ def test_gfpo_without_correctness_is_not_told_it_filters_on_accuracy():
     with warnings.catch_warnings(record=True):
         warnings.simplefilter("always")
         assert check_needs("dapo", dynamic, has_correctness=False).sampling_filter == "reward"
+
+
+def test_group_filters_refuse_the_micro_batch_token_mean():
+    """bnpo's token mean is per micro-batch: a micro-batch the filter empties still counts in the 1/GA
+    division, so masking rows changes the step size; the filters need the global token count."""
+    from grpolab.errors import ConfigError
+    for sampling_value in ("zero_variance_filter", "gfpo"):
+        with pytest.raises(ConfigError, match=f"sampling={sampling_value} drops completions from the token normaliser: "
+                                              "use aggregation token_mean$"):
+            build_spec({"sampling": sampling_value, "gfpo_keep": 2, "advantage": "group_mean",
+                        "aggregation": "token_mean_local"})
