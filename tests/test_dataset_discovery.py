@@ -11,7 +11,7 @@ import pytest
 
 from grpolab.errors import ConfigError
 from grpolab.tasks import make_task
-from hub_cache import parquet_bytes, put_repo
+from hub_cache import go_offline, parquet_bytes, put_repo
 
 CARD = """---
 configs:
@@ -63,9 +63,7 @@ def hub(tmp_path_factory):
 
 @pytest.fixture
 def offline(hub, monkeypatch):
-    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    return hub
+    return go_offline(monkeypatch, hub)
 
 
 def prompts(examples) -> list[str]:
