@@ -146,3 +146,14 @@ def test_maxrl_divides_the_centred_reward_by_the_success_rate():
         from grpolab.experiment.config import build_config
         build_config({"name": "m", "method": {"base": "maxrl", "soft_overlong": True}, "task": {"name": "addition"},
                       "model": {"preset": "tiny"}, "tracking": {"enabled": False}})
+
+
+def test_maxrl_refuses_a_reward_side_kl_and_a_two_component_toy_task():
+    """A KL penalty in the reward moves MaxRL's divisor, the group's mean reward, to or below 0."""
+    from grpolab.experiment.config import build_config
+    with pytest.raises(ConfigError, match="method.advantage=maxrl: it divides by the group's mean reward.*kl_placement=loss"):
+        build_spec({"advantage": "maxrl", "kl_coef": 0.1, "kl_placement": "reward"})
+    assert build_spec({"advantage": "maxrl", "kl_coef": 0.1, "kl_placement": "loss"}).kl_coef == 0.1
+    with pytest.raises(ConfigError, match=r"weights \[1.0, 1.0\] \(reward components format, correct\)"):
+        build_config({"name": "m", "method": "maxrl", "task": {"name": "addition_format"},
+                      "model": {"preset": "tiny"}, "tracking": {"enabled": False}})

@@ -83,6 +83,8 @@ _ENTRIES += [   # verl 0.9.1's further estimators (core_algos.py, register_adv_e
 ]
 _ENTRIES += [
     Estimator("maxrl", bounded="it divides by the group's mean reward, a success rate only for rewards in [0, 1]",
+              no_reward_kl="it divides by the group's mean reward, which a KL penalty can push to or below 0 "
+                           "(flipping the advantages' sign)",
               no_trl="the installed TRL 1.16.0's scale_rewards has no 'mean' (group, batch, none)",
               cite="MaxRL, Tajwar, Zeng et al. 2026, Maximum Likelihood Reinforcement Learning, arXiv:2602.02710"),
 ]
