@@ -69,6 +69,33 @@ METHODS: dict[str, Method] = {m.key: m for m in [
            note="-sg(phi(w)) A log pi with w the sequence's whole importance ratio (no length normalisation) and "
                 "phi(w) = w^k exp(lambda (1 - w)), (k, lambda) = (2, 3) for A >= 0 and (3, 2) for A < 0 (TRL's "
                 "defaults); token-mean loss as TRL's vespo; two updates per rollout, since on-policy phi = 1"),
+    Method("intellect2", "INTELLECT-2 two-sided clip", "Prime Intellect Team 2025, INTELLECT-2: A Reasoning Model "
+                                                          "Trained Through Globally Decentralized Reinforcement "
+                                                          "Learning, arXiv:2505.07291 (two-sided GRPO clipping; TRL "
+                                                          "1.16 GRPOConfig.delta)",
+           dict(advantage="group_std", ratio="token", surrogate="dual_clip", eps_low=0.2, eps_high=0.2, dual_clip_c=4.0,
+                aggregation="token_mean", **_NO_KL), regime=_REUSE,
+           note="PPO clip whose ratio is also capped at delta for A < 0, so a negative-advantage token's loss is "
+                "bounded by -delta A (TRL: delta=4 with loss_type='dapo'; delta 4 is TRL's documented example, the "
+                "report's other settings were not checked here); acts only off-policy (on-policy rho = 1 < delta)"),
+    Method("top_entropy_80_20", "80/20 high-entropy tokens (DAPO)", "Wang et al. 2025, Beyond the 80/20 Rule: "
+                                                                    "High-Entropy Minority Tokens Drive Effective "
+                                                                    "Reinforcement Learning for LLM Reasoning, "
+                                                                    "arXiv:2506.01939 (TRL 1.16 top_entropy_quantile)",
+           dict(advantage="group_std", ratio="token", surrogate="clip", eps_low=0.2, eps_high=0.28,
+                aggregation="token_mean", overlong_filter=True, soft_overlong=True, sampling="dynamic",
+                top_entropy_quantile=0.2, **_NO_KL),
+           note="DAPO (the paper's base recipe) with the policy gradient kept only on the top 20% of tokens by "
+                "entropy in the batch; the other tokens stay in the token normaliser (as TRL's top_entropy_quantile)"),
+    Method("gfpo", "GFPO", "Shrivastava et al. 2025, Sample More to Think Less: Group Filtered Policy Optimization "
+                           "for Concise Reasoning, arXiv:2508.09726",
+           dict(advantage="group_std", ratio="token", surrogate="clip", eps_low=0.2, eps_high=0.28,
+                aggregation="token_mean", sampling="gfpo", gfpo_keep=8, gfpo_metric="length", **_NO_KL),
+           regime={"group_size": 16},
+           note="sample 16 completions per prompt, train on the 8 shortest: the rejected ones get advantage 0 and "
+                "leave the loss, the retained group's mean and std give the baseline (the paper's G=16, k=8; "
+                "gfpo_metric=token_efficiency retains the largest reward / length); DAPO's Clip-Higher and "
+                "token-level loss as the paper's base; TRL 1.16 ships no GFPO trainer"),
     Method("cispo", "CISPO", "MiniMax 2025, MiniMax-M1, arXiv:2506.13585",
            dict(advantage="group_std", ratio="token", surrogate="cispo", eps_low=1.0, eps_high=4.0,
                 aggregation="token_mean", **_NO_KL), regime=_REUSE,

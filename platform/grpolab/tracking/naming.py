@@ -31,6 +31,8 @@ CONDITIONAL_AXES = {
     "kl_ratio_correction": lambda s: s.kl_coef > 0,
     "max_sampling_rounds": lambda s: s.sampling == "dynamic",
     "sampling_cap_policy": lambda s: s.sampling == "dynamic",
+    "gfpo_keep": lambda s: s.sampling == "gfpo",
+    "gfpo_metric": lambda s: s.sampling == "gfpo",
     "overlong_buffer": lambda s: s.soft_overlong,
     "overlong_penalty": lambda s: s.soft_overlong,
     # TRL's gated controller acts from a zero start coefficient too

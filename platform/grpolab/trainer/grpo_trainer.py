@@ -183,6 +183,8 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
             self._metrics["train"]["kl_reward_penalty"].append(seq_pen.mean().item())
             if not ADVANTAGES[self.spec.advantage].kl_per_token:   # those fold it in per token
                 rewards_adj = total - seq_pen   # (N,): the weights are already in ``total``, never applied twice
+        if self.spec.sampling == "gfpo":
+            rewards_adj = self._gfpo(out, rewards_adj, start)
         reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.accelerator.num_processes > 1 else None
         if self.critic is not None:
             out["old_values"] = self._critic_values(out, grad=False)
@@ -275,7 +277,8 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         where = {"static": "method.sampling=static trains them as they come",
                  "dynamic": f"method.sampling=dynamic hit its round cap (max_sampling_rounds="
                             f"{self.spec.max_sampling_rounds}) and filled the batch with them",
-                 "zero_variance_filter": "method.sampling=zero_variance_filter"}[self.spec.sampling]
+                 "zero_variance_filter": "method.sampling=zero_variance_filter",
+                 "gfpo": "method.sampling=gfpo trains the retained completions as they come"}[self.spec.sampling]
         masked = sum(bool(r[2]) for r in rows) if self.args.mask_truncated_completions else 0
         extra = (f"; the overlong filter (method.overlong_filter) masked {masked} truncated completions"
                  if masked else "")
@@ -365,6 +368,13 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         local_items = (out["completion_mask"] * out.get("tool_mask", 1)).sum()
         out["num_items_in_batch"] = self._gather(local_items.unsqueeze(0)).sum()
         self._metrics["train"]["sampling/kept_fraction"].append(informative.float().mean().item())
+
+    def _gfpo(self, out: dict, rewards: torch.Tensor, start: int) -> torch.Tensor:
+        """GFPO's group filter (``sampling.gfpo_filter``); its curves."""
+        kept = sampling.gfpo_filter(out, rewards, self.spec, self.num_generations, start, self._gather)
+        self._metrics["train"]["sampling/kept_fraction"].append(kept.kept_fraction)
+        self._metrics["train"]["gfpo/length_gap"].append(kept.length_gap)
+        return kept.rewards
 
     @property
     def _kl_in_reward(self) -> bool:
