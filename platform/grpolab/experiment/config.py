@@ -294,9 +294,9 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     if s.surrogate == "group_dpo" and (t.minibatches > 1 or t.grad_accum > 1):
         raise ConfigError("method.surrogate=group_dpo pairs completions within a group, so the whole rollout must be "
                           "one micro-batch: set train.minibatches=1 and train.grad_accum=1")
-    if estimator.bounded and s.soft_overlong:
-        raise ConfigError(f"method.advantage={s.advantage} needs rewards in [0, 1] ({estimator.bounded}); "
-                          "soft_overlong adds negative rewards")
+    unbounded = reward_range_problem(s, task) if estimator.bounded else None
+    if unbounded:
+        raise ConfigError(f"method.advantage={s.advantage} needs rewards in [0, 1] ({estimator.bounded}); {unbounded}")
     if s.surrogate == "reinforce" and cfg.reuses_rollouts:
         raise ConfigError("method.surrogate=reinforce has no importance ratio, so it is only valid on-policy: "
                           "set train.minibatches=1 and train.num_iterations=1, or use surrogate=clip")
@@ -308,6 +308,21 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     notes = check_engines(cfg)
     notes += inert_notes(cfg)   # each axis value declares one requirement (regime.py); unmet: inert, warned once
     return notes
+
+
+def reward_range_problem(spec, task) -> str | None:
+    """Why the run's total reward r = sum_k w_k r_k can leave [0, 1] (None: it cannot, as far as
+    grpolab can tell: the built-in components correctness and format lie in [0, 1]; a user reward
+    function's range is its author's to keep)."""
+    if spec.soft_overlong:
+        return "soft_overlong adds negative rewards"
+    if "length" in [r.name for r in getattr(task, "rewards", ())]:
+        return f"task {task.name!r} has the reward 'length', which is negative"
+    weights = spec.reward_weights or (1.0,) * len(task.reward_names)
+    if min(weights) < 0 or sum(weights) > 1:
+        return (f"task {task.name!r}'s reward weights {list(weights)} (reward components "
+                f"{', '.join(task.reward_names)}) give totals outside [0, 1]; give weights >= 0 summing to at most 1")
+    return None
 
 
 def rollout_steps(train) -> int:
