@@ -241,10 +241,15 @@ def _cmd_table(args) -> int:
 
 
 def _cmd_dashboard(args) -> int:
-    from grpolab.report.dashboard import build_dashboard
+    from grpolab.report.dashboard import build_dashboard, default_output_name, load_layout
     from grpolab.state import state_dir
+    if args.layout is not None:
+        load_layout(args.layout)   # a bad layout is answered before the state folder is touched
+    if args.out and not Path(args.out).absolute().parent.is_dir():
+        raise ConfigError(f"--out: the folder of {args.out!r} does not exist; create it first or give a path in an existing folder")
+    if args.out and Path(args.out).is_dir():
+        raise ConfigError(f"--out: {args.out!r} is a folder; give the path of the HTML file to write")
     state = state_dir(args.state)
-    from grpolab.report.dashboard import default_output_name
     run_ids = [r.strip() for r in (args.runs or "").split(",") if r.strip()]
     name = default_output_name(args.study, run_ids, args.layout, args.x or "steps", args.seeds or "band")
     out = Path(args.out) if args.out else state / "dashboards" / name
@@ -264,7 +269,7 @@ def _cmd_dashboard(args) -> int:
 def _common_flags(defaults: bool) -> argparse.ArgumentParser:
     """--state and -v, accepted before or after the subcommand (after it they must not reset
     what was given before it, hence SUPPRESS as the subcommand's default)."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = _OneLineParser(add_help=False)
     common.add_argument("--state", default=None if defaults else argparse.SUPPRESS,
                         help="state folder (default $GRPOLAB_STATE or ./grpolab-state)")
     common.add_argument("-v", "--verbose", action="store_true", default=False if defaults else argparse.SUPPRESS)
@@ -272,11 +277,20 @@ def _common_flags(defaults: bool) -> argparse.ArgumentParser:
 
 
 PUBLIC_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "methods", "metrics-doc", "bench")
+STATE_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "bench")   # they read or write the state folder
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line, like every other bad input: what was wrong and where the
+    command's valid flags are listed (its --help)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (valid: see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from grpolab import __version__
-    parser = argparse.ArgumentParser(prog="grpolab", description=__doc__.splitlines()[0], parents=[_common_flags(True)])
+    parser = _OneLineParser(prog="grpolab", description=__doc__.splitlines()[0], parents=[_common_flags(True)])
     parser.add_argument("--version", action="version", version=f"grpolab {__version__}")
     # the internal study-worker command is left out of the listing (it has no help= either)
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(PUBLIC_COMMANDS) + "}")
@@ -502,6 +516,9 @@ def _main(argv: list[str] | None) -> int:
     if not args.verbose:
         _quiet_libraries()
     try:
+        if args.command in STATE_COMMANDS:
+            from grpolab.state import check_state_folder
+            check_state_folder(args.state)
         return args.func(args)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -319,7 +319,23 @@ def parse_override(text: str) -> tuple[list[str], object]:
     if "=" not in text:
         raise ConfigError(f"override {text!r}: expected key.path=value, e.g. train.steps=50")
     key, value = text.split("=", 1)
-    return key.strip().split("."), yaml.safe_load(value)
+    return key.strip().split("."), override_value(text, value)
+
+
+PLAIN_VALUES = "a plain value: a number, text, true/false, null, [a, list] or {a: mapping}"
+
+
+def override_value(text: str, value: str):
+    """The YAML value of one ``key=value`` override, read with the safe loader only; a YAML tag
+    (``!!python/object``, ``!!str``, ``!custom``) is refused before anything is constructed, so
+    an override can only ever be plain data."""
+    try:
+        if any(isinstance(token, yaml.TagToken) for token in yaml.scan(value, Loader=yaml.SafeLoader)):
+            raise ConfigError(f"override {text!r}: YAML tags (!...) are not accepted; give {PLAIN_VALUES}")
+        return yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"override {text!r}: not a valid YAML value ({problem}); give {PLAIN_VALUES}") from None
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:

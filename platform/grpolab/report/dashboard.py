@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
-import yaml
 
 from grpolab.analysis.ablation import load_results
 from grpolab.errors import ConfigError
@@ -30,6 +29,7 @@ from grpolab.report.verdict_page import (  # rung verdicts: effect + paired t CI
     ladder_sections,
 )
 from grpolab.studies.definition import load_study
+from grpolab.yaml_input import read_yaml_mapping
 
 DEFAULT_LAYOUT = {
     "panels": [
@@ -61,7 +61,7 @@ SEED_VIEWS = ("band", "lines", "both")
 def load_layout(path: str | None) -> dict:
     if path is None:
         return dict(DEFAULT_LAYOUT)
-    layout = yaml.safe_load(Path(path).read_text()) or {}
+    layout = read_yaml_mapping(path, "dashboard layout (--layout)", f"valid keys: {', '.join(LAYOUT_KEYS)}")
     unknown = set(layout) - set(LAYOUT_KEYS)
     if unknown:
         raise ConfigError(f"dashboard layout: unknown key {sorted(unknown)[0]!r}; valid: {', '.join(LAYOUT_KEYS)}")
