@@ -70,7 +70,8 @@ class TrainCfg:
     temperature: float = 1.0
     max_completion_length: int = 0     # 0: the task's own limit
     max_grad_norm: float = 1.0
-    n_train_prompts: int = 4000
+    n_train_prompts: int = 4000        # at most this many (fewer if the task holds fewer); set explicitly,
+                                       # the task must hold that many (checked at load time)
     save_every: int = -1               # steps between checkpoints (a multiple of minibatches x num_iterations);
                                        # -1: auto (~50, whole rollouts), 0: at the end only (checkpoints.py)
     keep_checkpoints: int = 2          # newest complete checkpoints kept per run
@@ -222,6 +223,7 @@ def build_config(data: dict) -> RunConfig:
     cfg = RunConfig(name=name, method_name=method_name, method_overrides=overrides, spec=spec,
                     task={"name": task_obj.name, **task_obj.params}, seed=seed, **sections)
     notes = check_coherence(cfg, task_obj)
+    check_task_capacity(cfg, task_obj, explicit_train="n_train_prompts" in train_raw)
     if cfg.eval.max_completion_length == 0:  # evaluate at the cap the run trains with (issue 10)
         train_cap = cfg.train.max_completion_length or task_obj.max_completion_length
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, max_completion_length=train_cap))
@@ -292,6 +294,27 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     notes = check_engines(cfg)
     notes += inert_notes(cfg)   # each axis value declares one requirement (regime.py); unmet: inert, warned once
     return notes
+
+
+def check_task_capacity(cfg: RunConfig, task, explicit_train: bool) -> None:
+    """The task holds as many distinct held-out prompts as ``eval.prompts`` asks (and, when the
+    experiment sets it, as many training prompts as ``train.n_train_prompts``): drawn now, with the
+    run's seed, exactly as the run will draw them. A small space (1-digit sums) or a small
+    dataset would otherwise give fewer, and the run would be measured on fewer than asked. The
+    default ``n_train_prompts`` is a cap, not a request. A dataset not readable yet (a hub
+    dataset downloaded at run start) is checked when it is read."""
+    source = getattr(task, "source", task)
+    if not getattr(source, "loaded", True):
+        return
+    n_train = cfg.train.n_train_prompts if explicit_train else 0
+    train, held_out = task.splits(cfg.seed, n_train, cfg.eval.prompts)
+    what = f"task {cfg.task['name']!r}" + (f" ({cfg.task.get('path')})" if cfg.task.get("path") else "")
+    if len(held_out) < cfg.eval.prompts:
+        raise ConfigError(f"eval.prompts: {what} holds at most {len(held_out)} distinct held-out prompts, "
+                          f"got {cfg.eval.prompts}; valid: 1 to {len(held_out)}")
+    if len(train) < n_train:
+        raise ConfigError(f"train.n_train_prompts: {what} holds at most {len(train)} distinct training prompts "
+                          f"besides the held-out ones, got {n_train}; valid: 1 to {len(train)}")
 
 
 def rollout_steps(train) -> int:
