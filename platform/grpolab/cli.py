@@ -125,8 +125,34 @@ def _stdout_to_stderr():
 
 
 def _cmd_bench(args) -> int:
+    _check_bench_args(args)
     from grpolab.bench.suite import main as bench_main
     return bench_main(args)
+
+
+def _check_bench_args(args) -> None:
+    """Counts and FILE checked before the benchmark's imports (torch, TRL) and before the state
+    folder is made: FILE must be a valid experiment or study, and is read only by throughput."""
+    for flag, value, least in (("--steps", args.steps, 1), ("--repeats", args.repeats, 1), ("--rows", args.rows, 2),
+                               ("--rollouts", args.rollouts, 1)):
+        if value < least:
+            raise ConfigError(f"{flag}: must be >= {least}, got {value}")
+    if args.what != "throughput":
+        if args.file:
+            raise ConfigError(f"bench FILE {args.file!r}: only read with --what throughput; valid: --what throughput FILE")
+        return
+    if not args.file:
+        raise ConfigError("bench --what throughput: give the experiment or study file to measure")
+    from grpolab.yaml_input import read_yaml_mapping
+    data = read_yaml_mapping(args.file, "bench file", "give an experiment or a study file")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the row's notes are shown when it runs
+        if data.get("kind") in ("ladder", "search"):
+            from grpolab.studies.definition import load_study
+            load_study(args.file)
+        else:
+            from grpolab.experiment.config import load_experiment
+            load_experiment(args.file)
 
 
 def _study_plan(args) -> int:
