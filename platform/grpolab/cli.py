@@ -79,10 +79,7 @@ def _cmd_verdicts(args) -> int:
     verdict dashboard. Exit 0 (verdicts are results, whatever they say). Only the table goes
     to stdout (``--format csv`` pipes into a CSV reader); progress, the dashboard path and the
     summary line go to stderr."""
-    from grpolab.analysis.claim_runs import judge_family, run_claims
     from grpolab.analysis.claims import claim_files, load_claim
-    from grpolab.report.publish import record_study_tables
-    from grpolab.report.verdict_page import render_verdicts, write_claims_dashboard
     from grpolab.state import state_dir
 
     def note(line: str) -> None:
@@ -91,6 +88,11 @@ def _cmd_verdicts(args) -> int:
         raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
     if args.no_run and args.until_decided:
         raise ConfigError("--until-decided runs rows; it cannot go with --no-run")
+    for path in claim_files(args.claims):   # every claim (and its study) is read before the heavy imports
+        load_claim(path)
+    from grpolab.analysis.claim_runs import judge_family, run_claims
+    from grpolab.report.publish import record_study_tables
+    from grpolab.report.verdict_page import render_verdicts, write_claims_dashboard
     state = state_dir(args.state)
     started = time.time()
     with _stdout_to_stderr():   # what the studies, their workers and libraries print is not table data
@@ -254,6 +256,11 @@ def _cmd_study_worker(args) -> int:
 
 
 def _cmd_table(args) -> int:
+    from grpolab.studies.definition import load_study
+    study = load_study(args.study)   # the file and --metric are answered before any store is opened
+    metrics = [o.metric for o in study.objectives]
+    if args.metric is not None and args.metric not in metrics:
+        raise ConfigError(f"--metric: {args.metric!r} is not an objective of {study.name}; valid: {', '.join(metrics)}")
     from grpolab.report.tables import study_table
     from grpolab.state import state_dir
     state = state_dir(args.state)
@@ -267,7 +274,7 @@ def _cmd_table(args) -> int:
 
 
 def _cmd_dashboard(args) -> int:
-    from grpolab.report.dashboard import build_dashboard, default_output_name, load_layout
+    from grpolab.report.layout import load_layout
     from grpolab.state import state_dir
     if args.layout is not None:
         load_layout(args.layout)   # a bad layout is answered before the state folder is touched
@@ -275,6 +282,10 @@ def _cmd_dashboard(args) -> int:
         raise ConfigError(f"--out: the folder of {args.out!r} does not exist; create it first or give a path in an existing folder")
     if args.out and Path(args.out).is_dir():
         raise ConfigError(f"--out: {args.out!r} is a folder; give the path of the HTML file to write")
+    if args.study:
+        from grpolab.studies.definition import load_study
+        load_study(args.study)
+    from grpolab.report.dashboard import build_dashboard, default_output_name
     state = state_dir(args.state)
     run_ids = [r.strip() for r in (args.runs or "").split(",") if r.strip()]
     name = default_output_name(args.study, run_ids, args.layout, args.x or "steps", args.seeds or "band")

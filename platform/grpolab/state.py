@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from grpolab.errors import ConfigError
+
 
 def state_path(override: str | os.PathLike | None = None) -> Path:
     """Where the state folder is, without creating it (checks that must write nothing)."""
@@ -40,7 +42,6 @@ def check_state_folder(override: str | os.PathLike | None = None) -> Path:
     """The state folder as a command that writes there needs it: a folder (or a path where one can
     be created) this process can write into. Checked before anything is read or written, so that a
     regular file or a read-only folder is answered in one line, not by a traceback mid-run."""
-    from grpolab.errors import ConfigError
     path = state_path(override)
     if path.exists() and not path.is_dir():
         raise ConfigError(f"--state: {str(path)!r} is a file, not a folder; give a folder (created if missing), "

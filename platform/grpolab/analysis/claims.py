@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from grpolab.analysis.verdicts import DIRECTIONS
+from grpolab.analysis import DIRECTIONS
 from grpolab.errors import ConfigError
 from grpolab.studies.definition import Mechanism, StudyConfig, check_metric, load_study, parse_mechanism
 from grpolab.studies.registration import parse_deviations

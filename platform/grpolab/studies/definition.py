@@ -286,16 +286,19 @@ def _rungs(raw) -> tuple[Rung, ...]:
     return tuple(out)
 
 
-def _key_value(data: dict, key: str):
-    """The value at dotted ``key`` of an experiment mapping (a method name stands for its base)."""
-    node = data
+def _key_value(resolved: dict, key: str):
+    """The value at dotted ``key`` of a resolved experiment (``RunConfig.resolved()``)."""
+    node = resolved
     for part in key.split("."):
-        if isinstance(node, str) and part != "base":
-            node = {"base": node}
         if not isinstance(node, dict) or part not in node:
             return _MISSING
         node = node[part]
     return node
+
+
+def _plain(value):
+    """Tuples (resolved pairs) compare equal to the lists a study file gives."""
+    return [_plain(v) for v in value] if isinstance(value, (list, tuple)) else value
 
 
 _MISSING = object()
@@ -305,14 +308,15 @@ def _check_rungs_differ(study: StudyConfig) -> None:
     """Every rung validates, each change of a rung after the first changes the value it had, and
     no two rungs run the same effective experiment (method spec, task, model, budget, eval): a
     rung that repeats another would be measured against itself. Raised before anything runs."""
-    seen = {}
+    seen, before = {}, None
     for i, rung in enumerate(study.rungs):
-        before = study.rung_experiment(i - 1, study.seeds[0]) if i else {}
-        for key, value in rung.changes.items() if i else ():
-            if _key_value(before, key) == value:
+        for key, value in rung.changes.items() if before else ():
+            had = _key_value(before, key)
+            if had is not _MISSING and _plain(had) == _plain(value):
                 raise ConfigError(f"rungs[{i}] ({rung.name}): its change {key}={value!r} is the value {key} "
                                   "already has; every rung after the first must change something")
         cfg = _validate_experiment(study.rung_experiment(i, study.seeds[0]), f"rungs[{i}]")
+        before = cfg.resolved()
         effective = (cfg.spec.spec_hash(), repr((cfg.task, cfg.model, cfg.train, cfg.eval, cfg.warm_start)))
         if effective in seen:
             raise ConfigError(f"rungs[{i}] ({rung.name}): runs exactly the same experiment as rungs[{seen[effective]}] "
