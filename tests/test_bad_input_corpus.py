@@ -117,8 +117,8 @@ CASES = [
       "train.n_train_prompts", "at most 36"),
     C("capacity-eval-sorting", "run {exp} 'task={{name: sorting, length: 1, max_number: 3}}' eval.prompts=5",
       "eval.prompts", "'sorting'", "at most 4"),
-    C("capacity-eval-gridworld", "run {exp} 'task={{name: gridworld, size: 2}}' eval.prompts=9",
-      "eval.prompts", "'gridworld'", "at most"),
+    C("capacity-eval-gridworld", "run {exp} 'task={{name: gridworld, size: 2}}' eval.prompts=13",
+      "eval.prompts", "'gridworld'", "at most 12"),
     C("capacity-carries", "run {exp} task.digits=1 task.min_carries=2", "task.min_carries", "valid: 0 to 1"),
     C("capacity-countdown-target", "run {exp} 'task={{name: countdown, max_target: 0}}'", "task.max_target", "at least 1"),
     # -- paths the command must write to ------------------------------------------------------------
@@ -155,7 +155,8 @@ CASES = [
     C("study-space-bad-choice", "study {search_bad_choice}", "space.method.surrogate='nope'", "surrogate"),
     C("study-space-bad-range", "study {search_bad_range}", "space.train.group_size=1", "train.group_size", ">= 2"),
     C("study-rung-no-op", "study {ladder_no_op}", "rungs[1] (same lr)", "train.learning_rate=0.0002", "already has"),
-    C("study-rung-identical", "study {ladder_identical}", "rungs[1] (eps 0.2)", "same experiment as rungs[0]"),
+    C("study-rung-no-op-default", "study {ladder_default}", "rungs[1] (eps 0.2)", "method.eps_high=0.2", "already has"),
+    C("study-rung-identical", "study {ladder_identical}", "rungs[2] (back to 0.2)", "same experiment as rungs[0] (base)"),
     C("study-rung-unknown-key", "study {ladder_unknown_key}", "rungs[1]", "method.eps_hihg", "unknown"),
     C("study-plan-no-op", "study {ladder_no_op} --plan", "rungs[1] (same lr)", "already has"),
     C("study-workers-zero", "study {study} --workers 0", "--workers", ">= 1"),
@@ -293,8 +294,11 @@ def _studies(d: Path, model_dir: Path, recorded: Path) -> dict:
         "train.group_size": {"type": "int", "low": 1, "high": 8}}})
     p["ladder_no_op"] = _write(d / "no_op.yaml", {**ladder, "rungs": [
         {"name": "base"}, {"name": "same lr", "changes": {"train.learning_rate": 2e-4}}]})
-    p["ladder_identical"] = _write(d / "identical.yaml", {**ladder, "rungs": [
+    p["ladder_default"] = _write(d / "default.yaml", {**ladder, "rungs": [   # grpo's own eps_high is 0.2
         {"name": "base"}, {"name": "eps 0.2", "changes": {"method.eps_high": 0.2}}]})
+    p["ladder_identical"] = _write(d / "identical.yaml", {**ladder, "rungs": [
+        {"name": "base"}, {"name": "eps 0.28", "changes": {"method.eps_high": 0.28}},
+        {"name": "back to 0.2", "changes": {"method.eps_high": 0.2}}]})
     p["ladder_unknown_key"] = _write(d / "unknown_key.yaml", {**ladder, "rungs": [
         {"name": "base"}, {"name": "typo", "changes": {"method.eps_hihg": 0.28}}]})
     claim = {"source": "corpus", "statement": "clip higher changes nothing here", "study": recorded.name,
@@ -423,6 +427,12 @@ def corpus(tmp_path_factory, tiny_model_dir):
     print("\nCORPUS slowest: " + ", ".join(f"{k} {o.seconds:.1f}s torch={o.torch}" for k, o in slow))
     print(f"CORPUS cases={len(runnable)} (skipped as root: {len(CASES) - len(runnable)}) wall_seconds={wall:.1f} "
           f"slowest={max(o.seconds for o in outcomes.values()):.1f}s")
+    if os.environ.get("CORPUS_ANSWERS"):   # a table of every case's command and answer, for notes
+        with open(os.environ["CORPUS_ANSWERS"], "w") as out:
+            for case in runnable:
+                args = " ".join(shlex.quote(a.format(**inputs, state="STATE")) for a in case.args).replace(str(root), "…")
+                answer = [l for l in outcomes[case.id].stderr.splitlines() if l.startswith("error:")]
+                out.write(f"{case.id}\t`grpolab {args}`\t{(answer or ['?'])[0].replace(str(root), '…')}\n")
     yield {"inputs": inputs, "outcomes": outcomes, "root": root, "inputs_before": inputs_before,
            "recorded_state": recorded_state, "recorded_runs": mlflow_runs(recorded_state)}
     for key in ("unreadable_yaml", "gguf_unreadable", "jsonl_unreadable"):

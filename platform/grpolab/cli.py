@@ -177,6 +177,8 @@ def _cmd_study(args) -> int:
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
     launcher = _study_launcher(args)
+    from grpolab.studies.definition import load_study
+    load_study(args.study)   # the whole file is answered before any store or the coordinator is loaded
     check_stores(state_path(args.state), args.storage)   # fail fast, before the study's imports
     from grpolab.report.publish import record_study_tables
     from grpolab.studies.coordinator import run_study
