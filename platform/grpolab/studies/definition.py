@@ -27,6 +27,7 @@ from grpolab.method.spec import MethodSpec
 from grpolab.studies.devices import check_devices
 from grpolab.studies.registration import parse_deviations
 from grpolab.studies.search_space import check_space
+from grpolab.tasks.sources import MISSING, field_value
 from grpolab.yaml_input import read_yaml_mapping
 
 METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")
@@ -286,22 +287,10 @@ def _rungs(raw) -> tuple[Rung, ...]:
     return tuple(out)
 
 
-def _key_value(resolved: dict, key: str):
-    """The value at dotted ``key`` of a resolved experiment (``RunConfig.resolved()``)."""
-    node = resolved
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return _MISSING
-        node = node[part]
-    return node
-
-
 def _plain(value):
     """Tuples (resolved pairs) compare equal to the lists a study file gives."""
     return [_plain(v) for v in value] if isinstance(value, (list, tuple)) else value
 
-
-_MISSING = object()
 
 
 def _check_rungs_differ(study: StudyConfig) -> None:
@@ -311,8 +300,8 @@ def _check_rungs_differ(study: StudyConfig) -> None:
     seen, before = {}, None
     for i, rung in enumerate(study.rungs):
         for key, value in rung.changes.items() if before else ():
-            had = _key_value(before, key)
-            if had is not _MISSING and _plain(had) == _plain(value):
+            had = field_value(before, key)   # the resolved value, defaults included
+            if had is not MISSING and _plain(had) == _plain(value):
                 raise ConfigError(f"rungs[{i}] ({rung.name}): its change {key}={value!r} is the value {key} "
                                   "already has; every rung after the first must change something")
         cfg = _validate_experiment(study.rung_experiment(i, study.seeds[0]), f"rungs[{i}]")
