@@ -27,7 +27,7 @@ from grpolab.method.spec import MethodSpec
 from grpolab.studies.devices import check_devices
 from grpolab.studies.registration import parse_deviations
 from grpolab.studies.search_space import check_space
-from grpolab.tasks.sources import MISSING, field_value
+from grpolab.tracking.naming import flat_keys
 from grpolab.yaml_input import read_yaml_mapping
 
 METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")
@@ -287,12 +287,6 @@ def _rungs(raw) -> tuple[Rung, ...]:
     return tuple(out)
 
 
-def _plain(value):
-    """Tuples (resolved pairs) compare equal to the lists a study file gives."""
-    return [_plain(v) for v in value] if isinstance(value, (list, tuple)) else value
-
-
-
 def _check_rungs_differ(study: StudyConfig) -> None:
     """Every rung validates, each change of a rung after the first changes the value it had, and
     no two rungs run the same effective experiment (method spec, task, model, budget, eval): a
@@ -300,12 +294,11 @@ def _check_rungs_differ(study: StudyConfig) -> None:
     seen, before = {}, None
     for i, rung in enumerate(study.rungs):
         for key, value in rung.changes.items() if before else ():
-            had = field_value(before, key)   # the resolved value, defaults included
-            if had is not MISSING and _plain(had) == _plain(value):
+            if key in before and before[key] == value:   # the resolved value, defaults included
                 raise ConfigError(f"rungs[{i}] ({rung.name}): its change {key}={value!r} is the value {key} "
                                   "already has; every rung after the first must change something")
         cfg = _validate_experiment(study.rung_experiment(i, study.seeds[0]), f"rungs[{i}]")
-        before = cfg.resolved()
+        before = flat_keys(cfg.resolved())
         effective = (cfg.spec.spec_hash(), repr((cfg.task, cfg.model, cfg.train, cfg.eval, cfg.warm_start)))
         if effective in seen:
             raise ConfigError(f"rungs[{i}] ({rung.name}): runs exactly the same experiment as rungs[{seen[effective]}] "

@@ -80,7 +80,7 @@ def read_records(path: str, split: str | None = None) -> list[dict]:
 HELD_OUT_KEYS = ("path", "revision", "config", "split", "prompt_field", "answer_field", "reference_extract")
 SPLIT_WORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "val", "dev"),
                "test": ("test", "testing", "eval", "evaluation")}
-MISSING = object()   # what field_value returns for a path a row does not have
+_MISSING = object()
 _READ_CACHE: dict[tuple, list[dict]] = {}   # (file, mtime, size) -> rows: each rung of a study validates the same file
 
 
@@ -233,7 +233,7 @@ def field_value(row: dict, name: str):
     node = row
     for part in name.split("."):
         if not isinstance(node, dict) or part not in node:
-            return MISSING
+            return _MISSING
         node = node[part]
     return node
 
@@ -254,12 +254,12 @@ def to_examples(records: list[dict], prompt_field: str, answer_field: str, refer
     repeat every row, e.g. for avg@k evaluation)."""
     to_reference = make_extractor(reference_extract)
     for field_key, name in (("prompt_field", prompt_field), ("answer_field", answer_field)):
-        if records and field_value(records[0], name) is MISSING:
+        if records and field_value(records[0], name) is _MISSING:
             raise ConfigError(f"{key}.{field_key}: column {name!r} is not in {where}; columns: {', '.join(map(str, records[0]))}")
     examples, seen = [], set()
     for i, row in enumerate(records):
         prompt, answer = field_value(row, prompt_field), field_value(row, answer_field)
-        if name_missing := [n for n, v in ((prompt_field, prompt), (answer_field, answer)) if v is MISSING or v is None]:
+        if name_missing := [n for n, v in ((prompt_field, prompt), (answer_field, answer)) if v is _MISSING or v is None]:
             raise ConfigError(f"{key}.path: row {i + 1} of {where} has no {name_missing[0]!r}")
         reference = to_reference(str(answer))
         if reference is None:
