@@ -289,3 +289,18 @@ def test_a_raising_reward_is_counted_and_the_run_goes_on_all_failing_stops_it(
     assert failed.info.status == "FAILED"
     assert "reward 'always_raises' failed on every completion" in failed.data.tags["grpolab.error"]
     assert "reward service down" in failed.data.tags["grpolab.error"]
+
+
+def test_bounded_estimators_refuse_task_rewards_outside_the_unit_interval(rows):
+    from grpolab.experiment.config import build_config
+    task = {"name": "local_dataset", "path": str(rows), "prompt_field": "q", "answer_field": "a", "extract": "last_number"}
+
+    def config(rewards):
+        return build_config({"task": {**task, "rewards": rewards}, "model": {"preset": "tiny"}, "method": "maxrl"})
+
+    assert config(["correctness", {"name": "format", "weight": 0.0}]).spec.reward_weights == (1.0, 0.0)
+    assert config([{"name": "correctness", "weight": 0.75}, {"name": "format", "weight": 0.25}]).spec.advantage == "maxrl"
+    with pytest.raises(ConfigError, match=r"method.advantage=maxrl needs rewards in \[0, 1\].*weights \[1.0, 0.25\]"):
+        config(["correctness", {"name": "format", "weight": 0.25}])
+    with pytest.raises(ConfigError, match="has the reward 'length', which is negative"):
+        config(["correctness", {"name": "length", "weight": 0.0}])
