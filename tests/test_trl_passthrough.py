@@ -187,3 +187,17 @@ def test_report_to_mlflow_is_refused_with_advice_that_holds():
     with pytest.raises(ConfigError) as err:
         check_report_to(["mlflow"])
     assert "leave it out" in str(err.value) and "tracking.enabled" not in str(err.value)
+
+
+@pytest.mark.parametrize("study, expected", [
+    # Oat (Dr. GRPO's trainer): AdamW betas (0.9, 0.95), no weight decay, a constant schedule without warm-up
+    ("dr_grpo_length_qwen.yaml", {"adam_beta2": 0.95, "warmup_steps": 0, "lr_scheduler_type": "constant"}),
+    # the DAPO paper (not verl's recipe): 20 rollouts x 16 updates of warm-up, no weight decay stated
+    ("dapo_table1_qwen.yaml", {"warmup_steps": 320, "lr_scheduler_type": "constant_with_warmup"}),
+])
+def test_paper_scale_studies_set_their_sources_optimiser(study, expected):
+    import yaml
+    trl = yaml.safe_load((REPO / "studies" / study).read_text())["base"]["train"]["trl"]
+    assert {k: trl.get(k) for k in expected} == expected and "weight_decay" not in trl
+    check = __import__("grpolab.trainer.trl_passthrough", fromlist=["check_trl_settings"]).check_trl_settings
+    check(trl)
