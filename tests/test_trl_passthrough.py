@@ -48,6 +48,7 @@ def test_committed_field_list_matches_the_installed_trl():
                              "warmup_steps"),
     ({"top_p": "high"}, "train.trl.top_p: expected float, got str 'high'"),
     ({"weight_decay": True}, "train.trl.weight_decay: expected float, got bool True"),
+    ({"trackio_static_space_id": 3}, "train.trl.trackio_static_space_id: expected str | null | bool, got int 3"),
     ({"lr_scheduler_type": "cosnie"}, "train.trl.lr_scheduler_type: unknown value 'cosnie' (did you mean 'cosine'?)"),
 ])
 def test_owned_unknown_and_mistyped_fields_are_refused(trl, message):
@@ -197,7 +198,8 @@ def test_report_to_mlflow_is_refused_with_advice_that_holds():
 ])
 def test_paper_scale_studies_set_their_sources_optimiser(study, expected):
     import yaml
+
+    from grpolab.trainer.trl_passthrough import check_trl_settings
     trl = yaml.safe_load((REPO / "studies" / study).read_text())["base"]["train"]["trl"]
     assert {k: trl.get(k) for k in expected} == expected and "weight_decay" not in trl
-    check = __import__("grpolab.trainer.trl_passthrough", fromlist=["check_trl_settings"]).check_trl_settings
-    check(trl)
+    check_trl_settings(trl)

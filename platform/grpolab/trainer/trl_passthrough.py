@@ -110,7 +110,8 @@ def check_trl_settings(trl: dict, prefix: str = "train.trl") -> None:
             raise ConfigError(f"{key}: {why}")
         type_name, kinds, choices = GRPO_CONFIG_FIELDS[name]
         if kinds and _kind(value) not in kinds and not (_kind(value) == "int" and "float" in kinds):
-            raise ConfigError(f"{key}: expected {type_name}, got {type(value).__name__} {value!r}")
+            expected = type_name if type_name != "Union" else " | ".join(kinds)   # a bare Union names no member
+            raise ConfigError(f"{key}: expected {expected}, got {type(value).__name__} {value!r}")
         if choices and isinstance(value, str) and value not in choices:
             raise ConfigError(f"{key}: unknown value {value!r}{did_you_mean(value, choices)}; valid: {', '.join(choices)}")
 
