@@ -143,6 +143,33 @@ def test_two_processes_make_identical_decisions_and_do_not_hang(tiny_model_dir, 
         assert d0["spread_min"] > 0                                 # no zero-variance group trained
 
 
+def _opo_by_hand(t, out):
+    """OPO's advantages from the rollout's generated lengths (rows), whatever the loss's mask."""
+    from grpolab.algorithms import baselines, combine_rewards
+    lengths = torch.tensor([float(r[1]) for r in t._stash["rows"]])
+    return baselines.opo(combine_rewards(t._stash["rewards"], None), lengths, t.num_generations)
+
+
+def test_opo_weighs_generated_lengths_when_the_zero_variance_filter_masks_a_group(tiny_model_dir, tmp_path):
+    t, train = _trainer(tiny_model_dir, tmp_path, build_spec({"advantage": "opo", "sampling": "zero_variance_filter", "aggregation": "token_mean",
+                                                               "sampling_filter": "reward"}), _even_informative)
+    out = t._generate_and_score_completions([{"prompt": train[i].prompt, "idx": i} for i in (0, 1) for _ in range(4)])
+    assert out["completion_mask"][4:].sum() == 0                  # the all-1 group is masked out of the loss
+    assert torch.isfinite(out["advantages"]).all()
+    assert out["advantages"][4:].tolist() == [0.0] * 4 and out["advantages"][:4].abs().sum() > 0
+    torch.testing.assert_close(out["advantages"], _opo_by_hand(t, out))
+
+
+def test_opo_counts_truncated_completions_in_full_under_the_overlong_filter(tiny_model_dir, tmp_path):
+    t, train = _trainer(tiny_model_dir, tmp_path, build_spec({"advantage": "opo", "overlong_filter": True}),
+                        _even_informative, mask_truncated_completions=True)
+    out = t._generate_and_score_completions([{"prompt": train[i].prompt, "idx": i} for i in (0, 2) for _ in range(4)])
+    truncated = [bool(r[2]) for r in t._stash["rows"]]
+    assert any(truncated) and out["completion_mask"][torch.tensor(truncated)].sum() == 0
+    assert torch.isfinite(out["advantages"]).all()
+    torch.testing.assert_close(out["advantages"], _opo_by_hand(t, out))
+
+
 def test_gfpo_retains_the_shortest_or_most_efficient_and_gives_the_rest_no_advantage():
     """Hand-computed, two groups of 4, keep 2. By length: group 0 lengths 5, 2, 7, 2 -> rows 1, 3
     (tie on 2: both); group 1 lengths 3, 9, 1, 4 -> rows 4, 6. By reward / length: group 0

@@ -79,10 +79,7 @@ def _cmd_verdicts(args) -> int:
     verdict dashboard. Exit 0 (verdicts are results, whatever they say). Only the table goes
     to stdout (``--format csv`` pipes into a CSV reader); progress, the dashboard path and the
     summary line go to stderr."""
-    from grpolab.analysis.claim_runs import judge_family, run_claims
     from grpolab.analysis.claims import claim_files, load_claim
-    from grpolab.report.publish import record_study_tables
-    from grpolab.report.verdict_page import render_verdicts, write_claims_dashboard
     from grpolab.state import state_dir
 
     def note(line: str) -> None:
@@ -91,6 +88,11 @@ def _cmd_verdicts(args) -> int:
         raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
     if args.no_run and args.until_decided:
         raise ConfigError("--until-decided runs rows; it cannot go with --no-run")
+    for path in claim_files(args.claims):   # every claim (and its study) is read before the heavy imports
+        load_claim(path)
+    from grpolab.analysis.claim_runs import judge_family, run_claims
+    from grpolab.report.publish import record_study_tables
+    from grpolab.report.verdict_page import render_verdicts, write_claims_dashboard
     state = state_dir(args.state)
     started = time.time()
     with _stdout_to_stderr():   # what the studies, their workers and libraries print is not table data
@@ -125,8 +127,34 @@ def _stdout_to_stderr():
 
 
 def _cmd_bench(args) -> int:
+    _check_bench_args(args)
     from grpolab.bench.suite import main as bench_main
     return bench_main(args)
+
+
+def _check_bench_args(args) -> None:
+    """Counts and FILE checked before the benchmark's imports (torch, TRL) and before the state
+    folder is made: FILE must be a valid experiment or study, and is read only by throughput."""
+    for flag, value, least in (("--steps", args.steps, 1), ("--repeats", args.repeats, 1), ("--rows", args.rows, 2),
+                               ("--rollouts", args.rollouts, 1)):
+        if value < least:
+            raise ConfigError(f"{flag}: must be >= {least}, got {value}")
+    if args.what != "throughput":
+        if args.file:
+            raise ConfigError(f"bench FILE {args.file!r}: only read with --what throughput; valid: --what throughput FILE")
+        return
+    if not args.file:
+        raise ConfigError("bench --what throughput: give the experiment or study file to measure")
+    from grpolab.yaml_input import read_yaml_mapping
+    data = read_yaml_mapping(args.file, "bench file", "give an experiment or a study file")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the row's notes are shown when it runs
+        if data.get("kind") in ("ladder", "search"):
+            from grpolab.studies.definition import load_study
+            load_study(args.file)
+        else:
+            from grpolab.experiment.config import load_experiment
+            load_experiment(args.file)
 
 
 def _study_plan(args) -> int:
@@ -149,6 +177,8 @@ def _cmd_study(args) -> int:
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
     launcher = _study_launcher(args)
+    from grpolab.studies.definition import load_study
+    load_study(args.study)   # the whole file is answered before any store or the coordinator is loaded
     check_stores(state_path(args.state), args.storage)   # fail fast, before the study's imports
     from grpolab.report.publish import record_study_tables
     from grpolab.studies.coordinator import run_study
@@ -230,6 +260,11 @@ def _cmd_study_worker(args) -> int:
 
 
 def _cmd_table(args) -> int:
+    from grpolab.studies.definition import load_study
+    study = load_study(args.study)   # the file and --metric are answered before any store is opened
+    metrics = [o.metric for o in study.objectives]
+    if args.metric is not None and args.metric not in metrics:
+        raise ConfigError(f"--metric: {args.metric!r} is not an objective of {study.name}; valid: {', '.join(metrics)}")
     from grpolab.report.tables import study_table
     from grpolab.state import state_dir
     state = state_dir(args.state)
@@ -243,10 +278,19 @@ def _cmd_table(args) -> int:
 
 
 def _cmd_dashboard(args) -> int:
-    from grpolab.report.dashboard import build_dashboard
+    from grpolab.report.layout import load_layout
     from grpolab.state import state_dir
+    if args.layout is not None:
+        load_layout(args.layout)   # a bad layout is answered before the state folder is touched
+    if args.out and not Path(args.out).absolute().parent.is_dir():
+        raise ConfigError(f"--out: the folder of {args.out!r} does not exist; create it first or give a path in an existing folder")
+    if args.out and Path(args.out).is_dir():
+        raise ConfigError(f"--out: {args.out!r} is a folder; give the path of the HTML file to write")
+    if args.study:
+        from grpolab.studies.definition import load_study
+        load_study(args.study)
+    from grpolab.report.dashboard import build_dashboard, default_output_name
     state = state_dir(args.state)
-    from grpolab.report.dashboard import default_output_name
     run_ids = [r.strip() for r in (args.runs or "").split(",") if r.strip()]
     name = default_output_name(args.study, run_ids, args.layout, args.x or "steps", args.seeds or "band")
     out = Path(args.out) if args.out else state / "dashboards" / name
@@ -266,7 +310,7 @@ def _cmd_dashboard(args) -> int:
 def _common_flags(defaults: bool) -> argparse.ArgumentParser:
     """--state and -v, accepted before or after the subcommand (after it they must not reset
     what was given before it, hence SUPPRESS as the subcommand's default)."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = _OneLineParser(add_help=False)
     common.add_argument("--state", default=None if defaults else argparse.SUPPRESS,
                         help="state folder (default $GRPOLAB_STATE or ./grpolab-state)")
     common.add_argument("-v", "--verbose", action="store_true", default=False if defaults else argparse.SUPPRESS)
@@ -274,11 +318,20 @@ def _common_flags(defaults: bool) -> argparse.ArgumentParser:
 
 
 PUBLIC_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "methods", "metrics-doc", "bench", "doctor")
+STATE_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "bench")   # they read or write the state folder
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line, like every other bad input: what was wrong and where the
+    command's valid flags are listed (its --help)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (valid: see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from grpolab import __version__
-    parser = argparse.ArgumentParser(prog="grpolab", description=__doc__.splitlines()[0], parents=[_common_flags(True)])
+    parser = _OneLineParser(prog="grpolab", description=__doc__.splitlines()[0], parents=[_common_flags(True)])
     parser.add_argument("--version", action="version", version=f"grpolab {__version__}")
     # the internal study-worker command is left out of the listing (it has no help= either)
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(PUBLIC_COMMANDS) + "}")
@@ -552,6 +605,9 @@ def _main(argv: list[str] | None) -> int:
     if not args.verbose:
         _quiet_libraries()
     try:
+        if args.command in STATE_COMMANDS:
+            from grpolab.state import check_state_folder
+            check_state_folder(args.state)
         return args.func(args)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

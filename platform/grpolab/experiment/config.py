@@ -72,7 +72,8 @@ class TrainCfg:
     temperature: float = 1.0
     max_completion_length: int = 0     # 0: the task's own limit
     max_grad_norm: float = 1.0
-    n_train_prompts: int = 4000
+    n_train_prompts: int = 4000        # at most this many (fewer if the task holds fewer); set explicitly,
+                                       # the task must hold that many (checked at load time)
     save_every: int = -1               # steps between checkpoints (a multiple of minibatches x num_iterations);
                                        # -1: auto (~50, whole rollouts), 0: at the end only (checkpoints.py)
     keep_checkpoints: int = 2          # newest complete checkpoints kept per run
@@ -231,6 +232,7 @@ def build_config(data: dict) -> RunConfig:
     cfg = RunConfig(name=name, method_name=method_name, method_overrides=overrides, spec=spec,
                     task={"name": task_obj.name, **task_obj.params}, seed=seed, **sections)
     notes = check_coherence(cfg, task_obj)
+    check_task_capacity(cfg, task_obj, explicit_train="n_train_prompts" in train_raw)
     if cfg.eval.max_completion_length == 0:  # evaluate at the cap the run trains with (issue 10)
         train_cap = cfg.train.max_completion_length or task_obj.max_completion_length
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, max_completion_length=train_cap))
@@ -294,9 +296,9 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     if s.surrogate == "group_dpo" and (t.minibatches > 1 or t.grad_accum > 1):
         raise ConfigError("method.surrogate=group_dpo pairs completions within a group, so the whole rollout must be "
                           "one micro-batch: set train.minibatches=1 and train.grad_accum=1")
-    if estimator.bounded and s.soft_overlong:
-        raise ConfigError(f"method.advantage={s.advantage} needs rewards in [0, 1] ({estimator.bounded}); "
-                          "soft_overlong adds negative rewards")
+    unbounded = reward_range_problem(s, task) if estimator.bounded else None
+    if unbounded:
+        raise ConfigError(f"method.advantage={s.advantage} needs rewards in [0, 1] ({estimator.bounded}); {unbounded}")
     if s.surrogate == "reinforce" and cfg.reuses_rollouts:
         raise ConfigError("method.surrogate=reinforce has no importance ratio, so it is only valid on-policy: "
                           "set train.minibatches=1 and train.num_iterations=1, or use surrogate=clip")
@@ -308,6 +310,42 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     notes = check_engines(cfg)
     notes += inert_notes(cfg)   # each axis value declares one requirement (regime.py); unmet: inert, warned once
     return notes
+
+
+def check_task_capacity(cfg: RunConfig, task, explicit_train: bool) -> None:
+    """The task holds as many distinct held-out prompts as ``eval.prompts`` asks (and, when the
+    experiment sets it, as many training prompts as ``train.n_train_prompts``): drawn now, with the
+    run's seed, exactly as the run will draw them. A small space (1-digit sums) or a small
+    dataset would otherwise give fewer, and the run would be measured on fewer than asked. The
+    default ``n_train_prompts`` is a cap, not a request. A dataset not readable yet (a hub
+    dataset downloaded at run start) is checked when it is read."""
+    source = getattr(task, "source", task)
+    if not getattr(source, "loaded", True):
+        return
+    n_train = cfg.train.n_train_prompts if explicit_train else 0
+    train, held_out = task.splits(cfg.seed, n_train, cfg.eval.prompts)
+    what = f"task {cfg.task['name']!r}" + (f" ({cfg.task.get('path')})" if cfg.task.get("path") else "")
+    if len(held_out) < cfg.eval.prompts:
+        raise ConfigError(f"eval.prompts: {what} holds at most {len(held_out)} distinct held-out prompts, "
+                          f"got {cfg.eval.prompts}; valid: 1 to {len(held_out)}")
+    if len(train) < n_train:
+        raise ConfigError(f"train.n_train_prompts: {what} holds at most {len(train)} distinct training prompts "
+                          f"besides the held-out ones, got {n_train}; valid: 1 to {len(train)}")
+
+
+def reward_range_problem(spec, task) -> str | None:
+    """Why the run's total reward r = sum_k w_k r_k can leave [0, 1] (None: it cannot, as far as
+    grpolab can tell: the built-in components correctness and format lie in [0, 1]; a user reward
+    function's range is its author's to keep)."""
+    if spec.soft_overlong:
+        return "soft_overlong adds negative rewards"
+    if "length" in [r.name for r in getattr(task, "rewards", ())]:
+        return f"task {task.name!r} has the reward 'length', which is negative"
+    weights = spec.reward_weights or (1.0,) * len(task.reward_names)
+    if min(weights) < 0 or sum(weights) > 1:
+        return (f"task {task.name!r}'s reward weights {list(weights)} (reward components "
+                f"{', '.join(task.reward_names)}) give totals outside [0, 1]; give weights >= 0 summing to at most 1")
+    return None
 
 
 def rollout_steps(train) -> int:
@@ -335,7 +373,23 @@ def parse_override(text: str) -> tuple[list[str], object]:
     if "=" not in text:
         raise ConfigError(f"override {text!r}: expected key.path=value, e.g. train.steps=50")
     key, value = text.split("=", 1)
-    return key.strip().split("."), yaml.safe_load(value)
+    return key.strip().split("."), override_value(text, value)
+
+
+PLAIN_VALUES = "a plain value: a number, text, true/false, null, [a, list] or {a: mapping}"
+
+
+def override_value(text: str, value: str):
+    """The YAML value of one ``key=value`` override, read with the safe loader only; a YAML tag
+    (``!!python/object``, ``!!str``, ``!custom``) is refused before anything is constructed, so
+    an override can only ever be plain data."""
+    try:
+        if any(isinstance(token, yaml.TagToken) for token in yaml.scan(value, Loader=yaml.SafeLoader)):
+            raise ConfigError(f"override {text!r}: YAML tags (!...) are not accepted; give {PLAIN_VALUES}")
+        return yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"override {text!r}: not a valid YAML value ({problem}); give {PLAIN_VALUES}") from None
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from grpolab.method.advantages import ADVANTAGES, advantage_params, estimators
+from grpolab.method.advantages import ADVANTAGES, SHARED_PARAMS, advantage_params, estimators
 from grpolab.method.advantages import readers as advantage_readers
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES, readers
@@ -105,7 +105,7 @@ REQUIREMENTS: dict[tuple[str, object], Requirement] = {
     ("entropy_target", None): ADAPTIVE, ("entropy_coef_step", None): ADAPTIVE,
     ("entropy_coef_min", None): ADAPTIVE, ("entropy_coef_max", None): ADAPTIVE,
     # the advantage axis's parameters, from its registry (method/advantages.py)
-    **{(param, None): _advantage_param(param) for param in advantage_params()},
+    **{(param, None): _advantage_param(param) for param in (*advantage_params(), *SHARED_PARAMS)},
     ("value_clip", None): CRITIC, ("whiten_advantages", None): CRITIC,
     ("step_gamma", None): STEP, ("anchor_similarity", None): STEP,
 }

@@ -7,6 +7,13 @@ MASTER_ADDR and MASTER_PORT, and accelerate (inside TRL) joins them in one proce
 CPU, NCCL on GPUs; rank r uses device r of its worker's CUDA_VISIBLE_DEVICES). Rank 0 holds the
 row's one MLflow run and evaluates (experiment/runner.py: several processes log one run).
 
+The worker owns the rendezvous port, as torchrun's agent does: it hosts the row's TCPStore on a
+port the kernel assigns when the store binds it (port 0), keeps it bound until the ranks are done,
+and tells the ranks to join that store rather than start one (``TORCHELASTIC_USE_AGENT_STORE``).
+A port picked free and released before the ranks bind it could be taken in between by another
+row starting at the same moment; a port held from the start cannot. (With an accelerate config,
+below, accelerate's launcher binds the port itself, so there it is still picked free first.)
+
 The ranks are started directly rather than through torchrun's agent, so that the worker owns each
 of them: it stops them all when the row is handed back (reaped), when the worker is signalled, or
 when one rank fails (the others would wait in a collective for ever); and each rank asks the
@@ -47,10 +54,23 @@ STOP_GRACE_S = 5.0                      # SIGTERM -> SIGKILL for ranks being sto
 AFTER_RANK0_S = 60.0                    # other ranks may take this long to exit after rank 0 finished
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class RankProcesses(list):
+    """The rank processes of a row, and the rendezvous store they join: served (its port held) for
+    as long as this list is referenced."""
+
+    def __init__(self, procs: list[subprocess.Popen], store):
+        super().__init__(procs)
+        self.store = store
+
+    @property
+    def port(self) -> int:
+        return self.store.port
+
+
+def rendezvous_store(world: int):
+    """A TCPStore hosted by this process on a port the kernel picks as it binds it."""
+    from torch.distributed import TCPStore
+    return TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
 
 
 def rank_env(rank: int, world: int, port: int, threads: str) -> dict:
@@ -58,6 +78,7 @@ def rank_env(rank: int, world: int, port: int, threads: str) -> dict:
     return {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
             "LOCAL_WORLD_SIZE": str(world), "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": str(rank),
             "ROLE_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "TORCHELASTIC_USE_AGENT_STORE": "True",   # the store on MASTER_PORT is this worker's
             "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "GRPOLAB_WORKER_THREADS": threads,
             PARENT_ENV: str(os.getpid())}
 
@@ -66,15 +87,33 @@ def start_ranks(world: int, row_dir: Path, accelerate_config: str | None = None)
     """Start ``world`` rank processes of the row described by ``row_dir/spec.json``, each with its
     share of this worker's threads (or one accelerate launcher that starts them). They stay in the
     worker's process group (a terminal's Ctrl-C reaches them as it reaches the worker)."""
-    share = int(os.environ.get("GRPOLAB_WORKER_THREADS") or _cpus())
-    threads, port = str(max(1, share // world)), free_port()
     cmd = [sys.executable, "-m", "grpolab.cli", "study-rank", str(row_dir / SPEC)]
-    if accelerate_config:
-        env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
-               "GRPOLAB_WORKER_THREADS": threads, PARENT_ENV: VIA_LAUNCHER}
-        return [subprocess.Popen(accelerate_command(accelerate_config, world, port, cmd[1:]), env=env,
-                                 preexec_fn=_die_with_parent)]
-    return [subprocess.Popen(cmd, env=rank_env(rank, world, port, threads)) for rank in range(world)]
+    if not accelerate_config:
+        return start_processes(world, cmd)
+    threads = _thread_share(world)
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+           "GRPOLAB_WORKER_THREADS": threads, PARENT_ENV: VIA_LAUNCHER}
+    # accelerate's launcher binds its own store on the port it is given: that port is picked free
+    return [subprocess.Popen(accelerate_command(accelerate_config, world, free_port(), cmd[1:]), env=env,
+                             preexec_fn=_die_with_parent)]
+
+
+def start_processes(world: int, cmd: list[str]) -> RankProcesses:
+    """``world`` processes running ``cmd`` as the ranks of one process group, around a rendezvous
+    store this process hosts."""
+    threads, store = _thread_share(world), rendezvous_store(world)
+    return RankProcesses([subprocess.Popen(cmd, env=rank_env(rank, world, store.port, threads))
+                          for rank in range(world)], store)
+
+
+def _thread_share(world: int) -> str:
+    return str(max(1, int(os.environ.get("GRPOLAB_WORKER_THREADS") or _cpus()) // world))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def accelerate_command(config: str, world: int, port: int, module_args: list[str]) -> list[str]:

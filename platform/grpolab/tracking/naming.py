@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import getpass
 
-from grpolab.method.advantages import advantage_params
+from grpolab.method.advantages import SHARED_PARAMS, advantage_params
 from grpolab.method.advantages import readers as advantage_readers
 from grpolab.method.registry import METHODS
 from grpolab.method.spec import MethodSpec
@@ -71,7 +71,8 @@ def method_params(spec: MethodSpec) -> dict:
             if CONDITIONAL_AXES[f.name](spec):
                 out[f.name] = value
         elif value != getattr(_DEFAULT_SPEC, f.name):   # e.g. std_unbiased, adv_eps, reward_weights
-            out[f.name] = value
+            if f.name not in SHARED_PARAMS or spec.advantage in advantage_readers(f.name):   # inert: not logged
+                out[f.name] = value
     return out
 
 

@@ -194,7 +194,7 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
             advantages = algorithms.compute_advantages(
                 self.spec, rewards_adj, G, mask=mask, token_penalty=penalty, prompt_keys=[r[3] for r in rows],
                 tracker=self.tracker, local_rows=slice(start, start + n_local), reduce=reduce,
-                lengths=self._gather(mask.sum(1)),
+                lengths=self._gather(self._generated_mask(out, rows, start).sum(1)),   # before any filter's masking
             )
         if self.tracker is not None:
             self._metrics["train"]["tracker/prompts"].append(float(len(self.tracker.state)))
@@ -403,6 +403,15 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
                 and "tool_mask" not in out and self.num_iterations == 1
                 and self.args.steps_per_generation == self.args.gradient_accumulation_steps)
 
+    def _generated_mask(self, out: dict, rows: list, start: int, model_only: bool = True) -> torch.Tensor:
+        """(n_local, T): ones over each generated completion's tokens (its length from the rollout's
+        ``rows``), before the zero-variance filter or ``mask_truncated_completions`` zero rows of the
+        loss's mask; ``model_only``: the model's own tokens (tool tokens of multi-turn episodes out)."""
+        ids = out["completion_ids"]
+        lengths = torch.tensor([r[1] for r in rows[start:start + ids.size(0)]], device=ids.device)
+        attend = (torch.arange(ids.size(1), device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)).to(out["prompt_mask"].dtype)
+        return attend * out["tool_mask"] if model_only and "tool_mask" in out else attend
+
     @torch.no_grad()
     def _entropy_sums(self, out: dict) -> torch.Tensor:
         """(sum of per-token entropy, tokens) of pi_old over every generated completion token of
@@ -412,9 +421,7 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         ``pad_to_multiple_of`` is out), before ``mask_truncated_completions`` zeroes truncated rows
         (lengths: ``_calculate_rewards``' stash of this round)."""
         ids, T, n = out["completion_ids"], out["completion_ids"].size(1), out["completion_ids"].size(0)
-        start = self.accelerator.process_index * n
-        lengths = torch.tensor([r[1] for r in self._stash["rows"][start:start + n]], device=ids.device)
-        attend = (torch.arange(T, device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)).to(out["prompt_mask"].dtype)
+        attend = self._generated_mask(out, self._stash["rows"], self.accelerator.process_index * n, model_only=False)
         valid = attend * out["tool_mask"] if "tool_mask" in out else attend   # multi-turn: the model's own tokens
         _, ent, _ = self._get_per_token_logps_and_entropies(
             self.model, torch.cat([out["prompt_ids"], ids], 1), torch.cat([out["prompt_mask"], attend], 1), T,
