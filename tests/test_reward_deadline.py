@@ -9,6 +9,7 @@ import time
 import math_verify
 import pytest
 
+from grpolab.tasks.deadline import deadline
 from grpolab.tasks.rewards import Reward, RewardTimeout, call_user
 
 ARGUMENTS = {"prompt": "p", "completion": "\\boxed{1/2}", "answer": "0.5", "extracted": "1/2", "meta": {},
@@ -90,3 +91,73 @@ def test_outside_the_main_thread_python_code_is_interrupted():
 def pass_through(**kwargs):
     time.sleep(0.5)   # nothing of the previous call's interruption is left to stop this one
     return 2.0
+
+
+def interrupted_then_cleanup(injection: str) -> str:
+    """A script where a Ctrl-C handler's exception lands while a 0.3 s limit is being armed or
+    stopped, then cleanup sleeps past the limit: the timer left running must not end the process."""
+    return f"""
+import threading, time
+from grpolab.tasks import deadline as D
+{injection}
+try:
+    with D.deadline(0.3, "r"):
+        pass
+except KeyboardInterrupt:
+    print("caught", flush=True)
+time.sleep(1)
+print("survived")
+"""
+
+
+AFTER_TIMER_START = """
+start = threading.Timer.start
+def start_then_interrupt(self):
+    start(self)
+    threading.Timer.start = start
+    raise KeyboardInterrupt
+threading.Timer.start = start_then_interrupt
+"""
+AT_STOP = """
+stop = D._Watch.stop
+def interrupt_stop(self):
+    D._Watch.stop = stop
+    raise KeyboardInterrupt
+D._Watch.stop = interrupt_stop
+"""
+
+
+@pytest.mark.parametrize("injection", [AFTER_TIMER_START, AT_STOP], ids=["after_timer_start", "at_stop"])
+def test_a_timer_left_running_by_an_interruption_does_not_end_the_process(injection):
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", interrupted_then_cleanup(injection)], capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout.split()) == (0, ["caught", "survived"]), done.stderr
+
+
+def test_an_inner_deadline_keeps_the_outer_limit():
+    finished = []
+    with pytest.raises(RewardTimeout, match=r"^outer ran longer than its timeout_s 0.3 s$"):
+        with deadline(0.3, "outer"):
+            with deadline(30, "inner"):
+                time.sleep(3)
+                finished.append("inner body")
+    assert finished == []
+
+
+def test_an_inner_deadline_keeps_the_outer_limit_outside_the_main_thread():
+    outcome = {}
+
+    def run():
+        try:
+            with deadline(0.3, "outer"):
+                with deadline(30, "inner"):
+                    busy_python()
+        except RewardTimeout as exc:
+            outcome["error"] = str(exc)
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(30)
+    assert outcome == {"error": "outer ran longer than its timeout_s 0.3 s"}
+

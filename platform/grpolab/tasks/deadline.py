@@ -37,6 +37,28 @@ class _Interrupted(BaseException):
     """Raised inside the call when its time is up; BaseException so ``except Exception`` lets it pass."""
 
 
+def _active_watches() -> list:
+    """This thread's armed limits, innermost last (a deadline inside another keeps both)."""
+    return _ACTIVE.__dict__.setdefault("watches", [])
+
+
+def _on_deadline_signal(signum, frame) -> None:
+    """The one handler of ``DEADLINE_SIGNAL``, installed once and never taken back: a signal from a
+    limit that has ended (a timer that outlived its ``deadline`` because a Ctrl-C handler raised
+    while it was being armed or stopped) finds no fired limit still armed and does nothing, where
+    the default action of a real-time signal would end the process."""
+    if any(watch.fired and not watch.stopped for watch in _active_watches()):
+        raise _Interrupted
+
+
+def _install_handler() -> None:
+    if signal.getsignal(DEADLINE_SIGNAL) is not _on_deadline_signal:
+        signal.signal(DEADLINE_SIGNAL, _on_deadline_signal)
+
+
+_ACTIVE = threading.local()
+
+
 class _Watch:
     """One armed limit: the watchdog fires at most once, and never after ``stop``."""
 
@@ -59,10 +81,6 @@ class _Watch:
             else:
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self.thread_id), ctypes.py_object(_Interrupted))
 
-    def on_signal(self, signum, frame) -> None:
-        if self.fired and not self.stopped:
-            raise _Interrupted
-
     def stop(self) -> None:
         with self._lock:
             self.stopped = True
@@ -72,39 +90,28 @@ class _Watch:
 
     @contextlib.contextmanager
     def armed(self):
-        if not self.in_main:
-            self._timer.start()
-            try:
-                yield
-            finally:
-                self.stop()
-            return
-        previous = signal.signal(DEADLINE_SIGNAL, self.on_signal)
+        """The limit holds for the body. Everything from starting the timer on sits inside the
+        ``try``, and leaving the stack comes before stopping, so a KeyboardInterrupt raised at any
+        point of it leaves at worst a timer whose signal finds nothing to interrupt."""
+        if self.in_main:
+            _install_handler()
+        watches = _active_watches()
+        watches.append(self)
         try:
             self._timer.start()
+            yield
+        finally:
             try:
-                yield
+                watches.remove(self)
             finally:
                 self.stop()
-        finally:
-            _restore_handler(previous)
-
-
-def _restore_handler(previous) -> None:
-    """Put the previous handler back with no signal of ours left pending: one delivered after the
-    restore would reach the default action, which for a real-time signal ends the process."""
-    signal.pthread_sigmask(signal.SIG_BLOCK, {DEADLINE_SIGNAL})
-    try:
-        while signal.sigtimedwait({DEADLINE_SIGNAL}, 0) is not None:
-            pass
-        signal.signal(DEADLINE_SIGNAL, previous if previous is not None else signal.SIG_DFL)
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {DEADLINE_SIGNAL})
 
 
 @contextlib.contextmanager
 def deadline(seconds: float, what: str = "the call"):
-    """Raise ``RewardTimeout`` naming ``what`` if the body runs longer than ``seconds`` (0: no limit)."""
+    """Raise ``RewardTimeout`` naming ``what`` if the body runs longer than ``seconds`` (0: no limit).
+    Nested, each limit holds: the interruption is claimed by the limit that fired, and passes
+    through the ones that did not."""
     if seconds <= 0:
         yield
         return
@@ -113,6 +120,12 @@ def deadline(seconds: float, what: str = "the call"):
         with watch.armed():
             yield
     except _Interrupted:
+        if not watch.fired:
+            raise
         raise RewardTimeout(f"{what} ran longer than its timeout_s {seconds:g} s") from None
     if watch.fired:
         raise RewardTimeout(f"{what} ran longer than its timeout_s {seconds:g} s (and swallowed the interruption)")
+
+
+if threading.current_thread() is threading.main_thread():
+    _install_handler()
