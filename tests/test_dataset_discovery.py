@@ -114,3 +114,39 @@ def test_a_local_compressed_file_is_read(tmp_path):
     with pytest.raises(ConfigError, match="task.path: cannot read .*rows.csv.bz2"):
         make_task("local_dataset", path=str(tmp_path / "rows.csv.bz2"), max_completion_length=4)
 
+
+
+def test_the_datasets_internals_that_discovery_reads_are_where_it_reads_them(tmp_path):
+    """tasks/data_files.py relies on names that are not datasets' public API; when a release moves
+    one, this names it (and the version) instead of a traceback deep in a task build."""
+    import importlib
+
+    import datasets
+    moved = [f"{module}.{name}" for module, name in [
+        ("datasets.load", "dataset_module_factory"), ("datasets.data_files", "DataFilesPatternsDict"),
+        ("datasets.data_files", "EmptyDatasetError"), ("datasets.exceptions", "DatasetsError")]
+        if not hasattr(importlib.import_module(module), name)]
+    assert moved == [], f"datasets {datasets.__version__} moved {', '.join(moved)}"
+    from datasets.data_files import DataFilesPatternsDict
+    from datasets.load import dataset_module_factory
+    assert callable(getattr(DataFilesPatternsDict, "resolve", None)), \
+        f"datasets {datasets.__version__}: DataFilesPatternsDict.resolve moved"
+    (tmp_path / "README.md").write_text(CARD)
+    for name, rows in {"easy/part-0.jsonl": sums(0, 3), "holdout/easy.jsonl": sums(5, 7),
+                       "hard/train.jsonl": sums(10, 13)}.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(jsonl(rows))
+    parameters = getattr(dataset_module_factory(str(tmp_path)), "builder_configs_parameters", None)
+    assert parameters is not None, f"datasets {datasets.__version__}: DatasetModule.builder_configs_parameters moved"
+    missing = [f"BuilderConfigsParameters.{a}" for a in ("builder_configs", "default_config_name")
+               if not hasattr(parameters, a)]
+    missing += [f"BuilderConfig.{a}" for config in parameters.builder_configs or []
+                for a in ("name", "data_files", "data_dir") if not hasattr(config, a)]
+    assert missing == [], f"datasets {datasets.__version__} moved {', '.join(sorted(set(missing)))}"
+    configs = {config.name: config for config in parameters.builder_configs}
+    assert (sorted(configs), parameters.default_config_name) == (["easy", "hard"], "hard")
+    easy = configs["easy"].data_files   # a card's patterns, which data_files.py resolves itself
+    assert isinstance(easy, DataFilesPatternsDict)
+    resolved = easy.resolve(str(tmp_path))
+    assert {split: [f.rsplit("/", 2)[-2:] for f in files] for split, files in resolved.items()} == \
+        {"train": [["easy", "part-0.jsonl"]], "holdout": [["holdout", "easy.jsonl"]]}
