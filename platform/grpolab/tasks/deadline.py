@@ -6,8 +6,10 @@ so a limit kept in the alarm would silently vanish. The limit is kept instead by
 (``threading.Timer``) that, when time is up:
 
 - in the main thread, sends the main thread a signal of its own (``signal.pthread_kill``; a
-  real-time signal, ``SIGRTMIN + 3`` on Linux, ``SIGVTALRM`` elsewhere). Its handler raises, and a
-  blocking system call (``time.sleep``, a socket read, a lock wait) returns at once to let it;
+  real-time signal, ``SIGRTMIN + 3`` on Linux, ``SIGVTALRM`` elsewhere). Its handler, installed
+  when this module is imported in the main thread and never taken back, raises while a fired limit
+  is still armed, and a blocking system call (``time.sleep``, a socket read, a lock wait) returns at
+  once to let it;
 - in any other thread (where Python runs no signal handler), raises in that thread
   asynchronously (``PyThreadState_SetAsyncExc``): Python code stops at its next instruction, but a
   blocking call is left to finish first.
