@@ -19,6 +19,7 @@ YAML layout (experiments/*.yaml)::
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from grpolab.method.spec import MethodSpec, build_spec
 from grpolab.tasks import TASK_NAMES as TASKS
 from grpolab.tasks import make_task, spec_with_task_weights
 from grpolab.world.models import PRESETS
+from grpolab.world.tasks import TASKS as GENERATED_TASKS
 from grpolab.yaml_input import read_yaml_mapping
 
 
@@ -86,6 +88,12 @@ class EvalCfg:
     every: int = 50                    # optimizer steps between held-out evaluations (0: start and end only)
     prompts: int = 64
     k: int = 4                         # samples per prompt for pass@k
+    final_prompts: int = 0             # prompts of the final evaluation (0: eval.prompts); the evaluations
+                                       # before it use the first eval.prompts of them
+    final_k: int = 0                   # samples per prompt of the final evaluation, avg@k (0: eval.k)
+    seed: int = -1                     # held-out set's seed; -1: the run seed (each seed its own set);
+                                       # >= 0: one fixed benchmark for every run (toy tasks; dataset tasks
+                                       # keep their own held-out split)
     max_completion_length: int = 0     # 0: the run's training cap (train.max_completion_length or the task's);
                                        # resolved at load time, so the logged param is the cap used
 
@@ -270,6 +278,7 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
         raise ConfigError(f"warm_start.band: need 0 <= low < high <= 1, got {list(cfg.warm_start.band)}")
     if cfg.eval.every < 0 or cfg.eval.prompts < 1 or cfg.eval.k < 1:
         raise ConfigError("eval: every >= 0, prompts >= 1 and k >= 1 are required")
+    check_final_eval(cfg.eval, task)
     if cfg.eval.max_completion_length < 0:
         raise ConfigError(f"eval.max_completion_length: must be >= 0 (0 = the training cap), got {cfg.eval.max_completion_length}")
     n_rewards = len(task.reward_names)
@@ -292,6 +301,27 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     notes = check_engines(cfg)
     notes += inert_notes(cfg)   # each axis value declares one requirement (regime.py); unmet: inert, warned once
     return notes
+
+
+def final_prompts(ev) -> int:
+    """Prompts of the final held-out evaluation (eval.final_prompts, or eval.prompts when 0)."""
+    return ev.final_prompts or ev.prompts
+
+
+def check_final_eval(ev, task) -> None:
+    """The final evaluation's set holds the intermediate one (its first eval.prompts prompts); a fixed
+    held-out seed needs a task whose eval stream is seeded apart from its train stream (toy tasks)."""
+    if ev.final_prompts < 0 or ev.final_k < 0:
+        raise ConfigError(f"eval.final_prompts and eval.final_k: must be >= 0 (0 = eval.prompts / eval.k), "
+                          f"got {ev.final_prompts} and {ev.final_k}")
+    if ev.final_prompts and ev.final_prompts < ev.prompts:
+        raise ConfigError(f"eval.final_prompts ({ev.final_prompts}) must be >= eval.prompts ({ev.prompts}): "
+                          "the evaluations before the final one use a subset of its prompts")
+    if ev.seed < -1:
+        raise ConfigError(f"eval.seed: must be >= 0, or -1 (the run seed), got {ev.seed}")
+    if ev.seed >= 0 and "held_out_seed" not in inspect.signature(task.splits).parameters:
+        raise ConfigError(f"eval.seed: task {task.name!r} keeps its own held-out split; a fixed eval.seed is for "
+                          f"the generated tasks ({', '.join(GENERATED_TASKS)}); leave it at -1")
 
 
 def rollout_steps(train) -> int:

@@ -17,7 +17,7 @@ from transformers.trainer_callback import PrinterCallback
 from grpolab import __version__
 from grpolab.errors import ConfigError
 from grpolab.experiment import checkpoints, engines, vllm_eval
-from grpolab.experiment.config import RunConfig, rollout_steps
+from grpolab.experiment.config import RunConfig, final_prompts, rollout_steps
 from grpolab.experiment.pretrained import model_directory, resolve_pretrained
 from grpolab.method.requirements import inert_settings
 from grpolab.signals import raise_if_signalled, signals_raise
@@ -118,12 +118,28 @@ def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
     # the band is checked at the cap the run's held-out pass@1 is measured at (eval's, which
     # defaults to the training cap), not the task's own: a start in band at 44 tokens can be
     # far below it at a training cap of 24 (issue 24)
-    wcfg = WarmStartConfig(band=tuple(ws.band), group_size=cfg.train.group_size, learning_rate=ws.learning_rate,
-                           max_steps=ws.max_steps, check_every=ws.check_every,
-                           max_completion_length=cfg.eval.max_completion_length)
     # By default the warm start's seed is the run seed (different seeds, different SFT models);
     # warm_start.seed pins one shared warm start, e.g. to compare methods from the same model.
-    return warm_start(cfg.model.preset, task, ws.seed if ws.seed >= 0 else cfg.seed, wcfg, state / "models")
+    return warm_start(cfg.model.preset, task, ws.seed if ws.seed >= 0 else cfg.seed, warm_start_config(cfg),
+                      state / "models")
+
+
+def warm_start_config(cfg: RunConfig) -> WarmStartConfig:
+    """The warm start a run asks for; with a fixed benchmark (eval.seed >= 0) its SFT data and band
+    check keep out of the benchmark's prompts."""
+    ws = cfg.warm_start
+    return WarmStartConfig(band=tuple(ws.band), group_size=cfg.train.group_size, learning_rate=ws.learning_rate,
+                           max_steps=ws.max_steps, check_every=ws.check_every,
+                           max_completion_length=cfg.eval.max_completion_length, held_out_seed=cfg.eval.seed,
+                           held_out_prompts=final_prompts(cfg.eval) if cfg.eval.seed >= 0 else 0)
+
+
+def run_splits(cfg: RunConfig, task) -> tuple[list, list]:
+    """(train prompts, held-out set) of a run: the held-out set is eval.final_prompts long (the
+    evaluations before the last use its first eval.prompts); eval.seed >= 0 draws it from that seed
+    for every run (one benchmark), and the train stream of the run seed leaves its prompts out."""
+    fixed = {"held_out_seed": cfg.eval.seed} if cfg.eval.seed >= 0 else {}
+    return task.splits(cfg.seed, cfg.train.n_train_prompts, final_prompts(cfg.eval), **fixed)
 
 
 def _resolve_model_once(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
@@ -208,20 +224,24 @@ class _Run:
     held_out: list = field(default_factory=list)
     eval_sampler: object = None   # generation.backend=vllm: the trainer's vLLM engine (vllm_eval.py)
 
-    def evaluate(self, step: int) -> None:
-        """Held-out evaluation at ``step``: once per run, on rank 0, logged and handed to the hook."""
+    def evaluate(self, step: int, final: bool = False) -> None:
+        """Held-out evaluation at ``step``: once per run, on rank 0, logged and handed to the hook.
+        The final one scores the whole held-out set with eval.final_k samples (avg@k); the ones
+        before it its first eval.prompts prompts with eval.k."""
         raise_if_signalled()   # a safe point too: no evaluation (nor final save) after a swallowed Ctrl-C
         if self.eval_sampler is not None:
             self.eval_sampler.sync()   # every process: the weight push may gather sharded parameters
         if _rank() != 0:
             return   # the other processes wait at the next collective
         cfg = self.cfg
-        result = evaluate(self.model, self.tokenizer, self.task, self.held_out, cfg.eval.k, cfg.train.temperature,
+        examples = self.held_out if final else self.held_out[:cfg.eval.prompts]
+        k = (cfg.eval.final_k or cfg.eval.k) if final else cfg.eval.k
+        result = evaluate(self.model, self.tokenizer, self.task, examples, k, cfg.train.temperature,
                           max_new_tokens=cfg.eval.max_completion_length, sampler=self.eval_sampler)
         self.evals[step] = _eval_metrics(result)
         if self.recorder:
             self.recorder.log_metrics(self.evals[step], step=step)
-            log_eval_samples(self.recorder, self.task, result.samples, self.held_out, step)   # MLflow table
+            log_eval_samples(self.recorder, self.task, result.samples, examples, step)   # MLflow table
         if self.eval_hook is not None:
             self.eval_hook(step, self.evals[step])  # e.g. Optuna's report / prune
 
@@ -286,7 +306,7 @@ def _prepare(run: _Run):
     run.model, run.tokenizer = load_model(model_dir)
     raise_if_signalled()   # loading can swallow a SIGTERM (a finaliser); stop before tokenising and building the trainer
     engines.check_model(run.model.config, cfg, str(model_dir))
-    train, held_out = run.task.splits(cfg.seed, cfg.train.n_train_prompts, cfg.eval.prompts)
+    train, held_out = run_splits(cfg, run.task)
     if run.recorder:   # what hub ids resolved to: each snapshot's commit (hub.py)
         pinned = {f"grpolab.hub.{key}": ref for key, ref in hub_sources(run.task).items()}
         if ws_record.get("source") == "hub":
@@ -343,7 +363,7 @@ def _train(run: _Run, trainer, callback) -> None:
         if run.recorder:
             run.evals, callback.curves = checkpoints.resume_history(run.recorder, run.resume_step)
     trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
-    run.evaluate(trainer.state.global_step)
+    run.evaluate(trainer.state.global_step, final=True)
 
 
 def _finish(run: _Run, trainer, callback, ws_record, model_dir) -> None:

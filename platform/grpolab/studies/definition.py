@@ -17,6 +17,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import yaml
 
@@ -72,6 +73,7 @@ class StudyConfig:
     published_source: str = ""
     deviations: tuple = ()          # preregistration.Deviation entries: changes made after seeing results
     added_seeds: tuple = ()         # seeds added on demand (studies.add_seeds), also in ``seeds``
+    on_demand: SeedsOnDemand | None = None   # seeds: {first, batch, cap}: `grpolab study` adds seeds until decided
     description: str = ""
     space: dict = field(default_factory=dict)
     n_trials: int = 0
@@ -170,6 +172,36 @@ _SEARCH_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objec
                 "sampler", "pruner", "row_timeout_s", "deviations", "devices", "plan"}
 
 
+class SeedsOnDemand(NamedTuple):
+    """``seeds: {first, batch, cap}``: run seeds 0..first-1, then add ``batch`` paired seeds per look
+    until every judged rung is decided or ``cap`` seeds ran (analysis/until_decided.py)."""
+    batch: int
+    cap: int
+
+
+SEEDS_ON_DEMAND_KEYS = ("first", "batch", "cap")
+
+
+def _seeds(raw, kind: str) -> tuple[tuple[int, ...], SeedsOnDemand | None]:
+    """A list of paired seeds, or a ladder's ``{first, batch, cap}`` design (seeds 0..first-1 first)."""
+    if isinstance(raw, dict) and kind == "ladder":
+        unknown = set(raw) - set(SEEDS_ON_DEMAND_KEYS)
+        if unknown or set(raw) != set(SEEDS_ON_DEMAND_KEYS):
+            raise ConfigError(f"seeds: a seeds-on-demand design needs exactly {', '.join(SEEDS_ON_DEMAND_KEYS)} "
+                              f"(positive integers), got {sorted(raw)}")
+        first, batch, cap = (raw[k] for k in SEEDS_ON_DEMAND_KEYS)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (first, batch, cap)) or not (
+                2 <= first <= cap and batch >= 1):
+            raise ConfigError(f"seeds: need integers 2 <= first <= cap and batch >= 1, got first={first!r}, "
+                              f"batch={batch!r}, cap={cap!r}")
+        return tuple(range(first)), SeedsOnDemand(batch, cap)
+    if (not isinstance(raw, list) or not raw or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                        for s in raw) or len(set(raw)) != len(raw)):
+        raise ConfigError(f"seeds: expected a non-empty list of distinct non-negative integers"
+                          f"{' or a ladder mapping {first, batch, cap}' if kind == 'ladder' else ''}, got {raw!r}")
+    return tuple(raw), None
+
+
 def load_study(path: str | Path) -> StudyConfig:
     path = Path(path)
     data = read_yaml_mapping(path, "study file", "give at least kind, base and rungs (or space), e.g. studies/dapo_table1.yaml")
@@ -189,11 +221,7 @@ def load_study(path: str | Path) -> StudyConfig:
     if not isinstance(budget, dict):
         raise ConfigError(f"budget: expected a mapping of experiment keys (e.g. train.steps: 50), got {budget!r}")
     base = apply_overrides(base, [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in budget.items()])
-    seeds = data.get("seeds", [0])     # absent: one seed, 0; given: a non-empty list
-    if (not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                                            for s in seeds) or len(set(seeds)) != len(seeds)):
-        raise ConfigError(f"seeds: expected a non-empty list of distinct non-negative integers, got {seeds!r}")
-    seeds = tuple(seeds)
+    seeds, on_demand = _seeds(data.get("seeds", [0]), kind)
     if kind == "search" and "smallest_effect" in data:
         raise ConfigError("smallest_effect: only ladders have verdicts; give it per objective of a ladder")
     objectives = _objectives(data.get("objectives") or data.get("metric") or "final:eval/pass_at_1",
@@ -206,7 +234,9 @@ def load_study(path: str | Path) -> StudyConfig:
         base = {**base, "tracking": {**tracking, "experiment": name}}
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"name: expected a non-empty string (it names the Optuna study), got {name!r}")
-    common = dict(name=name, kind=kind, path=str(path), base=base, seeds=seeds, objectives=objectives,
+    if on_demand is not None and objectives[0].smallest_effect is None:
+        raise ConfigError("seeds: {first, batch, cap} adds seeds until each rung is decided, which needs smallest_effect")
+    common = dict(name=name, kind=kind, path=str(path), base=base, seeds=seeds, objectives=objectives, on_demand=on_demand,
                   description=data.get("description", ""), row_timeout_s=_row_timeout(data),
                   deviations=parse_deviations(data.get("deviations"), path.name), plan=parse_plan(data.get("plan")),
                   devices=check_devices(data["devices"], "devices") if data.get("devices") is not None else ())
