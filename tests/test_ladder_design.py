@@ -80,3 +80,32 @@ def test_bad_seeds_design_is_refused(tmp_path, seeds, message):
 def test_bad_final_eval_is_refused(eval_keys, message):
     with pytest.raises(ConfigError, match=message):
         build_config({"task": {"name": "addition"}, "eval": {"prompts": 64, **eval_keys}})
+
+
+def test_study_adds_seeds_on_demand_by_default_and_fixed_seeds_runs_the_first_only(tmp_path, shared_state, capsys):
+    """`grpolab study FILE` follows the file's seeds: {first, batch, cap} design (the looks at 2 and
+    3 seeds are planned and kept with the study); --fixed-seeds runs seeds 0..first-1 and adds none."""
+    import yaml
+
+    from grpolab.analysis.ablation import load_results
+    from grpolab.cli import main
+    from grpolab.studies.storage import SEQUENTIAL_ATTR
+    study = {"kind": "ladder", "seeds": {"first": 2, "batch": 1, "cap": 3}, "metric": "final:eval/pass_at_1",
+             "smallest_effect": 0.05,
+             "base": {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
+                      "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
+                      "train": {"group_size": 4, "prompts_per_rollout": 2}, "eval": {"prompts": 4, "k": 1}},
+             "budget": {"train.steps": 1, "eval.every": 0},
+             "rungs": [{"name": "a"}, {"name": "b", "changes": {"train.learning_rate": 0.003}}]}
+    for name in ("on_demand_default", "on_demand_fixed"):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({**study, "name": name}))
+    state = ["--state", str(shared_state)]
+    assert main([*state, "study", str(tmp_path / "on_demand_default.yaml"), "--workers", "1"]) == 0
+    assert "look 1/2 at 2 seeds (per-look level 97.5 %)" in capsys.readouterr().out
+    _, default = load_results(str(tmp_path / "on_demand_default.yaml"), shared_state, None)
+    assert default.user_attrs[SEQUENTIAL_ATTR]["looks"] == [2, 3]
+    assert main([*state, "study", str(tmp_path / "on_demand_fixed.yaml"), "--workers", "1", "--fixed-seeds"]) == 0
+    _, fixed = load_results(str(tmp_path / "on_demand_fixed.yaml"), shared_state, None)
+    assert SEQUENTIAL_ATTR not in fixed.user_attrs and len([t for t in fixed.trials if t.state.name == "COMPLETE"]) == 4
+    assert main([*state, "study", str(tmp_path / "on_demand_fixed.yaml"), "--fixed-seeds", "--until-decided"]) == 2
+    assert "--fixed-seeds: not with --until-decided" in capsys.readouterr().err
