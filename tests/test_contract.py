@@ -35,6 +35,10 @@ DISTINGUISHING = {
     "gigpo": ("anchor/group_size_mean", lambda v: v > 1),
     "luspo": ("clip/region_fraction", lambda v: v > 0),          # GSPO's tight sequence clip binds on the reuse
     "vespo": ("vespo/phi_seq_mean", lambda v: v != 1.0),         # phi(1) = 1 on-policy; the reused pass moves it
+    # DPPO / DRO act only on the reused pass, where pi != pi_old (their divergence mask and penalty read it)
+    "dppo_tv": ("policy/old_kl", lambda v: v != 0),
+    "dppo_kl": ("policy/old_kl", lambda v: v != 0),
+    "dro": ("policy/old_kl", lambda v: v != 0),
 }
 TASK_FOR = {"gdpo": {"name": "addition_format"}, "gigpo": {"name": "gridworld"}}
 

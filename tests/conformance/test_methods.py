@@ -11,6 +11,7 @@ import pytest
 from trl_tests import test_grpo_trainer as vendored  # the module, not its classes: they must not be collected here
 from trl_tests.conftest import force_use_cpu_without_accelerator  # noqa: F401  TRL's autouse fixture, for these tests too
 
+from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.registry import METHODS
 
 # (vendored test, its parameters): the two basic training tests on TRL's default tiny model, plain and chat-formatted
@@ -32,10 +33,10 @@ def cannot_act(name: str) -> str | None:
     if spec.positive_lm_coef > 0:
         return ("needs a correctness source (positive-example LM loss on correct completions): TRL's training tests "
                 "score with a reward model and name none (the trainer raises without correctness=)")
-    if spec.advantage == "decoupled":
+    if ADVANTAGES[spec.advantage].components:
         return ("GDPO's decoupled advantage normalises each reward component on its own and needs at least 2: these "
                 "tests score with one reward model (the trainer raises)")
-    if spec.advantage == "value_tracker":
+    if ADVANTAGES[spec.advantage].tracker:
         return ("SPO's value tracker estimates a success probability and needs rewards in [0, 1]: these tests score "
                 "with a reward model's unbounded logit (the trainer raises)")
     if spec.overlong_filter:

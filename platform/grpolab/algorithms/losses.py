@@ -8,6 +8,7 @@ Notation: l_t = log pi_theta(o_t) - log pi_old(o_t), rho_t = exp(l_t), mask m, A
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 
@@ -87,6 +88,45 @@ def vespo_surrogate(phi, A, logp) -> torch.Tensor:
 def reinforce_surrogate(A, logp) -> torch.Tensor:
     """REINFORCE: -A * log pi_theta (no ratio; exact on-policy)."""
     return -A * logp
+
+
+DPPO_LOG_RATIO_CLAMP = 20.0   # verl clamps the token log-ratio to +-20 before exp
+
+
+class DivergenceMask(NamedTuple):
+    """DPPO's per-token verdict: ``keep`` (1 where the divergence from pi_old is within its bound)
+    and ``weight``, the detached importance ratio truncated above at c."""
+    keep: torch.Tensor
+    weight: torch.Tensor
+    ratio: torch.Tensor
+
+
+def dppo_mask(logp, old_logp, A, low: float, high: float, c: float, divergence: str) -> DivergenceMask:
+    """DPPO (2602.04879), binary divergence between pi and pi_old at the sampled token, p = pi, q = pi_old:
+      tv: D = p - q; a token is kept when D <= high (A > 0) or D >= -low (A <= 0);
+      kl: D = q log(q/p) + (1-q) log((1-q+1e-8)/(1-p+1e-8)); kept when D <= high or p <= q (A > 0),
+          D <= low or p >= q (A <= 0): only moves *away* in the direction the advantage pushes are bounded.
+    The IS weight is sg(min(rho, c)) (truncated IS instead of a dual clip)."""
+    ratio = torch.exp(torch.clamp(logp - old_logp, -DPPO_LOG_RATIO_CLAMP, DPPO_LOG_RATIO_CLAMP))
+    p, q = torch.exp(logp), torch.exp(old_logp)
+    if divergence == "tv":
+        up, down = (p - q) <= high, (p - q) >= -low
+    else:
+        kl = q * (old_logp - logp) + (1 - q) * torch.log((1.0 - q + 1e-8) / (1.0 - p + 1e-8))
+        up, down = (kl <= high) | (p <= q), (kl <= low) | (p >= q)
+    keep = torch.where(A > 0, up, down).detach().to(logp.dtype)
+    return DivergenceMask(keep, torch.clamp(ratio, max=c).detach(), ratio.detach())
+
+
+def dppo_surrogate(divergence: DivergenceMask, A, logp) -> torch.Tensor:
+    """-A sg(min(rho, c)) log pi on the kept tokens, 0 elsewhere (its gradient: the truncated-IS policy gradient)."""
+    return -A * divergence.weight * logp * divergence.keep
+
+
+def dro_surrogate(A, logp, log_ratio, beta: float) -> torch.Tensor:
+    """DRO as verl 0.9.1 implements it: -(A log pi - (beta/2) (log pi - log pi_old)^2). On-policy the
+    penalty and its gradient are 0 (REINFORCE); off-policy it pulls pi back towards pi_old."""
+    return -(logp * A - 0.5 * beta * log_ratio.square())
 
 
 def geometric_mean_loss(log_ratio, A, mask, eps_low: float, eps_high: float) -> torch.Tensor:

@@ -31,6 +31,7 @@ from grpolab.errors import ConfigError, did_you_mean
 from grpolab.planning import unmet_here
 from grpolab.experiment.engines import GenerationCfg, check_engines
 from grpolab.experiment.pretrained import PRETRAINED, check_model_path, preset_file
+from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.registry import METHODS, get_method
 from grpolab.method.requirements import inert_notes
 from grpolab.method.spec import MethodSpec, build_spec
@@ -282,14 +283,16 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     if cfg.eval.max_completion_length < 0:
         raise ConfigError(f"eval.max_completion_length: must be >= 0 (0 = the training cap), got {cfg.eval.max_completion_length}")
     n_rewards = len(task.reward_names)
-    if s.advantage == "decoupled" and n_rewards < 2:
-        raise ConfigError(f"method.advantage=decoupled normalises reward components separately, but task "
+    estimator = ADVANTAGES[s.advantage]
+    if estimator.components and n_rewards < 2:
+        raise ConfigError(f"method.advantage={s.advantage} normalises reward components separately, but task "
                           f"{cfg.task['name']!r} has {n_rewards} component; use e.g. task.name=addition_format")
     if s.surrogate == "group_dpo" and (t.minibatches > 1 or t.grad_accum > 1):
         raise ConfigError("method.surrogate=group_dpo pairs completions within a group, so the whole rollout must be "
                           "one micro-batch: set train.minibatches=1 and train.grad_accum=1")
-    if s.advantage == "value_tracker" and s.soft_overlong:
-        raise ConfigError("method.advantage=value_tracker needs rewards in [0, 1]; soft_overlong adds negative rewards")
+    if estimator.bounded and s.soft_overlong:
+        raise ConfigError(f"method.advantage={s.advantage} needs rewards in [0, 1] ({estimator.bounded}); "
+                          "soft_overlong adds negative rewards")
     if s.surrogate == "reinforce" and cfg.reuses_rollouts:
         raise ConfigError("method.surrogate=reinforce has no importance ratio, so it is only valid on-policy: "
                           "set train.minibatches=1 and train.num_iterations=1, or use surrogate=clip")

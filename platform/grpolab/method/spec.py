@@ -10,16 +10,35 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from grpolab.errors import ConfigError
+from grpolab.method.advantages import ADVANTAGES, estimators
 from grpolab.method.surrogates import SURROGATES
 
-AXIS_CHOICES: dict[str, tuple[str, ...]] = {
-    "advantage": ("group_std", "group_mean", "batch_std", "leave_one_out", "reinforce_pp",
-                  "reinforce_pp_baseline", "decoupled", "value_tracker", "gae"),
+
+class _AxisChoices(Mapping):
+    """Each axis's valid values; a registry axis reads its registry now (an entry a test registers counts)."""
+
+    def __init__(self, registries: dict, fixed: dict):
+        self._registries, self._fixed = registries, fixed
+
+    def __getitem__(self, axis: str) -> tuple[str, ...]:
+        return tuple(self._registries[axis]) if axis in self._registries else self._fixed[axis]
+
+    def __iter__(self):
+        return iter([*self._registries, *self._fixed])
+
+    def __len__(self) -> int:
+        return len(self._registries) + len(self._fixed)
+
+
+AXIS_CHOICES: Mapping[str, tuple[str, ...]] = _AxisChoices({
+    "advantage": ADVANTAGES,          # one entry per value: method/advantages.py
+    "surrogate": SURROGATES,          # one entry per value: method/surrogates.py
+}, {
     "ratio": ("token", "sequence", "sequence_token", "geometric"),
-    "surrogate": tuple(SURROGATES),   # one entry per value: method/surrogates.py
     "aggregation": ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm", "token_mean_local",
                     "seq_mean_token_sum"),
     "kl_estimator": ("k1", "k2", "k3"),
@@ -29,7 +48,7 @@ AXIS_CHOICES: dict[str, tuple[str, ...]] = {
     "sampling_cap_policy": ("fill", "fail"),
     "sampling_filter": ("accuracy", "reward"),
     "episode_norm": ("episode", "step"),
-}
+})
 
 
 @dataclass(frozen=True)
@@ -55,6 +74,7 @@ class MethodSpec:
     cov_high: float = 5.0                 # Clip-Cov: covariance window upper bound
     kl_cov_coef: float = 1.0              # KL-Cov: coefficient of |log ratio| on selected tokens
     dpo_beta: float = 0.1                 # Group-DPO temperature
+    dro_beta: float = 0.05                # DRO: weight of the quadratic log-ratio penalty (beta/2) (log pi/pi_old)^2
     aggregation: str = "seq_mean_token_mean"
     kl_coef: float = 0.0                  # beta; 0 turns the reference model off
     kl_estimator: str = "k3"
@@ -109,7 +129,7 @@ SPEC_FIELDS = {f.name: f for f in fields(MethodSpec)}
 # hashes of existing runs and studies stay what they were
 _HASHED_UNLESS_DEFAULT = ("step_omega", "step_gamma", "anchor_similarity", "episode_norm",
                           "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
-                          "entropy_coef_min", "entropy_coef_max")
+                          "entropy_coef_min", "entropy_coef_max", "dro_beta")
 _TYPES = {"str": str, "bool": bool, "float": float, "int": int}
 
 
@@ -172,6 +192,7 @@ def validate_spec(spec: MethodSpec) -> None:
                "method.sampling=zero_variance_filter drops groups from the token normaliser: use aggregation "
                "token_mean or token_mean_local")
     _check(spec.dpo_beta > 0, f"method.dpo_beta: must be > 0, got {spec.dpo_beta}")
+    _check(spec.dro_beta > 0, f"method.dro_beta: must be > 0, got {spec.dro_beta}")
     if spec.ratio == "geometric":
         _check(spec.surrogate == "clip", "method.ratio=geometric (GMPO) clips in log space itself: use surrogate=clip")
     own_ratio = SURROGATES[spec.surrogate].own_ratio
@@ -180,12 +201,7 @@ def validate_spec(spec: MethodSpec) -> None:
         _check(min(spec.vespo_k_pos, spec.vespo_k_neg) >= 0 and min(spec.vespo_lambda_pos, spec.vespo_lambda_neg) > 0,
                "method.vespo_k_pos/vespo_k_neg must be >= 0 and vespo_lambda_pos/vespo_lambda_neg > 0 (the kernel "
                "w^k exp(lambda (1 - w)) must vanish as w grows)")
-    if spec.advantage == "reinforce_pp" and spec.kl_coef > 0:
-        _check(spec.kl_placement == "reward", "method.advantage=reinforce_pp folds the KL into the reward: "
-                                              "set kl_placement=reward (or kl_coef=0)")
-    _check(spec.advantage != "decoupled" or spec.kl_placement == "loss" or spec.kl_coef == 0,
-           "method.advantage=decoupled normalises reward components separately; a reward-side KL would be one "
-           "more component: use kl_placement=loss")
+    _validate_advantage(spec, ADVANTAGES[spec.advantage])
     _check(0 < spec.gae_gamma <= 1 and 0 <= spec.gae_lambda <= 1 and 0 <= spec.gae_lambda_critic <= 1,
            "method.gae_gamma must be in (0, 1], gae_lambda and gae_lambda_critic in [0, 1]")
     _check(spec.value_clip >= 0 and spec.positive_lm_coef >= 0,
@@ -194,14 +210,24 @@ def validate_spec(spec: MethodSpec) -> None:
            "method.gae_length_alpha >= 0, critic_lr > 0 and critic_warmup >= 0 required")
     _check(spec.step_omega >= 0 and 0 < spec.step_gamma <= 1 and 0 < spec.anchor_similarity <= 1,
            "method.step_omega must be >= 0, step_gamma in (0, 1] and anchor_similarity in (0, 1]")
-    _check(spec.step_omega == 0 or spec.advantage in ("group_std", "group_mean"),
+
+
+def _validate_advantage(spec: MethodSpec, entry) -> None:
+    """The estimator's entry against the rest of the spec (method/advantages.py)."""
+    _check(entry.missing is None, f"method.advantage={entry.name}: grpolab cannot train with it yet: {entry.missing}")
+    reward_kl = spec.kl_coef > 0 and spec.kl_placement == "reward"
+    if entry.kl_reward_only and spec.kl_coef > 0:
+        _check(spec.kl_placement == "reward", f"method.advantage={entry.name} folds the KL into the reward: "
+                                              "set kl_placement=reward (or kl_coef=0)")
+    _check(entry.no_reward_kl is None or not reward_kl,
+           f"method.advantage={entry.name}: {entry.no_reward_kl}; use kl_placement=loss")
+    stepped = " or ".join(estimators(step_norm="std") + estimators(step_norm="mean"))
+    _check(spec.step_omega == 0 or entry.step_norm is not None,
            f"method.step_omega > 0 (GiGPO) adds step-level group advantages to a group estimator: use advantage "
-           f"group_std or group_mean, got {spec.advantage!r}")
-    _check(spec.episode_norm == "episode" or spec.advantage in ("group_std", "group_mean"),
-           f"method.episode_norm=step weights the episode group's mean/std by turns: use advantage group_std or "
-           f"group_mean, got {spec.advantage!r}")
-    _check(spec.advantage != "value_tracker" or spec.kl_placement == "loss" or spec.kl_coef == 0,
-           "method.advantage=value_tracker: kl_placement=reward is not supported with the tracker; use loss")
+           f"{stepped}, got {spec.advantage!r}")
+    _check(spec.episode_norm == "episode" or entry.step_norm is not None,
+           f"method.episode_norm=step weights the episode group's mean/std by turns: use advantage {stepped}, "
+           f"got {spec.advantage!r}")
 
 
 def with_reward_weights(spec: MethodSpec, given, source: str, names, error=ConfigError) -> MethodSpec:

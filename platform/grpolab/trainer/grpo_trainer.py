@@ -23,6 +23,7 @@ from trl import GRPOTrainer
 
 from grpolab import algorithms
 from grpolab.algorithms.losses import kl_estimate
+from grpolab.method.advantages import ADVANTAGES
 from grpolab.errors import EmptyUpdatesError, EmptyUpdateWarning, NonFiniteLossError, warn_at_caller
 from grpolab.trainer import mlflow_report, sampling
 from grpolab.trainer import trl_config as dropin
@@ -64,7 +65,7 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         self._own_reward_columns = list(range(len(funcs) - (len(setup.reward_funcs) - n_user), len(funcs)))
         self._correct_kind, self._correct_key = setup.correct_kind, setup.correct_key
         self.spec = spec
-        self.tracker = algorithms.ValueTracker(spec.tracker_decay) if spec.advantage == "value_tracker" else None
+        self.tracker = algorithms.ValueTracker(spec.tracker_decay) if ADVANTAGES[spec.advantage].tracker else None
         self.entropy_coef_now = spec.entropy_coef
         self._last_entropy = math.inf   # adaptive_gated: the last optimizer step's entropy (none yet: no bonus)
         self.cumulative_tokens = 0.0
@@ -86,7 +87,7 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         mlflow_report.report_like_the_cli(self, self._describe_run, dropin.mlflow_tags(self.method_name, spec,
                                                                                        self.args.seed))
         self.critic = self.critic_opt = None
-        if spec.advantage == "gae":
+        if ADVANTAGES[spec.advantage].critic:
             self._build_critic()
 
     def _describe_run(self, args, state) -> tuple[str, dict]:
@@ -180,7 +181,7 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         if penalty is not None:
             seq_pen = self._gather((penalty * mask).sum(-1))
             self._metrics["train"]["kl_reward_penalty"].append(seq_pen.mean().item())
-            if self.spec.advantage not in ("reinforce_pp", "reinforce_pp_baseline", "gae"):  # those fold it in per token
+            if not ADVANTAGES[self.spec.advantage].kl_per_token:   # those fold it in per token
                 rewards_adj = total - seq_pen   # (N,): the weights are already in ``total``, never applied twice
         reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.accelerator.num_processes > 1 else None
         if self.critic is not None:
@@ -191,6 +192,7 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
             advantages = algorithms.compute_advantages(
                 self.spec, rewards_adj, G, mask=mask, token_penalty=penalty, prompt_keys=[r[3] for r in rows],
                 tracker=self.tracker, local_rows=slice(start, start + n_local), reduce=reduce,
+                lengths=self._gather(mask.sum(1)),
             )
         if self.tracker is not None:
             self._metrics["train"]["tracker/prompts"].append(float(len(self.tracker.state)))

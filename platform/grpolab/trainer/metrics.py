@@ -157,6 +157,12 @@ DEFINITIONS: dict[str, str] = {
     "kl_reward_penalty": "generated batch: mean per-sequence beta * sum_t KL_t(pi_old || pi_ref) subtracted from the "
                          "reward (kl_placement=reward)",
     "cov/selected_fraction": "trained: Clip-Cov / KL-Cov: fraction of trained tokens selected by covariance",
+    "dppo/masked_fraction": "trained: DPPO: fraction of trained tokens whose divergence from pi_old exceeds its bound "
+                            "in the advantage's direction (their gradient is dropped; verl's pg_clipfrac)",
+    "dppo/truncated_fraction": "trained: DPPO: fraction of trained tokens kept with a ratio above the IS cap "
+                               "dual_clip_c (their weight truncated; verl's pg_clipfrac_lower)",
+    "policy/old_kl": "trained: DPPO / DRO: mean over trained tokens of log pi_old - log pi (verl's actor/ppo_kl; 0 "
+                     "on-policy)",
     "dpo/pairs": "trained: Group-DPO: (best, worst) pairs per micro-step over all processes (groups with unequal rewards)",
     "tracker/prompts": "SPO: prompts the value tracker has seen",
     "entropy/kept_fraction": "trained: top-entropy tokens: fraction of trained tokens that carry the policy gradient",
