@@ -37,6 +37,13 @@ def put_repo(cache: Path, repo_id: str, files: dict[str, bytes], repo_type: str 
     return snapshot
 
 
+def go_offline(monkeypatch, cache: Path) -> Path:
+    """Point the hub client at ``cache`` and forbid downloads, for one test."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return cache
+
+
 def folder_files(folder: Path) -> dict[str, bytes]:
     """Every file under ``folder`` (e.g. a ``save_pretrained`` directory) as ``put_repo`` takes them."""
     folder = Path(folder)

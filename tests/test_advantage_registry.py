@@ -146,3 +146,47 @@ def test_maxrl_divides_the_centred_reward_by_the_success_rate():
         from grpolab.experiment.config import build_config
         build_config({"name": "m", "method": {"base": "maxrl", "soft_overlong": True}, "task": {"name": "addition"},
                       "model": {"preset": "tiny"}, "tracking": {"enabled": False}})
+
+
+def test_maxrl_refuses_a_reward_side_kl_and_a_two_component_toy_task():
+    """A KL penalty in the reward moves MaxRL's divisor, the group's mean reward, to or below 0."""
+    from grpolab.experiment.config import build_config
+    with pytest.raises(ConfigError, match="method.advantage=maxrl: it divides by the group's mean reward.*kl_placement=loss"):
+        build_spec({"advantage": "maxrl", "kl_coef": 0.1, "kl_placement": "reward"})
+    assert build_spec({"advantage": "maxrl", "kl_coef": 0.1, "kl_placement": "loss"}).kl_coef == 0.1
+    with pytest.raises(ConfigError, match=r"weights \[1.0, 1.0\] \(reward components format, correct\)"):
+        build_config({"name": "m", "method": "maxrl", "task": {"name": "addition_format"},
+                      "model": {"preset": "tiny"}, "tracking": {"enabled": False}})
+
+
+@pytest.mark.parametrize("advantage, axes, inert", [
+    ("opo", {"adv_eps": 1e-6, "std_unbiased": False}, ["adv_eps=1e-06", "std_unbiased=False"]),
+    ("gpg", {"adv_eps": 1e-6}, ["adv_eps=1e-06"]),
+    ("maxrl", {"adv_eps": 1e-6, "std_unbiased": False}, ["std_unbiased=False"]),
+    ("group_mean", {"std_unbiased": False}, ["std_unbiased=False"]),
+    ("grpo_passk", {"adv_eps": 1e-6, "std_unbiased": False}, []),
+])
+def test_shared_eps_and_std_settings_are_inert_under_estimators_that_do_not_read_them(advantage, axes, inert):
+    """adv_eps / std_unbiased act only under the entries that read them: elsewhere they are warned
+    inert and not logged, so two ladder rungs over them are one experiment."""
+    import warnings
+
+    from grpolab.experiment.config import build_config
+    from grpolab.method.requirements import inert_settings
+    from grpolab.tracking.naming import method_params
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cfg = build_config({"name": "r", "method": {"base": "grpo", "advantage": advantage, **axes},
+                            "train": {"minibatches": 2}})
+    assert sorted(s for s in inert_settings(cfg) if s.split("=")[0] in axes) == inert
+    assert any(w.startswith(f"method.{inert[0]} needs advantage ") for w in cfg.warnings) == bool(inert)
+    logged = method_params(cfg.spec)
+    assert sorted(k for k in axes if k in logged) == sorted(k for k in axes if f"{k}={axes[k]}" not in inert)
+
+
+def test_trl_advantage_names_none_for_an_aggregation_trl_does_not_have():
+    from grpolab.method.advantages import trl_advantage
+    assert trl_advantage({"multi_objective_aggregation": "sum_then_normalise"}) is None
+    assert trl_advantage({"multi_objective_aggregation": "sum_then_normalize", "scale_rewards": "none"}) == "group_mean"
+    assert trl_advantage({"multi_objective_aggregation": "normalize_then_sum", "scale_rewards": "none"}) == "decoupled"
+    assert trl_advantage({}) == "group_std"

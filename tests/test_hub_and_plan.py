@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hub_cache import folder_files, parquet_bytes, put_repo
+from hub_cache import folder_files, go_offline, parquet_bytes, put_repo
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "transformers", "mlflow", "peft", "optuna", "trl", "accelerate")
@@ -55,9 +55,7 @@ def hub(tmp_path_factory, tiny_model_dir):
 
 @pytest.fixture
 def offline(hub, monkeypatch):
-    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    return hub
+    return go_offline(monkeypatch, hub)
 
 
 def _env(cache) -> dict:

@@ -217,7 +217,7 @@ def test_task_weights_become_the_method_reward_weights(rows, user_module):
     from grpolab.experiment.config import build_config
     base = {"task": {"name": "local_dataset", "path": str(rows), "prompt_field": "q", "answer_field": "a",
                      "rewards": ["correctness", {"name": "format", "weight": 0.25}], "extract": "last_number"},
-            "model": {"preset": "tiny"}, "method": "gdpo"}
+            "model": {"preset": "tiny"}, "method": "gdpo", "eval": {"prompts": 4}}   # the 8-row file holds 4 held out
     cfg = build_config(base)
     assert cfg.spec.reward_weights == (1.0, 0.25) and cfg.task["rewards"][1]["weight"] == 0.25
     with pytest.raises(ConfigError, match="method.reward_weights"):
@@ -289,3 +289,19 @@ def test_a_raising_reward_is_counted_and_the_run_goes_on_all_failing_stops_it(
     assert failed.info.status == "FAILED"
     assert "reward 'always_raises' failed on every completion" in failed.data.tags["grpolab.error"]
     assert "reward service down" in failed.data.tags["grpolab.error"]
+
+
+def test_bounded_estimators_refuse_task_rewards_outside_the_unit_interval(rows):
+    from grpolab.experiment.config import build_config
+    task = {"name": "local_dataset", "path": str(rows), "prompt_field": "q", "answer_field": "a", "extract": "last_number"}
+
+    def config(rewards):
+        return build_config({"task": {**task, "rewards": rewards}, "model": {"preset": "tiny"}, "method": "maxrl",
+                             "eval": {"prompts": 4}})
+
+    assert config(["correctness", {"name": "format", "weight": 0.0}]).spec.reward_weights == (1.0, 0.0)
+    assert config([{"name": "correctness", "weight": 0.75}, {"name": "format", "weight": 0.25}]).spec.advantage == "maxrl"
+    with pytest.raises(ConfigError, match=r"method.advantage=maxrl needs rewards in \[0, 1\].*weights \[1.0, 0.25\]"):
+        config(["correctness", {"name": "format", "weight": 0.25}])
+    with pytest.raises(ConfigError, match="has the reward 'length', which is negative"):
+        config(["correctness", {"name": "length", "weight": 0.0}])

@@ -34,6 +34,8 @@ def _per_token(a: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def test_fixture_provenance():
     p = FIXTURE["provenance"]
     assert p["verl_version"] == "0.9.1" and p["file"] == "verl/trainer/ppo/core_algos.py" and len(p["sha256"]) == 64
+    provenance = (Path(__file__).parent / "fixtures" / "verl" / "PROVENANCE.md").read_text()
+    assert f"sha256 `{p['sha256']}`" in provenance   # the recorded file is the one the provenance names
     assert X["index"] == [i // G for i in range(12)]   # grpolab's contiguous groups of G are verl's uids
 
 
@@ -93,13 +95,18 @@ def _spec(name: str, agg: str, config: dict) -> MethodSpec:
     return build_spec(axes)
 
 
+EDGES = FIXTURE["edges"]
+E = {k: torch.tensor(v) if isinstance(v, list) and k != "singleton_index" else v for k, v in EDGES["inputs"].items()}
+
+
+@pytest.mark.parametrize("edges", [False, True], ids=["shared", "edges"])   # edges: A = 0 tokens, |log-ratio| > 20
 @pytest.mark.parametrize("case", list(FIXTURE["losses"]))
-def test_policy_losses_match_verl(case):
+def test_policy_losses_match_verl(case, edges):
     name, agg = case.split("/")
-    expected = FIXTURE["losses"][case]
-    logp = X["logp"].clone().requires_grad_()
-    loss, stats = policy_loss(_spec(name, agg, expected["config"]), logp, X["old_logp"], X["token_advantages"],
-                              X["mask"])
+    expected = (EDGES if edges else FIXTURE)["losses"][case]
+    logp = (E if edges else X)["logp"].clone().requires_grad_()
+    loss, stats = policy_loss(_spec(name, agg, expected["config"]), logp, X["old_logp"],
+                              (E if edges else X)["token_advantages"], X["mask"])
     loss.backward()
     assert float(loss.detach()) == pytest.approx(expected["loss"], abs=1e-5)
     torch.testing.assert_close(logp.grad, torch.tensor(expected["grad"]), **TOL)
@@ -108,6 +115,20 @@ def test_policy_losses_match_verl(case):
         assert stats[_STATS[verl_name]] == pytest.approx(value, abs=1e-5), verl_name
     if name.startswith("dppo"):   # the fixture exercises both of DPPO's cuts
         assert 0 < stats["dppo/masked_fraction"] < 1 and stats["dppo/truncated_fraction"] > 0
+
+
+@pytest.mark.parametrize("name", ["opo", "gpg"])
+def test_groups_of_one_match_verl(name):
+    a = compute_advantages(build_spec({"advantage": name}), X["scores"], 1, mask=X["mask"])
+    torch.testing.assert_close(_per_token(a, X["mask"]), torch.tensor(EDGES[f"{name}_g1"]), **TOL)
+
+
+def test_a_tool_turn_row_without_model_tokens_matches_verl():
+    mask = E["empty_row_mask"]
+    inputs = _fn_inputs(mask, old_logp=X["old_logp"], sum_pi_squared=X["sum_pi_squared"])
+    a = ESTIMATORS["tir_optimal_token_baseline"].fn(MethodSpec(advantage="tir_optimal_token_baseline"), inputs)
+    assert mask[3].sum() == 0 and a[3].abs().sum() == 0
+    torch.testing.assert_close(a, torch.tensor(EDGES["tir_optimal_token_baseline_empty_row"]), **TOL)
 
 
 # -- each new estimator's mechanism, and where it cannot act --------------------------------------------

@@ -79,10 +79,7 @@ def _cmd_verdicts(args) -> int:
     verdict dashboard. Exit 0 (verdicts are results, whatever they say). Only the table goes
     to stdout (``--format csv`` pipes into a CSV reader); progress, the dashboard path and the
     summary line go to stderr."""
-    from grpolab.analysis.claim_runs import judge_family, run_claims
     from grpolab.analysis.claims import claim_files, load_claim
-    from grpolab.report.publish import record_study_tables
-    from grpolab.report.verdict_page import render_verdicts, write_claims_dashboard
     from grpolab.state import state_dir
 
     def note(line: str) -> None:
@@ -91,6 +88,11 @@ def _cmd_verdicts(args) -> int:
         raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
     if args.no_run and args.until_decided:
         raise ConfigError("--until-decided runs rows; it cannot go with --no-run")
+    for path in claim_files(args.claims):   # every claim (and its study) is read before the heavy imports
+        load_claim(path)
+    from grpolab.analysis.claim_runs import judge_family, run_claims
+    from grpolab.report.publish import record_study_tables
+    from grpolab.report.verdict_page import render_verdicts, write_claims_dashboard
     state = state_dir(args.state)
     started = time.time()
     with _stdout_to_stderr():   # what the studies, their workers and libraries print is not table data
@@ -125,8 +127,34 @@ def _stdout_to_stderr():
 
 
 def _cmd_bench(args) -> int:
+    _check_bench_args(args)
     from grpolab.bench.suite import main as bench_main
     return bench_main(args)
+
+
+def _check_bench_args(args) -> None:
+    """Counts and FILE checked before the benchmark's imports (torch, TRL) and before the state
+    folder is made: FILE must be a valid experiment or study, and is read only by throughput."""
+    for flag, value, least in (("--steps", args.steps, 1), ("--repeats", args.repeats, 1), ("--rows", args.rows, 2),
+                               ("--rollouts", args.rollouts, 1)):
+        if value < least:
+            raise ConfigError(f"{flag}: must be >= {least}, got {value}")
+    if args.what != "throughput":
+        if args.file:
+            raise ConfigError(f"bench FILE {args.file!r}: only read with --what throughput; valid: --what throughput FILE")
+        return
+    if not args.file:
+        raise ConfigError("bench --what throughput: give the experiment or study file to measure")
+    from grpolab.yaml_input import read_yaml_mapping
+    data = read_yaml_mapping(args.file, "bench file", "give an experiment or a study file")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the row's notes are shown when it runs
+        if data.get("kind") in ("ladder", "search"):
+            from grpolab.studies.definition import load_study
+            load_study(args.file)
+        else:
+            from grpolab.experiment.config import load_experiment
+            load_experiment(args.file)
 
 
 def _study_plan(args) -> int:
@@ -149,6 +177,8 @@ def _cmd_study(args) -> int:
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
     launcher = _study_launcher(args)
+    from grpolab.studies.definition import load_study
+    load_study(args.study)   # the whole file is answered before any store or the coordinator is loaded
     check_stores(state_path(args.state), args.storage)   # fail fast, before the study's imports
     from grpolab.report.publish import record_study_tables
     from grpolab.studies.coordinator import run_study
@@ -165,7 +195,8 @@ def _cmd_study(args) -> int:
     else:
         code = run_study(args.study, state_path(args.state), args.storage, args.workers, args.retry_failed,
                          accept_changed=args.accept_changed, publish=record_study_tables,
-                         gpus_per_row=args.gpus_per_row, devices=args.devices, launcher=launcher)
+                         gpus_per_row=args.gpus_per_row, devices=args.devices, launcher=launcher,
+                         accelerate_config=args.accelerate_config)
     if args.table:
         from grpolab.report.tables import study_table
         print(study_table(args.study, state_dir(args.state), args.storage, "markdown"))
@@ -244,11 +275,17 @@ def _cmd_study_worker(args) -> int:
     from grpolab.state import state_dir
     from grpolab.studies.coordinator import worker_loop
     from grpolab.studies.definition import load_study
-    worker_loop(load_study(args.study), args.storage, state_dir(args.state), procs_per_row=args.procs_per_row)
+    worker_loop(load_study(args.study), args.storage, state_dir(args.state), procs_per_row=args.procs_per_row,
+                accelerate_config=args.accelerate_config)
     exit_now(0)   # every row is reported and every run closed: skip ~2 CPU-s of interpreter teardown
 
 
 def _cmd_table(args) -> int:
+    from grpolab.studies.definition import load_study
+    study = load_study(args.study)   # the file and --metric are answered before any store is opened
+    metrics = [o.metric for o in study.objectives]
+    if args.metric is not None and args.metric not in metrics:
+        raise ConfigError(f"--metric: {args.metric!r} is not an objective of {study.name}; valid: {', '.join(metrics)}")
     from grpolab.report.tables import study_table
     from grpolab.state import state_dir
     state = state_dir(args.state)
@@ -262,10 +299,19 @@ def _cmd_table(args) -> int:
 
 
 def _cmd_dashboard(args) -> int:
-    from grpolab.report.dashboard import build_dashboard
+    from grpolab.report.layout import load_layout
     from grpolab.state import state_dir
+    if args.layout is not None:
+        load_layout(args.layout)   # a bad layout is answered before the state folder is touched
+    if args.out and not Path(args.out).absolute().parent.is_dir():
+        raise ConfigError(f"--out: the folder of {args.out!r} does not exist; create it first or give a path in an existing folder")
+    if args.out and Path(args.out).is_dir():
+        raise ConfigError(f"--out: {args.out!r} is a folder; give the path of the HTML file to write")
+    if args.study:
+        from grpolab.studies.definition import load_study
+        load_study(args.study)
+    from grpolab.report.dashboard import build_dashboard, default_output_name
     state = state_dir(args.state)
-    from grpolab.report.dashboard import default_output_name
     run_ids = [r.strip() for r in (args.runs or "").split(",") if r.strip()]
     name = default_output_name(args.study, run_ids, args.layout, args.x or "steps", args.seeds or "band")
     out = Path(args.out) if args.out else state / "dashboards" / name
@@ -285,25 +331,34 @@ def _cmd_dashboard(args) -> int:
 def _common_flags(defaults: bool) -> argparse.ArgumentParser:
     """--state and -v, accepted before or after the subcommand (after it they must not reset
     what was given before it, hence SUPPRESS as the subcommand's default)."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = _OneLineParser(add_help=False)
     common.add_argument("--state", default=None if defaults else argparse.SUPPRESS,
                         help="state folder (default $GRPOLAB_STATE or ./grpolab-state)")
     common.add_argument("-v", "--verbose", action="store_true", default=False if defaults else argparse.SUPPRESS)
     return common
 
 
-PUBLIC_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "methods", "metrics-doc", "bench")
+PUBLIC_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "methods", "metrics-doc", "bench", "doctor")
+STATE_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "bench")   # they read or write the state folder
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line, like every other bad input: what was wrong and where the
+    command's valid flags are listed (its --help)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (valid: see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from grpolab import __version__
-    parser = argparse.ArgumentParser(prog="grpolab", description=__doc__.splitlines()[0], parents=[_common_flags(True)])
+    parser = _OneLineParser(prog="grpolab", description=__doc__.splitlines()[0], parents=[_common_flags(True)])
     parser.add_argument("--version", action="version", version=f"grpolab {__version__}")
     # the internal study-worker command is left out of the listing (it has no help= either)
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(PUBLIC_COMMANDS) + "}")
     sub.add_parser = functools.partial(sub.add_parser, parents=[_common_flags(False)])
     for add in (_add_run, _add_study, _add_study_worker, _add_study_rank, _add_table, _add_dashboard, _add_verdicts,
-                _add_methods, _add_bench):
+                _add_methods, _add_bench, _add_doctor):
         add(sub)
     return parser
 
@@ -357,25 +412,42 @@ def _launch_flags(study) -> None:
     slurm.add_argument("--slurm-folder", default=None, metavar="DIR",
                        help="submitit's folder for job scripts and logs (default: <state>/slurm/<job id>)")
     slurm.add_argument("--cpus-per-job", type=int, default=None, metavar="C", help="CPUs per job (default: Slurm's)")
+    for flag, what in (("--account", "account to charge"), ("--qos", "quality of service"),
+                       ("--mem", "memory per job, e.g. 64G"), ("--constraint", "node features, e.g. a100"),
+                       ("--exclude", "nodes not to use, e.g. node[01-02]")):
+        slurm.add_argument(flag, default=None, help=f"Slurm {what} (default: launcher.slurm in the study file)")
+    slurm.add_argument("--setup", action="append", default=None, metavar="LINE",
+                       help="a shell line the job runs before the worker (module load, conda activate); repeatable")
+    slurm.add_argument("--slurm-param", action="append", default=None, metavar="KEY=VALUE",
+                       help="any other submitit Slurm parameter, e.g. gres=gpu:a100:2; repeatable")
+    study.add_argument("--accelerate-config", default=None, metavar="FILE",
+                       help="with --gpus-per-row K >= 2: launch each row's K processes with accelerate and this "
+                            "config (e.g. studies/accelerate/zero3.yaml; default: launcher.accelerate_config)")
 
 
 def _study_launcher(args):
     """The Slurm launcher asked for, or None; Slurm's flags without it are refused."""
     slurm_only = {"--jobs": args.jobs, "--partition": args.partition, "--time": args.time,
-                  "--slurm-folder": args.slurm_folder, "--cpus-per-job": args.cpus_per_job}
+                  "--slurm-folder": args.slurm_folder, "--cpus-per-job": args.cpus_per_job, "--account": args.account,
+                  "--qos": args.qos, "--mem": args.mem, "--constraint": args.constraint, "--exclude": args.exclude,
+                  "--setup": args.setup, "--slurm-param": args.slurm_param}
     if args.launcher != "slurm":
         given = [name for name, value in slurm_only.items() if value is not None]
         if given:
             raise ConfigError(f"{given[0]}: only with --launcher slurm")
         if args.until_decided and args.gpus_per_row is not None:
             raise ConfigError("--gpus-per-row: not with --until-decided yet")
+        if args.until_decided and args.accelerate_config is not None:
+            raise ConfigError("--accelerate-config: not with --until-decided yet")
         return None
     if args.until_decided:
         raise ConfigError("--launcher slurm: not with --until-decided yet")
+    from grpolab.studies.launch_options import parse_slurm_param
     from grpolab.studies.slurm import SlurmLauncher
-    return SlurmLauncher(jobs=1 if args.jobs is None else args.jobs, partition=args.partition,
-                         gpus_per_row=args.gpus_per_row, time=args.time, folder=args.slurm_folder,
-                         cpus_per_job=args.cpus_per_job)
+    return SlurmLauncher(jobs=args.jobs, partition=args.partition, gpus_per_row=args.gpus_per_row, time=args.time,
+                         folder=args.slurm_folder, cpus_per_job=args.cpus_per_job, account=args.account, qos=args.qos,
+                         mem=args.mem, constraint=args.constraint, exclude=args.exclude, setup=tuple(args.setup or ()),
+                         params=dict(parse_slurm_param(p) for p in args.slurm_param or ()))
 
 
 def _add_study_worker(sub) -> None:
@@ -384,6 +456,7 @@ def _add_study_worker(sub) -> None:
     worker.add_argument("--storage", required=True)
     worker.add_argument("--wait-for-go", action="store_true", help=argparse.SUPPRESS)
     worker.add_argument("--procs-per-row", type=int, default=1, help=argparse.SUPPRESS)   # --gpus-per-row K
+    worker.add_argument("--accelerate-config", default=None, help=argparse.SUPPRESS)     # checked by the coordinator
     worker.set_defaults(func=_cmd_study_worker)
 
 
@@ -447,6 +520,36 @@ def _add_bench(sub) -> None:
                        help="timed runs per variant (workers: repeats // 2 rotations of its three configurations)")
     bench.add_argument("--rows", type=int, default=8, help="rows of the workers benchmark's study (2 rungs x rows/2 seeds)")
     bench.set_defaults(func=_cmd_bench)
+
+
+def _add_doctor(sub) -> None:
+    doctor = sub.add_parser("doctor", help="check this machine: versions; with --gpu, the GPU, vLLM, a micro-ladder "
+                            "and stock TRL vs grpolab step times, into one JSON report")
+    doctor.add_argument("--gpu", action="store_true", help="run the GPU checks (each is 'not checked' without CUDA)")
+    doctor.add_argument("--out", default=None, metavar="FILE",
+                        help="the JSON report (default: <state>/doctor/gpu-<time>.json)")
+    doctor.add_argument("--model", default=None, metavar="DIR",
+                        help="a local chat model for the vLLM and ladder checks (default: a tiny model built here)")
+    doctor.add_argument("--steps", type=int, default=4, help="optimizer steps per micro-ladder row and timed run")
+    doctor.set_defaults(func=_cmd_doctor)
+
+
+def _cmd_doctor(args) -> int:
+    from grpolab.state import state_dir
+    if args.steps < 1:
+        raise ConfigError(f"--steps: must be >= 1, got {args.steps}")
+    if args.model is not None and not Path(args.model).is_dir():
+        raise ConfigError(f"--model: {args.model} is not a folder (a local Hugging Face model directory)")
+    from grpolab.bench.gpu_check import gpu_report, summary_lines, versions
+    if not args.gpu:
+        print("versions: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in versions().items()))
+        print("give --gpu for the GPU checks (GPU, vLLM load, micro-ladder, stock TRL vs grpolab timing)")
+        return 0
+    state = state_dir(args.state)
+    out = Path(args.out) if args.out else state / "doctor" / f"gpu-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    for line in summary_lines(gpu_report(out, state, args.model, args.steps)):
+        print(line)
+    return 0
 
 
 def _add_methods(sub) -> None:
@@ -525,6 +628,9 @@ def _main(argv: list[str] | None) -> int:
     if not args.verbose:
         _quiet_libraries()
     try:
+        if args.command in STATE_COMMANDS:
+            from grpolab.state import check_state_folder
+            check_state_folder(args.state)
         return args.func(args)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

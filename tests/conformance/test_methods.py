@@ -39,6 +39,9 @@ def cannot_act(name: str) -> str | None:
     if ADVANTAGES[spec.advantage].tracker:
         return ("SPO's value tracker estimates a success probability and needs rewards in [0, 1]: these tests score "
                 "with a reward model's unbounded logit (the trainer raises)")
+    if spec.sampling == "gfpo":
+        return (f"GFPO retains gfpo_keep={spec.gfpo_keep} of each group's completions: TRL's training tests sample 3 "
+                "per prompt (the trainer raises; tests/test_sampling.py covers the refusal)")
     if spec.overlong_filter:
         return ("overlong filter: TRL's random tiny models never emit EOS within max_completion_length=8, so every "
                 "completion is truncated and masked, no row is trained and no parameter can move (the trainer's "

@@ -11,11 +11,13 @@ import torch
 
 def opo(r: torch.Tensor, lengths: torch.Tensor, G: int) -> torch.Tensor:
     """OPO (2505.23585), the length-weighted optimal baseline: A_i = r_i - b_g,
-    b_g = sum_{j in g} |o_j| r_j / sum_{j in g} |o_j|; a group of one has b = 0."""
+    b_g = sum_{j in g} |o_j| r_j / sum_{j in g} |o_j|, |o_j| the generated completion's length (a
+    truncated one counts in full, as in the paper); a group of one, or of empty completions, has b = 0."""
     g, n = r.view(-1, G), lengths.to(r).view(-1, G)
     if G == 1:
         return r.clone()
-    return (g - (n * g).sum(1, keepdim=True) / n.sum(1, keepdim=True)).view(-1)
+    weight = n.sum(1, keepdim=True)
+    return (g - (n * g).sum(1, keepdim=True) / weight.clamp(min=1)).view(-1)
 
 
 def pass_at_k(r: torch.Tensor, G: int, eps: float = 1e-6, std_norm: bool = True, unbiased: bool = True) -> torch.Tensor:

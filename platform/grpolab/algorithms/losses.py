@@ -1,8 +1,9 @@
-"""Ratios, surrogates, aggregation and the KL regulariser. Pure torch, no TRL.
+"""Ratios, surrogates and the KL regulariser. Pure torch, no TRL.
 
 Notation: l_t = log pi_theta(o_t) - log pi_old(o_t), rho_t = exp(l_t), mask m, A advantage
 (broadcast (B, 1) or per token (B, T)). Every function returns per-token losses (B, T) or
-(B, 1); ``aggregate`` turns them into a scalar.
+(B, 1); ``aggregate`` (the aggregation axis's registry, ``algorithms/aggregations.py``) turns
+them into a scalar.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import math
 from typing import NamedTuple
 
 import torch
+
+from grpolab.algorithms.aggregations import aggregate  # noqa: F401  (the per-token losses' one reduction)
 
 # --- importance ratio granularity ----------------------------------------------------------
 
@@ -213,33 +216,3 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> t
     if estimator == "k3":
         return torch.exp(-x) - 1 + x
     raise ValueError(f"unknown KL estimator {estimator!r}")
-
-
-# --- aggregation ---------------------------------------------------------------------------
-
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str,
-              token_normaliser: float | torch.Tensor | None = None, max_completion_length: int | None = None) -> torch.Tensor:
-    """seq_mean_token_mean (GRPO):   (1/B) sum_i sum_t L_it m_it / |o_i|
-    token_mean (DAPO):              sum_it L_it m_it / N_tok, N_tok = ``token_normaliser`` (the
-                                    valid tokens of the global batch per micro-batch; this batch's
-                                    own count if None)
-    seq_mean_token_sum_norm (Dr. GRPO): sum_it L_it m_it / (B * max_completion_length)
-    token_mean_local (TRL "bnpo"):  sum_it L_it m_it / valid tokens of this micro-batch
-    seq_mean_token_sum (LUSPO):     (1/B) sum_i sum_t L_it m_it: a sequence-level loss weighted by its
-                                    length |o_i| (GSPO's per-sequence term times |o_i|; TRL "luspo")."""
-    per_token = per_token.expand_as(mask) if per_token.shape != mask.shape else per_token
-    masked = per_token * mask
-    if mode == "seq_mean_token_mean":
-        return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-    if mode == "token_mean":
-        denom = mask.sum() if token_normaliser is None else token_normaliser
-        return masked.sum() / (denom.clamp(min=1.0) if torch.is_tensor(denom) else max(float(denom), 1.0))
-    if mode == "token_mean_local":
-        return masked.sum() / mask.sum().clamp(min=1.0)
-    if mode == "seq_mean_token_sum":
-        return masked.sum(-1).mean()
-    if mode == "seq_mean_token_sum_norm":
-        if max_completion_length is None:
-            raise ValueError("seq_mean_token_sum_norm needs max_completion_length")
-        return masked.sum() / (per_token.size(0) * max_completion_length)
-    raise ValueError(f"unknown aggregation {mode!r}")

@@ -46,11 +46,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from grpolab.analysis import inference
+from grpolab.analysis import DIRECTIONS, inference
 
 MIN_SEEDS = 5
 DEFAULT_SEEDS = 8       # what verdicts and the main job run: enough for a t-interval to be worth stating
-DIRECTIONS = ("increase", "decrease", "none")
 REPRODUCED = "reproduced"
 SMALLER = "direction holds, smaller than claimed"
 UNDETERMINED = "direction holds, size undetermined"

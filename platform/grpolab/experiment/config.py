@@ -37,6 +37,7 @@ from grpolab.method.requirements import inert_notes
 from grpolab.method.spec import MethodSpec, build_spec
 from grpolab.tasks import TASK_NAMES as TASKS
 from grpolab.tasks import make_task, spec_with_task_weights
+from grpolab.trainer.trl_passthrough import check_report_to, check_trl_settings
 from grpolab.world.models import PRESETS
 from grpolab.world.tasks import TASKS as GENERATED_TASKS
 from grpolab.yaml_input import read_yaml_mapping
@@ -73,13 +74,15 @@ class TrainCfg:
     temperature: float = 1.0
     max_completion_length: int = 0     # 0: the task's own limit
     max_grad_norm: float = 1.0
-    n_train_prompts: int = 4000
+    n_train_prompts: int = 4000        # at most this many (fewer if the task holds fewer); set explicitly,
+                                       # the task must hold that many (checked at load time)
     save_every: int = -1               # steps between checkpoints (a multiple of minibatches x num_iterations);
                                        # -1: auto (~50, whole rollouts), 0: at the end only (checkpoints.py)
     keep_checkpoints: int = 2          # newest complete checkpoints kept per run
     dtype: str = "fp32"                # fp32 | bf16 | fp16 mixed precision (fp32 master weights; engines.py)
     gradient_checkpointing: bool = False
     cast_lm_head_to_fp32: bool = False # TRL's ScaleRL option: lm head and log-probs in fp32 under bf16/fp16
+    trl: dict = field(default_factory=dict)   # any other GRPOConfig field, passed unchanged (trl_passthrough.py)
     max_empty_updates: int = 20        # update batches in a row without a policy gradient before the run fails (a cold start on a hard task may have a few)
                                        # (all rows masked, or every advantage 0); 0: never fail (warned once)
 
@@ -107,6 +110,8 @@ class TrackingCfg:
     samples: int = 16                  # completions kept per logged rollout in the samples artifact
     system_metrics: bool = False       # MLflow system metrics (system/*: machine CPU, memory, disk, GPU); needs psutil
     figures: bool = False              # curves.png on the run (MLflow log_figure; ~1-5 s of matplotlib per run)
+    log_model: bool = False            # the final model (or LoRA adapter) as the run's MLflow artifact "model/"
+    report_to: list = field(default_factory=list)   # transformers' trackers beside the MLflow run (tensorboard, wandb, ...)
 
 
 def check_tracking_settings(tracking) -> None:
@@ -170,6 +175,10 @@ def _typed(key: str, value, type_name: str, default):
         if not (isinstance(value, dict) or (value is None and "None" in type_name)):
             raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__} {value!r}")
         return value
+    if type_name == "list":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{key}: expected a list of names, got {value!r}")
+        return value
     if type_name == "tuple":
         if not isinstance(value, (list, tuple)) or len(value) != 2:
             raise ConfigError(f"{key}: expected a [low, high] pair, got {value!r}")
@@ -231,6 +240,7 @@ def build_config(data: dict) -> RunConfig:
     cfg = RunConfig(name=name, method_name=method_name, method_overrides=overrides, spec=spec,
                     task={"name": task_obj.name, **task_obj.params}, seed=seed, **sections)
     notes = check_coherence(cfg, task_obj)
+    check_task_capacity(cfg, task_obj, explicit_train="n_train_prompts" in train_raw)
     if cfg.eval.max_completion_length == 0:  # evaluate at the cap the run trains with (issue 10)
         train_cap = cfg.train.max_completion_length or task_obj.max_completion_length
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, max_completion_length=train_cap))
@@ -248,6 +258,8 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     """Reject incoherent combinations; return warnings for settings without effect."""
     t, s, m = cfg.train, cfg.spec, cfg.model
     check_tracking_settings(cfg.tracking)
+    check_report_to(cfg.tracking.report_to)
+    check_trl_settings(t.trl)
     for key in ("steps", "prompts_per_rollout", "minibatches", "num_iterations", "grad_accum", "n_train_prompts"):
         _positive(f"train.{key}", getattr(t, key))
     _positive("train.group_size", t.group_size, 2)
@@ -257,6 +269,9 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
         raise ConfigError(f"train.max_completion_length: must be >= 0 (0 = task default), got {t.max_completion_length}")
     if t.max_empty_updates < 0:
         raise ConfigError(f"train.max_empty_updates: must be >= 0 (0 = never fail), got {t.max_empty_updates}")
+    if s.sampling == "gfpo" and s.gfpo_keep >= t.group_size:
+        raise ConfigError(f"method.gfpo_keep={s.gfpo_keep}: GFPO retains fewer completions than it samples; set "
+                          f"method.gfpo_keep < train.group_size ({t.group_size})")
     rollout = t.prompts_per_rollout * t.group_size
     if rollout % (t.minibatches * t.grad_accum):
         raise ConfigError(f"train: prompts_per_rollout x group_size = {rollout} completions must split evenly into "
@@ -290,9 +305,9 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     if s.surrogate == "group_dpo" and (t.minibatches > 1 or t.grad_accum > 1):
         raise ConfigError("method.surrogate=group_dpo pairs completions within a group, so the whole rollout must be "
                           "one micro-batch: set train.minibatches=1 and train.grad_accum=1")
-    if estimator.bounded and s.soft_overlong:
-        raise ConfigError(f"method.advantage={s.advantage} needs rewards in [0, 1] ({estimator.bounded}); "
-                          "soft_overlong adds negative rewards")
+    unbounded = reward_range_problem(s, task) if estimator.bounded else None
+    if unbounded:
+        raise ConfigError(f"method.advantage={s.advantage} needs rewards in [0, 1] ({estimator.bounded}); {unbounded}")
     if s.surrogate == "reinforce" and cfg.reuses_rollouts:
         raise ConfigError("method.surrogate=reinforce has no importance ratio, so it is only valid on-policy: "
                           "set train.minibatches=1 and train.num_iterations=1, or use surrogate=clip")
@@ -327,6 +342,44 @@ def check_final_eval(ev, task) -> None:
                           f"the generated tasks ({', '.join(GENERATED_TASKS)}); leave it at -1")
 
 
+def check_task_capacity(cfg: RunConfig, task, explicit_train: bool) -> None:
+    """The task holds as many distinct held-out prompts as ``eval.prompts`` asks (and, when the
+    experiment sets it, as many training prompts as ``train.n_train_prompts``): drawn now, with the
+    run's seed, exactly as the run will draw them. A small space (1-digit sums) or a small
+    dataset would otherwise give fewer, and the run would be measured on fewer than asked. The
+    default ``n_train_prompts`` is a cap, not a request. A dataset not readable yet (a hub
+    dataset downloaded at run start) is checked when it is read."""
+    source = getattr(task, "source", task)
+    if not getattr(source, "loaded", True):
+        return
+    n_train = cfg.train.n_train_prompts if explicit_train else 0
+    fixed = {"held_out_seed": cfg.eval.seed} if cfg.eval.seed >= 0 else {}   # as runner.run_splits draws them
+    wanted, key = final_prompts(cfg.eval), "eval.final_prompts" if cfg.eval.final_prompts else "eval.prompts"
+    train, held_out = task.splits(cfg.seed, n_train, wanted, **fixed)
+    what = f"task {cfg.task['name']!r}" + (f" ({cfg.task.get('path')})" if cfg.task.get("path") else "")
+    if len(held_out) < wanted:
+        raise ConfigError(f"{key}: {what} holds at most {len(held_out)} distinct held-out prompts, "
+                          f"got {wanted}; valid: 1 to {len(held_out)}")
+    if len(train) < n_train:
+        raise ConfigError(f"train.n_train_prompts: {what} holds at most {len(train)} distinct training prompts "
+                          f"besides the held-out ones, got {n_train}; valid: 1 to {len(train)}")
+
+
+def reward_range_problem(spec, task) -> str | None:
+    """Why the run's total reward r = sum_k w_k r_k can leave [0, 1] (None: it cannot, as far as
+    grpolab can tell: the built-in components correctness and format lie in [0, 1]; a user reward
+    function's range is its author's to keep)."""
+    if spec.soft_overlong:
+        return "soft_overlong adds negative rewards"
+    if "length" in [r.name for r in getattr(task, "rewards", ())]:
+        return f"task {task.name!r} has the reward 'length', which is negative"
+    weights = spec.reward_weights or (1.0,) * len(task.reward_names)
+    if min(weights) < 0 or sum(weights) > 1:
+        return (f"task {task.name!r}'s reward weights {list(weights)} (reward components "
+                f"{', '.join(task.reward_names)}) give totals outside [0, 1]; give weights >= 0 summing to at most 1")
+    return None
+
+
 def rollout_steps(train) -> int:
     """Optimizer steps that share one generated rollout (a checkpoint must not split it)."""
     return train.minibatches * train.num_iterations
@@ -352,7 +405,23 @@ def parse_override(text: str) -> tuple[list[str], object]:
     if "=" not in text:
         raise ConfigError(f"override {text!r}: expected key.path=value, e.g. train.steps=50")
     key, value = text.split("=", 1)
-    return key.strip().split("."), yaml.safe_load(value)
+    return key.strip().split("."), override_value(text, value)
+
+
+PLAIN_VALUES = "a plain value: a number, text, true/false, null, [a, list] or {a: mapping}"
+
+
+def override_value(text: str, value: str):
+    """The YAML value of one ``key=value`` override, read with the safe loader only; a YAML tag
+    (``!!python/object``, ``!!str``, ``!custom``) is refused before anything is constructed, so
+    an override can only ever be plain data."""
+    try:
+        if any(isinstance(token, yaml.TagToken) for token in yaml.scan(value, Loader=yaml.SafeLoader)):
+            raise ConfigError(f"override {text!r}: YAML tags (!...) are not accepted; give {PLAIN_VALUES}")
+        return yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"override {text!r}: not a valid YAML value ({problem}); give {PLAIN_VALUES}") from None
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:

@@ -22,6 +22,8 @@ class Estimator:
     """One value of the advantage axis. Formulas: the docstring of its function."""
     name: str
     params: tuple[str, ...] = ()      # MethodSpec fields only it reads (logged, inert under the others)
+    reads: tuple[str, ...] = ()       # shared MethodSpec fields it reads (SHARED_PARAMS: logged where not default,
+                                      # inert under the estimators that do not read them)
     per_token: bool = False           # returns (N, T), one advantage per token; else (N,), one per completion
     kl_per_token: bool = False        # folds a reward-side KL in per token (else the KL is summed per sequence
                                       # and subtracted from the completion's reward)
@@ -40,19 +42,21 @@ class Estimator:
     cite: str = ""                    # where its formula comes from, when a reference implementation has it
 
 
+SHARED_PARAMS = ("adv_eps", "std_unbiased")   # the eps added to a std or mean before dividing; std with N-1 or N
+_STD = SHARED_PARAMS                          # estimators that divide by a std read both
 _NO_TRL_PER_TOKEN = "TRL 1.16 computes one advantage per completion from the group's rewards"
 
 _ENTRIES = [
-    Estimator("group_std", unscorable=True, step_norm="std", trl={"scale_rewards": "group"}),
+    Estimator("group_std", reads=_STD, unscorable=True, step_norm="std", trl={"scale_rewards": "group"}),
     Estimator("group_mean", unscorable=True, step_norm="mean", trl={"scale_rewards": "none"}),
-    Estimator("batch_std", unscorable=True, trl={"scale_rewards": "batch"}),
+    Estimator("batch_std", reads=_STD, unscorable=True, trl={"scale_rewards": "batch"}),
     Estimator("leave_one_out", unscorable=True, no_trl="TRL 1.16 has no leave-one-out baseline in GRPOTrainer"),
     Estimator("reinforce_pp", per_token=True, kl_per_token=True, kl_reward_only=True, no_trl=_NO_TRL_PER_TOKEN),
     Estimator("reinforce_pp_baseline", per_token=True, kl_per_token=True, no_trl=_NO_TRL_PER_TOKEN),
-    Estimator("decoupled", components=True, trl={"multi_objective_aggregation": "normalize_then_sum"},
+    Estimator("decoupled", reads=_STD, components=True, trl={"multi_objective_aggregation": "normalize_then_sum"},
               no_reward_kl="it normalises reward components separately; a reward-side KL would be one more component",
               multi_turn="an episode has one return, not reward components"),
-    Estimator("value_tracker", params=("tracker_decay",), tracker=True,
+    Estimator("value_tracker", params=("tracker_decay",), reads=_STD, tracker=True,
               bounded="its Beta tracker reads each reward as a success probability",
               no_reward_kl="the tracker's success probability would absorb the KL penalty",
               no_trl="TRL 1.16 keeps no per-prompt state"),
@@ -64,11 +68,15 @@ _ENTRIES = [
 _ENTRIES += [   # verl 0.9.1's further estimators (core_algos.py, register_adv_est)
     Estimator("opo", no_trl="TRL 1.16 has no length-weighted baseline",
               cite="OPO, Hao et al. 2025, arXiv:2505.23585; verl compute_opo_outcome_advantage"),
-    Estimator("grpo_passk", no_trl="TRL 1.16 has no pass@k advantage",
-              cite="pass@k advantage, arXiv:2503.19595 (the paper verl's docstring cites); verl "
-                   "compute_grpo_passk_outcome_advantage"),
+    Estimator("grpo_passk", reads=_STD, no_trl="TRL 1.16 has no pass@k advantage",
+              cite="Tang, Zheng, Synnaeve, Munos 2025, Optimizing Language Models for Inference Time Objectives "
+                   "using Reinforcement Learning, ICML 2025, arXiv:2503.19595 (r_max - r_second: its leave-one-out "
+                   "estimator for k = group size; the std division is verl's); verl "
+                   "compute_grpo_passk_outcome_advantage, whose eps is 1e-6 (method grpo_passk sets it; the "
+                   "adv_eps default is 1e-4)"),
     Estimator("gpg", no_trl="TRL 1.16.0 has no GPG advantage (no GRPOConfig field, no experimental GPG trainer)",
-              cite="GPG, Chu et al. 2025, arXiv:2504.02546; verl compute_gpg_outcome_advantage"),
+              cite="GPG, Chu et al. 2025, arXiv:2504.02546; verl compute_gpg_outcome_advantage (alpha = N / "
+                   "#non-zero rewards, F_norm = 1: verl's version, not checked against the paper's estimator)"),
     Estimator("remax", no_trl="TRL 1.16 generates no greedy baseline",
               missing="its baseline is the reward of one greedy completion per prompt, a generation grpolab's "
                       "trainer does not run (TRL samples every completion of a group alike)",
@@ -82,7 +90,9 @@ _ENTRIES += [   # verl 0.9.1's further estimators (core_algos.py, register_adv_e
               cite="verl compute_multi_turn_optimal_token_baseline_advantage"),
 ]
 _ENTRIES += [
-    Estimator("maxrl", bounded="it divides by the group's mean reward, a success rate only for rewards in [0, 1]",
+    Estimator("maxrl", reads=("adv_eps",), bounded="it divides by the group's mean reward, a success rate only for rewards in [0, 1]",
+              no_reward_kl="it divides by the group's mean reward, which a KL penalty can push to or below 0 "
+                           "(flipping the advantages' sign)",
               no_trl="the installed TRL 1.16.0's scale_rewards has no 'mean' (group, batch, none)",
               cite="MaxRL, Tajwar, Zeng et al. 2026, Maximum Likelihood Reinforcement Learning, arXiv:2602.02710"),
 ]
@@ -106,8 +116,8 @@ def estimators(**facts) -> tuple[str, ...]:
 
 
 def readers(param: str) -> tuple[str, ...]:
-    """The estimators that read ``param`` (a MethodSpec field)."""
-    return tuple(e.name for e in ADVANTAGES.values() if param in e.params)
+    """The estimators that read ``param`` (a MethodSpec field: an own or a shared parameter)."""
+    return tuple(e.name for e in ADVANTAGES.values() if param in e.params or param in e.reads)
 
 
 def advantage_params() -> tuple[str, ...]:
@@ -116,8 +126,11 @@ def advantage_params() -> tuple[str, ...]:
 
 def trl_advantage(settings: dict) -> str | None:
     """The estimator TRL computes under GRPOConfig ``settings`` (scale_rewards / multi_objective_aggregation)."""
-    if settings.get("multi_objective_aggregation") == "normalize_then_sum":   # TRL then ignores scale_rewards
+    aggregation = settings.get("multi_objective_aggregation", "sum_then_normalize")
+    if aggregation == "normalize_then_sum":   # TRL then ignores scale_rewards
         settings = {"multi_objective_aggregation": "normalize_then_sum"}
+    elif aggregation != "sum_then_normalize":
+        return None   # a value TRL 1.16 does not have
     else:
         settings = {"scale_rewards": settings.get("scale_rewards", "group")}
     return next((e.name for e in ADVANTAGES.values() if e.trl == settings), None)

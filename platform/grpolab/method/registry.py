@@ -69,6 +69,33 @@ METHODS: dict[str, Method] = {m.key: m for m in [
            note="-sg(phi(w)) A log pi with w the sequence's whole importance ratio (no length normalisation) and "
                 "phi(w) = w^k exp(lambda (1 - w)), (k, lambda) = (2, 3) for A >= 0 and (3, 2) for A < 0 (TRL's "
                 "defaults); token-mean loss as TRL's vespo; two updates per rollout, since on-policy phi = 1"),
+    Method("intellect2", "INTELLECT-2 two-sided clip", "Prime Intellect Team 2025, INTELLECT-2: A Reasoning Model "
+                                                          "Trained Through Globally Decentralized Reinforcement "
+                                                          "Learning, arXiv:2505.07291 (two-sided GRPO clipping; TRL "
+                                                          "1.16 GRPOConfig.delta)",
+           dict(advantage="group_std", ratio="token", surrogate="dual_clip", eps_low=0.2, eps_high=0.2, dual_clip_c=4.0,
+                aggregation="token_mean", **_NO_KL), regime=_REUSE,
+           note="PPO clip whose ratio is also capped at delta for A < 0, so a negative-advantage token's loss is "
+                "bounded by -delta A (TRL: delta=4 with loss_type='dapo'; delta 4 is TRL's documented example, the "
+                "report's other settings were not checked here); acts only off-policy (on-policy rho = 1 < delta)"),
+    Method("top_entropy_80_20", "80/20 high-entropy tokens (DAPO)", "Wang et al. 2025, Beyond the 80/20 Rule: "
+                                                                    "High-Entropy Minority Tokens Drive Effective "
+                                                                    "Reinforcement Learning for LLM Reasoning, "
+                                                                    "arXiv:2506.01939 (TRL 1.16 top_entropy_quantile)",
+           dict(advantage="group_std", ratio="token", surrogate="clip", eps_low=0.2, eps_high=0.28,
+                aggregation="token_mean", overlong_filter=True, soft_overlong=True, sampling="dynamic",
+                top_entropy_quantile=0.2, **_NO_KL),
+           note="DAPO (the paper's base recipe) with the policy gradient kept only on the top 20% of tokens by "
+                "entropy in the batch; the other tokens stay in the token normaliser (as TRL's top_entropy_quantile)"),
+    Method("gfpo", "GFPO", "Shrivastava et al. 2025, Sample More to Think Less: Group Filtered Policy Optimization "
+                           "for Concise Reasoning, arXiv:2508.09726",
+           dict(advantage="group_std", ratio="token", surrogate="clip", eps_low=0.2, eps_high=0.28,
+                aggregation="token_mean", sampling="gfpo", gfpo_keep=8, gfpo_metric="length", **_NO_KL),
+           regime={"group_size": 16},
+           note="sample 16 completions per prompt, train on the 8 shortest: the rejected ones get advantage 0 and "
+                "leave the loss, the retained group's mean and std give the baseline (the paper's G=16, k=8; "
+                "gfpo_metric=token_efficiency retains the largest reward / length); DAPO's Clip-Higher and "
+                "token-level loss as the paper's base; TRL 1.16 ships no GFPO trainer"),
     Method("cispo", "CISPO", "MiniMax 2025, MiniMax-M1, arXiv:2506.13585",
            dict(advantage="group_std", ratio="token", surrogate="cispo", eps_low=1.0, eps_high=4.0,
                 aggregation="token_mean", **_NO_KL), regime=_REUSE,
@@ -141,25 +168,32 @@ METHODS: dict[str, Method] = {m.key: m for m in [
            dict(advantage="maxrl", **_GRPO_CLIP_TOKEN_MEAN),
            note="A = (r - group mean) / (group mean + 1e-4): a one-line change to GRPO's advantage; binary rewards "
                 "(the paper's setting); differs from group_mean by 1/mean, so it acts wherever a group's success "
-                "rate is below 1 and not 0; GRPO's clip and a token-mean loss (TRL's default loss_type)"),
+                "rate is below 1 and not 0; GRPO's clip and a token-mean loss (TRL's default loss_type), not checked "
+                "against the paper's loss"),
     # verl 0.9.1's further estimators and policy losses (core_algos.py); tests/test_verl_reference.py
     # matches each with verl's own output
     Method("opo", "OPO", "Hao et al. 2025, On-Policy RL with Optimal Reward Baseline, arXiv:2505.23585; "
                          "verl 0.9.1 adv_estimator=opo",
            dict(advantage="opo", **_GRPO_CLIP_TOKEN_MEAN),
            note="length-weighted group baseline sum |o| r / sum |o|; equals group_mean (Dr. GRPO's) when a group's "
-                "completions have equal lengths, so it acts only where lengths differ; verl's default clip and "
-                "token-mean loss"),
-    Method("grpo_passk", "GRPO pass@k", "pass@k advantage, arXiv:2503.19595 (as cited by verl 0.9.1's "
-                                        "adv_estimator=grpo_passk)",
+                "completions have equal lengths, so it acts only where lengths differ; |o| is the generated length "
+                "(a truncated completion counts in full); verl's default clip and token-mean loss, not checked "
+                "against the paper's loss"),
+    Method("grpo_passk", "GRPO pass@k", "Tang, Zheng, Synnaeve, Munos 2025, Optimizing Language Models for "
+                                        "Inference Time Objectives using Reinforcement Learning, ICML 2025, "
+                                        "arXiv:2503.19595; verl 0.9.1 adv_estimator=grpo_passk",
            dict(advantage="grpo_passk", adv_eps=1e-6, **_GRPO_CLIP_TOKEN_MEAN),
-           note="only each group's best completion moves: (r_max - r_second) / (std + 1e-6); with binary rewards a "
+           note="only each group's best completion moves: r_max - r_second is the paper's leave-one-out pass@k "
+                "estimator for k = group size; dividing by (std + 1e-6) is verl's addition (1e-6 is verl's eps; "
+                "advantage=grpo_passk outside this row divides by std + adv_eps, default 1e-4); with binary rewards a "
                 "group with two or more correct completions gives 0 (its top two tie)"),
     Method("gpg", "GPG", "Chu et al. 2025, GPG: A Simple and Strong Reinforcement Learning Baseline for Model "
                          "Reasoning, arXiv:2504.02546; verl 0.9.1 adv_estimator=gpg, policy_loss gpg",
            dict(advantage="gpg", ratio="token", surrogate="reinforce", aggregation="token_mean", **_NO_KL),
-           note="group-centred reward times alpha = N / #non-zero rewards; verl's gpg policy loss -A log pi is "
-                "surrogate reinforce (no ratio, no clip, no reference); alpha = 1 when no reward is 0"),
+           note="group-centred reward times alpha = N / #non-zero rewards with F_norm = 1: verl's version, not "
+                "checked against the paper's estimator (which rescales by the share of samples with a non-zero "
+                "gradient and has an F_norm = std option); verl's gpg policy loss -A log pi is surrogate reinforce "
+                "(no ratio, no clip, no reference); alpha = 1 when no reward is 0"),
     Method("remax", "ReMax", "Li et al. 2023, ReMax, arXiv:2310.10505; verl 0.9.1 adv_estimator=remax",
            dict(advantage="remax"), missing=ADVANTAGES["remax"].missing),
     Method("optimal_token_baseline", "Optimal token baseline", "verl 0.9.1 adv_estimator=optimal_token_baseline",
@@ -175,8 +209,9 @@ METHODS: dict[str, Method] = {m.key: m for m in [
                   "are dropped, the rest weighted by sg(min(rho, 3)); 0.2 and 3 are verl's ActorConfig defaults "
                   "(clip_ratio_low/high, clip_ratio_c), not checked against the paper; two updates per rollout, "
                   "since on-policy nothing is dropped") for d in ("tv", "kl")),
-    Method("dro", "DRO", "verl 0.9.1 policy_loss loss_mode=dro (Direct Reward Optimization with a quadratic "
-                         "log-ratio penalty)",
+    Method("dro", "DRO (verl's form, no paper)", "no paper: verl 0.9.1 policy_loss loss_mode=dro, a policy "
+                                                 "gradient with a quadratic log-ratio penalty (not Richemond et al.'s "
+                                                 "Direct Reward Optimization)",
            dict(advantage="group_std", ratio="token", surrogate="dro", dro_beta=0.05, aggregation="token_mean",
                 **_NO_KL), regime=_REUSE,
            note="-(A log pi - (beta/2) (log pi - log pi_old)^2), beta 0.05 as verl's usage example; two updates per "

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from grpolab.method.advantages import ADVANTAGES, advantage_params, estimators
+from grpolab.method.advantages import ADVANTAGES, SHARED_PARAMS, advantage_params, estimators
 from grpolab.method.advantages import readers as advantage_readers
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES, readers
@@ -48,6 +48,7 @@ SOFT_OVERLONG = _axis("soft overlong punishment", lambda s: s.soft_overlong, "se
 DYNAMIC = _axis("dynamic sampling", lambda s: s.sampling == "dynamic", "set method.sampling: dynamic")
 FILTERING = _axis("a group filter", lambda s: s.sampling in ("dynamic", "zero_variance_filter"),
                   "set method.sampling: dynamic or zero_variance_filter")
+GFPO = _axis("GFPO's group filter", lambda s: s.sampling == "gfpo", "set method.sampling: gfpo")
 ADAPTIVE = _axis("the adaptive entropy bonus", lambda s: s.entropy_mode in ("adaptive", "adaptive_gated"),
                  "set method.entropy_mode: adaptive or adaptive_gated")
 CRITIC = _axis(f"the critic (advantage {_either(list(estimators(critic=True)))})",
@@ -99,11 +100,12 @@ REQUIREMENTS: dict[tuple[str, object], Requirement] = {
     ("kl_ratio_correction", True): KL_IN_LOSS,
     ("max_sampling_rounds", None): DYNAMIC, ("sampling_cap_policy", None): DYNAMIC,
     ("sampling_filter", None): FILTERING,
+    ("gfpo_keep", None): GFPO, ("gfpo_metric", None): GFPO,
     ("overlong_buffer", None): SOFT_OVERLONG, ("overlong_penalty", None): SOFT_OVERLONG,
     ("entropy_target", None): ADAPTIVE, ("entropy_coef_step", None): ADAPTIVE,
     ("entropy_coef_min", None): ADAPTIVE, ("entropy_coef_max", None): ADAPTIVE,
     # the advantage axis's parameters, from its registry (method/advantages.py)
-    **{(param, None): _advantage_param(param) for param in advantage_params()},
+    **{(param, None): _advantage_param(param) for param in (*advantage_params(), *SHARED_PARAMS)},
     ("value_clip", None): CRITIC, ("whiten_advantages", None): CRITIC,
     ("step_gamma", None): STEP, ("anchor_similarity", None): STEP,
 }

@@ -15,6 +15,7 @@ from dataclasses import dataclass, fields
 
 from grpolab.errors import ConfigError
 from grpolab.method.advantages import ADVANTAGES, estimators
+from grpolab.method.aggregations import AGGREGATIONS, TOKEN_LEVEL
 from grpolab.method.surrogates import SURROGATES
 
 
@@ -37,13 +38,13 @@ class _AxisChoices(Mapping):
 AXIS_CHOICES: Mapping[str, tuple[str, ...]] = _AxisChoices({
     "advantage": ADVANTAGES,          # one entry per value: method/advantages.py
     "surrogate": SURROGATES,          # one entry per value: method/surrogates.py
+    "aggregation": AGGREGATIONS,      # one entry per value: method/aggregations.py
 }, {
     "ratio": ("token", "sequence", "sequence_token", "geometric"),
-    "aggregation": ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm", "token_mean_local",
-                    "seq_mean_token_sum"),
     "kl_estimator": ("k1", "k2", "k3"),
     "kl_placement": ("loss", "reward"),
-    "sampling": ("static", "dynamic", "zero_variance_filter"),
+    "sampling": ("static", "dynamic", "zero_variance_filter", "gfpo"),
+    "gfpo_metric": ("length", "token_efficiency"),
     "entropy_mode": ("static", "adaptive", "adaptive_gated"),
     "sampling_cap_policy": ("fill", "fail"),
     "sampling_filter": ("accuracy", "reward"),
@@ -84,6 +85,8 @@ class MethodSpec:
     max_sampling_rounds: int = 4          # dynamic sampling: generation rounds per batch at most
     sampling_cap_policy: str = "fill"     # at the cap: fill with least degenerate groups (warn) | fail
     sampling_filter: str = "accuracy"     # dynamic / zero-variance filter keeps groups whose accuracy (DAPO) or reward (verl) varies
+    gfpo_keep: int = 8                    # GFPO: completions retained per group (of train.group_size sampled)
+    gfpo_metric: str = "length"           # GFPO: retain the shortest (length) or the largest reward / length
     overlong_filter: bool = False         # mask truncated completions out of the loss
     soft_overlong: bool = False           # DAPO eq. 13 length penalty added to the reward
     overlong_buffer: int = 0              # L_cache of eq. 13 in tokens; 0 = 20% of the cap (DAPO's 4096/20480)
@@ -129,7 +132,7 @@ SPEC_FIELDS = {f.name: f for f in fields(MethodSpec)}
 # hashes of existing runs and studies stay what they were
 _HASHED_UNLESS_DEFAULT = ("step_omega", "step_gamma", "anchor_similarity", "episode_norm",
                           "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
-                          "entropy_coef_min", "entropy_coef_max", "dro_beta")
+                          "entropy_coef_min", "entropy_coef_max", "dro_beta", "gfpo_keep", "gfpo_metric")
 _TYPES = {"str": str, "bool": bool, "float": float, "int": int}
 
 
@@ -187,10 +190,14 @@ def validate_spec(spec: MethodSpec) -> None:
     _check(0 < spec.tracker_decay <= 1, f"method.tracker_decay: must be in (0, 1], got {spec.tracker_decay}")
     _check(spec.overlong_buffer >= 0, f"method.overlong_buffer: must be >= 0 (0 = 20% of the cap), got {spec.overlong_buffer}")
     _check(spec.max_sampling_rounds >= 1, f"method.max_sampling_rounds: must be >= 1, got {spec.max_sampling_rounds}")
-    if spec.sampling == "zero_variance_filter":
-        _check(spec.aggregation in ("token_mean", "token_mean_local"),
-               "method.sampling=zero_variance_filter drops groups from the token normaliser: use aggregation "
-               "token_mean or token_mean_local")
+    if spec.sampling in ("zero_variance_filter", "gfpo"):
+        _check(spec.aggregation in TOKEN_LEVEL,
+               f"method.sampling={spec.sampling} drops completions from the token normaliser: use aggregation "
+               + " or ".join(TOKEN_LEVEL))
+    _check(spec.gfpo_keep >= 1, f"method.gfpo_keep: must be >= 1, got {spec.gfpo_keep}")
+    _check(spec.sampling != "gfpo" or spec.advantage in estimators(unscorable=True),
+           f"method.sampling=gfpo leaves the rejected completions out of the baselines (as rows without a reward): "
+           f"use advantage {' or '.join(estimators(unscorable=True))}, got {spec.advantage!r}")
     _check(spec.dpo_beta > 0, f"method.dpo_beta: must be > 0, got {spec.dpo_beta}")
     _check(spec.dro_beta > 0, f"method.dro_beta: must be > 0, got {spec.dro_beta}")
     if spec.ratio == "geometric":

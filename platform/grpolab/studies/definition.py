@@ -26,8 +26,10 @@ from grpolab.experiment.config import apply_overrides, build_config
 from grpolab.method.requirements import inert
 from grpolab.method.spec import MethodSpec
 from grpolab.studies.devices import check_devices
+from grpolab.studies.launch_options import LaunchOptions, parse_launcher
 from grpolab.studies.registration import parse_deviations
 from grpolab.studies.search_space import check_space
+from grpolab.tracking.naming import flat_keys
 from grpolab.yaml_input import read_yaml_mapping
 
 METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")
@@ -82,6 +84,7 @@ class StudyConfig:
     row_timeout_s: float | None = 3600.0   # a row with no progress this long is hung: handed back (lifecycle.py)
     devices: tuple[str, ...] = ()          # the device pool for --gpus-per-row (devices.py); not in the definition hash
     plan: dict = field(default_factory=dict)   # `grpolab study --plan` assumptions (plan.py); not in the definition hash
+    launcher: LaunchOptions = LaunchOptions()  # how rows are launched (launch_options.py); not in the definition hash
 
     def rows(self) -> list[tuple[int, int]]:
         """(rung index, seed) for every row of a ladder."""
@@ -167,9 +170,9 @@ def parse_mechanism(raw, where: str, sides: tuple[str, ...], check=check_metric)
 
 
 _LADDER_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objectives", "budget", "rungs", "published_source",
-                "smallest_effect", "row_timeout_s", "deviations", "devices", "plan"}
+                "smallest_effect", "row_timeout_s", "deviations", "devices", "plan", "launcher"}
 _SEARCH_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objectives", "budget", "space", "n_trials",
-                "sampler", "pruner", "row_timeout_s", "deviations", "devices", "plan"}
+                "sampler", "pruner", "row_timeout_s", "deviations", "devices", "plan", "launcher"}
 
 
 class SeedsOnDemand(NamedTuple):
@@ -239,15 +242,16 @@ def load_study(path: str | Path) -> StudyConfig:
     common = dict(name=name, kind=kind, path=str(path), base=base, seeds=seeds, objectives=objectives, on_demand=on_demand,
                   description=data.get("description", ""), row_timeout_s=_row_timeout(data),
                   deviations=parse_deviations(data.get("deviations"), path.name), plan=parse_plan(data.get("plan")),
+                  launcher=parse_launcher(data.get("launcher"), path),
                   devices=check_devices(data["devices"], "devices") if data.get("devices") is not None else ())
     if kind == "ladder":
         study = StudyConfig(**common, rungs=_rungs(data.get("rungs")), published_source=data.get("published_source", ""))
-        for rung in range(len(study.rungs)):  # every rung must validate before anything runs
-            _validate_experiment(study.rung_experiment(rung, seeds[0]), f"rungs[{rung}]")
+        _check_rungs_differ(study)
         return study
     if len(objectives) > 1 and data.get("pruner"):
         raise ConfigError("pruner: Optuna cannot prune multi-objective studies; remove the pruner or keep one objective")
     space = check_space(data.get("space") or {})
+    _check_space_acts(base, space, seeds[0])
     n_trials = data.get("n_trials", 8)
     if not isinstance(n_trials, int) or n_trials < 1:
         raise ConfigError(f"n_trials: expected a positive integer, got {n_trials!r}")
@@ -316,6 +320,41 @@ def _rungs(raw) -> tuple[Rung, ...]:
     return tuple(out)
 
 
+def _check_rungs_differ(study: StudyConfig) -> None:
+    """Every rung validates, each change of a rung after the first changes the value it had, and
+    no two rungs run the same effective experiment (method spec, task, model, budget, eval): a
+    rung that repeats another would be measured against itself. Raised before anything runs."""
+    seen, before = {}, None
+    for i, rung in enumerate(study.rungs):
+        for key, value in rung.changes.items() if before else ():
+            if key in before and before[key] == value:   # the resolved value, defaults included
+                raise ConfigError(f"rungs[{i}] ({rung.name}): its change {key}={value!r} is the value {key} "
+                                  "already has; every rung after the first must change something")
+        cfg = _validate_experiment(study.rung_experiment(i, study.seeds[0]), f"rungs[{i}]")
+        before = flat_keys(cfg.resolved())
+        effective = (cfg.spec.spec_hash(), repr((cfg.task, cfg.model, cfg.train, cfg.eval, cfg.warm_start)))
+        if effective in seen:
+            raise ConfigError(f"rungs[{i}] ({rung.name}): runs exactly the same experiment as rungs[{seen[effective]}] "
+                              f"({study.rungs[seen[effective]].name}); every rung must differ from the others")
+        seen[effective] = i
+
+
+def _check_space_acts(base: dict, space: dict, seed: int) -> None:
+    """Each parameter of a search space names an experiment key that exists and accepts the
+    values it will be sampled at (each choice, or low and high), with the parents its ``when``
+    names at their required values: a typo in the space is answered before any trial runs."""
+    for key, dist in space.items():
+        values = dist["choices"] if dist["type"] == "categorical" else [dist["low"], dist["high"]]
+        for value in values:
+            point = {**(dist.get("when") or {}), key: value}
+            overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in point.items()]
+            try:
+                experiment = apply_overrides(base, overrides + [f"seed={seed}"])
+            except ConfigError as exc:
+                raise ConfigError(f"space.{key}: {exc}") from None
+            _validate_experiment(experiment, f"space.{key}={value!r}")
+
+
 def _validate_experiment(data: dict, where: str):
     try:
         with warnings.catch_warnings():
@@ -326,10 +365,10 @@ def _validate_experiment(data: dict, where: str):
 
 
 def ladder_notes(study) -> list[str]:
-    """Before a ladder runs: rungs whose change is inert in their regime, and rungs whose
-    effective experiments (method spec, task, model, budget, eval) are identical."""
+    """Before a ladder runs: rungs whose change is inert in their regime (identical rungs are
+    refused by ``load_study``)."""
     import warnings
-    notes, seen = [], {}
+    notes = []
     for i, rung in enumerate(study.rungs):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -340,9 +379,4 @@ def ladder_notes(study) -> list[str]:
                 req = inert(cfg, axis)
                 notes.append(f"rung {i} ({rung.name}): its change {key}={rung.changes[key]} is inert here: "
                              f"it needs {req.name} ({req.hint})")
-        effective = (cfg.spec.spec_hash(), repr((cfg.task, cfg.model, cfg.train, cfg.eval, cfg.warm_start)))
-        if effective in seen:
-            notes.append(f"rung {i} ({rung.name}) runs exactly the same experiment as rung {seen[effective]} "
-                         f"({study.rungs[seen[effective]].name})")
-        seen.setdefault(effective, i)
     return notes

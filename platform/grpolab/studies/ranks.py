@@ -7,11 +7,24 @@ MASTER_ADDR and MASTER_PORT, and accelerate (inside TRL) joins them in one proce
 CPU, NCCL on GPUs; rank r uses device r of its worker's CUDA_VISIBLE_DEVICES). Rank 0 holds the
 row's one MLflow run and evaluates (experiment/runner.py: several processes log one run).
 
+The worker owns the rendezvous port, as torchrun's agent does: it hosts the row's TCPStore on a
+port the kernel assigns when the store binds it (port 0), keeps it bound until the ranks are done,
+and tells the ranks to join that store rather than start one (``TORCHELASTIC_USE_AGENT_STORE``).
+A port picked free and released before the ranks bind it could be taken in between by another
+row starting at the same moment; a port held from the start cannot. (With an accelerate config,
+below, accelerate's launcher binds the port itself, so there it is still picked free first.)
+
 The ranks are started directly rather than through torchrun's agent, so that the worker owns each
 of them: it stops them all when the row is handed back (reaped), when the worker is signalled, or
 when one rank fails (the others would wait in a collective for ever); and each rank asks the
 kernel to kill it when its worker dies (PR_SET_PDEATHSIG), so not even a SIGKILLed worker leaves
 ranks training.
+
+With an accelerate config (``--accelerate-config FILE``, e.g. a DeepSpeed ZeRO-3 file) the worker
+starts one ``accelerate launch --config_file FILE --num_processes K`` instead, and accelerate's
+launcher (torchrun's agent, or DeepSpeed's) starts the K ranks and gives them their environment.
+The launcher dies with the worker (PR_SET_PDEATHSIG) and each rank with the launcher, so the
+chain holds; stopping the launcher (SIGTERM) stops its ranks.
 
 Rank 0 tells the worker through files in a scratch folder: ``progress`` (touched at each step and
 evaluation: the heartbeat's progress), ``run_id`` (the MLflow run, once open) and ``result.json``
@@ -35,9 +48,66 @@ from grpolab.studies.processes import stop
 from grpolab.studies.worker_exit import wait_any
 
 PARENT_ENV = "GRPOLAB_RANK_PARENT"      # the worker's pid: a rank dies with it
+VIA_LAUNCHER = "launcher"               # PARENT_ENV's value when accelerate's launcher is the rank's parent
 PROGRESS, RUN_ID, RESULT, SPEC = "progress", "run_id", "result.json", "spec.json"
 STOP_GRACE_S = 5.0                      # SIGTERM -> SIGKILL for ranks being stopped
 AFTER_RANK0_S = 60.0                    # other ranks may take this long to exit after rank 0 finished
+
+
+class RankProcesses(list):
+    """The rank processes of a row, and the rendezvous store they join: served (its port held) for
+    as long as this list is referenced."""
+
+    def __init__(self, procs: list[subprocess.Popen], store):
+        super().__init__(procs)
+        self.store = store
+
+    @property
+    def port(self) -> int:
+        return self.store.port
+
+
+def rendezvous_store(world: int):
+    """A TCPStore hosted by this process on a port the kernel picks as it binds it."""
+    from torch.distributed import TCPStore
+    return TCPStore("127.0.0.1", 0, world, is_master=True, wait_for_workers=False)
+
+
+def rank_env(rank: int, world: int, port: int, threads: str) -> dict:
+    """What torchrun puts in a rank's environment (single node), plus grpolab's thread share."""
+    return {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
+            "LOCAL_WORLD_SIZE": str(world), "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": str(rank),
+            "ROLE_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
+            "TORCHELASTIC_USE_AGENT_STORE": "True",   # the store on MASTER_PORT is this worker's
+            "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "GRPOLAB_WORKER_THREADS": threads,
+            PARENT_ENV: str(os.getpid())}
+
+
+def start_ranks(world: int, row_dir: Path, accelerate_config: str | None = None) -> list[subprocess.Popen]:
+    """Start ``world`` rank processes of the row described by ``row_dir/spec.json``, each with its
+    share of this worker's threads (or one accelerate launcher that starts them). They stay in the
+    worker's process group (a terminal's Ctrl-C reaches them as it reaches the worker)."""
+    cmd = [sys.executable, "-m", "grpolab.cli", "study-rank", str(row_dir / SPEC)]
+    if not accelerate_config:
+        return start_processes(world, cmd)
+    threads = _thread_share(world)
+    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+           "GRPOLAB_WORKER_THREADS": threads, PARENT_ENV: VIA_LAUNCHER}
+    # accelerate's launcher binds its own store on the port it is given: that port is picked free
+    return [subprocess.Popen(accelerate_command(accelerate_config, world, free_port(), cmd[1:]), env=env,
+                             preexec_fn=_die_with_parent)]
+
+
+def start_processes(world: int, cmd: list[str]) -> RankProcesses:
+    """``world`` processes running ``cmd`` as the ranks of one process group, around a rendezvous
+    store this process hosts."""
+    threads, store = _thread_share(world), rendezvous_store(world)
+    return RankProcesses([subprocess.Popen(cmd, env=rank_env(rank, world, store.port, threads))
+                          for rank in range(world)], store)
+
+
+def _thread_share(world: int) -> str:
+    return str(max(1, int(os.environ.get("GRPOLAB_WORKER_THREADS") or _cpus()) // world))
 
 
 def free_port() -> int:
@@ -46,23 +116,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rank_env(rank: int, world: int, port: int, threads: str) -> dict:
-    """What torchrun puts in a rank's environment (single node), plus grpolab's thread share."""
-    return {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world),
-            "LOCAL_WORLD_SIZE": str(world), "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": str(rank),
-            "ROLE_WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
-            "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "GRPOLAB_WORKER_THREADS": threads,
-            PARENT_ENV: str(os.getpid())}
+def accelerate_command(config: str, world: int, port: int, module_args: list[str]) -> list[str]:
+    """``accelerate launch`` of ``python -m <module_args>`` on ``world`` processes on this node;
+    the file decides the rest (DeepSpeed ZeRO stage, mixed precision, ...)."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", config, "--num_processes",
+            str(world), "--num_machines", "1", "--machine_rank", "0", "--main_process_ip", "127.0.0.1",
+            "--main_process_port", str(port), *module_args]
 
 
-def start_ranks(world: int, row_dir: Path) -> list[subprocess.Popen]:
-    """Start ``world`` rank processes of the row described by ``row_dir/spec.json``, each with its
-    share of this worker's threads. They stay in the worker's process group (a terminal's Ctrl-C
-    reaches them as it reaches the worker)."""
-    share = int(os.environ.get("GRPOLAB_WORKER_THREADS") or _cpus())
-    threads, port = str(max(1, share // world)), free_port()
-    cmd = [sys.executable, "-m", "grpolab.cli", "study-rank", str(row_dir / SPEC)]
-    return [subprocess.Popen(cmd, env=rank_env(rank, world, port, threads)) for rank in range(world)]
+def _die_with_parent() -> None:
+    """In a child, before it runs: SIGKILL when its parent dies (Linux; elsewhere nothing)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)   # PR_SET_PDEATHSIG
 
 
 def _cpus() -> int:
@@ -134,9 +200,9 @@ def die_with_worker() -> None:
     parent = os.environ.get(PARENT_ENV)
     if not parent or not sys.platform.startswith("linux"):
         return
-    import ctypes
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if parent == VIA_LAUNCHER:   # accelerate's launcher, which dies with the worker, is this rank's parent
+        parent = str(os.getppid())
+    _die_with_parent()
     if os.getppid() != int(parent):
         os._exit(1)
 

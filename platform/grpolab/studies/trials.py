@@ -8,6 +8,7 @@ one reaped by another process (its worker presumed dead or hung) is not reported
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -185,11 +186,13 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
     prunes = cfg.kind == "search" and len(cfg.objectives) == 1   # Optuna prunes single-objective searches only
     if procs_per_row > 1:
         spec = {"experiment": data, "state": str(state), "parent_run_id": parent_run_id,
-                "tags": {**tags, "grpolab.processes": procs_per_row}, "run_name": run_name,
+                "tags": {**tags, "grpolab.processes": procs_per_row,   # and the launcher's file, when one launched them
+                         **({"grpolab.accelerate_config": cfg.launcher.accelerate_config}
+                            if cfg.launcher.accelerate_config else {})}, "run_name": run_name,
                 "resume_run_id": resume_run_id, "metric": cfg.objectives[0].metric,
                 "prune": {"study": cfg.path, "storage": storage_url, "trial_id": trial._trial_id}
                 if prunes else None}
-        result = _run_on_ranks(procs_per_row, spec, heartbeat, on_run)
+        result = _run_on_ranks(procs_per_row, spec, heartbeat, on_run, cfg.launcher.accelerate_config)
     else:
         result = _run_row(exp, state, parent_run_id, tags, run_name, resume_run_id, heartbeat, on_run,
                           trial if prunes else None, cfg.objectives[0].metric)
@@ -239,7 +242,7 @@ class RowResult:
         return self.evals[max(self.evals)] if self.evals else {}
 
 
-def _run_on_ranks(world: int, spec: dict, heartbeat, on_run) -> RowResult:
+def _run_on_ranks(world: int, spec: dict, heartbeat, on_run, accelerate_config: str | None = None) -> RowResult:
     """The worker's side of a row on ``world`` processes (ranks.py): start them, watch them with
     the heartbeat (a reaped row or a signal stops them), record rank 0's run on the trial."""
     row_dir = Path(tempfile.mkdtemp(prefix="grpolab-row-"))
@@ -253,7 +256,7 @@ def _run_on_ranks(world: int, spec: dict, heartbeat, on_run) -> RowResult:
             on_run(run_id)
     try:
         ranks.write_atomic(row_dir / ranks.SPEC, json.dumps({**spec, "row_dir": str(row_dir)}))
-        procs = ranks.start_ranks(world, row_dir)
+        procs = ranks.start_ranks(world, row_dir, accelerate_config)
         codes = ranks.watch_ranks(procs, row_dir, lambda: abort_if_lost(heartbeat), progressed)
         result = ranks.read_result(row_dir)
     finally:
@@ -361,7 +364,10 @@ def _partial_value(metric: str, evals: dict, curves_fn) -> float | None:
         return None
 
 
-def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=None, procs_per_row: int = 1) -> None:
+def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=None, procs_per_row: int = 1,
+                accelerate_config: str | None = None) -> None:
+    if accelerate_config is not None:   # the coordinator's choice (its flag or the file's), already checked
+        cfg = dataclasses.replace(cfg, launcher=dataclasses.replace(cfg.launcher, accelerate_config=accelerate_config))
     if procs_per_row == 1:   # (several: each rank pins its own share; this process does not train)
         pin_worker_threads()
     study = create_or_load(cfg, storage_url)

@@ -20,8 +20,9 @@ Each entry is a name or a mapping ``{name, weight, label, on_error, timeout_s, p
 
 Weights become the method's ``reward_weights`` (so GDPO's decoupled normalisation sees every
 component apart). Failures: a reward that raises, returns a non-finite or non-numeric value, or
-runs past ``timeout_s`` (default 5 s; enforced with SIGALRM in the main thread, not enforced in
-other threads, which is warned about) is scored ``on_error`` (default 0.0) for that completion
+runs past ``timeout_s`` (default 5 s; kept by a watchdog thread, not the process alarm, so a
+reward that uses ``signal.alarm`` itself, as math-verify does, cannot cancel it: tasks/deadline.py
+says how it interrupts, and what it cannot) is scored ``on_error`` (default 0.0) for that completion
 and counted in the curve ``rewards/<label>/failure_rate`` (fraction of the rollout's
 completions, averaged over processes). A reward that fails on every completion of a rollout
 raises ``RewardFailedError``: the run stops FAILED with the reason.
@@ -29,19 +30,15 @@ raises ``RewardFailedError``: the run stops FAILED with the reason.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import inspect
-import logging
 import math
 import numbers
-import signal
-import threading
 from dataclasses import dataclass, field
 
 from grpolab.errors import ConfigError
+from grpolab.tasks.deadline import RewardTimeout, deadline  # noqa: F401 - RewardTimeout: what call_user raises
 
-log = logging.getLogger(__name__)
 BUILTINS = ("correctness", "format", "length")
 ARGUMENTS = ("prompt", "completion", "answer", "extracted", "meta", "completion_length")
 _ENTRY_KEYS = ("name", "weight", "label", "on_error", "timeout_s", "params")
@@ -49,10 +46,6 @@ _ENTRY_KEYS = ("name", "weight", "label", "on_error", "timeout_s", "params")
 
 class RewardFailedError(RuntimeError):
     """A reward failed on every completion of a rollout: training on it would be meaningless."""
-
-
-class RewardTimeout(Exception):
-    pass
 
 
 @dataclass
@@ -138,40 +131,12 @@ def parse_rewards(entries) -> list[Reward]:
     return rewards
 
 
-_warned_threads = False
-
-
-@contextlib.contextmanager
-def deadline(seconds: float):
-    """Raise RewardTimeout in the main thread after ``seconds`` (0: no limit)."""
-    global _warned_threads
-    if seconds <= 0:
-        yield
-        return
-    if threading.current_thread() is not threading.main_thread():
-        if not _warned_threads:
-            log.warning("reward timeouts are not enforced outside the main thread")
-            _warned_threads = True
-        yield
-        return
-
-    def on_alarm(signum, frame):
-        raise RewardTimeout(f"ran longer than {seconds} s")
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 def call_user(reward: Reward, arguments: dict) -> float:
     """One user reward value; raises on any failure (the caller scores ``on_error``)."""
     merged = {**arguments, **reward.params}
     if reward.accepted is not None:
         merged = {k: v for k, v in merged.items() if k in reward.accepted}
-    with deadline(reward.timeout_s):
+    with deadline(reward.timeout_s, f"reward {reward.label!r}"):
         value = reward.function(**merged)
     if not isinstance(value, numbers.Real) or not math.isfinite(value):   # bools count as 0 / 1
         raise TypeError(f"returned {value!r}, expected a finite number")

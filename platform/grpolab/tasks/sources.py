@@ -7,28 +7,43 @@ disjoint train and held-out sets: no held-out question is ever a training questi
 
 from __future__ import annotations
 
-import fnmatch
+import bz2
+import gzip
 import json
+import lzma
 import random
-import re
 from dataclasses import dataclass
 from pathlib import Path
-
-import yaml
 
 from grpolab.errors import ConfigError
 from grpolab.hub import HubRef, looks_like_hub_id
 from grpolab.hub import fetch as fetch_hub
 from grpolab.hub import resolve as resolve_hub
 from grpolab.tasks.answers import make_extractor
+from grpolab.tasks.data_files import hub_data_files
 from grpolab.world.tasks import Example
 
 FILE_KINDS = (".jsonl", ".json", ".parquet", ".csv")
+COMPRESSIONS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}   # of .jsonl, .json and .csv files
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def file_kind(path: Path) -> tuple[str, str | None]:
+    """(format suffix, compression suffix or None): ``train.jsonl.gz`` -> (".jsonl", ".gz")."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if len(suffixes) >= 2 and suffixes[-1] in COMPRESSIONS and suffixes[-2] != ".parquet":
+        return suffixes[-2], suffixes[-1]
+    return (suffixes[-1] if suffixes else ""), None
+
+
+def _read_jsonl(path: Path, compression: str | None) -> list[dict]:
     rows = []
-    for i, line in enumerate(path.read_text().splitlines()):
+    opener = COMPRESSIONS[compression] if compression else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as stream:
+            text = stream.read()
+    except (OSError, EOFError, lzma.LZMAError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"task.path: cannot read {str(path)!r}: {exc}") from None
+    for i, line in enumerate(text.splitlines()):
         if not line.strip():
             continue
         try:
@@ -42,7 +57,8 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 def read_records(path: str, split: str | None = None) -> list[dict]:
-    """Rows of a local .jsonl/.json/.parquet/.csv file or a ``datasets.save_to_disk`` folder."""
+    """Rows of a local .jsonl/.json/.parquet/.csv file (the text formats also .gz, .bz2, .xz) or a
+    ``datasets.save_to_disk`` folder."""
     p = Path(path)
     if not p.exists():
         raise ConfigError(f"task.path: cannot read {path!r}: no such file or directory")
@@ -59,9 +75,9 @@ def read_records(path: str, split: str | None = None) -> list[dict]:
         return data.to_list()
     if split is not None:
         raise ConfigError("task.split: only a datasets folder has splits; remove task.split for a file")
-    suffix = p.suffix.lower()
+    suffix, compression = file_kind(p)
     if suffix == ".jsonl":
-        return _read_jsonl(p)
+        return _read_jsonl(p, compression)
     import pandas as pd
     try:
         if suffix == ".parquet":
@@ -71,15 +87,14 @@ def read_records(path: str, split: str | None = None) -> list[dict]:
         elif suffix == ".json":
             frame = pd.read_json(p)
         else:
-            raise ConfigError(f"task.path: {path!r} has an unknown extension; valid: {', '.join(FILE_KINDS)} or a datasets folder")
+            raise ConfigError(f"task.path: {path!r} has an unknown extension; valid: {', '.join(FILE_KINDS)} (.jsonl, "
+                              f".json and .csv also compressed: {', '.join(COMPRESSIONS)}) or a datasets folder")
     except (ValueError, OSError) as exc:
         raise ConfigError(f"task.path: cannot read {path!r}: {exc}") from None
     return frame.to_dict(orient="records")
 
 
 HELD_OUT_KEYS = ("path", "revision", "config", "split", "prompt_field", "answer_field", "reference_extract")
-SPLIT_WORDS = {"train": ("train", "training"), "validation": ("validation", "valid", "val", "dev"),
-               "test": ("test", "testing", "eval", "evaluation")}
 _MISSING = object()
 _READ_CACHE: dict[tuple, list[dict]] = {}   # (file, mtime, size) -> rows: each rung of a study validates the same file
 
@@ -144,86 +159,6 @@ def _cached_read(path: Path, split: str | None) -> list[dict]:
             _READ_CACHE.pop(next(iter(_READ_CACHE)))
         _READ_CACHE[key] = read_records(str(path), split)
     return _READ_CACHE[key]
-
-
-def _card_configs(folder: Path) -> tuple[dict[str, dict[str, list[str]]], str | None] | None:
-    """The dataset card's ``configs:`` (README.md YAML header): config -> split -> file patterns."""
-    readme = folder / "README.md"
-    if not readme.is_file():
-        return None
-    text = readme.read_text(errors="replace")
-    end = text.find("\n---", 3)
-    if not text.startswith("---") or end < 0:
-        return None
-    try:
-        meta = yaml.safe_load(text[3:end])
-    except yaml.YAMLError:
-        return None
-    raw = meta.get("configs") if isinstance(meta, dict) else None
-    if not isinstance(raw, list):
-        return None
-    configs, default = {}, None
-    for item in raw:
-        if not isinstance(item, dict):
-            continue
-        name, files = str(item.get("config_name", "default")), item.get("data_files")
-        if isinstance(files, str) or (isinstance(files, list) and all(isinstance(f, str) for f in files)):
-            splits = {"train": [files] if isinstance(files, str) else list(files)}
-        elif isinstance(files, list):
-            splits = {}
-            for entry in files:
-                if isinstance(entry, dict) and "split" in entry and "path" in entry:
-                    paths = entry["path"]
-                    splits.setdefault(str(entry["split"]), []).extend([paths] if isinstance(paths, str) else list(paths))
-        else:
-            continue
-        configs[name] = splits
-        if item.get("default"):
-            default = name
-    return (configs, default) if configs else None
-
-
-def _split_of(relative: str) -> str | None:
-    words = set(re.split(r"[/\\._-]+", relative.lower()))
-    return next((split for split, names in SPLIT_WORDS.items() if words & set(names)), None)
-
-
-def hub_data_files(folder: Path, config: str | None, split: str, key: str, repo_id: str) -> list[Path]:
-    """The data files of one config and split of a hub dataset snapshot, found as the hub lays
-    them out: the dataset card's ``configs`` (``data_files`` per split), else the file names
-    (``data/train-00000-of-00001.parquet``, ``test.jsonl``; a config is a top-level folder; files
-    that name no split are all ``train``). Formats: .parquet, .jsonl, .json, .csv."""
-    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*")
-                   if p.is_file() and p.suffix.lower() in FILE_KINDS)
-    card = _card_configs(folder)
-    if card is not None:
-        configs, default = card
-        name = config or ("default" if "default" in configs else default or (next(iter(configs)) if len(configs) == 1 else None))
-        if name not in configs:
-            raise ConfigError(f"{key}.config: {repo_id!r} has the configs {', '.join(configs)}; "
-                              + (f"{config!r} is not one" if config else "name one"))
-        if split not in configs[name]:
-            raise ConfigError(f"{key}.split: {split!r} is not a split of {repo_id!r} (config {name}); "
-                              f"splits: {', '.join(configs[name])}")
-        chosen = [f for f in files if any(fnmatch.fnmatch(f, pattern) for pattern in configs[name][split])]
-    else:
-        if config is not None:
-            tops = sorted({f.split("/")[0] for f in files if "/" in f})
-            files = [f for f in files if f.split("/")[0] == config]
-            if not files:
-                raise ConfigError(f"{key}.config: {repo_id!r} has no folder {config!r}; "
-                                  f"folders: {', '.join(tops) or 'none (it has a single config: remove task.config)'}")
-        named = {f: _split_of(f) for f in files}
-        if not any(named.values()):
-            named = {f: "train" for f in files}   # no file names a split: the whole set is train
-        chosen = [f for f, s in named.items() if s == split]
-        if not chosen and files:
-            raise ConfigError(f"{key}.split: {split!r} is not a split of {repo_id!r}; "
-                              f"splits: {', '.join(sorted({s for s in named.values() if s}))}")
-    if not chosen:
-        raise ConfigError(f"{key}.path: {repo_id!r} holds no {', '.join(FILE_KINDS)} data files for "
-                          f"config {config or 'default'}, split {split} (in {folder})")
-    return [folder / f for f in chosen]
 
 
 def field_value(row: dict, name: str):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import getpass
 
-from grpolab.method.advantages import advantage_params
+from grpolab.method.advantages import SHARED_PARAMS, advantage_params
 from grpolab.method.advantages import readers as advantage_readers
 from grpolab.method.registry import METHODS
 from grpolab.method.spec import MethodSpec
@@ -31,6 +31,8 @@ CONDITIONAL_AXES = {
     "kl_ratio_correction": lambda s: s.kl_coef > 0,
     "max_sampling_rounds": lambda s: s.sampling == "dynamic",
     "sampling_cap_policy": lambda s: s.sampling == "dynamic",
+    "gfpo_keep": lambda s: s.sampling == "gfpo",
+    "gfpo_metric": lambda s: s.sampling == "gfpo",
     "overlong_buffer": lambda s: s.soft_overlong,
     "overlong_penalty": lambda s: s.soft_overlong,
     # TRL's gated controller acts from a zero start coefficient too
@@ -69,7 +71,8 @@ def method_params(spec: MethodSpec) -> dict:
             if CONDITIONAL_AXES[f.name](spec):
                 out[f.name] = value
         elif value != getattr(_DEFAULT_SPEC, f.name):   # e.g. std_unbiased, adv_eps, reward_weights
-            out[f.name] = value
+            if f.name not in SHARED_PARAMS or spec.advantage in advantage_readers(f.name):   # inert: not logged
+                out[f.name] = value
     return out
 
 

@@ -183,6 +183,8 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
             self._metrics["train"]["kl_reward_penalty"].append(seq_pen.mean().item())
             if not ADVANTAGES[self.spec.advantage].kl_per_token:   # those fold it in per token
                 rewards_adj = total - seq_pen   # (N,): the weights are already in ``total``, never applied twice
+        if self.spec.sampling == "gfpo":
+            rewards_adj = self._gfpo(out, rewards_adj, start)
         reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.accelerator.num_processes > 1 else None
         if self.critic is not None:
             out["old_values"] = self._critic_values(out, grad=False)
@@ -192,7 +194,7 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
             advantages = algorithms.compute_advantages(
                 self.spec, rewards_adj, G, mask=mask, token_penalty=penalty, prompt_keys=[r[3] for r in rows],
                 tracker=self.tracker, local_rows=slice(start, start + n_local), reduce=reduce,
-                lengths=self._gather(mask.sum(1)),
+                lengths=self._gather(self._generated_mask(out, rows, start).sum(1)),   # before any filter's masking
             )
         if self.tracker is not None:
             self._metrics["train"]["tracker/prompts"].append(float(len(self.tracker.state)))
@@ -275,7 +277,8 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         where = {"static": "method.sampling=static trains them as they come",
                  "dynamic": f"method.sampling=dynamic hit its round cap (max_sampling_rounds="
                             f"{self.spec.max_sampling_rounds}) and filled the batch with them",
-                 "zero_variance_filter": "method.sampling=zero_variance_filter"}[self.spec.sampling]
+                 "zero_variance_filter": "method.sampling=zero_variance_filter",
+                 "gfpo": "method.sampling=gfpo trains the retained completions as they come"}[self.spec.sampling]
         masked = sum(bool(r[2]) for r in rows) if self.args.mask_truncated_completions else 0
         extra = (f"; the overlong filter (method.overlong_filter) masked {masked} truncated completions"
                  if masked else "")
@@ -366,6 +369,13 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         out["num_items_in_batch"] = self._gather(local_items.unsqueeze(0)).sum()
         self._metrics["train"]["sampling/kept_fraction"].append(informative.float().mean().item())
 
+    def _gfpo(self, out: dict, rewards: torch.Tensor, start: int) -> torch.Tensor:
+        """GFPO's group filter (``sampling.gfpo_filter``); its curves."""
+        kept = sampling.gfpo_filter(out, rewards, self.spec, self.num_generations, start, self._gather)
+        self._metrics["train"]["sampling/kept_fraction"].append(kept.kept_fraction)
+        self._metrics["train"]["gfpo/length_gap"].append(kept.length_gap)
+        return kept.rewards
+
     @property
     def _kl_in_reward(self) -> bool:
         return self.spec.kl_coef > 0 and self.spec.kl_placement == "reward"
@@ -393,6 +403,15 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
                 and "tool_mask" not in out and self.num_iterations == 1
                 and self.args.steps_per_generation == self.args.gradient_accumulation_steps)
 
+    def _generated_mask(self, out: dict, rows: list, start: int, model_only: bool = True) -> torch.Tensor:
+        """(n_local, T): ones over each generated completion's tokens (its length from the rollout's
+        ``rows``), before the zero-variance filter or ``mask_truncated_completions`` zero rows of the
+        loss's mask; ``model_only``: the model's own tokens (tool tokens of multi-turn episodes out)."""
+        ids = out["completion_ids"]
+        lengths = torch.tensor([r[1] for r in rows[start:start + ids.size(0)]], device=ids.device)
+        attend = (torch.arange(ids.size(1), device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)).to(out["prompt_mask"].dtype)
+        return attend * out["tool_mask"] if model_only and "tool_mask" in out else attend
+
     @torch.no_grad()
     def _entropy_sums(self, out: dict) -> torch.Tensor:
         """(sum of per-token entropy, tokens) of pi_old over every generated completion token of
@@ -402,9 +421,7 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         ``pad_to_multiple_of`` is out), before ``mask_truncated_completions`` zeroes truncated rows
         (lengths: ``_calculate_rewards``' stash of this round)."""
         ids, T, n = out["completion_ids"], out["completion_ids"].size(1), out["completion_ids"].size(0)
-        start = self.accelerator.process_index * n
-        lengths = torch.tensor([r[1] for r in self._stash["rows"][start:start + n]], device=ids.device)
-        attend = (torch.arange(T, device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)).to(out["prompt_mask"].dtype)
+        attend = self._generated_mask(out, self._stash["rows"], self.accelerator.process_index * n, model_only=False)
         valid = attend * out["tool_mask"] if "tool_mask" in out else attend   # multi-turn: the model's own tokens
         _, ent, _ = self._get_per_token_logps_and_entropies(
             self.model, torch.cat([out["prompt_ids"], ids], 1), torch.cat([out["prompt_mask"], attend], 1), T,

@@ -178,7 +178,10 @@ DEFINITIONS: dict[str, str] = {
     "lm/positive_nll": "trained: VAPO positive-example LM loss, mean negative log-prob of the tokens of correct completions (micro-batches without a correct completion are left out)",
     "critic/warmup": "critic (gae): 1 while the policy is frozen for value pretraining",
     "sampling/rounds": "dynamic sampling: generation rounds used to fill this batch",
-    "sampling/kept_fraction": "dynamic sampling: trained groups / generated groups; filter mode: informative groups / groups",
+    "sampling/kept_fraction": "dynamic sampling: trained groups / generated groups; filter mode: informative groups / "
+                              "groups; gfpo: retained completions / generated completions (gfpo_keep / group_size)",
+    "gfpo/length_gap": "gfpo: mean length of the rejected completions minus that of the retained ones, in tokens "
+                       "(> 0: the filter kept the shorter ones; by length always >= 0)",
     "sampling/filled_groups": "dynamic sampling: groups without variance used as fill-ins at the round cap",
     "sampling/discarded_tokens": "dynamic sampling: completion tokens generated but dropped (included in tokens/*)",
     "rewards/<reward function>/mean": "generated: mean of one reward function's output over every generated "

@@ -224,7 +224,10 @@ def make_task(name: str, **params) -> Task:
         raise ConfigError(f"task.digits: must be between 1 and 12, got {merged['digits']}")
     if merged.get("min_carries", 0) > merged.get("max_carries", 99):
         raise ConfigError("task.min_carries: must not exceed task.max_carries")
-    for key in ("numbers", "length", "max_number"):
-        if key in merged and merged[key] < 1:
+    for key in ("numbers", "length", "max_number", "max_target"):   # 0 would leave nothing to draw (countdown's
+        if key in merged and merged[key] < 1:                            # generator would loop for ever)
             raise ConfigError(f"task.{key}: must be at least 1, got {merged[key]}")
+    if merged.get("min_carries", 0) > merged.get("digits", 0) and "digits" in merged:
+        raise ConfigError(f"task.min_carries: two {merged['digits']}-digit numbers make at most {merged['digits']} "
+                          f"carries, got {merged['min_carries']}; valid: 0 to {merged['digits']}")
     return Task(name, merged, rewards, max_len(merged), gen, target, score, correct)
