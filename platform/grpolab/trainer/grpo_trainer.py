@@ -183,8 +183,10 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
             self._metrics["train"]["kl_reward_penalty"].append(seq_pen.mean().item())
             if not ADVANTAGES[self.spec.advantage].kl_per_token:   # those fold it in per token
                 rewards_adj = total - seq_pen   # (N,): the weights are already in ``total``, never applied twice
+        retained = None   # GFPO: the rows in the baselines; the group curves and the zero-advantage cause read them
         if self.spec.sampling == "gfpo":
-            rewards_adj = self._gfpo(out, rewards_adj, start)
+            kept = self._gfpo(out, rewards_adj, start)
+            rewards_adj, retained = kept.rewards, kept.retained
         reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.accelerator.num_processes > 1 else None
         if self.critic is not None:
             out["old_values"] = self._critic_values(out, grad=False)
@@ -209,8 +211,9 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         out["seq_rewards"] = total[start:start + n_local]
         out["correct"] = torch.tensor([bool(r[0]) for r in rows], device=device)[start:start + n_local]
         trained_rows = self._gather((out["completion_mask"].sum(1) > 0).float()).bool().cpu()
-        self._record_rollout(total, rows, trained_rows, generated, G)
-        self._check_update_signal(out, total, rows, trained_rows, generated, G)
+        self._record_rollout(total, rows, trained_rows, generated, G, retained)
+        in_baseline = total if retained is None else total.masked_fill(~retained.to(total.device), float("nan"))
+        self._check_update_signal(out, in_baseline, rows, trained_rows, generated, G)
         return out
 
     # -- nothing inert at run time ---------------------------------------------------------
@@ -369,12 +372,12 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         out["num_items_in_batch"] = self._gather(local_items.unsqueeze(0)).sum()
         self._metrics["train"]["sampling/kept_fraction"].append(informative.float().mean().item())
 
-    def _gfpo(self, out: dict, rewards: torch.Tensor, start: int) -> torch.Tensor:
+    def _gfpo(self, out: dict, rewards: torch.Tensor, start: int) -> sampling.GfpoFiltered:
         """GFPO's group filter (``sampling.gfpo_filter``); its curves."""
         kept = sampling.gfpo_filter(out, rewards, self.spec, self.num_generations, start, self._gather)
         self._metrics["train"]["sampling/kept_fraction"].append(kept.kept_fraction)
         self._metrics["train"]["gfpo/length_gap"].append(kept.length_gap)
-        return kept.rewards
+        return kept
 
     @property
     def _kl_in_reward(self) -> bool:
@@ -429,7 +432,7 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         return torch.stack([(ent.double() * valid).sum(), valid.double().sum()]).cpu()
 
     def _record_rollout(self, total: torch.Tensor, rows: list, trained_rows: torch.Tensor, generated: dict,
-                        G: int) -> None:
+                        G: int, retained: torch.Tensor | None = None) -> None:
         """Curves once per generation batch, in two populations: unprefixed over every completion
         generated for it (all dynamic-sampling rounds, before any filter), ``trained/`` over the
         rows the update uses (``metrics.trained_metrics``)."""
@@ -440,7 +443,8 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
                                 torch.tensor([bool(r[2]) for r in gen_rows]), G,
                                 overlong=(self.max_completion_length, self.spec.overlong_buffer))
         stats.update(trained_metrics(total.float().cpu(), torch.tensor([bool(r[0]) for r in rows]),
-                                     torch.tensor([r[1] for r in rows], dtype=torch.float32), trained_rows, G))
+                                     torch.tensor([r[1] for r in rows], dtype=torch.float32), trained_rows, G,
+                                     retained))
         if self._correct_kind == "none":   # "correct" was the stand-in: the names say so
             stats = dropin.rename_for_proxy(stats)
         ent = generated["entropy"]   # None: the loss logs it (_loss_sees_pi_old_on_every_token)

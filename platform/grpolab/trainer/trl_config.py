@@ -28,6 +28,7 @@ import inspect
 import math
 
 from grpolab.envs.task import check_episode_method
+from grpolab.method.requirements import filters_groups
 from grpolab.errors import GrpoLabWarning, warn_at_caller
 from grpolab.method.registry import METHODS
 from grpolab.method.spec import SPEC_FIELDS, MethodSpec, with_reward_weights
@@ -206,7 +207,7 @@ def check_needs(method_name: str, spec: MethodSpec, has_correctness: bool) -> Me
     message = ("GrpoLabTrainer: no correctness= given: correctness curves (accuracy, length/correct, "
                "groups/all_correct, ...) are replaced by curves of completions whose reward is above their "
                "group's mean (" + ", ".join(PROXY_NAMES.values()) + ")")
-    if spec.sampling != "static" and spec.sampling_filter == "accuracy":
+    if filters_groups(spec) and spec.sampling_filter == "accuracy":
         message += (f"; method {method_name!r}: sampling={spec.sampling} filters groups on accuracy, so it keeps "
                     "groups whose total reward varies instead (sampling_filter=reward)")
         spec = dataclasses.replace(spec, sampling_filter="reward")
