@@ -253,13 +253,13 @@ def test_without_correctness_it_says_which_signal_stands_in(tiny_model_dir, tmp_
     out = t._generate_and_score_completions([dict(ds[i]) for i in (0, 1) for _ in range(4)])
     m = t._metrics["train"]
     assert "accuracy" not in m and "groups/all_correct" not in m and "length/correct" not in m
-    rows = t._stash["rows"]
-    total = t._stash["rewards"].sum(1).view(-1, 4)
+    rows = t._scored.rows
+    total = t._scored.rewards.sum(1).view(-1, 4)
     above = (total > total.mean(1, keepdim=True)).view(-1)
-    assert [r[0] for r in rows] == above.tolist()
+    assert [r.correct for r in rows] == above.tolist()
     assert m["above_group_mean/fraction"][-1] == pytest.approx(above.float().mean().item())
     assert out["completion_ids"].size(0) == 8
-    lengths = torch.tensor([r[1] for r in rows], dtype=torch.float32)
+    lengths = torch.tensor([r.length for r in rows], dtype=torch.float32)
     if above.any():
         assert m["length/above_group_mean"][-1] == pytest.approx(lengths[above].mean().item())
     assert not math.isnan(m["entropy"][-1])

@@ -26,6 +26,7 @@ import difflib
 import functools
 import inspect
 import math
+from typing import NamedTuple
 
 from grpolab.envs.task import check_episode_method
 from grpolab.errors import GrpoLabWarning, warn_at_caller
@@ -47,11 +48,17 @@ FROM_CONFIG = _FromConfig()
 _REUSE_KEYS = ("minibatches", "num_iterations")   # method regime entries the drop-in applies to GRPOConfig
 
 
-def resolve_method(method) -> tuple[str, MethodSpec, dict]:
-    """``method=`` -> (base name, spec, rollout-reuse regime). A ``MethodSpec`` carries axes only
+class ResolvedMethod(NamedTuple):
+    name: str            # the registered base name ("custom" for a MethodSpec)
+    spec: MethodSpec
+    regime: dict         # its rollout-reuse entries the drop-in applies to GRPOConfig
+
+
+def resolve_method(method) -> ResolvedMethod:
+    """``method=`` -> its base name, spec and rollout-reuse regime. A ``MethodSpec`` carries axes only
     (no regime); a name or ``{"name": ..., **axis overrides}`` brings its method's regime."""
     if isinstance(method, MethodSpec):
-        return "custom", method, {}
+        return ResolvedMethod("custom", method, {})
     if isinstance(method, str):
         name, overrides = method, {}
     elif isinstance(method, dict):
@@ -70,7 +77,7 @@ def resolve_method(method) -> tuple[str, MethodSpec, dict]:
         raise ValueError(f"method: {', '.join(map(repr, unknown))} is not an axis; valid axes: {', '.join(SPEC_FIELDS)}")
     spec = METHODS[name].spec(overrides)
     regime = {k: v for k, v in METHODS[name].regime.items() if k in _REUSE_KEYS}
-    return name, spec, regime
+    return ResolvedMethod(name, spec, regime)
 
 
 def dropin_signature(trl_init) -> inspect.Signature:
