@@ -11,6 +11,7 @@ import torch
 
 from conftest import REPO, tiny_dataset
 from grpolab.trainer import sampling
+from grpolab.trainer.rollouts import RolloutRow
 from grpolab.method.registry import get_method
 from grpolab.method.spec import build_spec
 
@@ -99,7 +100,7 @@ def test_zero_variance_filter_recomputes_normaliser_by_hand(tiny_model_dir, tmp_
     mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]])
     out = {"completion_ids": torch.ones(4, 3, dtype=torch.long), "completion_mask": mask.clone()}
     t.num_generations = 2
-    rows = [(False, 1, False, "p", "c")] * 4
+    rows = [RolloutRow(correct=False, length=1, truncated=False, prompt="p", completion="c")] * 4
     t._filter_zero_variance(out, torch.tensor([[1.0], [0.0], [1.0], [1.0]]), rows)  # group 1 is zero-variance
     assert out["completion_mask"].tolist() == [[1, 1, 1], [1, 1, 0], [0, 0, 0], [0, 0, 0]]
     assert out["num_items_in_batch"].item() == 5                    # 3 + 2 tokens of the kept group

@@ -46,7 +46,7 @@ FREE_LENGTH_TASKS = ("addition_scratchpad",)
 _KEYS = {"name", "source", "statement", "published", "study", "treatment", "control", "metric", "direction",
          "smallest_effect", "regime", "requires", "mechanism", "report", "kind", "statistic_note", "deviations"}
 KINDS = ("reproduction", "construction_check")
-# what decides a verdict: hashed at the first verdict, a later change is flagged (preregistration.py)
+# what decides a verdict: hashed at the first verdict, a later change is flagged (studies/registration.py)
 PREREGISTERED = ("study", "treatment", "control", "metric", "direction", "smallest_effect", "mechanism")
 
 

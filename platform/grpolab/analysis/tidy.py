@@ -74,7 +74,7 @@ def _search_records(study, cfg) -> list[dict]:
             continue
         overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in t.params.items()]
         steps = _planned_steps(apply_overrides(cfg.base, overrides))
-        # the seed a search trial trains with: its number cycles through the study's seeds (studies.py)
+        # the seed a search trial trains with: its number cycles through the study's seeds (studies/trials.py)
         base = {"rung": None, "seed": cfg.seeds[t.number % len(cfg.seeds)], "rung_name": None, **t.params}
         records += _objective_records(cfg, t, base, steps)
     return records

@@ -222,7 +222,7 @@ def build_config(data: dict) -> RunConfig:
     cfg = RunConfig(name=name, method_name=method_name, method_overrides=overrides, spec=spec,
                     task={"name": task_obj.name, **task_obj.params}, seed=seed, **sections)
     notes = check_coherence(cfg, task_obj)
-    if cfg.eval.max_completion_length == 0:  # evaluate at the cap the run trains with (issue 10)
+    if cfg.eval.max_completion_length == 0:  # evaluate at the cap the run trains with
         train_cap = cfg.train.max_completion_length or task_obj.max_completion_length
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, max_completion_length=train_cap))
     for note in notes:
@@ -290,7 +290,7 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     check_save_settings(t)
     check_episode_config(cfg, task)   # multi-turn environment tasks and GiGPO's step term (grpolab.envs)
     notes = check_engines(cfg)
-    notes += inert_notes(cfg)   # each axis value declares one requirement (regime.py); unmet: inert, warned once
+    notes += inert_notes(cfg)   # each axis value declares one requirement (method/requirements.py); unmet: inert, warned once
     return notes
 
 

@@ -117,7 +117,7 @@ def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
         return target, {"source": "random-init"}
     # the band is checked at the cap the run's held-out pass@1 is measured at (eval's, which
     # defaults to the training cap), not the task's own: a start in band at 44 tokens can be
-    # far below it at a training cap of 24 (issue 24)
+    # far below it at a training cap of 24
     wcfg = WarmStartConfig(band=tuple(ws.band), group_size=cfg.train.group_size, learning_rate=ws.learning_rate,
                            max_steps=ws.max_steps, check_every=ws.check_every,
                            max_completion_length=cfg.eval.max_completion_length)

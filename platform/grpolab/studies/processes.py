@@ -4,7 +4,7 @@ released once the rows are queued, watched until they exit.
 Why they start early: a worker spends ~5 s importing torch, transformers and TRL before it can
 claim a row, and the coordinator's own start (imports, store checks, the setup lock, queueing
 the rows, the parent run) took another ~5 s before the workers were even started (measured on
-2 cores, issue 12: first row at +10.6 s with 2 workers, +5.7 s with one in-process worker).
+2 cores: first row at +10.6 s with 2 workers, +5.7 s with one in-process worker).
 Started first, a worker imports while the coordinator sets up, then blocks on its stdin until
 the coordinator writes ``go`` (the rows exist, the parent run is open). A worker that reads
 anything else, or end of file (the coordinator failed in its set-up, had nothing to run, or
@@ -28,8 +28,8 @@ GO = "go"
 def start_workers(path: str, storage_url: str, state: Path, workers: int, device_sets=None,
                   procs_per_row: int = 1) -> list[subprocess.Popen]:
     """Start ``workers`` processes, each with its share of the cores (torch's intra-op pool and
-    OpenMP/MKL sized to cores // workers: two 2-thread workers on 2 cores oversubscribe them;
-    measured 1.16x one worker before this); they wait for ``release(procs, go=True)``.
+    OpenMP/MKL sized to cores // workers: two 2-thread workers on 2 cores oversubscribe them,
+    1.16x the time of 1-thread workers); they wait for ``release(procs, go=True)``.
     ``device_sets`` (devices.py): worker i sees only ``device_sets[i]`` (its CUDA_VISIBLE_DEVICES),
     and runs each row as ``procs_per_row`` processes, one per device."""
     threads = str(max(1, (os.cpu_count() or 2) // workers))

@@ -46,7 +46,7 @@ from grpolab.studies.lifecycle import (
 from grpolab.studies.objectives import objective_value
 from grpolab.studies.rows import OUTCOME_ATTR, PARENT_RUN_ATTR, PASS_AT_1_ATTR, ROW_ATTR, RUN_ATTR
 from grpolab.studies.search_space import suggest
-from grpolab.studies.storage import create_or_load, with_added_seeds  # studies.py runs this module's worker loop
+from grpolab.studies.storage import create_or_load, with_added_seeds
 from grpolab.tracking.naming import ladder_run_name, method_label
 
 log = logging.getLogger(__name__)
@@ -384,8 +384,8 @@ def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=Non
 def pin_worker_threads() -> None:
     """A worker process of a multi-worker study uses only its share of the cores: torch's
     intra-op pool from GRPOLAB_WORKER_THREADS (set by the coordinator) and a single inter-op
-    thread; N workers with a full pool each would oversubscribe the machine (2 workers on 2 cores
-    measured 1.16x one worker before this). A single in-process worker keeps torch's default."""
+    thread; N workers with a full pool each would oversubscribe the machine (2 workers of 2 threads
+    on 2 cores take 1.16x the time of 1-thread workers). A single in-process worker keeps torch's default."""
     threads = os.environ.get("GRPOLAB_WORKER_THREADS")
     if threads:
         import torch

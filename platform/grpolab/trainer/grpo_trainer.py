@@ -39,7 +39,7 @@ from grpolab.trainer.vllm_engine import VllmEngineAccess
 class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSampling, VllmEngineAccess, GRPOTrainer):
     """``trl.GRPOTrainer`` running a grpolab method: TRL's own arguments, plus ``method=`` (a
     registered name such as ``"dapo"``, ``{"name": "dapo", **axis overrides}`` or a ``MethodSpec``)
-    and ``correctness=`` (a reward function's name, a dataset column or a callable; ``dropin.py``
+    and ``correctness=`` (a reward function's name, a dataset column or a callable; ``trainer/dropin.py``
     says what each means). Everything is checked here, before TRL loads a model; the GRPOConfig
     settings the method decides are written into a copy of ``args`` (the user's object is left
     as it was; a user value set away from GRPOConfig's default overrides the method's axis,
