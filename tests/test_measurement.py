@@ -67,7 +67,7 @@ def _trainer(model, tmp_path, spec, rewards, task=None, rollout_func=None, **kw)
     from trl import GRPOConfig
 
     from conftest import tiny_dataset
-    from grpolab.trainer.trl_config import task_correctness
+    from grpolab.trainer.dropin import task_correctness
     from grpolab.trainer.grpo_trainer import GrpoLabTrainer
     from grpolab.world.models import load_model
     base_task, train, ds = tiny_dataset(128)

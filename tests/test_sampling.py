@@ -45,7 +45,7 @@ def test_concat_repads_prompts_left_and_completions_right():
 def _trainer(tiny_model_dir, tmp_path, spec, reward, **kw):
     from trl import GRPOConfig
 
-    from grpolab.trainer.trl_config import task_correctness
+    from grpolab.trainer.dropin import task_correctness
     from grpolab.trainer.grpo_trainer import GrpoLabTrainer
     from grpolab.world.models import load_model
     task, train, ds = tiny_dataset(128)

@@ -9,7 +9,7 @@ import datasets
 from trl import GRPOConfig
 
 from grpolab.method.registry import get_method
-from grpolab.trainer.trl_config import task_correctness
+from grpolab.trainer.dropin import task_correctness
 from grpolab.trainer.grpo_trainer import GrpoLabTrainer
 from grpolab.world.models import load_model
 from grpolab.world.tasks import make_task

@@ -25,7 +25,7 @@ from grpolab.state import state_dir as default_state_dir
 from grpolab.tasks import hub_sources, log_eval_samples, make_task, render_examples
 from grpolab.tracking.naming import method_label, run_params, state_relative
 from grpolab.tracking.recorder import RunRecorder, git_commit
-from grpolab.trainer.trl_config import MethodSettingsWarning, task_correctness
+from grpolab.trainer.dropin import MethodSettingsWarning, task_correctness
 from grpolab.world.generation import evaluate
 from grpolab.world.models import build_model, load_model, save_model
 from grpolab.world.warmstart import WarmStartConfig, warm_start

@@ -10,7 +10,7 @@ import logging
 import torch
 
 from grpolab import algorithms
-from grpolab.trainer import trl_config as dropin
+from grpolab.trainer import dropin
 
 
 class CorrectnessRules:

@@ -24,7 +24,7 @@ from grpolab import algorithms
 from grpolab.algorithms.losses import kl_estimate
 from grpolab.errors import NonFiniteLossError
 from grpolab.trainer import mlflow_report
-from grpolab.trainer import trl_config as dropin
+from grpolab.trainer import dropin
 from grpolab.trainer.correctness import CorrectnessRules
 from grpolab.trainer.critic import CriticMixin
 from grpolab.trainer.empty_updates import EmptyUpdateChecks
@@ -261,7 +261,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         old = inputs.get("old_per_token_logps")
         old = logp.detach() if old is None else old
         keep = None
-        if self.off_policy_mask_threshold is not None:   # TRL's own off-policy sequence mask (trl_config.TRL_FIELDS)
+        if self.off_policy_mask_threshold is not None:   # TRL's own off-policy sequence mask (trl_fields.TRL_FIELDS)
             A = inputs["advantages"]
             keep = self.get_off_policy_mask(A.unsqueeze(1) if A.dim() == 1 else A, logp,
                                             inputs.get("sampling_per_token_logps", old), completion_mask,

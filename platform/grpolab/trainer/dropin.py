@@ -272,5 +272,6 @@ def overlong_reward(spec: MethodSpec, max_len: int):
 
 
 def mlflow_tags(method_name: str, spec: MethodSpec, seed: int) -> dict:
+    # "grpolab.trainer.trl_config" marks a drop-in run in stored MLflow runs; the tag keeps its name
     return {"grpolab.method": method_label(spec, method_name), "grpolab.method_base": method_name,
             "grpolab.spec_hash": spec.spec_hash(), "grpolab.seed": str(seed), "grpolab.trainer.trl_config": "true"}
