@@ -77,7 +77,7 @@ class StudyConfig:
     n_trials: int = 0
     sampler: dict = field(default_factory=dict)
     pruner: dict = field(default_factory=dict)
-    row_timeout_s: float | None = 3600.0   # a row with no progress this long is hung: handed back (lifecycle.py)
+    row_timeout_s: float | None = 3600.0   # a row with no progress this long is hung: handed back (hand_back.py)
     devices: tuple[str, ...] = ()          # the device pool for --gpus-per-row (devices.py); not in the definition hash
     plan: dict = field(default_factory=dict)   # `grpolab study --plan` assumptions (plan.py); not in the definition hash
 

@@ -1,5 +1,5 @@
 """A study worker: claims a row (a ladder's enqueued trial, or a search's sampled point) and
-trains it, reporting exactly once. Each claimed trial carries a heartbeat (lifecycle.py) while it
+trains it, reporting exactly once. Each claimed trial carries a heartbeat (heartbeat.py) while it
 runs; a trial whose worker is interrupted (Ctrl-C, SIGTERM, even when a library turned the
 signal into another error) is reported ``interrupted`` and re-queued by the next coordinator;
 one reaped by another process (its worker presumed dead or hung) is not reported at all.
@@ -25,24 +25,13 @@ from optuna.trial import TrialState
 
 from grpolab.errors import ConfigError
 from grpolab.experiment.config import apply_overrides, build_config
-from grpolab.signals import RunKilled, forget_signals, raise_if_signalled, signal_pending
+from grpolab.signals import RunKilled, forget_signals, raise_if_signalled, signal_pending, signals_raise
 from grpolab.studies import ranks
 from grpolab.studies.definition import StudyConfig, load_study
-from grpolab.studies.lifecycle import (
-    RESUMES_ATTR,
-    Heartbeat,
-    RowTimedOut,
-    TrialReaped,
-    abort_if_lost,
-    checkpoint_to_resume,
-    end_trial_runs,
-    job_end_raises,
-    link_restart,
-    previous_holder_gone,
-    running_trial,
-    signals_raise,
-    timeouts_interrupt,
-)
+from grpolab.studies.heartbeat import Heartbeat, TrialReaped, abort_if_lost
+from grpolab.studies.resume import RESUMES_ATTR, checkpoint_to_resume, previous_holder_gone
+from grpolab.studies.row_interrupts import RowTimedOut, job_end_raises, running_trial, timeouts_interrupt
+from grpolab.studies.run_closing import end_trial_runs, link_restart
 from grpolab.studies.objectives import objective_value
 from grpolab.studies.rows import OUTCOME_ATTR, PARENT_RUN_ATTR, PASS_AT_1_ATTR, ROW_ATTR, RUN_ATTR
 from grpolab.studies.search_space import suggest
@@ -90,7 +79,7 @@ class PrunedRun(Exception):
 def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run_id: str, procs_per_row: int = 1,
                   storage_url: str | None = None) -> bool:
     """Run one trial; False when a ladder has no waiting row left. The trial is claimed with a
-    heartbeat (lifecycle.py) for as long as it runs. ``procs_per_row`` > 1: the row trains as that
+    heartbeat (heartbeat.py) for as long as it runs. ``procs_per_row`` > 1: the row trains as that
     many processes (ranks.py), which load the study from ``storage_url`` to prune."""
     if cfg.kind == "ladder" and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         return False
