@@ -23,7 +23,6 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 
 from grpolab.errors import ConfigError
 
@@ -84,15 +83,12 @@ class StudyOutcome:
         return study_table(self.path, self.state, self.storage, fmt, metric)
 
 
-def _yaml_value(value) -> str:
-    return yaml.safe_dump(value, default_flow_style=True, width=math.inf).strip().removesuffix("\n...")
-
-
 def override_strings(overrides: dict, data: dict | None = None) -> list[str]:
     """Keyword overrides -> the command line's ``key.path=value`` strings. Keys may be dotted
     (``**{"train.steps": 5}``); a nested mapping is merged key by key (``train={"steps": 5}``)
     unless it names a new task, method or model (``task={"name": "countdown"}``), which then
     replaces the old one whole."""
+    from grpolab.experiment.config import override_string
     out = []
     for key, value in overrides.items():
         if not isinstance(key, str) or not key or key.startswith(".") or key.endswith("."):
@@ -102,7 +98,7 @@ def override_strings(overrides: dict, data: dict | None = None) -> list[str]:
         if isinstance(value, dict) and value and not replaces and isinstance(current, (dict, str)):
             out += override_strings({f"{key}.{k}": v for k, v in value.items()}, data)
         else:
-            out.append(f"{key}={_yaml_value(value)}")
+            out.append(override_string(key, value))
     return out
 
 

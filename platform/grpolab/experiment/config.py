@@ -19,6 +19,7 @@ YAML layout (experiments/*.yaml)::
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -313,6 +314,17 @@ def check_save_settings(train) -> None:
         raise ConfigError(f"train.save_every: must be >= 0, or -1 (auto), got {train.save_every}")
     if train.keep_checkpoints < 1:
         raise ConfigError(f"train.keep_checkpoints: must be >= 1, got {train.keep_checkpoints}")
+
+
+def override_string(key: str, value) -> str:
+    """``key=value`` as the command line writes it, the value in YAML flow style on one line
+    (no folding of long values, no document-end marker), so ``parse_override`` reads ``value`` back."""
+    return f"{key}={yaml.safe_dump(value, default_flow_style=True, width=math.inf).strip().removesuffix(chr(10) + '...')}"
+
+
+def as_overrides(values: dict) -> list[str]:
+    """``{dotted key: value}`` -> override strings (``override_string``)."""
+    return [override_string(k, v) for k, v in values.items()]
 
 
 def parse_override(text: str) -> tuple[list[str], object]:

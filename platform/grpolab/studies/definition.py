@@ -18,10 +18,9 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
 
 from grpolab.errors import ConfigError, did_you_mean
-from grpolab.experiment.config import apply_overrides, build_config
+from grpolab.experiment.config import apply_overrides, as_overrides, build_config, override_string
 from grpolab.method.requirements import inert
 from grpolab.method.spec import MethodSpec
 from grpolab.studies.devices import check_devices
@@ -87,8 +86,7 @@ class StudyConfig:
 
     def rung_experiment(self, rung: int, seed: int) -> dict:
         """The experiment dict of one ladder row: base + changes of rungs 0..rung, cumulative."""
-        overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}"
-                     for r in self.rungs[: rung + 1] for k, v in r.changes.items()]
+        overrides = [override_string(k, v) for r in self.rungs[: rung + 1] for k, v in r.changes.items()]
         data = apply_overrides(self.base, overrides + [f"seed={seed}"])
         data["name"] = f"{self.name}-r{rung}"
         return data
@@ -188,7 +186,7 @@ def load_study(path: str | Path) -> StudyConfig:
     budget = data.get("budget") or {}
     if not isinstance(budget, dict):
         raise ConfigError(f"budget: expected a mapping of experiment keys (e.g. train.steps: 50), got {budget!r}")
-    base = apply_overrides(base, [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in budget.items()])
+    base = apply_overrides(base, as_overrides(budget))
     seeds = data.get("seeds", [0])     # absent: one seed, 0; given: a non-empty list
     if (not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                             for s in seeds) or len(set(seeds)) != len(seeds)):

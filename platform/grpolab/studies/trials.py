@@ -19,12 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
-import yaml
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from grpolab.errors import ConfigError
-from grpolab.experiment.config import apply_overrides, build_config
+from grpolab.experiment.config import apply_overrides, as_overrides, build_config
 from grpolab.signals import RunKilled, forget_signals, raise_if_signalled, signal_pending, signals_raise
 from grpolab.studies import ranks
 from grpolab.studies.definition import StudyConfig, load_study
@@ -65,8 +64,7 @@ def _trial_experiment(cfg: StudyConfig, trial: optuna.Trial) -> tuple[dict, dict
         return cfg.rung_experiment(rung, seed), {"rung": rung, "rung_name": cfg.rungs[rung].name, "seed": seed}
     point = suggest(trial, cfg.space)
     seed = cfg.seeds[trial.number % len(cfg.seeds)]
-    overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in point.items()]
-    data = apply_overrides(cfg.base, overrides + [f"seed={seed}"])
+    data = apply_overrides(cfg.base, as_overrides(point) + [f"seed={seed}"])
     data["name"] = f"{cfg.name}-t{trial.number}"
     return data, {"seed": seed, **{k: v for k, v in point.items()}}
 
