@@ -56,7 +56,7 @@ def _side_values(claim: Claim, side: Side, metric: str, runs: dict, histories: d
 
 
 def _claim_rows(claim: Claim, state: Path, storage_url: str | None, seeds: int | None = None):
-    """(runs {rung name: {seed: run id}}, histories {run id: History}, (level, looks), plan note),
+    """(runs {rung name: {seed: run id}}, histories {run id: RunHistory}, (level, looks), plan note),
     on the study's first ``seeds`` seeds when given (a sequential look)."""
     from mlflow.tracking import MlflowClient
 

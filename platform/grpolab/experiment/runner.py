@@ -23,6 +23,7 @@ from grpolab.method.requirements import inert_settings
 from grpolab.signals import raise_if_signalled, signals_raise
 from grpolab.state import state_dir as default_state_dir
 from grpolab.tasks import hub_sources, log_eval_samples, make_task, render_examples
+from grpolab.tracking.held_out import HELD_OUT_METRICS, EvalSteps
 from grpolab.tracking.naming import method_label, run_params, state_relative
 from grpolab.tracking.recorder import RunRecorder, git_commit
 from grpolab.trainer.dropin import MethodSettingsWarning, task_correctness
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class RunResult:
+class RunResult(EvalSteps):
     run_id: str | None
     status: str
     evals: dict            # step -> held-out metrics (step 0 = the warm start)
@@ -42,14 +43,6 @@ class RunResult:
     steps: int
     wall_seconds: float
     warm_start: dict
-
-    @property
-    def start_eval(self) -> dict:
-        return self.evals[min(self.evals)] if self.evals else {}   # empty on ranks > 0 (rank 0 evaluates)
-
-    @property
-    def final_eval(self) -> dict:
-        return self.evals[max(self.evals)] if self.evals else {}
 
 
 class TrackingCallback(TrainerCallback):
@@ -92,8 +85,7 @@ def _world() -> int:
 
 
 def _eval_metrics(result) -> dict:
-    return {"eval/pass_at_1": result.pass_at_1, "eval/pass_at_k": result.pass_at_k,
-            "eval/greedy_accuracy": result.greedy_accuracy, "eval/mean_length": result.mean_length}
+    return {key: getattr(result, field) for key, field in HELD_OUT_METRICS.items()}
 
 
 def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:

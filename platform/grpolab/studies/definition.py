@@ -26,10 +26,10 @@ from grpolab.method.spec import MethodSpec
 from grpolab.studies.devices import check_devices
 from grpolab.studies.registration import parse_deviations
 from grpolab.studies.search_space import check_space
+from grpolab.tracking.held_out import EVAL_KEYS
 from grpolab.yaml_input import read_yaml_mapping
 
 METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")
-EVAL_KEYS = ("eval/pass_at_1", "eval/pass_at_k", "eval/greedy_accuracy", "eval/mean_length")
 
 
 @dataclass(frozen=True)

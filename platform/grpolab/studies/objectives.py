@@ -82,10 +82,21 @@ def _eval_series(metric: str, key: str, evals: dict[int, dict], steps: list[int]
     return [float(evals[s][key]) for s in steps]
 
 
-def tail_mean(metric: str, key: str, curves: dict[str, list]) -> float:
+def curve_window(key: str, curves: dict[str, list], end: str) -> list[float]:
+    """The finite values of a training curve in its last quarter of steps (``end="tail"``: steps >
+    3/4 of the latest step, at least the latest point) or its first (``"head"``: steps <= 1/4 of the
+    latest step, at least the first point); [] when it has no finite point."""
     points = sorted((s, v) for s, v in curves.get(key, []) if v is not None and math.isfinite(v))
     if not points:
-        raise ConfigError(f"metric {metric!r}: the run logged no finite {key!r} point")
+        return []
     last = points[-1][0]
-    window = [v for s, v in points if s > 0.75 * last] or [points[-1][1]]
+    if end == "tail":
+        return [v for s, v in points if s > 0.75 * last] or [points[-1][1]]
+    return [v for s, v in points if s <= 0.25 * last] or [points[0][1]]
+
+
+def tail_mean(metric: str, key: str, curves: dict[str, list]) -> float:
+    window = curve_window(key, curves, "tail")
+    if not window:
+        raise ConfigError(f"metric {metric!r}: the run logged no finite {key!r} point")
     return sum(window) / len(window)

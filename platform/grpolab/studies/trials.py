@@ -15,7 +15,6 @@ import os
 import shutil
 import tempfile
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
@@ -35,6 +34,7 @@ from grpolab.studies.objectives import objective_value
 from grpolab.studies.rows import OUTCOME_ATTR, PARENT_RUN_ATTR, PASS_AT_1_ATTR, ROW_ATTR, RUN_ATTR
 from grpolab.studies.search_space import suggest
 from grpolab.studies.storage import create_or_load, with_added_seeds
+from grpolab.tracking.held_out import RunHistory
 from grpolab.tracking.naming import ladder_run_name, method_label
 
 log = logging.getLogger(__name__)
@@ -215,18 +215,7 @@ def _run_row(exp, state: Path, parent_run_id: str, tags: dict, run_name: str, re
                           on_run=on_run, callbacks=[_abort_callback(heartbeat)], resume_run_id=resume_run_id)
 
 
-@dataclass
-class RowResult:
-    """What the worker needs of a row run on several processes (rank 0's RunResult, by file)."""
-    evals: dict
-    train_curves: dict
-
-    @property
-    def final_eval(self) -> dict:
-        return self.evals[max(self.evals)] if self.evals else {}
-
-
-def _run_on_ranks(world: int, spec: dict, heartbeat, on_run) -> RowResult:
+def _run_on_ranks(world: int, spec: dict, heartbeat, on_run) -> RunHistory:
     """The worker's side of a row on ``world`` processes (ranks.py): start them, watch them with
     the heartbeat (a reaped row or a signal stops them), record rank 0's run on the trial."""
     row_dir = Path(tempfile.mkdtemp(prefix="grpolab-row-"))
@@ -256,7 +245,7 @@ def _run_on_ranks(world: int, spec: dict, heartbeat, on_run) -> RowResult:
                            for r, c in enumerate(codes) if c)
         raise RuntimeError(f"the row's {world} processes did not finish ({failed or 'all exited 0'}): {why}")
     evals = {int(step): metrics for step, metrics in result["values"]["evals"].items()}
-    return RowResult(evals, {k: [tuple(p) for p in v] for k, v in result["values"]["curves"].items()})
+    return RunHistory(evals, {k: [tuple(p) for p in v] for k, v in result["values"]["curves"].items()})
 
 
 def run_rank(spec_path: str) -> None:
