@@ -371,7 +371,7 @@ def _add_study_rank(sub) -> None:
 
 
 def _cmd_study_rank(args) -> int:
-    from grpolab.studies.trials import run_rank
+    from grpolab.studies.row_on_ranks import run_rank
     run_rank(args.spec)
     return 0
 

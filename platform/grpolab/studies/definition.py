@@ -284,11 +284,17 @@ def _rungs(raw) -> tuple[Rung, ...]:
     return tuple(out)
 
 
+def quiet_build(data: dict):
+    """``build_config`` with its notes unsaid: a study's notes are said once, when its file is
+    validated (``ladder_notes`` and the coordinator), never again per row."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return build_config(data)
+
+
 def _validate_experiment(data: dict, where: str):
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return build_config(data)
+        return quiet_build(data)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 
@@ -296,12 +302,9 @@ def _validate_experiment(data: dict, where: str):
 def ladder_notes(study) -> list[str]:
     """Before a ladder runs: rungs whose change is inert in their regime, and rungs whose
     effective experiments (method spec, task, model, budget, eval) are identical."""
-    import warnings
     notes, seen = [], {}
     for i, rung in enumerate(study.rungs):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cfg = build_config(study.rung_experiment(i, study.seeds[0]))
+        cfg = quiet_build(study.rung_experiment(i, study.seeds[0]))
         for key in rung.changes if i > 0 else ():
             section, _, axis = key.partition(".")
             if section == "method" and axis in MethodSpec.__dataclass_fields__ and inert(cfg, axis) is not None:

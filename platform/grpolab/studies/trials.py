@@ -7,37 +7,33 @@ one reaped by another process (its worker presumed dead or hung) is not reported
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import math
 import os
-import shutil
-import tempfile
-import warnings
 from pathlib import Path
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
-from grpolab.errors import ConfigError
-from grpolab.experiment.config import apply_overrides, as_overrides, build_config
+from grpolab.experiment.config import apply_overrides, as_overrides
 from grpolab.signals import RunKilled, forget_signals, raise_if_signalled, signal_pending, signals_raise
-from grpolab.studies import ranks
-from grpolab.studies.definition import StudyConfig, load_study
-from grpolab.studies.heartbeat import Heartbeat, TrialReaped, abort_if_lost
+from grpolab.studies.definition import StudyConfig, quiet_build
+from grpolab.studies.heartbeat import Heartbeat, TrialReaped
+from grpolab.studies.objectives import objective_value
+from grpolab.studies.processes import pin_worker_threads
 from grpolab.studies.resume import RESUMES_ATTR, checkpoint_to_resume, previous_holder_gone
 from grpolab.studies.row_interrupts import RowTimedOut, job_end_raises, running_trial, timeouts_interrupt
+from grpolab.studies.row_on_ranks import run_on_ranks
+from grpolab.studies.row_run import PrunedRun, run_row
+from grpolab.studies.rows import (OUTCOME_ATTR, PARENT_RUN_ATTR, PASS_AT_1_ATTR, ROW_ATTR, RUN_ATTR,
+                                  study_run_identity)
 from grpolab.studies.run_closing import end_trial_runs, link_restart
-from grpolab.studies.objectives import objective_value
-from grpolab.studies.rows import OUTCOME_ATTR, PARENT_RUN_ATTR, PASS_AT_1_ATTR, ROW_ATTR, RUN_ATTR
 from grpolab.studies.search_space import suggest
 from grpolab.studies.storage import create_or_load, with_added_seeds
-from grpolab.tracking.held_out import RunHistory
-from grpolab.tracking.naming import ladder_run_name, method_label
 
 log = logging.getLogger(__name__)
+
 
 def objective_values(cfg: StudyConfig, result) -> list[float]:
     return [metric_value(o.metric, result) for o in cfg.objectives]
@@ -67,11 +63,6 @@ def _trial_experiment(cfg: StudyConfig, trial: optuna.Trial) -> tuple[dict, dict
     data = apply_overrides(cfg.base, as_overrides(point) + [f"seed={seed}"])
     data["name"] = f"{cfg.name}-t{trial.number}"
     return data, {"seed": seed, **{k: v for k, v in point.items()}}
-
-
-class PrunedRun(Exception):
-    """Raised from the eval hook when Optuna prunes: the MLflow run ends KILLED, tagged pruned."""
-    grpolab_status = "KILLED"
 
 
 def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run_id: str, procs_per_row: int = 1,
@@ -146,9 +137,7 @@ def _nan_objectives(cfg: StudyConfig, values: list[float]) -> str | None:
 def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str, heartbeat,
                  procs_per_row: int = 1, storage_url: str | None = None) -> list[float]:
     data, labels = _trial_experiment(cfg, trial)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        exp = build_config(data)
+    exp = quiet_build(data)
 
     previous = trial.user_attrs.get(RESUMES_ATTR)
     resume_run_id = checkpoint_to_resume(previous, state, exp.resolved())
@@ -176,9 +165,9 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
                 "resume_run_id": resume_run_id, "metric": cfg.objectives[0].metric,
                 "prune": {"study": cfg.path, "storage": storage_url, "trial_id": trial._trial_id}
                 if prunes else None}
-        result = _run_on_ranks(procs_per_row, spec, heartbeat, on_run)
+        result = run_on_ranks(procs_per_row, spec, heartbeat, on_run)
     else:
-        result = _run_row(exp, state, parent_run_id, tags, run_name, resume_run_id, heartbeat, on_run,
+        result = run_row(exp, state, parent_run_id, tags, run_name, resume_run_id, heartbeat, on_run,
                           trial if prunes else None, cfg.objectives[0].metric)
     if "eval/pass_at_1" in result.final_eval:   # for the progress lines (rows.latest_finished)
         try:
@@ -186,120 +175,6 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
         except UpdateFinishedTrialError:   # reaped meanwhile: _report discards the row
             pass
     return objective_values(cfg, result)
-
-
-def _run_row(exp, state: Path, parent_run_id: str, tags: dict, run_name: str, resume_run_id, heartbeat, on_run,
-             prune_trial=None, metric: str = ""):
-    """Train one row's run (in this process, or as one rank of several); ``prune_trial``: report
-    the partial objective at each evaluation and stop the run when Optuna prunes it."""
-    from grpolab.experiment.runner import run_experiment
-    seen: dict[int, dict] = {}   # the history so far, for the pruner
-    trainers: list = []
-
-    def curves_so_far() -> dict:
-        from grpolab.experiment.runner import TrackingCallback
-        callbacks = trainers[0].callback_handler.callbacks if trainers else []
-        return next((cb.curves for cb in callbacks if isinstance(cb, TrackingCallback)), {})
-
-    def report(step: int, metrics: dict) -> None:
-        abort_if_lost(heartbeat)
-        seen[step] = metrics
-        value = _partial_value(metric, seen, curves_so_far) if prune_trial is not None else None
-        if step > 0 and value is not None:
-            prune_trial.report(value, step)
-            if prune_trial.should_prune():
-                raise PrunedRun(f"pruned at step {step}")
-
-    return run_experiment(exp, state, parent_run_id=parent_run_id, extra_tags=tags, run_name=run_name,
-                          eval_hook=report, on_trainer=lambda t: (trainers.append(t), heartbeat.progressed()),
-                          on_run=on_run, callbacks=[_abort_callback(heartbeat)], resume_run_id=resume_run_id)
-
-
-def _run_on_ranks(world: int, spec: dict, heartbeat, on_run) -> RunHistory:
-    """The worker's side of a row on ``world`` processes (ranks.py): start them, watch them with
-    the heartbeat (a reaped row or a signal stops them), record rank 0's run on the trial."""
-    row_dir = Path(tempfile.mkdtemp(prefix="grpolab-row-"))
-    told: list[str] = []
-
-    def progressed() -> None:
-        heartbeat.progressed()
-        run_id = (row_dir / ranks.RUN_ID).read_text().strip() if (row_dir / ranks.RUN_ID).exists() else ""
-        if run_id and not told:
-            told.append(run_id)
-            on_run(run_id)
-    try:
-        ranks.write_atomic(row_dir / ranks.SPEC, json.dumps({**spec, "row_dir": str(row_dir)}))
-        procs = ranks.start_ranks(world, row_dir)
-        codes = ranks.watch_ranks(procs, row_dir, lambda: abort_if_lost(heartbeat), progressed)
-        result = ranks.read_result(row_dir)
-    finally:
-        if not told and (row_dir / ranks.RUN_ID).exists():   # stopped early: the trial still names its run
-            with contextlib.suppress(Exception):
-                progressed()
-        shutil.rmtree(row_dir, ignore_errors=True)
-    if "pruned" in result:
-        raise PrunedRun(result["pruned"])
-    if "values" not in result or any(codes):
-        why = result.get("error") or "no result"
-        failed = ", ".join(f"rank {r} " + (f"killed by signal {-c}" if c < 0 else f"exit code {c}")
-                           for r, c in enumerate(codes) if c)
-        raise RuntimeError(f"the row's {world} processes did not finish ({failed or 'all exited 0'}): {why}")
-    evals = {int(step): metrics for step, metrics in result["values"]["evals"].items()}
-    return RunHistory(evals, {k: [tuple(p) for p in v] for k, v in result["values"]["curves"].items()})
-
-
-def run_rank(spec_path: str) -> None:
-    """One process of a row run on several (``grpolab study-rank``, started by _run_on_ranks)."""
-    ranks.die_with_worker()
-    pin_worker_threads()
-    spec = json.loads(Path(spec_path).read_text())
-    row_dir, rank = Path(spec["row_dir"]), int(os.environ.get("RANK", "0"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        exp = build_config(spec["experiment"])
-    prune_trial = None
-    if rank == 0 and spec.get("prune"):   # rank 0 evaluates, so it reports to Optuna's pruner
-        prune = spec["prune"]
-        prune_trial = optuna.Trial(create_or_load(load_study(prune["study"]), prune["storage"]), prune["trial_id"])
-
-    def on_run(run_id: str) -> None:
-        ranks.write_atomic(row_dir / ranks.RUN_ID, run_id)
-        beat.progressed()
-    beat = ranks.RankBeat(row_dir if rank == 0 else None)
-    with signals_raise():
-        try:
-            result = _run_row(exp, Path(spec["state"]), spec["parent_run_id"], spec["tags"], spec["run_name"],
-                              spec["resume_run_id"], beat, on_run, prune_trial, spec["metric"])
-        except PrunedRun as exc:
-            if rank == 0:
-                ranks.write_atomic(row_dir / ranks.RESULT, json.dumps({"pruned": str(exc)}))
-            return
-        except Exception as exc:
-            if rank == 0:
-                ranks.write_atomic(row_dir / ranks.RESULT, json.dumps({"error": f"{type(exc).__name__}: {exc}"[:2000]}))
-            raise
-    if rank == 0:
-        import torch.distributed as dist
-        grouped = dist.is_available() and dist.is_initialized()
-        world = dist.get_world_size() if grouped else 1
-        if result.run_id:   # measured: the process group the run trained in
-            from grpolab.tracking.recorder import client_for
-            client = client_for(Path(spec["state"]))
-            client.set_tag(result.run_id, "grpolab.world_size", world)
-            client.set_tag(result.run_id, "grpolab.dist_backend", dist.get_backend() if grouped else "none")
-        values = {"evals": result.evals, "curves": result.train_curves, "world_size": world}
-        ranks.write_atomic(row_dir / ranks.RESULT, json.dumps({"values": values}))
-
-
-def _abort_callback(heartbeat):
-    """A trainer callback that stops training at the next step once the trial was reaped (or a
-    termination signal was swallowed)."""
-    from transformers import TrainerCallback
-
-    class AbortIfReaped(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            abort_if_lost(heartbeat)
-    return AbortIfReaped()
 
 
 def _report(study, trial, heartbeat, state: Path, outcome: str, trial_state, values=None, error=None) -> None:
@@ -328,15 +203,6 @@ def _report(study, trial, heartbeat, state: Path, outcome: str, trial_state, val
                    status="FAILED" if outcome == "error" else "KILLED", from_statuses=("RUNNING",))
 
 
-def _partial_value(metric: str, evals: dict, curves_fn) -> float | None:
-    """The objective over the history up to an eval step (training curves logged before it);
-    None while it is not defined yet (e.g. no tail: point logged), so nothing is reported."""
-    try:
-        return objective_value(metric, evals, curves_fn())
-    except ConfigError:
-        return None
-
-
 def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=None, procs_per_row: int = 1) -> None:
     if procs_per_row == 1:   # (several: each rank pins its own share; this process does not train)
         pin_worker_threads()
@@ -357,29 +223,3 @@ def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=Non
                 return
 
 
-def pin_worker_threads() -> None:
-    """A worker process of a multi-worker study uses only its share of the cores: torch's
-    intra-op pool from GRPOLAB_WORKER_THREADS (set by the coordinator) and a single inter-op
-    thread; N workers with a full pool each would oversubscribe the machine (2 workers of 2 threads
-    on 2 cores take 1.16x the time of 1-thread workers). A single in-process worker keeps torch's default."""
-    threads = os.environ.get("GRPOLAB_WORKER_THREADS")
-    if threads:
-        import torch
-        torch.set_num_threads(int(threads))
-        try:
-            torch.set_num_interop_threads(1)
-        except RuntimeError:  # already set in this process (inter-op work started): keep it
-            pass
-
-
-def study_run_identity(cfg, trial_number: int, labels: dict, exp) -> tuple[str, str]:
-    """(run name, method label) of a study trial: ladder rows are named by rung and seed, and
-    their method is named relative to the ladder's first rung (``naive_grpo + eps_high=0.28``)."""
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        first = build_config(cfg.rung_experiment(0, labels["seed"]) if cfg.kind == "ladder" else cfg.base)
-    method = method_label(exp.spec, exp.method_name, first.spec if first.method_name == exp.method_name else None)
-    if cfg.kind == "ladder":
-        return ladder_run_name(labels["rung"], labels["rung_name"], labels["seed"]), method
-    return f"trial {trial_number} · seed {labels['seed']}", method
