@@ -24,7 +24,7 @@ from grpolab.signals import raise_if_signalled, signals_raise
 from grpolab.state import state_dir as default_state_dir
 from grpolab.tasks import hub_sources, log_eval_samples, make_task, render_examples
 from grpolab.tracking.held_out import HELD_OUT_METRICS, EvalSteps
-from grpolab.tracking.naming import method_label, run_params, state_relative
+from grpolab.tracking.naming import method_tags, run_params, state_relative
 from grpolab.tracking.recorder import RunRecorder, git_commit
 from grpolab.trainer.dropin import MethodSettingsWarning, task_correctness
 from grpolab.world.generation import evaluate
@@ -174,9 +174,8 @@ def _run_tags(cfg: RunConfig, task) -> dict:
     import transformers
     import trl
 
-    return {"grpolab.method": method_label(cfg.spec, cfg.method_name), "grpolab.method_base": cfg.method_name,
-            "grpolab.spec_hash": cfg.spec.spec_hash(),
-            "grpolab.task": task.name, "grpolab.seed": cfg.seed, "grpolab.git_commit": git_commit(),
+    return {**method_tags(cfg.method_name, cfg.spec, cfg.seed),
+            "grpolab.task": task.name, "grpolab.git_commit": git_commit(),
             "grpolab.version": __version__, "grpolab.overrides": "advantage,loss",
             "versions.torch": torch.__version__, "versions.trl": trl.__version__,
             "versions.transformers": transformers.__version__, "versions.mlflow": mlflow.__version__}

@@ -32,7 +32,7 @@ from grpolab.envs.task import check_episode_method
 from grpolab.errors import GrpoLabWarning, warn_at_caller
 from grpolab.method.registry import METHODS
 from grpolab.method.spec import SPEC_FIELDS, MethodSpec, with_reward_weights
-from grpolab.tracking.naming import method_label
+from grpolab.tracking.naming import method_label, method_tags
 from grpolab.trainer.trl_fields import check_refused, override_from_trl, spec_from_trl
 from grpolab.trainer.trl_settings import apply_method_settings
 
@@ -273,5 +273,4 @@ def overlong_reward(spec: MethodSpec, max_len: int):
 
 def mlflow_tags(method_name: str, spec: MethodSpec, seed: int) -> dict:
     # "grpolab.trainer.trl_config" marks a drop-in run in stored MLflow runs; the tag keeps its name
-    return {"grpolab.method": method_label(spec, method_name), "grpolab.method_base": method_name,
-            "grpolab.spec_hash": spec.spec_hash(), "grpolab.seed": str(seed), "grpolab.trainer.trl_config": "true"}
+    return {**method_tags(method_name, spec, seed), "grpolab.trainer.trl_config": "true"}
