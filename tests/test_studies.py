@@ -186,7 +186,7 @@ def test_threshold_metrics_steps_and_tokens_to_reach():
     from grpolab.errors import ConfigError
     from grpolab.experiment.runner import RunResult
     from grpolab.studies.trials import metric_value
-    from grpolab.studies.definition import check_metric
+    from grpolab.studies.objectives import check_metric
     evals = {0: {"eval/pass_at_1": 0.2}, 10: {"eval/pass_at_1": 0.28}, 20: {"eval/pass_at_1": 0.31}, 30: {"eval/pass_at_1": 0.29}}
     curves = {"tokens/cumulative": [(s, 100.0 * s) for s in range(1, 31)], "entropy": [(s, float(s)) for s in range(1, 9)]}
     r = RunResult("x", "FINISHED", evals, curves, 30, 1.0, {})

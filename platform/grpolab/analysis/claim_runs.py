@@ -22,11 +22,12 @@ import numpy as np
 
 from grpolab.analysis import inference
 from grpolab.analysis.claims import Claim, Side, claim_files, load_claim
-from grpolab.analysis.histories import censored_value, mean_window, run_history, train_keys, window_value
+from grpolab.analysis.histories import mean_window, run_history, train_keys
 from grpolab.analysis.verdicts import DECIDED, NO_MECHANISM, Verdict, paired_verdict, with_censoring, with_family, with_mechanism
 from grpolab.errors import ConfigError
 from grpolab.studies import registration as preregistration
 from grpolab.studies.definition import load_study
+from grpolab.studies.objectives import censored_value, window_value
 
 
 @dataclass

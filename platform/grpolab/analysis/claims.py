@@ -36,7 +36,8 @@ import yaml
 
 from grpolab.analysis.verdicts import DIRECTIONS
 from grpolab.errors import ConfigError
-from grpolab.studies.definition import Mechanism, StudyConfig, check_metric, load_study, parse_mechanism
+from grpolab.studies.definition import Mechanism, StudyConfig, load_study, parse_mechanism
+from grpolab.studies.objectives import check_metric
 from grpolab.studies.registration import parse_deviations
 
 CLAIMS_DIR = Path(__file__).resolve().parents[3] / "studies" / "claims"

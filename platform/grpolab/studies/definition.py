@@ -25,11 +25,9 @@ from grpolab.method.requirements import inert
 from grpolab.method.spec import MethodSpec
 from grpolab.studies.devices import check_devices
 from grpolab.studies.registration import parse_deviations
+from grpolab.studies.objectives import check_metric
 from grpolab.studies.search_space import check_space
-from grpolab.tracking.held_out import EVAL_KEYS
 from grpolab.yaml_input import read_yaml_mapping
-
-METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")
 
 
 @dataclass(frozen=True)
@@ -90,28 +88,6 @@ class StudyConfig:
         data = apply_overrides(self.base, overrides + [f"seed={seed}"])
         data["name"] = f"{self.name}-r{rung}"
         return data
-
-
-def parse_threshold(key: str) -> tuple[str, float]:
-    """'eval/pass_at_1>=0.35' -> ('eval/pass_at_1', 0.35)."""
-    name, sep, value = key.partition(">=")
-    try:
-        return name, float(value) if sep else float("nan")
-    except ValueError:
-        raise ConfigError(f"metric key {key!r}: expected <eval key>>=<number>, e.g. eval/pass_at_1>=0.35") from None
-
-
-def check_metric(metric: str) -> None:
-    agg, _, key = metric.partition(":")
-    if agg not in METRIC_AGGS or not key:
-        raise ConfigError(f"metric {metric!r}: expected <agg>:<key> with agg in {', '.join(METRIC_AGGS)}, "
-                          "e.g. final:eval/pass_at_1, tail:length/incorrect or steps_to:eval/pass_at_1>=0.35")
-    if agg in ("steps_to", "tokens_to"):
-        name, threshold = parse_threshold(key)
-        if name not in EVAL_KEYS or threshold != threshold:
-            raise ConfigError(f"metric {metric!r}: {agg} needs <held-out key>>=<threshold>; keys: {', '.join(EVAL_KEYS)}")
-    elif agg in ("final", "auc") and key not in EVAL_KEYS:
-        raise ConfigError(f"metric {metric!r}: {agg} needs a held-out key; valid: {', '.join(EVAL_KEYS)}")
 
 
 def _positive(value, where: str) -> float | None:
