@@ -7,7 +7,7 @@ STATE ?= grpolab-state
 # Study worker processes for `make run` (each pins torch to its share of the cores).
 WORKERS ?= 2
 
-.PHONY: install install-test run test bench conformance
+.PHONY: install install-test run test bench conformance gpu-check
 
 install:
 	$(PIP) install -q torch==2.13.0
@@ -49,3 +49,8 @@ conformance: install-test
 
 bench: install
 	$(PYTHON) -m grpolab.cli --state $(STATE) bench
+
+# One command that checks a GPU machine (GPU, versions, vLLM, a micro-ladder, stock TRL vs grpolab
+# step times) into one JSON report; on a machine without CUDA it says what it could not check.
+gpu-check: install
+	$(PYTHON) -m grpolab.cli --state $(STATE) doctor --gpu

@@ -35,6 +35,13 @@ DISTINGUISHING = {
     "gigpo": ("anchor/group_size_mean", lambda v: v > 1),
     "luspo": ("clip/region_fraction", lambda v: v > 0),          # GSPO's tight sequence clip binds on the reuse
     "vespo": ("vespo/phi_seq_mean", lambda v: v != 1.0),         # phi(1) = 1 on-policy; the reused pass moves it
+    "intellect2": ("clip/dual_fraction", lambda v: v > 0),       # the cap binds on the reused pass
+    "top_entropy_80_20": ("entropy/kept_fraction", lambda v: 0 < v < 1),
+    "gfpo": ("gfpo/length_gap", lambda v: v > 0),                 # the rejected are longer; kept 8/16 below
+    # DPPO / DRO act only on the reused pass, where pi != pi_old (their divergence mask and penalty read it)
+    "dppo_tv": ("policy/old_kl", lambda v: v != 0),
+    "dppo_kl": ("policy/old_kl", lambda v: v != 0),
+    "dro": ("policy/old_kl", lambda v: v != 0),
 }
 TASK_FOR = {"gdpo": {"name": "addition_format"}, "gigpo": {"name": "gridworld"}}
 
@@ -64,8 +71,10 @@ def method_cfg(key):
     method = key
     if key == "clip_cov":  # toy-scale covariances sit far below the paper's (1, 5) window
         method = {"base": key, "cov_low": -1.0, "cov_fraction": 0.05}
-    if key in ("dapo", "clip_dapo"):   # random_reward's reward ignores correctness: filter on what it varies
-        method = {"base": key, "sampling_filter": "reward"}
+    if key in ("dapo", "clip_dapo", "top_entropy_80_20"):   # random_reward's reward ignores correctness: filter
+        method = {"base": key, "sampling_filter": "reward"}            # on what it varies
+    if key == "intellect2":   # toy-scale ratios of the reused pass stay far below the report's delta = 4
+        method = {"base": key, "dual_clip_c": 1.02}
     if key == "vapo":      # value pretraining for 1 of the 2 steps, so the policy moves in step 2
         method = {"base": key, "critic_warmup": 1}
     return build_config({"name": f"contract-{key}", "method": method, "task": task, "model": {"preset": "tiny"},
@@ -96,6 +105,8 @@ def test_every_registered_method_trains(key, shared_state):
         metric, ok = DISTINGUISHING[key]
         values = [logs[metric] for logs in cap.logs if metric in logs]
         assert values and ok(values[-1]), (metric, values)
+    if key == "gfpo":
+        assert [logs["sampling/kept_fraction"] for logs in cap.logs] == [0.5] * len(cap.logs)
 
 
 @pytest.mark.parametrize("key", [k for k, m in METHODS.items() if m.missing])

@@ -260,11 +260,11 @@ def test_ladder_marks_inert_and_identical_rungs_before_running(tmp_path, shared_
     notes = ladder_notes(load_study(path))
     assert notes == [
         "rung 1 (+ clip higher): its change method.eps_high=0.28 is inert here: it needs surrogate clip, dual_clip, "
-        "cispo or clip_cov with rollout reuse (set method.surrogate: clip/dual_clip/cispo/clip_cov and "
-        "train.minibatches > 1 or train.num_iterations > 1)",
+        "cispo, clip_cov, dppo_tv or dppo_kl with rollout reuse (set method.surrogate: "
+        "clip/dual_clip/cispo/clip_cov/dppo_tv/dppo_kl and train.minibatches > 1 or train.num_iterations > 1)",
         "rung 2 (+ same again): its change method.eps_high=0.28 is inert here: it needs surrogate clip, dual_clip, "
-        "cispo or clip_cov with rollout reuse (set method.surrogate: clip/dual_clip/cispo/clip_cov and "
-        "train.minibatches > 1 or train.num_iterations > 1)",
+        "cispo, clip_cov, dppo_tv or dppo_kl with rollout reuse (set method.surrogate: "
+        "clip/dual_clip/cispo/clip_cov/dppo_tv/dppo_kl and train.minibatches > 1 or train.num_iterations > 1)",
         "rung 2 (+ same again) runs exactly the same experiment as rung 1 (+ clip higher)"]
     assert ladder_notes(load_study(REPO / "studies/dapo_table1.yaml")) == []   # reuses rollouts: every rung acts
     lines = []

@@ -124,3 +124,13 @@ def test_two_row_study_through_the_rest_api(on_server, shared_state, tmp_path):
     end_time = parent.info.end_time
     assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None, publish=record_study_tables) == 0
     assert client.get_run(parent.info.run_id).info.end_time == end_time
+
+
+def test_log_model_puts_the_final_model_into_the_servers_artifacts(on_server, shared_state):
+    cfg = build_config({**BASE, "name": "server_model", "train": {**BASE["train"], "steps": 2},
+                        "eval": {**BASE["eval"], "every": 0}, "tracking": {**BASE["tracking"], "log_model": True}})
+    result = run_experiment(cfg, shared_state)
+    listed = {a.path: a.file_size for a in on_server.list_artifacts(result.run_id, "model")}
+    assert {"model/config.json", "model/model.safetensors", "model/tokenizer_config.json"} <= set(listed), listed
+    local = shared_state / on_server.get_run(result.run_id).data.tags["grpolab.final_model"]
+    assert listed["model/model.safetensors"] == (local / "model.safetensors").stat().st_size

@@ -47,7 +47,7 @@ def test_dual_clip_c_and_sapo_tau_do_not_change_the_on_policy_gradient(axes, oth
 def test_dual_clip_c_and_sapo_tau_are_warned_inert_on_policy_only():
     on = _cfg({"surrogate": "dual_clip", "dual_clip_c": 5.0}, minibatches=1)
     assert inert_settings(on) == ["surrogate=dual_clip", "dual_clip_c=5.0"]
-    assert any(w.startswith("method.dual_clip_c=5.0 needs surrogate dual_clip with rollout reuse") for w in on.warnings)
+    assert any(w.startswith("method.dual_clip_c=5.0 needs surrogate dual_clip, dppo_tv or dppo_kl with rollout reuse") for w in on.warnings)
     assert inert_settings(_cfg({"surrogate": "dual_clip", "dual_clip_c": 5.0}, minibatches=2)) == []
     sapo = _cfg({"surrogate": "sapo", "sapo_tau_pos": 2.0, "sapo_tau_neg": 3.0}, minibatches=1)
     assert inert_settings(sapo) == ["surrogate=sapo", "sapo_tau_pos=2.0", "sapo_tau_neg=3.0"]

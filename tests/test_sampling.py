@@ -142,3 +142,51 @@ def test_two_processes_make_identical_decisions_and_do_not_hang(tiny_model_dir, 
         assert d0["local_rows"] == d1["local_rows"] == 8            # same rows on every rank
         assert d0["num_items"] == d1["num_items"]                   # one global token normaliser
         assert d0["spread_min"] > 0                                 # no zero-variance group trained
+
+
+def test_gfpo_retains_the_shortest_or_most_efficient_and_gives_the_rest_no_advantage():
+    """Hand-computed, two groups of 4, keep 2. By length: group 0 lengths 5, 2, 7, 2 -> rows 1, 3
+    (tie on 2: both); group 1 lengths 3, 9, 1, 4 -> rows 4, 6. By reward / length: group 0
+    r = 1, 0, 1, 1 -> 0.2, 0, 0.14, 0.5 -> rows 3, 0."""
+    lengths = torch.tensor([5, 2, 7, 2, 3, 9, 1, 4])
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0])
+    by_length = sampling.gfpo_retained(lengths, rewards, 4, 2, "length")
+    assert by_length.nonzero().view(-1).tolist() == [1, 3, 4, 6]
+    efficient = sampling.gfpo_retained(lengths, rewards, 4, 2, "token_efficiency")
+    assert efficient.nonzero().view(-1).tolist() == [0, 3, 5, 6]
+    with pytest.raises(ValueError, match=r"gfpo_keep=4: must be in \[1, group_size\) = \[1, 4\)"):
+        sampling.gfpo_retained(lengths, rewards, 4, 4, "length")
+    # the trainer's filter: rejected rows leave the loss mask, the token count and the baseline
+    out = {"completion_mask": (torch.arange(9).expand(8, 9) < lengths.view(-1, 1)).long()}
+    spec = build_spec({"sampling": "gfpo", "gfpo_keep": 2, "advantage": "group_mean", "aggregation": "token_mean"})
+    kept = sampling.gfpo_filter(out, rewards, spec, 4, 0, lambda t: t)
+    assert out["completion_mask"].sum(1).tolist() == [0, 2, 0, 2, 3, 0, 1, 0]
+    assert int(out["num_items_in_batch"]) == 8 and kept.kept_fraction == 0.5
+    assert kept.length_gap == pytest.approx((5 + 7 + 9 + 4) / 4 - (2 + 2 + 3 + 1) / 4)
+    from grpolab.algorithms import compute_advantages
+    A = compute_advantages(spec, kept.rewards, 4)
+    assert A.tolist() == pytest.approx([0, -0.5, 0, 0.5, -0.5, 0, 0.5, 0])   # group 0 retained r = 0, 1
+
+
+def test_gfpo_settings_are_checked_before_any_work():
+    from grpolab.errors import ConfigError
+    with pytest.raises(ConfigError, match="sampling=gfpo drops completions from the token normaliser"):
+        build_spec({"sampling": "gfpo"})
+    with pytest.raises(ConfigError, match="sampling=gfpo leaves the rejected completions out of the baselines"):
+        build_spec({"sampling": "gfpo", "aggregation": "token_mean", "advantage": "reinforce_pp"})
+    with pytest.raises(ConfigError, match=r"method.gfpo_keep=8: .* < train.group_size \(4\)"):
+        from grpolab.experiment.config import build_config
+        build_config({"name": "x", "method": "gfpo", "task": {"name": "random_reward"}, "model": {"preset": "tiny"},
+                      "train": {"group_size": 4}})
+
+
+def test_gfpo_through_the_drop_in_needs_more_generations_than_it_keeps(tiny_model_dir, tmp_path):
+    from trl import GRPOConfig
+
+    from grpolab import GrpoLabTrainer
+    _, _, ds = tiny_dataset()
+    args = GRPOConfig(output_dir=str(tmp_path), report_to="none", per_device_train_batch_size=4, num_generations=4,
+                      use_cpu=True)
+    with pytest.raises(ValueError, match=r"gfpo_keep=8 must be < GRPOConfig.num_generations \(4\)"):
+        GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=[lambda completions, **k: [0.0] * len(completions)],
+                       args=args, train_dataset=ds, method="gfpo")

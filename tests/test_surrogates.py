@@ -5,9 +5,7 @@ this file then checks it against every claim its entry makes, numerically where 
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -20,8 +18,7 @@ from grpolab.method.spec import AXIS_CHOICES, SPEC_FIELDS, MethodSpec, build_spe
 from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES
 from grpolab.method.trl_names import TRL_LOSS_MEANING, TRL_LOSS_TYPES
 from grpolab.tracking.naming import method_params
-
-PACKAGE = Path(__file__).resolve().parents[1] / "platform" / "grpolab"
+from registry_grep import PACKAGE, lists_naming
 
 
 def test_one_function_per_entry_and_one_entry_per_function():
@@ -99,7 +96,8 @@ def _loss_and_grad(spec: MethodSpec, on_policy: bool = False):
 # a value of each parameter far from the default, so that it binds on the batch above
 _MOVED = {"eps_low": 0.02, "eps_high": 0.03, "dual_clip_c": 1.05, "sapo_tau_pos": 6.0, "sapo_tau_neg": 0.2,
           "vespo_k_pos": 0.5, "vespo_lambda_pos": 0.5, "vespo_k_neg": 0.5, "vespo_lambda_neg": 9.0,
-          "cov_fraction": 0.5, "cov_low": 50.0, "cov_high": -40.0, "kl_cov_coef": 5.0, "dpo_beta": 2.0}
+          "cov_fraction": 0.5, "cov_low": 50.0, "cov_high": -40.0, "kl_cov_coef": 5.0, "dpo_beta": 2.0,
+          "dro_beta": 2.0}
 _BASE = {"aggregation": "token_mean_local", "cov_low": -100.0, "cov_high": 100.0}
 
 
@@ -153,17 +151,6 @@ def test_no_hand_written_list_of_surrogates_outside_the_registry():
     """A tuple/list/set/dict literal naming two or more surrogates, or a comparison of ``.surrogate``
     with a collection of them, would be a second home for a surrogate fact: derive it from the
     registry instead (``grep -rn '"dual_clip"' platform/`` shows what is left: single-value tests)."""
-    names = set(SURROGATES)
+    # a loss-type pair ("clip", "token_mean") names one surrogate; two surrogate names are a list
     homes = {PACKAGE / "method" / "surrogates.py", PACKAGE / "algorithms" / "surrogates.py"}
-    found = []
-    for path in sorted(PACKAGE.rglob("*.py")):
-        if path in homes:
-            continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            elts = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else (
-                node.keys if isinstance(node, ast.Dict) else [])
-            strings = {e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
-            # a loss-type pair ("clip", "token_mean") names one surrogate; two surrogate names are a list
-            if len(strings & names) >= 2:
-                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
-    assert found == []
+    assert lists_naming(set(SURROGATES), homes) == []

@@ -58,6 +58,7 @@ def test_trl_defaults_are_grpo_configs():
     (dict(loss_type="grpo", beta=0.04, use_bias_correction_kl=False), "grpo", dict(kl_ratio_correction=False)),
     (dict(use_bias_correction_kl=False), "trl:dapo", dict(kl_ratio_correction=False)),   # no KL: nothing to correct
     (dict(delta=1.5, epsilon_high=0.28), "trl:dapo", dict(surrogate="dual_clip", dual_clip_c=1.5, eps_high=0.28)),
+    (dict(delta=4.0), "intellect2", dict(surrogate="dual_clip", dual_clip_c=4.0, aggregation="token_mean")),
     (dict(loss_type="sapo", delta=1.5, epsilon=0.3), "sapo", dict(surrogate="sapo", eps_low=0.2)),   # TRL ignores both
     (dict(mask_truncated_completions=True, top_entropy_quantile=0.2, entropy_coef=0.01), "trl:dapo",
      dict(overlong_filter=True, top_entropy_quantile=0.2, entropy_coef=0.01, entropy_mode="static")),
@@ -92,6 +93,7 @@ def test_registered_methods_trl_recipes_train_exactly_their_update_rule():
     assert format_recipe(recipes["dr_grpo"]) == 'loss_type="dr_grpo", scale_rewards="none"'
     assert format_recipe(recipes["cispo"]) == 'loss_type="cispo", epsilon_high=5.0'
     assert recipes["grpo"] == dict(loss_type="grpo", beta=0.04, use_bias_correction_kl=False)
+    assert recipes["intellect2"] == dict(loss_type="dapo", delta=4.0)
     assert recipes["sapo"] == {"loss_type": "sapo"} and recipes["lite_ppo"] == dict(loss_type="dapo", scale_rewards="batch")
     # the paper's DAPO (dynamic sampling, soft overlong punishment) has no GRPOConfig; TRL's "dapo" is its loss only
     assert recipes["dapo"] is None and recipes["rloo"] is None and recipes["gmpo"] is None

@@ -14,6 +14,7 @@ import torch
 
 from conftest import tiny_dataset
 from grpolab.algorithms import compute_advantages
+from grpolab.method.registry import METHODS
 from grpolab.method.spec import build_spec
 
 GA, SPG, G = 2, 4, 4
@@ -99,6 +100,12 @@ CASES = {
                  dict(ratio="sequence", eps_low=3e-4, eps_high=4e-4)),
     "top_entropy": (dict(loss_type="grpo", top_entropy_quantile=0.5), dict(top_entropy_quantile=0.5)),
     "entropy_bonus": (dict(loss_type="dapo", entropy_coef=0.01), dict(aggregation="token_mean", entropy_coef=0.01)),
+    # registered rows: INTELLECT-2's recipe as TRL names it, and the 80/20 row's loss axes (its dynamic
+    # sampling and overlong shaping act outside the loss); a delta that binds on this batch is "dapo+delta" below
+    "intellect2": (dict(loss_type="dapo", delta=4.0), METHODS["intellect2"].axes),
+    "top_entropy_80_20": (dict(loss_type="dapo", epsilon_high=0.28, top_entropy_quantile=0.2),
+                          {k: METHODS["top_entropy_80_20"].axes[k] for k in
+                           ("surrogate", "eps_low", "eps_high", "aggregation", "top_entropy_quantile", "kl_coef")}),
 }
 
 

@@ -166,7 +166,8 @@ def _cmd_study(args) -> int:
     else:
         code = run_study(args.study, state_path(args.state), args.storage, args.workers, args.retry_failed,
                          accept_changed=args.accept_changed, publish=record_study_tables,
-                         gpus_per_row=args.gpus_per_row, devices=args.devices, launcher=launcher)
+                         gpus_per_row=args.gpus_per_row, devices=args.devices, launcher=launcher,
+                         accelerate_config=args.accelerate_config)
     if args.table:
         from grpolab.report.tables import study_table
         print(study_table(args.study, state_dir(args.state), args.storage, "markdown"))
@@ -224,7 +225,8 @@ def _cmd_study_worker(args) -> int:
     from grpolab.state import state_dir
     from grpolab.studies.coordinator import worker_loop
     from grpolab.studies.definition import load_study
-    worker_loop(load_study(args.study), args.storage, state_dir(args.state), procs_per_row=args.procs_per_row)
+    worker_loop(load_study(args.study), args.storage, state_dir(args.state), procs_per_row=args.procs_per_row,
+                accelerate_config=args.accelerate_config)
     exit_now(0)   # every row is reported and every run closed: skip ~2 CPU-s of interpreter teardown
 
 
@@ -272,7 +274,7 @@ def _common_flags(defaults: bool) -> argparse.ArgumentParser:
     return common
 
 
-PUBLIC_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "methods", "metrics-doc", "bench")
+PUBLIC_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "methods", "metrics-doc", "bench", "doctor")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -283,7 +285,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(PUBLIC_COMMANDS) + "}")
     sub.add_parser = functools.partial(sub.add_parser, parents=[_common_flags(False)])
     for add in (_add_run, _add_study, _add_study_worker, _add_study_rank, _add_table, _add_dashboard, _add_verdicts,
-                _add_methods, _add_bench):
+                _add_methods, _add_bench, _add_doctor):
         add(sub)
     return parser
 
@@ -335,25 +337,42 @@ def _launch_flags(study) -> None:
     slurm.add_argument("--slurm-folder", default=None, metavar="DIR",
                        help="submitit's folder for job scripts and logs (default: <state>/slurm/<job id>)")
     slurm.add_argument("--cpus-per-job", type=int, default=None, metavar="C", help="CPUs per job (default: Slurm's)")
+    for flag, what in (("--account", "account to charge"), ("--qos", "quality of service"),
+                       ("--mem", "memory per job, e.g. 64G"), ("--constraint", "node features, e.g. a100"),
+                       ("--exclude", "nodes not to use, e.g. node[01-02]")):
+        slurm.add_argument(flag, default=None, help=f"Slurm {what} (default: launcher.slurm in the study file)")
+    slurm.add_argument("--setup", action="append", default=None, metavar="LINE",
+                       help="a shell line the job runs before the worker (module load, conda activate); repeatable")
+    slurm.add_argument("--slurm-param", action="append", default=None, metavar="KEY=VALUE",
+                       help="any other submitit Slurm parameter, e.g. gres=gpu:a100:2; repeatable")
+    study.add_argument("--accelerate-config", default=None, metavar="FILE",
+                       help="with --gpus-per-row K >= 2: launch each row's K processes with accelerate and this "
+                            "config (e.g. studies/accelerate/zero3.yaml; default: launcher.accelerate_config)")
 
 
 def _study_launcher(args):
     """The Slurm launcher asked for, or None; Slurm's flags without it are refused."""
     slurm_only = {"--jobs": args.jobs, "--partition": args.partition, "--time": args.time,
-                  "--slurm-folder": args.slurm_folder, "--cpus-per-job": args.cpus_per_job}
+                  "--slurm-folder": args.slurm_folder, "--cpus-per-job": args.cpus_per_job, "--account": args.account,
+                  "--qos": args.qos, "--mem": args.mem, "--constraint": args.constraint, "--exclude": args.exclude,
+                  "--setup": args.setup, "--slurm-param": args.slurm_param}
     if args.launcher != "slurm":
         given = [name for name, value in slurm_only.items() if value is not None]
         if given:
             raise ConfigError(f"{given[0]}: only with --launcher slurm")
         if args.until_decided and args.gpus_per_row is not None:
             raise ConfigError("--gpus-per-row: not with --until-decided yet")
+        if args.until_decided and args.accelerate_config is not None:
+            raise ConfigError("--accelerate-config: not with --until-decided yet")
         return None
     if args.until_decided:
         raise ConfigError("--launcher slurm: not with --until-decided yet")
+    from grpolab.studies.launch_options import parse_slurm_param
     from grpolab.studies.slurm import SlurmLauncher
-    return SlurmLauncher(jobs=1 if args.jobs is None else args.jobs, partition=args.partition,
-                         gpus_per_row=args.gpus_per_row, time=args.time, folder=args.slurm_folder,
-                         cpus_per_job=args.cpus_per_job)
+    return SlurmLauncher(jobs=args.jobs, partition=args.partition, gpus_per_row=args.gpus_per_row, time=args.time,
+                         folder=args.slurm_folder, cpus_per_job=args.cpus_per_job, account=args.account, qos=args.qos,
+                         mem=args.mem, constraint=args.constraint, exclude=args.exclude, setup=tuple(args.setup or ()),
+                         params=dict(parse_slurm_param(p) for p in args.slurm_param or ()))
 
 
 def _add_study_worker(sub) -> None:
@@ -362,6 +381,7 @@ def _add_study_worker(sub) -> None:
     worker.add_argument("--storage", required=True)
     worker.add_argument("--wait-for-go", action="store_true", help=argparse.SUPPRESS)
     worker.add_argument("--procs-per-row", type=int, default=1, help=argparse.SUPPRESS)   # --gpus-per-row K
+    worker.add_argument("--accelerate-config", default=None, help=argparse.SUPPRESS)     # checked by the coordinator
     worker.set_defaults(func=_cmd_study_worker)
 
 
@@ -425,6 +445,36 @@ def _add_bench(sub) -> None:
                        help="timed runs per variant (workers: repeats // 2 rotations of its three configurations)")
     bench.add_argument("--rows", type=int, default=8, help="rows of the workers benchmark's study (2 rungs x rows/2 seeds)")
     bench.set_defaults(func=_cmd_bench)
+
+
+def _add_doctor(sub) -> None:
+    doctor = sub.add_parser("doctor", help="check this machine: versions; with --gpu, the GPU, vLLM, a micro-ladder "
+                            "and stock TRL vs grpolab step times, into one JSON report")
+    doctor.add_argument("--gpu", action="store_true", help="run the GPU checks (each is 'not checked' without CUDA)")
+    doctor.add_argument("--out", default=None, metavar="FILE",
+                        help="the JSON report (default: <state>/doctor/gpu-<time>.json)")
+    doctor.add_argument("--model", default=None, metavar="DIR",
+                        help="a local chat model for the vLLM and ladder checks (default: a tiny model built here)")
+    doctor.add_argument("--steps", type=int, default=4, help="optimizer steps per micro-ladder row and timed run")
+    doctor.set_defaults(func=_cmd_doctor)
+
+
+def _cmd_doctor(args) -> int:
+    from grpolab.state import state_dir
+    if args.steps < 1:
+        raise ConfigError(f"--steps: must be >= 1, got {args.steps}")
+    if args.model is not None and not Path(args.model).is_dir():
+        raise ConfigError(f"--model: {args.model} is not a folder (a local Hugging Face model directory)")
+    from grpolab.bench.gpu_check import gpu_report, summary_lines, versions
+    if not args.gpu:
+        print("versions: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in versions().items()))
+        print("give --gpu for the GPU checks (GPU, vLLM load, micro-ladder, stock TRL vs grpolab timing)")
+        return 0
+    state = state_dir(args.state)
+    out = Path(args.out) if args.out else state / "doctor" / f"gpu-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    for line in summary_lines(gpu_report(out, state, args.model, args.steps)):
+        print(line)
+    return 0
 
 
 def _add_methods(sub) -> None:

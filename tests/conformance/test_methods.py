@@ -11,6 +11,7 @@ import pytest
 from trl_tests import test_grpo_trainer as vendored  # the module, not its classes: they must not be collected here
 from trl_tests.conftest import force_use_cpu_without_accelerator  # noqa: F401  TRL's autouse fixture, for these tests too
 
+from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.registry import METHODS
 
 # (vendored test, its parameters): the two basic training tests on TRL's default tiny model, plain and chat-formatted
@@ -32,12 +33,15 @@ def cannot_act(name: str) -> str | None:
     if spec.positive_lm_coef > 0:
         return ("needs a correctness source (positive-example LM loss on correct completions): TRL's training tests "
                 "score with a reward model and name none (the trainer raises without correctness=)")
-    if spec.advantage == "decoupled":
+    if ADVANTAGES[spec.advantage].components:
         return ("GDPO's decoupled advantage normalises each reward component on its own and needs at least 2: these "
                 "tests score with one reward model (the trainer raises)")
-    if spec.advantage == "value_tracker":
+    if ADVANTAGES[spec.advantage].tracker:
         return ("SPO's value tracker estimates a success probability and needs rewards in [0, 1]: these tests score "
                 "with a reward model's unbounded logit (the trainer raises)")
+    if spec.sampling == "gfpo":
+        return (f"GFPO retains gfpo_keep={spec.gfpo_keep} of each group's completions: TRL's training tests sample 3 "
+                "per prompt (the trainer raises; tests/test_sampling.py covers the refusal)")
     if spec.overlong_filter:
         return ("overlong filter: TRL's random tiny models never emit EOS within max_completion_length=8, so every "
                 "completion is truncated and masked, no row is trained and no parameter can move (the trainer's "

@@ -13,8 +13,10 @@ import torch
 from grpolab.algorithms import advantages as adv
 from grpolab.algorithms import losses as L
 from grpolab.algorithms.advantages import ValueTracker
+from grpolab.algorithms.estimators import ESTIMATORS, AdvantageInputs, refuse_unscorable
 from grpolab.algorithms.shaping import overlong_buffer, soft_overlong_penalty
 from grpolab.algorithms.surrogates import SURROGATE_LOSSES, Batch, clip_stats, masked_mean, surrogate_loss
+from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.spec import MethodSpec
 
 __all__ = ["compute_advantages", "gae_advantages", "policy_loss", "entropy_mask", "ValueTracker",
@@ -48,54 +50,30 @@ def combine_rewards(rewards: torch.Tensor, weights: tuple[float, ...] | None) ->
 def compute_advantages(spec: MethodSpec, rewards: torch.Tensor, group_size: int, *, mask: torch.Tensor | None = None,
                        token_penalty: torch.Tensor | None = None, prompt_keys: list[str] | None = None,
                        tracker: ValueTracker | None = None, local_rows: slice | None = None,
-                       reduce=None) -> torch.Tensor:
-    """Advantages for N = groups x group_size completions (groups contiguous).
+                       reduce=None, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """Advantages for N = groups x group_size completions (groups contiguous), by ``spec.advantage``'s
+    registry entry (``grpolab.method.advantages``) and function (``grpolab.algorithms.estimators``).
 
-    rewards: (N,) or (N, K) reward components (only ``decoupled`` keeps components apart;
-    the others sum them with ``spec.reward_weights``). mask (N, T) and token_penalty (N, T,
-    beta * KL per token) are needed by the per-token estimators; prompt_keys and tracker by
-    ``value_tracker``. Returns (N,) or, for reinforce_pp*, (N, T).
+    rewards: (N,) or (N, K) reward components (only an estimator whose entry keeps ``components``
+    apart sees them; the others get their sum with ``spec.reward_weights``). mask (N, T) and
+    token_penalty (N, T, beta * KL per token) are read by the per-token estimators; prompt_keys and
+    tracker by a ``tracker`` estimator; lengths (N,) by a length-weighted one (else mask.sum(1)).
+    Returns (N,) or, for a ``per_token`` estimator, (N, T).
 
-    Several processes: rewards are the gathered (global) batch; for the per-token estimators
-    ``mask``/``token_penalty`` are this process's rows ``local_rows`` of it, ``reduce`` sums
+    Several processes: rewards and lengths are the gathered (global) batch; for the per-token
+    estimators ``mask``/``token_penalty`` are this process's rows ``local_rows`` of it, ``reduce`` sums
     tensors across processes, and the result is this process's rows only."""
-    G, est, eps, ub = group_size, spec.advantage, spec.adv_eps, spec.std_unbiased
-    if rewards.shape[0] % G:
-        raise ValueError(f"{rewards.shape[0]} rewards do not split into groups of {G}")
-    if est == "decoupled":
-        if rewards.dim() == 2 and torch.isnan(rewards).any():
-            raise ValueError("advantage=decoupled: a reward function returned None for some completions; the "
-                             "per-component normalisation does not define those yet (use group_std, group_mean, "
-                             "batch_std or leave_one_out, which leave them out of the baseline)")
-        if rewards.dim() != 2 or rewards.shape[1] < 2:
-            raise ValueError("decoupled advantages need (N, K) rewards with K >= 2 components")
-        K = rewards.shape[1]
-        w = torch.ones(K) if spec.reward_weights is None else torch.tensor(spec.reward_weights)
-        return adv.decoupled(rewards, G, w.to(rewards), eps, ub)
-    r = combine_rewards(rewards, spec.reward_weights)
-    if torch.isnan(r).any():   # unscorable completions (every reward function returned None)
-        return adv.with_unscorable(est, r, G, eps, ub)
-    if est == "group_std":
-        return adv.group_std(r, G, eps, ub)
-    if est == "group_mean":
-        return adv.group_mean(r, G)
-    if est == "batch_std":
-        return adv.batch_std(r, G, eps, ub)
-    if est == "leave_one_out":
-        return adv.leave_one_out(r, G)
-    if est in ("reinforce_pp", "reinforce_pp_baseline"):
-        if mask is None:
-            raise ValueError(f"{est} needs the completion mask")
-        if est == "reinforce_pp_baseline":  # REINFORCE++-baseline: group-centre first, then as REINFORCE++
-            r = adv.group_mean(r, G)
-        return adv.reinforce_pp(r if local_rows is None else r[local_rows], mask, token_penalty, reduce)
-    if est == "gae":
-        raise ValueError("gae advantages need a critic's values: use grpolab.algorithms.gae_advantages")
-    if est == "value_tracker":
-        if tracker is None or prompt_keys is None:
-            raise ValueError("value_tracker needs a ValueTracker and one prompt key per completion")
-        return adv.value_tracker(r, prompt_keys, tracker, eps, ub)
-    raise ValueError(f"unknown advantage estimator {est!r}")
+    entry, estimator = ADVANTAGES[spec.advantage], ESTIMATORS[spec.advantage]
+    if rewards.shape[0] % group_size:
+        raise ValueError(f"{rewards.shape[0]} rewards do not split into groups of {group_size}")
+    r = rewards if entry.components else combine_rewards(rewards, spec.reward_weights)
+    inputs = AdvantageInputs(r, group_size, spec.adv_eps, spec.std_unbiased, mask, token_penalty, prompt_keys,
+                             tracker, local_rows, reduce, lengths)
+    if not entry.components and torch.isnan(r).any():   # unscorable completions (every reward function returned None)
+        if estimator.unscorable is None:
+            refuse_unscorable(spec.advantage)
+        return estimator.unscorable(r, inputs)
+    return estimator.fn(spec, inputs)
 
 
 def gae_advantages(spec: MethodSpec, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
@@ -105,7 +83,7 @@ def gae_advantages(spec: MethodSpec, rewards: torch.Tensor, values: torch.Tensor
     length-adaptive lambda when ``spec.gae_length_alpha`` > 0, else ``spec.gae_lambda``."""
     r = combine_rewards(rewards, spec.reward_weights)
     if torch.isnan(r).any():
-        adv.with_unscorable("gae", r, 1)   # raises: the critic's targets need a reward for every completion
+        refuse_unscorable(spec.advantage)   # the critic's targets need a reward for every completion
     lam = adv.length_adaptive_lambda(mask, spec.gae_length_alpha) if spec.gae_length_alpha > 0 else spec.gae_lambda
     advantages, returns = adv.gae(r, values, mask, spec.gae_gamma, lam, spec.gae_lambda_critic, token_penalty)
     if spec.whiten_advantages:   # (A - mean) / std over the valid tokens of the (global, via ``reduce``) batch

@@ -27,31 +27,37 @@ def _nan_std(x: torch.Tensor, dim: int | None, unbiased: bool) -> torch.Tensor:
     return torch.where(n >= 2, std, torch.zeros_like(std))
 
 
-UNSCORABLE_ESTIMATORS = ("group_std", "group_mean", "batch_std", "leave_one_out")
-
-
-def with_unscorable(estimator: str, r: torch.Tensor, G: int, eps: float = 1e-4, unbiased: bool = True) -> torch.Tensor:
-    """Advantages when some totals r_i are NaN (every reward function returned None), as TRL 1.16:
-    those completions leave every baseline and get A_i = 0. With S_g the scorable rows of group g
-    (n_g of them): group_std A_i = (r_i - mean_{S_g} r) / (std_{S_g} r + eps); group_mean without
-    the std; batch_std with the std over every scorable row of the batch; leave_one_out
-    A_i = r_i - (sum_{S_g} r - r_i) / (n_g - 1), 0 when n_g < 2."""
-    if estimator not in UNSCORABLE_ESTIMATORS:
-        raise ValueError(f"advantage={estimator}: a reward function returned None for every reward of some "
-                         f"completions, which this estimator does not define; estimators that leave such "
-                         f"completions out of the baseline (as TRL does): {', '.join(UNSCORABLE_ESTIMATORS)}")
+def _unscorable_centred(r: torch.Tensor, G: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = r.view(-1, G)
-    centred = g - torch.nanmean(g, 1, keepdim=True)
-    if estimator == "group_std":
-        a = centred / (_nan_std(g, 1, unbiased) + eps)
-    elif estimator == "group_mean":
-        a = centred
-    elif estimator == "batch_std":
-        a = centred / (_nan_std(r, None, unbiased) + eps)
-    else:
-        n = (~torch.isnan(g)).sum(1, keepdim=True)
-        others = (torch.nansum(g, 1, keepdim=True) - g) / (n - 1).clamp(min=1)
-        a = torch.where(n >= 2, g - others, torch.zeros_like(g))
+    return g, g - torch.nanmean(g, 1, keepdim=True)
+
+
+# Advantages when some totals r_i are NaN (every reward function returned None), as TRL 1.16: those
+# completions leave every baseline and get A_i = 0. S_g: the scorable rows of group g (n_g of them).
+
+def unscorable_group_std(r: torch.Tensor, G: int, eps: float = 1e-4, unbiased: bool = True) -> torch.Tensor:
+    """A_i = (r_i - mean_{S_g} r) / (std_{S_g} r + eps)."""
+    g, centred = _unscorable_centred(r, G)
+    return torch.nan_to_num((centred / (_nan_std(g, 1, unbiased) + eps)).reshape(-1), nan=0.0)
+
+
+def unscorable_group_mean(r: torch.Tensor, G: int) -> torch.Tensor:
+    """A_i = r_i - mean_{S_g} r."""
+    return torch.nan_to_num(_unscorable_centred(r, G)[1].reshape(-1), nan=0.0)
+
+
+def unscorable_batch_std(r: torch.Tensor, G: int, eps: float = 1e-4, unbiased: bool = True) -> torch.Tensor:
+    """A_i = (r_i - mean_{S_g} r) / (std over every scorable row of the batch + eps)."""
+    centred = _unscorable_centred(r, G)[1]
+    return torch.nan_to_num((centred / (_nan_std(r, None, unbiased) + eps)).reshape(-1), nan=0.0)
+
+
+def unscorable_leave_one_out(r: torch.Tensor, G: int) -> torch.Tensor:
+    """A_i = r_i - (sum_{S_g} r - r_i) / (n_g - 1), 0 when n_g < 2."""
+    g = r.view(-1, G)
+    n = (~torch.isnan(g)).sum(1, keepdim=True)
+    others = (torch.nansum(g, 1, keepdim=True) - g) / (n - 1).clamp(min=1)
+    a = torch.where(n >= 2, g - others, torch.zeros_like(g))
     return torch.nan_to_num(a.reshape(-1), nan=0.0)
 
 

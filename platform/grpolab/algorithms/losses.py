@@ -1,15 +1,19 @@
-"""Ratios, surrogates, aggregation and the KL regulariser. Pure torch, no TRL.
+"""Ratios, surrogates and the KL regulariser. Pure torch, no TRL.
 
 Notation: l_t = log pi_theta(o_t) - log pi_old(o_t), rho_t = exp(l_t), mask m, A advantage
 (broadcast (B, 1) or per token (B, T)). Every function returns per-token losses (B, T) or
-(B, 1); ``aggregate`` turns them into a scalar.
+(B, 1); ``aggregate`` (the aggregation axis's registry, ``algorithms/aggregations.py``) turns
+them into a scalar.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
+
+from grpolab.algorithms.aggregations import aggregate  # noqa: F401  (the per-token losses' one reduction)
 
 # --- importance ratio granularity ----------------------------------------------------------
 
@@ -87,6 +91,45 @@ def vespo_surrogate(phi, A, logp) -> torch.Tensor:
 def reinforce_surrogate(A, logp) -> torch.Tensor:
     """REINFORCE: -A * log pi_theta (no ratio; exact on-policy)."""
     return -A * logp
+
+
+DPPO_LOG_RATIO_CLAMP = 20.0   # verl clamps the token log-ratio to +-20 before exp
+
+
+class DivergenceMask(NamedTuple):
+    """DPPO's per-token verdict: ``keep`` (1 where the divergence from pi_old is within its bound)
+    and ``weight``, the detached importance ratio truncated above at c."""
+    keep: torch.Tensor
+    weight: torch.Tensor
+    ratio: torch.Tensor
+
+
+def dppo_mask(logp, old_logp, A, low: float, high: float, c: float, divergence: str) -> DivergenceMask:
+    """DPPO (2602.04879), binary divergence between pi and pi_old at the sampled token, p = pi, q = pi_old:
+      tv: D = p - q; a token is kept when D <= high (A > 0) or D >= -low (A <= 0);
+      kl: D = q log(q/p) + (1-q) log((1-q+1e-8)/(1-p+1e-8)); kept when D <= high or p <= q (A > 0),
+          D <= low or p >= q (A <= 0): only moves *away* in the direction the advantage pushes are bounded.
+    The IS weight is sg(min(rho, c)) (truncated IS instead of a dual clip)."""
+    ratio = torch.exp(torch.clamp(logp - old_logp, -DPPO_LOG_RATIO_CLAMP, DPPO_LOG_RATIO_CLAMP))
+    p, q = torch.exp(logp), torch.exp(old_logp)
+    if divergence == "tv":
+        up, down = (p - q) <= high, (p - q) >= -low
+    else:
+        kl = q * (old_logp - logp) + (1 - q) * torch.log((1.0 - q + 1e-8) / (1.0 - p + 1e-8))
+        up, down = (kl <= high) | (p <= q), (kl <= low) | (p >= q)
+    keep = torch.where(A > 0, up, down).detach().to(logp.dtype)
+    return DivergenceMask(keep, torch.clamp(ratio, max=c).detach(), ratio.detach())
+
+
+def dppo_surrogate(divergence: DivergenceMask, A, logp) -> torch.Tensor:
+    """-A sg(min(rho, c)) log pi on the kept tokens, 0 elsewhere (its gradient: the truncated-IS policy gradient)."""
+    return -A * divergence.weight * logp * divergence.keep
+
+
+def dro_surrogate(A, logp, log_ratio, beta: float) -> torch.Tensor:
+    """DRO as verl 0.9.1 implements it: -(A log pi - (beta/2) (log pi - log pi_old)^2). On-policy the
+    penalty and its gradient are 0 (REINFORCE); off-policy it pulls pi back towards pi_old."""
+    return -(logp * A - 0.5 * beta * log_ratio.square())
 
 
 def geometric_mean_loss(log_ratio, A, mask, eps_low: float, eps_high: float) -> torch.Tensor:
@@ -173,33 +216,3 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> t
     if estimator == "k3":
         return torch.exp(-x) - 1 + x
     raise ValueError(f"unknown KL estimator {estimator!r}")
-
-
-# --- aggregation ---------------------------------------------------------------------------
-
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, mode: str,
-              token_normaliser: float | torch.Tensor | None = None, max_completion_length: int | None = None) -> torch.Tensor:
-    """seq_mean_token_mean (GRPO):   (1/B) sum_i sum_t L_it m_it / |o_i|
-    token_mean (DAPO):              sum_it L_it m_it / N_tok, N_tok = ``token_normaliser`` (the
-                                    valid tokens of the global batch per micro-batch; this batch's
-                                    own count if None)
-    seq_mean_token_sum_norm (Dr. GRPO): sum_it L_it m_it / (B * max_completion_length)
-    token_mean_local (TRL "bnpo"):  sum_it L_it m_it / valid tokens of this micro-batch
-    seq_mean_token_sum (LUSPO):     (1/B) sum_i sum_t L_it m_it: a sequence-level loss weighted by its
-                                    length |o_i| (GSPO's per-sequence term times |o_i|; TRL "luspo")."""
-    per_token = per_token.expand_as(mask) if per_token.shape != mask.shape else per_token
-    masked = per_token * mask
-    if mode == "seq_mean_token_mean":
-        return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-    if mode == "token_mean":
-        denom = mask.sum() if token_normaliser is None else token_normaliser
-        return masked.sum() / (denom.clamp(min=1.0) if torch.is_tensor(denom) else max(float(denom), 1.0))
-    if mode == "token_mean_local":
-        return masked.sum() / mask.sum().clamp(min=1.0)
-    if mode == "seq_mean_token_sum":
-        return masked.sum(-1).mean()
-    if mode == "seq_mean_token_sum_norm":
-        if max_completion_length is None:
-            raise ValueError("seq_mean_token_sum_norm needs max_completion_length")
-        return masked.sum() / (per_token.size(0) * max_completion_length)
-    raise ValueError(f"unknown aggregation {mode!r}")

@@ -107,6 +107,35 @@ def vespo(spec, b: Batch, stats) -> torch.Tensor:
     return L.vespo_surrogate(phi, b.A, b.logp)
 
 
+def _old_kl(b: Batch, stats) -> None:
+    """verl's ``actor/ppo_kl``: the mean over valid tokens of log pi_old - log pi."""
+    stats["policy/old_kl"] = masked_mean(-b.log_ratio.detach(), b.mask)
+
+
+def _dppo(divergence: str):
+    def fn(spec, b: Batch, stats) -> torch.Tensor:
+        """DPPO reports the tokens its divergence mask dropped (``dppo/masked_fraction``, verl's
+        pg_clipfrac) and the kept tokens whose ratio exceeded the IS cap (``dppo/truncated_fraction``,
+        verl's pg_clipfrac_lower)."""
+        verdict = L.dppo_mask(b.logp, b.logp.detach() - b.log_ratio.detach(), b.A.expand_as(b.mask), spec.eps_low,
+                              spec.eps_high, spec.dual_clip_c, divergence)
+        stats["dppo/masked_fraction"] = masked_mean(1.0 - verdict.keep, b.mask)
+        stats["dppo/truncated_fraction"] = masked_mean((verdict.ratio > spec.dual_clip_c).float() * verdict.keep, b.mask)
+        _old_kl(b, stats)
+        return L.dppo_surrogate(verdict, b.A, b.logp)
+    return fn
+
+
+for _divergence in ("tv", "kl"):
+    register(f"dppo_{_divergence}")(_dppo(_divergence))
+
+
+@register("dro")
+def dro(spec, b: Batch, stats) -> torch.Tensor:
+    _old_kl(b, stats)
+    return L.dro_surrogate(b.A, b.logp, b.log_ratio, spec.dro_beta)
+
+
 @register("clip_cov")
 def clip_cov(spec, b: Batch, stats) -> torch.Tensor:
     loss, sel = L.clip_cov_loss(b.coef, b.A, b.logp, b.mask, spec.eps_low, spec.eps_high, spec.cov_fraction,

@@ -90,11 +90,13 @@ def _alternate(make_pair, repeats: int) -> dict:
     return {"stock_trl_s_per_step": stock, "grpolab_s_per_step": mine, "ratio": mine / stock}
 
 
-def bench_trainer(preset: str, steps: int, repeats: int) -> dict:
+def bench_trainer(preset: str, steps: int, repeats: int, use_cpu: bool = True, precisions=("fp32", "bf16"),
+                  dropin: bool = True, extra_args: dict | None = None) -> dict:
     """GrpoLabTrainer(method="grpo") against stock GRPOTrainer (loss_type grpo, beta 0.04) on the
     same data and weights, in fp32 (what runs train in on CPU: ``train.dtype`` defaults to fp32)
     and in bf16 autocast (GRPOConfig's own default, emulated on CPUs); then the drop-in on TRL's
-    quickstart script (``bench_dropin``)."""
+    quickstart script (``bench_dropin``). ``use_cpu`` False, ``extra_args`` (e.g. vLLM colocate):
+    the GPU check's settings (bench/gpu_check.py), given to both trainers alike."""
     import datasets
     from trl import GRPOConfig, GRPOTrainer
 
@@ -115,12 +117,13 @@ def bench_trainer(preset: str, steps: int, repeats: int) -> dict:
         return [coin.score(train[i], c)["random"] for i, c in zip(idx, completions)]
 
     out = {"preset": preset, "steps": steps, "repeats": repeats}
-    for precision in ("fp32", "bf16"):
+    for precision in precisions:
         def make(ours: bool):
             args = GRPOConfig(output_dir=str(tmp / "out"), report_to="none", max_steps=steps, logging_steps=1,
                               per_device_train_batch_size=64, num_generations=8, max_completion_length=8,
-                              beta=0.04, loss_type="grpo", use_bias_correction_kl=False, use_cpu=True,
-                              bf16=precision == "bf16", disable_tqdm=True, save_strategy="no", seed=0, top_k=0)
+                              beta=0.04, loss_type="grpo", use_bias_correction_kl=False, use_cpu=use_cpu,
+                              bf16=precision == "bf16", disable_tqdm=True, save_strategy="no", seed=0, top_k=0,
+                              **(extra_args or {}))
             kw = dict(model=str(model_dir), reward_funcs=[reward], args=args, train_dataset=ds)
             if ours:
                 with warnings.catch_warnings():   # the GRPOConfig above is stock's; the method's changes are the point
@@ -128,7 +131,8 @@ def bench_trainer(preset: str, steps: int, repeats: int) -> dict:
                     return GrpoLabTrainer(**kw, method="grpo", correctness=task_correctness(task, train))
             return GRPOTrainer(**kw)
         out[precision] = _alternate(make, repeats)
-    out["dropin_quickstart"] = bench_dropin(model_dir, ds, steps, repeats)
+    if dropin:
+        out["dropin_quickstart"] = bench_dropin(model_dir, ds, steps, repeats)
     return out
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from grpolab.envs.base import checked_reset, checked_step
 from grpolab.envs.gridworld import GridWorld
 from grpolab.errors import ConfigError
+from grpolab.method.advantages import ADVANTAGES
 from grpolab.world.tasks import Example
 
 OUTCOMES_KEPT = 200_000   # recorded (prompt, episode text) outcomes before the store is cleared
@@ -176,9 +177,11 @@ def check_episode_config(cfg, task) -> None:
     if s.sampling != "static":
         raise ConfigError(f"method.sampling={s.sampling}: task {name!r} runs episodes through TRL's rollout_func; "
                           "only sampling=static is supported")
-    if s.advantage in ("gae", "decoupled"):
-        raise ConfigError(f"method.advantage={s.advantage}: not supported on multi-turn task {name!r}; use group_std, "
-                          "group_mean, batch_std, leave_one_out, reinforce_pp(_baseline) or value_tracker")
+    why_not = ADVANTAGES[s.advantage].multi_turn
+    if why_not is not None:
+        usable = [e.name for e in ADVANTAGES.values() if e.multi_turn is None and e.missing is None]
+        raise ConfigError(f"method.advantage={s.advantage}: not supported on multi-turn task {name!r} ({why_not}); "
+                          f"use {', '.join(usable)}")
     if cfg.generation.backend != "transformers":
         raise ConfigError(f"generation.backend={cfg.generation.backend}: task {name!r} generates its episodes turn by "
                           "turn with transformers; use generation.backend=transformers")

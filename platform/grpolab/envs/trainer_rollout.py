@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from grpolab.algorithms import gigpo
+from grpolab.method.advantages import ADVANTAGES
 from grpolab.envs.rollout import run_episodes
 
 
@@ -55,14 +56,14 @@ class EpisodeRollout:
         if spec.episode_norm == "step":   # verl-agent's population: every step row (check_episode_config guards the reward)
             episode_adv = gigpo.step_row_episode_advantages(
                 [e.total_reward for e in episodes], [e.turns for e in episodes], self.group_size,
-                std_norm=spec.advantage == "group_std", eps=spec.adv_eps, unbiased=spec.std_unbiased,
+                std_norm=ADVANTAGES[spec.advantage].step_norm == "std", eps=spec.adv_eps, unbiased=spec.std_unbiased,
             ).to(episode_adv.device)
         group_ids = gigpo.anchor_groups([e.state_keys for e in episodes], self.group_size, spec.anchor_similarity)
         stats = {**self.task.metrics(episodes), **gigpo.anchor_metrics(group_ids)}
         if spec.step_omega == 0:
             return episode_adv, stats
         returns = [gigpo.discounted_returns(e.rewards, spec.step_gamma) for e in episodes]
-        step_adv = gigpo.step_advantages(returns, group_ids, std_norm=spec.advantage == "group_std",
+        step_adv = gigpo.step_advantages(returns, group_ids, std_norm=ADVANTAGES[spec.advantage].step_norm == "std",
                                          eps=spec.adv_eps, unbiased=spec.std_unbiased)
         turn_index = torch.full((len(episodes), width), -1, dtype=torch.long)
         for i, e in enumerate(episodes):

@@ -31,11 +31,13 @@ from grpolab.errors import ConfigError, did_you_mean
 from grpolab.planning import unmet_here
 from grpolab.experiment.engines import GenerationCfg, check_engines
 from grpolab.experiment.pretrained import PRETRAINED, check_model_path, preset_file
+from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.registry import METHODS, get_method
 from grpolab.method.requirements import inert_notes
 from grpolab.method.spec import MethodSpec, build_spec
 from grpolab.tasks import TASK_NAMES as TASKS
 from grpolab.tasks import make_task, spec_with_task_weights
+from grpolab.trainer.trl_passthrough import check_report_to, check_trl_settings
 from grpolab.world.models import PRESETS
 from grpolab.yaml_input import read_yaml_mapping
 
@@ -78,6 +80,7 @@ class TrainCfg:
     dtype: str = "fp32"                # fp32 | bf16 | fp16 mixed precision (fp32 master weights; engines.py)
     gradient_checkpointing: bool = False
     cast_lm_head_to_fp32: bool = False # TRL's ScaleRL option: lm head and log-probs in fp32 under bf16/fp16
+    trl: dict = field(default_factory=dict)   # any other GRPOConfig field, passed unchanged (trl_passthrough.py)
     max_empty_updates: int = 20        # update batches in a row without a policy gradient before the run fails (a cold start on a hard task may have a few)
                                        # (all rows masked, or every advantage 0); 0: never fail (warned once)
 
@@ -99,6 +102,8 @@ class TrackingCfg:
     samples: int = 16                  # completions kept per logged rollout in the samples artifact
     system_metrics: bool = False       # MLflow system metrics (system/*: machine CPU, memory, disk, GPU); needs psutil
     figures: bool = False              # curves.png on the run (MLflow log_figure; ~1-5 s of matplotlib per run)
+    log_model: bool = False            # the final model (or LoRA adapter) as the run's MLflow artifact "model/"
+    report_to: list = field(default_factory=list)   # transformers' trackers beside the MLflow run (tensorboard, wandb, ...)
 
 
 def check_tracking_settings(tracking) -> None:
@@ -161,6 +166,10 @@ def _typed(key: str, value, type_name: str, default):
     if type_name.startswith("dict"):
         if not (isinstance(value, dict) or (value is None and "None" in type_name)):
             raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__} {value!r}")
+        return value
+    if type_name == "list":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{key}: expected a list of names, got {value!r}")
         return value
     if type_name == "tuple":
         if not isinstance(value, (list, tuple)) or len(value) != 2:
@@ -240,6 +249,8 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     """Reject incoherent combinations; return warnings for settings without effect."""
     t, s, m = cfg.train, cfg.spec, cfg.model
     check_tracking_settings(cfg.tracking)
+    check_report_to(cfg.tracking.report_to)
+    check_trl_settings(t.trl)
     for key in ("steps", "prompts_per_rollout", "minibatches", "num_iterations", "grad_accum", "n_train_prompts"):
         _positive(f"train.{key}", getattr(t, key))
     _positive("train.group_size", t.group_size, 2)
@@ -249,6 +260,9 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
         raise ConfigError(f"train.max_completion_length: must be >= 0 (0 = task default), got {t.max_completion_length}")
     if t.max_empty_updates < 0:
         raise ConfigError(f"train.max_empty_updates: must be >= 0 (0 = never fail), got {t.max_empty_updates}")
+    if s.sampling == "gfpo" and s.gfpo_keep >= t.group_size:
+        raise ConfigError(f"method.gfpo_keep={s.gfpo_keep}: GFPO retains fewer completions than it samples; set "
+                          f"method.gfpo_keep < train.group_size ({t.group_size})")
     rollout = t.prompts_per_rollout * t.group_size
     if rollout % (t.minibatches * t.grad_accum):
         raise ConfigError(f"train: prompts_per_rollout x group_size = {rollout} completions must split evenly into "
@@ -274,14 +288,16 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     if cfg.eval.max_completion_length < 0:
         raise ConfigError(f"eval.max_completion_length: must be >= 0 (0 = the training cap), got {cfg.eval.max_completion_length}")
     n_rewards = len(task.reward_names)
-    if s.advantage == "decoupled" and n_rewards < 2:
-        raise ConfigError(f"method.advantage=decoupled normalises reward components separately, but task "
+    estimator = ADVANTAGES[s.advantage]
+    if estimator.components and n_rewards < 2:
+        raise ConfigError(f"method.advantage={s.advantage} normalises reward components separately, but task "
                           f"{cfg.task['name']!r} has {n_rewards} component; use e.g. task.name=addition_format")
     if s.surrogate == "group_dpo" and (t.minibatches > 1 or t.grad_accum > 1):
         raise ConfigError("method.surrogate=group_dpo pairs completions within a group, so the whole rollout must be "
                           "one micro-batch: set train.minibatches=1 and train.grad_accum=1")
-    if s.advantage == "value_tracker" and s.soft_overlong:
-        raise ConfigError("method.advantage=value_tracker needs rewards in [0, 1]; soft_overlong adds negative rewards")
+    if estimator.bounded and s.soft_overlong:
+        raise ConfigError(f"method.advantage={s.advantage} needs rewards in [0, 1] ({estimator.bounded}); "
+                          "soft_overlong adds negative rewards")
     if s.surrogate == "reinforce" and cfg.reuses_rollouts:
         raise ConfigError("method.surrogate=reinforce has no importance ratio, so it is only valid on-policy: "
                           "set train.minibatches=1 and train.num_iterations=1, or use surrogate=clip")

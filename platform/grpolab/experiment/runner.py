@@ -139,20 +139,24 @@ def _grpo_args(cfg: RunConfig, task, output_dir: Path):
         raise ConfigError(f"train: prompts_per_rollout x group_size must split evenly into minibatches x grad_accum x "
                           f"{world} processes")
     micro = t.prompts_per_rollout * t.group_size // (t.minibatches * t.grad_accum * world)   # the same global batch
+    # Defaults grpolab chooses but does not own (a constant schedule, no warm-up, no top-k cut):
+    # train.trl replaces them; the fields grpolab owns are refused at parse time (trl_passthrough.py).
+    overridable = {"lr_scheduler_type": "constant", "warmup_steps": 0, "top_k": 0, "disable_tqdm": True,
+                   "log_completions": False}
     return GRPOConfig(
         # one log window per rollout: rollout curves (entropy, length, groups) and loss-side curves
         # (clip, kl) are averaged over the same optimizer steps and land on the same step
-        output_dir=str(output_dir), report_to="none", logging_steps=rollout_steps(t),
+        output_dir=str(output_dir), report_to=list(cfg.tracking.report_to) or "none", logging_steps=rollout_steps(t),
         save_strategy="steps" if checkpoints.save_interval(t) else "no", save_steps=checkpoints.save_interval(t) or 500,
         max_steps=t.steps, per_device_train_batch_size=micro, gradient_accumulation_steps=t.grad_accum,
         steps_per_generation=t.minibatches * t.grad_accum, num_iterations=t.num_iterations,
         num_generations=t.group_size, max_completion_length=t.max_completion_length or task.max_completion_length,
-        temperature=t.temperature, top_k=0, learning_rate=t.learning_rate, lr_scheduler_type="constant",
-        warmup_steps=0, max_grad_norm=t.max_grad_norm, seed=cfg.seed, data_seed=cfg.seed,
+        temperature=t.temperature, learning_rate=t.learning_rate,
+        max_grad_norm=t.max_grad_norm, seed=cfg.seed, data_seed=cfg.seed,
         # loss_type, beta, clip bounds, scale_rewards, mask_truncated_completions, ...: GrpoLabTrainer
         # sets what the method decides (dropin.apply_method_settings).
-        use_cpu=not torch.cuda.is_available(), disable_tqdm=True, log_completions=False,
-        remove_unused_columns=False, **engines.grpo_kwargs(cfg),
+        use_cpu=not torch.cuda.is_available(), remove_unused_columns=False, **engines.grpo_kwargs(cfg),
+        **{**overridable, **t.trl},
     )
 
 
@@ -346,6 +350,8 @@ def _finish(run: _Run, trainer, callback, ws_record, model_dir) -> None:
     recorder.log_json({"warm_start": ws_record, "model_dir": str(model_dir)}, "warm_start.json")
     recorder.log_json(cfg.resolved(), "config.json")
     recorder.log_table(callback.samples, "samples.json")
+    if cfg.tracking.log_model:   # the weights (a LoRA run: the adapter) and tokenizer, as save_final wrote them
+        recorder.log_folder(final_dir, "model")
     if cfg.tracking.figures:
         recorder.log_curves_figure(callback.curves, run.evals, state)
     recorder.set_tags({"grpolab.wall_seconds": round(time.perf_counter() - run.started, 1),

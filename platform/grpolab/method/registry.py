@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from grpolab.errors import ConfigError, NotImplementedMethodError, did_you_mean
+from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.spec import MethodSpec, build_spec
 
 
@@ -31,7 +32,8 @@ class Method:
 
 
 _NO_KL = {"kl_coef": 0.0}
-_REUSE = {"minibatches": 2}   # two optimizer steps per rollout: the second one is off-policy
+_REUSE = {"minibatches": 2}
+_GRPO_CLIP_TOKEN_MEAN = dict(ratio="token", surrogate="clip", eps_low=0.2, eps_high=0.2, aggregation="token_mean", **_NO_KL)   # two optimizer steps per rollout: the second one is off-policy
 
 METHODS: dict[str, Method] = {m.key: m for m in [
     Method("grpo", "GRPO", "Shao et al. 2024, DeepSeekMath, arXiv:2402.03300",
@@ -67,6 +69,33 @@ METHODS: dict[str, Method] = {m.key: m for m in [
            note="-sg(phi(w)) A log pi with w the sequence's whole importance ratio (no length normalisation) and "
                 "phi(w) = w^k exp(lambda (1 - w)), (k, lambda) = (2, 3) for A >= 0 and (3, 2) for A < 0 (TRL's "
                 "defaults); token-mean loss as TRL's vespo; two updates per rollout, since on-policy phi = 1"),
+    Method("intellect2", "INTELLECT-2 two-sided clip", "Prime Intellect Team 2025, INTELLECT-2: A Reasoning Model "
+                                                          "Trained Through Globally Decentralized Reinforcement "
+                                                          "Learning, arXiv:2505.07291 (two-sided GRPO clipping; TRL "
+                                                          "1.16 GRPOConfig.delta)",
+           dict(advantage="group_std", ratio="token", surrogate="dual_clip", eps_low=0.2, eps_high=0.2, dual_clip_c=4.0,
+                aggregation="token_mean", **_NO_KL), regime=_REUSE,
+           note="PPO clip whose ratio is also capped at delta for A < 0, so a negative-advantage token's loss is "
+                "bounded by -delta A (TRL: delta=4 with loss_type='dapo'; delta 4 is TRL's documented example, the "
+                "report's other settings were not checked here); acts only off-policy (on-policy rho = 1 < delta)"),
+    Method("top_entropy_80_20", "80/20 high-entropy tokens (DAPO)", "Wang et al. 2025, Beyond the 80/20 Rule: "
+                                                                    "High-Entropy Minority Tokens Drive Effective "
+                                                                    "Reinforcement Learning for LLM Reasoning, "
+                                                                    "arXiv:2506.01939 (TRL 1.16 top_entropy_quantile)",
+           dict(advantage="group_std", ratio="token", surrogate="clip", eps_low=0.2, eps_high=0.28,
+                aggregation="token_mean", overlong_filter=True, soft_overlong=True, sampling="dynamic",
+                top_entropy_quantile=0.2, **_NO_KL),
+           note="DAPO (the paper's base recipe) with the policy gradient kept only on the top 20% of tokens by "
+                "entropy in the batch; the other tokens stay in the token normaliser (as TRL's top_entropy_quantile)"),
+    Method("gfpo", "GFPO", "Shrivastava et al. 2025, Sample More to Think Less: Group Filtered Policy Optimization "
+                           "for Concise Reasoning, arXiv:2508.09726",
+           dict(advantage="group_std", ratio="token", surrogate="clip", eps_low=0.2, eps_high=0.28,
+                aggregation="token_mean", sampling="gfpo", gfpo_keep=8, gfpo_metric="length", **_NO_KL),
+           regime={"group_size": 16},
+           note="sample 16 completions per prompt, train on the 8 shortest: the rejected ones get advantage 0 and "
+                "leave the loss, the retained group's mean and std give the baseline (the paper's G=16, k=8; "
+                "gfpo_metric=token_efficiency retains the largest reward / length); DAPO's Clip-Higher and "
+                "token-level loss as the paper's base; TRL 1.16 ships no GFPO trainer"),
     Method("cispo", "CISPO", "MiniMax 2025, MiniMax-M1, arXiv:2506.13585",
            dict(advantage="group_std", ratio="token", surrogate="cispo", eps_low=1.0, eps_high=4.0,
                 aggregation="token_mean", **_NO_KL), regime=_REUSE,
@@ -135,6 +164,50 @@ METHODS: dict[str, Method] = {m.key: m for m in [
                 "step-level advantage of discounted returns (gamma 0.95) within anchor-state groups (Eqs. 5-8), as in "
                 "the paper; KL 0.01 (k3) in the loss and token-mean loss as in verl-agent's recipes; "
                 "advantage=group_mean is the paper's mean-only normalisation (verl-agent's default config)"),
+    Method("maxrl", "MaxRL", "Tajwar, Zeng et al. 2026, Maximum Likelihood Reinforcement Learning, arXiv:2602.02710",
+           dict(advantage="maxrl", **_GRPO_CLIP_TOKEN_MEAN),
+           note="A = (r - group mean) / (group mean + 1e-4): a one-line change to GRPO's advantage; binary rewards "
+                "(the paper's setting); differs from group_mean by 1/mean, so it acts wherever a group's success "
+                "rate is below 1 and not 0; GRPO's clip and a token-mean loss (TRL's default loss_type)"),
+    # verl 0.9.1's further estimators and policy losses (core_algos.py); tests/test_verl_reference.py
+    # matches each with verl's own output
+    Method("opo", "OPO", "Hao et al. 2025, On-Policy RL with Optimal Reward Baseline, arXiv:2505.23585; "
+                         "verl 0.9.1 adv_estimator=opo",
+           dict(advantage="opo", **_GRPO_CLIP_TOKEN_MEAN),
+           note="length-weighted group baseline sum |o| r / sum |o|; equals group_mean (Dr. GRPO's) when a group's "
+                "completions have equal lengths, so it acts only where lengths differ; verl's default clip and "
+                "token-mean loss"),
+    Method("grpo_passk", "GRPO pass@k", "pass@k advantage, arXiv:2503.19595 (as cited by verl 0.9.1's "
+                                        "adv_estimator=grpo_passk)",
+           dict(advantage="grpo_passk", adv_eps=1e-6, **_GRPO_CLIP_TOKEN_MEAN),
+           note="only each group's best completion moves: (r_max - r_second) / (std + 1e-6); with binary rewards a "
+                "group with two or more correct completions gives 0 (its top two tie)"),
+    Method("gpg", "GPG", "Chu et al. 2025, GPG: A Simple and Strong Reinforcement Learning Baseline for Model "
+                         "Reasoning, arXiv:2504.02546; verl 0.9.1 adv_estimator=gpg, policy_loss gpg",
+           dict(advantage="gpg", ratio="token", surrogate="reinforce", aggregation="token_mean", **_NO_KL),
+           note="group-centred reward times alpha = N / #non-zero rewards; verl's gpg policy loss -A log pi is "
+                "surrogate reinforce (no ratio, no clip, no reference); alpha = 1 when no reward is 0"),
+    Method("remax", "ReMax", "Li et al. 2023, ReMax, arXiv:2310.10505; verl 0.9.1 adv_estimator=remax",
+           dict(advantage="remax"), missing=ADVANTAGES["remax"].missing),
+    Method("optimal_token_baseline", "Optimal token baseline", "verl 0.9.1 adv_estimator=optimal_token_baseline",
+           dict(advantage="optimal_token_baseline"), missing=ADVANTAGES["optimal_token_baseline"].missing),
+    Method("tir_optimal_token_baseline", "Optimal token baseline (tool turns)",
+           "verl 0.9.1 adv_estimator=tir_optimal_token_baseline",
+           dict(advantage="tir_optimal_token_baseline"), missing=ADVANTAGES["tir_optimal_token_baseline"].missing),
+    *(Method(f"dppo_{d}", f"DPPO-Binary-{d.upper()}", "DPPO, arXiv:2602.04879; verl 0.9.1 policy_loss "
+                                                       f"loss_mode=dppo_{d}",
+             dict(advantage="group_std", ratio="token", surrogate=f"dppo_{d}", eps_low=0.2, eps_high=0.2,
+                  dual_clip_c=3.0, aggregation="token_mean", **_NO_KL), regime=_REUSE,
+             note=f"tokens whose binary {d.upper()} divergence from pi_old exceeds 0.2 in the advantage's direction "
+                  "are dropped, the rest weighted by sg(min(rho, 3)); 0.2 and 3 are verl's ActorConfig defaults "
+                  "(clip_ratio_low/high, clip_ratio_c), not checked against the paper; two updates per rollout, "
+                  "since on-policy nothing is dropped") for d in ("tv", "kl")),
+    Method("dro", "DRO", "verl 0.9.1 policy_loss loss_mode=dro (Direct Reward Optimization with a quadratic "
+                         "log-ratio penalty)",
+           dict(advantage="group_std", ratio="token", surrogate="dro", dro_beta=0.05, aggregation="token_mean",
+                **_NO_KL), regime=_REUSE,
+           note="-(A log pi - (beta/2) (log pi - log pi_old)^2), beta 0.05 as verl's usage example; two updates per "
+                "rollout, since on-policy the penalty is 0 and the loss is REINFORCE's"),
 ]}
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from grpolab.method.advantages import ADVANTAGES, advantage_params, estimators
+from grpolab.method.advantages import readers as advantage_readers
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES, readers
 
@@ -38,24 +40,35 @@ def _axis(name: str, test: Callable[[MethodSpec], bool], hint: str) -> Requireme
     return Requirement(name, lambda c: test(c.spec), hint)
 
 
+def _either(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
 SOFT_OVERLONG = _axis("soft overlong punishment", lambda s: s.soft_overlong, "set method.soft_overlong: true")
 DYNAMIC = _axis("dynamic sampling", lambda s: s.sampling == "dynamic", "set method.sampling: dynamic")
 FILTERING = _axis("a group filter", lambda s: s.sampling in ("dynamic", "zero_variance_filter"),
                   "set method.sampling: dynamic or zero_variance_filter")
+GFPO = _axis("GFPO's group filter", lambda s: s.sampling == "gfpo", "set method.sampling: gfpo")
 ADAPTIVE = _axis("the adaptive entropy bonus", lambda s: s.entropy_mode in ("adaptive", "adaptive_gated"),
                  "set method.entropy_mode: adaptive or adaptive_gated")
-CRITIC = _axis("the critic (advantage gae)", lambda s: s.advantage == "gae", "set method.advantage: gae")
+CRITIC = _axis(f"the critic (advantage {_either(list(estimators(critic=True)))})",
+               lambda s: ADVANTAGES[s.advantage].critic, f"set method.advantage: {'/'.join(estimators(critic=True))}")
 STEP = _axis("GiGPO's step-level advantage (method.step_omega > 0)", lambda s: s.step_omega > 0,
              "set method.step_omega > 0 (multi-turn tasks)")
+
+
+def _advantage_param(param: str) -> Requirement:
+    """An estimator's own parameter (method/advantages.py) acts when the run's estimator reads it."""
+    names = advantage_readers(param)
+    if all(ADVANTAGES[n].critic for n in names):
+        return CRITIC   # the critic's settings: they act wherever a critic trains
+    return _axis(f"advantage {_either(list(names))}", lambda s: s.advantage in names,
+                 f"set method.advantage: {'/'.join(names)}")
 
 
 def _surrogate_reuse(why_inert: str) -> Requirement:
     """A surrogate inert on-policy (its entry's reason) needs rollout reuse."""
     return Requirement(REUSE.name, REUSE.holds, f"{why_inert}; set train.minibatches > 1 or train.num_iterations > 1")
-
-
-def _either(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def _surrogate_param(param: str) -> Requirement:
@@ -87,13 +100,12 @@ REQUIREMENTS: dict[tuple[str, object], Requirement] = {
     ("kl_ratio_correction", True): KL_IN_LOSS,
     ("max_sampling_rounds", None): DYNAMIC, ("sampling_cap_policy", None): DYNAMIC,
     ("sampling_filter", None): FILTERING,
+    ("gfpo_keep", None): GFPO, ("gfpo_metric", None): GFPO,
     ("overlong_buffer", None): SOFT_OVERLONG, ("overlong_penalty", None): SOFT_OVERLONG,
     ("entropy_target", None): ADAPTIVE, ("entropy_coef_step", None): ADAPTIVE,
     ("entropy_coef_min", None): ADAPTIVE, ("entropy_coef_max", None): ADAPTIVE,
-    ("tracker_decay", None): _axis("advantage value_tracker", lambda s: s.advantage == "value_tracker",
-                                   "set method.advantage: value_tracker"),
-    ("gae_gamma", None): CRITIC, ("gae_lambda", None): CRITIC, ("gae_lambda_critic", None): CRITIC,
-    ("gae_length_alpha", None): CRITIC, ("critic_lr", None): CRITIC, ("critic_warmup", None): CRITIC,
+    # the advantage axis's parameters, from its registry (method/advantages.py)
+    **{(param, None): _advantage_param(param) for param in advantage_params()},
     ("value_clip", None): CRITIC, ("whiten_advantages", None): CRITIC,
     ("step_gamma", None): STEP, ("anchor_similarity", None): STEP,
 }

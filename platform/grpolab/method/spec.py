@@ -10,26 +10,46 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 from grpolab.errors import ConfigError
+from grpolab.method.advantages import ADVANTAGES, estimators
+from grpolab.method.aggregations import AGGREGATIONS, TOKEN_LEVEL
 from grpolab.method.surrogates import SURROGATES
 
-AXIS_CHOICES: dict[str, tuple[str, ...]] = {
-    "advantage": ("group_std", "group_mean", "batch_std", "leave_one_out", "reinforce_pp",
-                  "reinforce_pp_baseline", "decoupled", "value_tracker", "gae"),
+
+class _AxisChoices(Mapping):
+    """Each axis's valid values; a registry axis reads its registry now (an entry a test registers counts)."""
+
+    def __init__(self, registries: dict, fixed: dict):
+        self._registries, self._fixed = registries, fixed
+
+    def __getitem__(self, axis: str) -> tuple[str, ...]:
+        return tuple(self._registries[axis]) if axis in self._registries else self._fixed[axis]
+
+    def __iter__(self):
+        return iter([*self._registries, *self._fixed])
+
+    def __len__(self) -> int:
+        return len(self._registries) + len(self._fixed)
+
+
+AXIS_CHOICES: Mapping[str, tuple[str, ...]] = _AxisChoices({
+    "advantage": ADVANTAGES,          # one entry per value: method/advantages.py
+    "surrogate": SURROGATES,          # one entry per value: method/surrogates.py
+    "aggregation": AGGREGATIONS,      # one entry per value: method/aggregations.py
+}, {
     "ratio": ("token", "sequence", "sequence_token", "geometric"),
-    "surrogate": tuple(SURROGATES),   # one entry per value: method/surrogates.py
-    "aggregation": ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm", "token_mean_local",
-                    "seq_mean_token_sum"),
     "kl_estimator": ("k1", "k2", "k3"),
     "kl_placement": ("loss", "reward"),
-    "sampling": ("static", "dynamic", "zero_variance_filter"),
+    "sampling": ("static", "dynamic", "zero_variance_filter", "gfpo"),
+    "gfpo_metric": ("length", "token_efficiency"),
     "entropy_mode": ("static", "adaptive", "adaptive_gated"),
     "sampling_cap_policy": ("fill", "fail"),
     "sampling_filter": ("accuracy", "reward"),
     "episode_norm": ("episode", "step"),
-}
+})
 
 
 @dataclass(frozen=True)
@@ -55,6 +75,7 @@ class MethodSpec:
     cov_high: float = 5.0                 # Clip-Cov: covariance window upper bound
     kl_cov_coef: float = 1.0              # KL-Cov: coefficient of |log ratio| on selected tokens
     dpo_beta: float = 0.1                 # Group-DPO temperature
+    dro_beta: float = 0.05                # DRO: weight of the quadratic log-ratio penalty (beta/2) (log pi/pi_old)^2
     aggregation: str = "seq_mean_token_mean"
     kl_coef: float = 0.0                  # beta; 0 turns the reference model off
     kl_estimator: str = "k3"
@@ -64,6 +85,8 @@ class MethodSpec:
     max_sampling_rounds: int = 4          # dynamic sampling: generation rounds per batch at most
     sampling_cap_policy: str = "fill"     # at the cap: fill with least degenerate groups (warn) | fail
     sampling_filter: str = "accuracy"     # dynamic / zero-variance filter keeps groups whose accuracy (DAPO) or reward (verl) varies
+    gfpo_keep: int = 8                    # GFPO: completions retained per group (of train.group_size sampled)
+    gfpo_metric: str = "length"           # GFPO: retain the shortest (length) or the largest reward / length
     overlong_filter: bool = False         # mask truncated completions out of the loss
     soft_overlong: bool = False           # DAPO eq. 13 length penalty added to the reward
     overlong_buffer: int = 0              # L_cache of eq. 13 in tokens; 0 = 20% of the cap (DAPO's 4096/20480)
@@ -109,7 +132,7 @@ SPEC_FIELDS = {f.name: f for f in fields(MethodSpec)}
 # hashes of existing runs and studies stay what they were
 _HASHED_UNLESS_DEFAULT = ("step_omega", "step_gamma", "anchor_similarity", "episode_norm",
                           "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
-                          "entropy_coef_min", "entropy_coef_max")
+                          "entropy_coef_min", "entropy_coef_max", "dro_beta", "gfpo_keep", "gfpo_metric")
 _TYPES = {"str": str, "bool": bool, "float": float, "int": int}
 
 
@@ -167,11 +190,16 @@ def validate_spec(spec: MethodSpec) -> None:
     _check(0 < spec.tracker_decay <= 1, f"method.tracker_decay: must be in (0, 1], got {spec.tracker_decay}")
     _check(spec.overlong_buffer >= 0, f"method.overlong_buffer: must be >= 0 (0 = 20% of the cap), got {spec.overlong_buffer}")
     _check(spec.max_sampling_rounds >= 1, f"method.max_sampling_rounds: must be >= 1, got {spec.max_sampling_rounds}")
-    if spec.sampling == "zero_variance_filter":
-        _check(spec.aggregation in ("token_mean", "token_mean_local"),
-               "method.sampling=zero_variance_filter drops groups from the token normaliser: use aggregation "
-               "token_mean or token_mean_local")
+    if spec.sampling in ("zero_variance_filter", "gfpo"):
+        _check(spec.aggregation in TOKEN_LEVEL,
+               f"method.sampling={spec.sampling} drops completions from the token normaliser: use aggregation "
+               + " or ".join(TOKEN_LEVEL))
+    _check(spec.gfpo_keep >= 1, f"method.gfpo_keep: must be >= 1, got {spec.gfpo_keep}")
+    _check(spec.sampling != "gfpo" or spec.advantage in estimators(unscorable=True),
+           f"method.sampling=gfpo leaves the rejected completions out of the baselines (as rows without a reward): "
+           f"use advantage {' or '.join(estimators(unscorable=True))}, got {spec.advantage!r}")
     _check(spec.dpo_beta > 0, f"method.dpo_beta: must be > 0, got {spec.dpo_beta}")
+    _check(spec.dro_beta > 0, f"method.dro_beta: must be > 0, got {spec.dro_beta}")
     if spec.ratio == "geometric":
         _check(spec.surrogate == "clip", "method.ratio=geometric (GMPO) clips in log space itself: use surrogate=clip")
     own_ratio = SURROGATES[spec.surrogate].own_ratio
@@ -180,12 +208,7 @@ def validate_spec(spec: MethodSpec) -> None:
         _check(min(spec.vespo_k_pos, spec.vespo_k_neg) >= 0 and min(spec.vespo_lambda_pos, spec.vespo_lambda_neg) > 0,
                "method.vespo_k_pos/vespo_k_neg must be >= 0 and vespo_lambda_pos/vespo_lambda_neg > 0 (the kernel "
                "w^k exp(lambda (1 - w)) must vanish as w grows)")
-    if spec.advantage == "reinforce_pp" and spec.kl_coef > 0:
-        _check(spec.kl_placement == "reward", "method.advantage=reinforce_pp folds the KL into the reward: "
-                                              "set kl_placement=reward (or kl_coef=0)")
-    _check(spec.advantage != "decoupled" or spec.kl_placement == "loss" or spec.kl_coef == 0,
-           "method.advantage=decoupled normalises reward components separately; a reward-side KL would be one "
-           "more component: use kl_placement=loss")
+    _validate_advantage(spec, ADVANTAGES[spec.advantage])
     _check(0 < spec.gae_gamma <= 1 and 0 <= spec.gae_lambda <= 1 and 0 <= spec.gae_lambda_critic <= 1,
            "method.gae_gamma must be in (0, 1], gae_lambda and gae_lambda_critic in [0, 1]")
     _check(spec.value_clip >= 0 and spec.positive_lm_coef >= 0,
@@ -194,14 +217,24 @@ def validate_spec(spec: MethodSpec) -> None:
            "method.gae_length_alpha >= 0, critic_lr > 0 and critic_warmup >= 0 required")
     _check(spec.step_omega >= 0 and 0 < spec.step_gamma <= 1 and 0 < spec.anchor_similarity <= 1,
            "method.step_omega must be >= 0, step_gamma in (0, 1] and anchor_similarity in (0, 1]")
-    _check(spec.step_omega == 0 or spec.advantage in ("group_std", "group_mean"),
+
+
+def _validate_advantage(spec: MethodSpec, entry) -> None:
+    """The estimator's entry against the rest of the spec (method/advantages.py)."""
+    _check(entry.missing is None, f"method.advantage={entry.name}: grpolab cannot train with it yet: {entry.missing}")
+    reward_kl = spec.kl_coef > 0 and spec.kl_placement == "reward"
+    if entry.kl_reward_only and spec.kl_coef > 0:
+        _check(spec.kl_placement == "reward", f"method.advantage={entry.name} folds the KL into the reward: "
+                                              "set kl_placement=reward (or kl_coef=0)")
+    _check(entry.no_reward_kl is None or not reward_kl,
+           f"method.advantage={entry.name}: {entry.no_reward_kl}; use kl_placement=loss")
+    stepped = " or ".join(estimators(step_norm="std") + estimators(step_norm="mean"))
+    _check(spec.step_omega == 0 or entry.step_norm is not None,
            f"method.step_omega > 0 (GiGPO) adds step-level group advantages to a group estimator: use advantage "
-           f"group_std or group_mean, got {spec.advantage!r}")
-    _check(spec.episode_norm == "episode" or spec.advantage in ("group_std", "group_mean"),
-           f"method.episode_norm=step weights the episode group's mean/std by turns: use advantage group_std or "
-           f"group_mean, got {spec.advantage!r}")
-    _check(spec.advantage != "value_tracker" or spec.kl_placement == "loss" or spec.kl_coef == 0,
-           "method.advantage=value_tracker: kl_placement=reward is not supported with the tracker; use loss")
+           f"{stepped}, got {spec.advantage!r}")
+    _check(spec.episode_norm == "episode" or entry.step_norm is not None,
+           f"method.episode_norm=step weights the episode group's mean/std by turns: use advantage {stepped}, "
+           f"got {spec.advantage!r}")
 
 
 def with_reward_weights(spec: MethodSpec, given, source: str, names, error=ConfigError) -> MethodSpec:

@@ -101,6 +101,19 @@ _ENTRIES = (
               trl_fields={f"vespo_{k}": (f"vespo_{k}", 0.0) for k in ("k_pos", "lambda_pos", "k_neg", "lambda_neg")},
               trl=(TrlLoss("vespo", "token_mean",
                            "detached Gamma weight of the sequence ratio x A x log pi; token-level (VESPO)"),)),
+    # DPPO (2602.04879, verl 0.9.1's dppo_tv / dppo_kl): eps_low / eps_high bound the binary divergence
+    # between pi and pi_old at the sampled token (verl's clip_ratio_low / high), dual_clip_c truncates the
+    # detached IS weight (verl's clip_ratio_c); on-policy nothing is masked and the weight is 1
+    *(Surrogate(f"dppo_{d}", lambda s, d=d: f"DPPO-{d.upper()} {s.eps_low:g}/{s.eps_high:g} c={s.dual_clip_c:g}",
+                {"eps_low": True, "eps_high": True, "dual_clip_c": True},
+                "on-policy pi = pi_old: no token's divergence exceeds its bound and the truncated ratio is 1",
+                own_ratio="masks tokens by their own token-level divergence from pi_old",
+                no_trl="TRL 1.16.0 has no DPPO loss type (no experimental DPPO trainer either)") for d in ("tv", "kl")),
+    # verl 0.9.1's dro: the penalty (beta/2) (log pi - log pi_old)^2 and its gradient are 0 on-policy
+    Surrogate("dro", lambda s: f"DRO beta={s.dro_beta:g}", {"dro_beta": True},
+              "on-policy log pi - log pi_old = 0: the quadratic penalty and its gradient vanish",
+              own_ratio="penalises the token log-ratio itself, with no ratio in its policy term",
+              no_trl="TRL 1.16 has no quadratic log-ratio penalty"),
 )
 SURROGATES: dict[str, Surrogate] = {s.name: s for s in _ENTRIES}
 

@@ -6,6 +6,7 @@ import textwrap
 
 import pandas as pd
 
+from grpolab.method.aggregations import AGGREGATIONS
 from grpolab.method.registry import METHODS
 from grpolab.method.surrogates import SURROGATES
 from grpolab.method.trl_names import TRL_LOSS_MEANING, TRL_LOSS_TYPES, format_recipe, trl_recipe
@@ -56,6 +57,11 @@ def methods_table(markdown: bool = False) -> str:
         status = "" if row.status == "runs" else f" [{row.status}]"
         lines.extend(textwrap.wrap(f"{row.method} ({row.title}): {row.citation}{status}", width=WIDTH,
                                    initial_indent="  ", subsequent_indent="      "))
+    lines.extend(["", "Aggregations (method.aggregation; TRL's loss_type with the PPO clip)"])
+    for a in AGGREGATIONS.values():
+        trl = f"TRL loss_type={a.trl!r}" if a.trl else f"no TRL loss type: {a.no_trl}"
+        lines.extend(textwrap.wrap(f"{a.name}: {a.formula}; {a.source}; {trl}", width=WIDTH, initial_indent="  ",
+                                   subsequent_indent="      "))
     lines.extend(["", "TRL's loss_type names (GrpoLabTrainer without method= trains the GRPOConfig as these axes)"])
     for name, axes in TRL_LOSS_TYPES.items():
         text = f"{name}: {', '.join(f'{k}={v}' for k, v in axes.items())}: {TRL_LOSS_MEANING[name]}"

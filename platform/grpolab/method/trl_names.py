@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATES
 
@@ -32,8 +33,6 @@ TRL_DEFAULTS = {"loss_type": "dapo", "beta": 0.0, "epsilon": 0.2, "epsilon_high"
                 "top_entropy_quantile": 1.0, "entropy_coef": 0.0, "use_bias_correction_kl": True,
                 "sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05, "vespo_k_pos": 2.0, "vespo_lambda_pos": 3.0,
                 "vespo_k_neg": 3.0, "vespo_lambda_neg": 2.0}
-_ADVANTAGE = {"group_std": {}, "batch_std": {"scale_rewards": "batch"}, "group_mean": {"scale_rewards": "none"},
-              "decoupled": {"multi_objective_aggregation": "normalize_then_sum"}}
 _NEUTRAL = MethodSpec()
 
 
@@ -46,11 +45,12 @@ def trl_recipe(spec: MethodSpec) -> dict | None:
     surrogate = entry.trl_as or spec.surrogate   # dual_clip: a clip loss type plus delta
     loss = next((name for name, axes in TRL_LOSS_TYPES.items()
                  if all((surrogate if k == "surrogate" else getattr(spec, k)) == v for k, v in axes.items())), None)
-    if loss is None or spec.advantage not in _ADVANTAGE or spec.ratio not in ("token", "sequence"):
+    advantage = ADVANTAGES[spec.advantage].trl   # the estimator's GRPOConfig settings (method/advantages.py)
+    if loss is None or advantage is None or spec.ratio not in ("token", "sequence"):
         return None
     if spec.entropy_mode != "static":
         return None
-    out = {"loss_type": loss, **_ADVANTAGE[spec.advantage], "importance_sampling_level": spec.ratio,
+    out = {"loss_type": loss, **advantage, "importance_sampling_level": spec.ratio,
            "mask_truncated_completions": spec.overlong_filter, "top_entropy_quantile": spec.top_entropy_quantile,
            "entropy_coef": spec.entropy_coef}
     explained = {"surrogate", "aggregation", "advantage", "ratio", "overlong_filter", "top_entropy_quantile",

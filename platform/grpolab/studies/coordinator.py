@@ -37,6 +37,7 @@ from grpolab.signals import raise_if_signalled, signals_raise
 from grpolab.studies.definition import StudyConfig, ladder_notes, load_study
 from grpolab.studies.devices import placement_for
 from grpolab.studies.hand_back import reap_logged, reap_stale_trials, watchdog
+from grpolab.studies.launch_options import row_accelerate_config
 from grpolab.studies.processes import release, run_workers, start_workers
 from grpolab.studies.registration import (
     definition_hash,  # noqa: F401  (re-exported: tests, check_definition)
@@ -120,7 +121,8 @@ def ensure_parent_run(study: optuna.Study, cfg: StudyConfig, state: Path, reopen
 
 def run_study(path: str, state: Path, storage_url: str | None, workers: int | None, retry_failed: bool,
               echo=print, accept_changed: bool = False, publish: Publish | None = None,
-              gpus_per_row: int | None = None, devices: str | None = None, launcher=None) -> int:
+              gpus_per_row: int | None = None, devices: str | None = None, launcher=None,
+              accelerate_config: str | None = None) -> int:
     """Coordinator: validate, check the stores, then (under the setup lock, so that several
     coordinators starting together do it once) create the stores, the study and its parent run,
     hand back the rows of dead workers and queue the missing rows; run workers, show live
@@ -133,7 +135,9 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int | No
 
     ``gpus_per_row`` K (devices.py): every worker is a process owning K devices of the pool
     (``devices``, else the study file's ``devices:``, else CUDA_VISIBLE_DEVICES or every CUDA
-    device), ``workers`` of them (default: pool // K); a row runs as K processes when K > 1.
+    device), ``workers`` of them (default: pool // K); a row runs as K processes when K > 1, through
+    ``accelerate launch`` with ``accelerate_config`` (else the study file's launcher.accelerate_config)
+    when one is given.
     ``launcher`` (slurm.SlurmLauncher): the workers run as cluster jobs submitted once the rows
     are queued, instead of processes on this machine."""
     cfg = load_study(path)
@@ -142,9 +146,15 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int | No
         launcher.check(cfg, storage_url, workers, devices)
     else:
         placement = placement_for(cfg.devices, gpus_per_row, devices, workers)
+    per_row = placement.per_row if placement else launcher.gpus_per_row if launcher else gpus_per_row
+    accelerate = row_accelerate_config(accelerate_config, cfg.launcher, per_row)
+    if launcher is not None:
+        launcher.accelerate_config = accelerate
     workers = placement.workers if placement else launcher.jobs if launcher else (workers or 1)
     if placement is not None:
-        echo(placement.describe())
+        echo(placement.describe() + (f"; launched by accelerate with {accelerate}" if accelerate else ""))
+    if launcher is None and cfg.launcher.slurm:
+        echo("launcher.slurm: not used (the workers run on this machine; --launcher slurm submits them with it)")
     if cfg.kind == "ladder":   # before anything runs: rungs that cannot act, rungs that repeat another
         notes = ladder_notes(cfg)
         echo("ladder check: " + ("every rung's change can act in its regime and no two rungs are identical"
@@ -156,7 +166,8 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int | No
     Path(state).mkdir(parents=True, exist_ok=True)
     in_process = workers <= 1 and placement is None and launcher is None
     procs = [] if in_process or launcher else start_workers(   # they import meanwhile
-        path, storage_url, state, workers, placement and placement.device_sets, placement.per_row if placement else 1)
+        path, storage_url, state, workers, placement and placement.device_sets, placement.per_row if placement else 1,
+        accelerate)
     try:
         with signals_raise():
             with setup_lock(state, tracking, storage_url):

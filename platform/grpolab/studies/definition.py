@@ -24,6 +24,7 @@ from grpolab.experiment.config import apply_overrides, as_overrides, build_confi
 from grpolab.method.requirements import inert
 from grpolab.method.spec import MethodSpec
 from grpolab.studies.devices import check_devices
+from grpolab.studies.launch_options import LaunchOptions, parse_launcher
 from grpolab.studies.registration import parse_deviations
 from grpolab.studies.objectives import check_metric
 from grpolab.studies.search_space import check_space
@@ -77,6 +78,7 @@ class StudyConfig:
     row_timeout_s: float | None = 3600.0   # a row with no progress this long is hung: handed back (hand_back.py)
     devices: tuple[str, ...] = ()          # the device pool for --gpus-per-row (devices.py); not in the definition hash
     plan: dict = field(default_factory=dict)   # `grpolab study --plan` assumptions (plan.py); not in the definition hash
+    launcher: LaunchOptions = LaunchOptions()  # how rows are launched (launch_options.py); not in the definition hash
 
     def rows(self) -> list[tuple[int, int]]:
         """(rung index, seed) for every row of a ladder."""
@@ -139,9 +141,9 @@ def parse_mechanism(raw, where: str, sides: tuple[str, ...], check=check_metric)
 
 
 _LADDER_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objectives", "budget", "rungs", "published_source",
-                "smallest_effect", "row_timeout_s", "deviations", "devices", "plan"}
+                "smallest_effect", "row_timeout_s", "deviations", "devices", "plan", "launcher"}
 _SEARCH_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objectives", "budget", "space", "n_trials",
-                "sampler", "pruner", "row_timeout_s", "deviations", "devices", "plan"}
+                "sampler", "pruner", "row_timeout_s", "deviations", "devices", "plan", "launcher"}
 
 
 def load_study(path: str | Path) -> StudyConfig:
@@ -183,6 +185,7 @@ def load_study(path: str | Path) -> StudyConfig:
     common = dict(name=name, kind=kind, path=str(path), base=base, seeds=seeds, objectives=objectives,
                   description=data.get("description", ""), row_timeout_s=_row_timeout(data),
                   deviations=parse_deviations(data.get("deviations"), path.name), plan=parse_plan(data.get("plan")),
+                  launcher=parse_launcher(data.get("launcher"), path),
                   devices=check_devices(data["devices"], "devices") if data.get("devices") is not None else ())
     if kind == "ladder":
         study = StudyConfig(**common, rungs=_rungs(data.get("rungs")), published_source=data.get("published_source", ""))

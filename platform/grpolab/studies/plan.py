@@ -31,6 +31,7 @@ from grpolab.errors import ConfigError
 from grpolab.planning import planning
 from grpolab.experiment.config import build_config
 from grpolab.studies.definition import ladder_notes, load_study
+from grpolab.studies.launch_options import check_accelerate_config
 from grpolab.tasks import make_task
 
 
@@ -108,6 +109,10 @@ def plan_study(path: str, gpus_per_row: int | None = None) -> StudyPlan:
             devices, source = study.plan["devices_per_row"], "plan.devices_per_row"
         else:
             devices, source = 1, "default: one device per row"
+        if study.launcher.accelerate_config:   # its num_processes must agree with the row's devices
+            accelerate = check_accelerate_config(study.launcher.accelerate_config, devices,
+                                                 f"launcher.accelerate_config (with {source} {devices})")
+            source += f"; launched by accelerate with {accelerate}"
         seed = study.seeds[0]
         if study.kind == "ladder":
             shapes = [(f"r{i} {rung.name}", len(study.seeds), build_config(study.rung_experiment(i, seed)))

@@ -26,7 +26,7 @@ GO = "go"
 
 
 def start_workers(path: str, storage_url: str, state: Path, workers: int, device_sets=None,
-                  procs_per_row: int = 1) -> list[subprocess.Popen]:
+                  procs_per_row: int = 1, accelerate_config: str | None = None) -> list[subprocess.Popen]:
     """Start ``workers`` processes, each with its share of the cores (torch's intra-op pool and
     OpenMP/MKL sized to cores // workers: two 2-thread workers on 2 cores oversubscribe them,
     1.16x the time of 1-thread workers); they wait for ``release(procs, go=True)``.
@@ -35,9 +35,15 @@ def start_workers(path: str, storage_url: str, state: Path, workers: int, device
     threads = str(max(1, (os.cpu_count() or 2) // workers))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads, "GRPOLAB_WORKER_THREADS": threads}
     cmd = [sys.executable, "-m", "grpolab.cli", "--state", str(state), "study-worker", path, "--storage", storage_url,
-           "--wait-for-go"] + (["--procs-per-row", str(procs_per_row)] if procs_per_row > 1 else [])
+           "--wait-for-go"] + row_flags(procs_per_row, accelerate_config)
     devices = [{"CUDA_VISIBLE_DEVICES": ",".join(device_sets[i])} if device_sets else {} for i in range(workers)]
     return [subprocess.Popen(cmd, env={**env, **devices[i]}, stdin=subprocess.PIPE, text=True) for i in range(workers)]
+
+
+def row_flags(procs_per_row: int, accelerate_config: str | None) -> list[str]:
+    """The study-worker flags that make each row run as several processes (ranks.py)."""
+    return (["--procs-per-row", str(procs_per_row)] if procs_per_row > 1 else []) + (
+        ["--accelerate-config", accelerate_config] if accelerate_config else [])
 
 
 def release(procs: list[subprocess.Popen], go: bool) -> None:

@@ -13,6 +13,12 @@ when one rank fails (the others would wait in a collective for ever); and each r
 kernel to kill it when its worker dies (PR_SET_PDEATHSIG), so not even a SIGKILLed worker leaves
 ranks training.
 
+With an accelerate config (``--accelerate-config FILE``, e.g. a DeepSpeed ZeRO-3 file) the worker
+starts one ``accelerate launch --config_file FILE --num_processes K`` instead, and accelerate's
+launcher (torchrun's agent, or DeepSpeed's) starts the K ranks and gives them their environment.
+The launcher dies with the worker (PR_SET_PDEATHSIG) and each rank with the launcher, so the
+chain holds; stopping the launcher (SIGTERM) stops its ranks.
+
 Rank 0 tells the worker through files in a scratch folder: ``progress`` (touched at each step and
 evaluation: the heartbeat's progress), ``run_id`` (the MLflow run, once open) and ``result.json``
 (evaluations and curves, or why it was pruned or failed).
@@ -35,6 +41,7 @@ from grpolab.studies.processes import stop
 from grpolab.studies.worker_exit import wait_any
 
 PARENT_ENV = "GRPOLAB_RANK_PARENT"      # the worker's pid: a rank dies with it
+VIA_LAUNCHER = "launcher"               # PARENT_ENV's value when accelerate's launcher is the rank's parent
 PROGRESS, RUN_ID, RESULT, SPEC = "progress", "run_id", "result.json", "spec.json"
 STOP_GRACE_S = 5.0                      # SIGTERM -> SIGKILL for ranks being stopped
 AFTER_RANK0_S = 60.0                    # other ranks may take this long to exit after rank 0 finished
@@ -55,14 +62,34 @@ def rank_env(rank: int, world: int, port: int, threads: str) -> dict:
             PARENT_ENV: str(os.getpid())}
 
 
-def start_ranks(world: int, row_dir: Path) -> list[subprocess.Popen]:
+def start_ranks(world: int, row_dir: Path, accelerate_config: str | None = None) -> list[subprocess.Popen]:
     """Start ``world`` rank processes of the row described by ``row_dir/spec.json``, each with its
-    share of this worker's threads. They stay in the worker's process group (a terminal's Ctrl-C
-    reaches them as it reaches the worker)."""
+    share of this worker's threads (or one accelerate launcher that starts them). They stay in the
+    worker's process group (a terminal's Ctrl-C reaches them as it reaches the worker)."""
     share = int(os.environ.get("GRPOLAB_WORKER_THREADS") or _cpus())
     threads, port = str(max(1, share // world)), free_port()
     cmd = [sys.executable, "-m", "grpolab.cli", "study-rank", str(row_dir / SPEC)]
+    if accelerate_config:
+        env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
+               "GRPOLAB_WORKER_THREADS": threads, PARENT_ENV: VIA_LAUNCHER}
+        return [subprocess.Popen(accelerate_command(accelerate_config, world, port, cmd[1:]), env=env,
+                                 preexec_fn=_die_with_parent)]
     return [subprocess.Popen(cmd, env=rank_env(rank, world, port, threads)) for rank in range(world)]
+
+
+def accelerate_command(config: str, world: int, port: int, module_args: list[str]) -> list[str]:
+    """``accelerate launch`` of ``python -m <module_args>`` on ``world`` processes on this node;
+    the file decides the rest (DeepSpeed ZeRO stage, mixed precision, ...)."""
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", config, "--num_processes",
+            str(world), "--num_machines", "1", "--machine_rank", "0", "--main_process_ip", "127.0.0.1",
+            "--main_process_port", str(port), *module_args]
+
+
+def _die_with_parent() -> None:
+    """In a child, before it runs: SIGKILL when its parent dies (Linux; elsewhere nothing)."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)   # PR_SET_PDEATHSIG
 
 
 def _cpus() -> int:
@@ -134,9 +161,9 @@ def die_with_worker() -> None:
     parent = os.environ.get(PARENT_ENV)
     if not parent or not sys.platform.startswith("linux"):
         return
-    import ctypes
-    pr_set_pdeathsig = 1
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if parent == VIA_LAUNCHER:   # accelerate's launcher, which dies with the worker, is this rank's parent
+        parent = str(os.getppid())
+    _die_with_parent()
     if os.getppid() != int(parent):
         os._exit(1)
 

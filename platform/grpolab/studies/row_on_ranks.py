@@ -23,7 +23,7 @@ from grpolab.studies.storage import create_or_load
 from grpolab.tracking.held_out import RunHistory
 
 
-def run_on_ranks(world: int, spec: dict, heartbeat, on_run) -> RunHistory:
+def run_on_ranks(world: int, spec: dict, heartbeat, on_run, accelerate_config: str | None = None) -> RunHistory:
     """The worker's side of a row on ``world`` processes (ranks.py): start them, watch them with
     the heartbeat (a reaped row or a signal stops them), record rank 0's run on the trial."""
     row_dir = Path(tempfile.mkdtemp(prefix="grpolab-row-"))
@@ -37,7 +37,7 @@ def run_on_ranks(world: int, spec: dict, heartbeat, on_run) -> RunHistory:
             on_run(run_id)
     try:
         ranks.write_atomic(row_dir / ranks.SPEC, json.dumps({**spec, "row_dir": str(row_dir)}))
-        procs = ranks.start_ranks(world, row_dir)
+        procs = ranks.start_ranks(world, row_dir, accelerate_config)
         codes = ranks.watch_ranks(procs, row_dir, lambda: abort_if_lost(heartbeat), progressed)
         result = ranks.read_result(row_dir)
     finally:

@@ -2,8 +2,9 @@
 
 The coordinator validates the study, creates it and queues its rows as always, then submits
 ``--jobs N`` jobs; each runs ``grpolab study-worker`` (the same worker loop as local workers)
-against the shared storage, which must be PostgreSQL (every job and the coordinator reach it;
-a journal file or SQLite is refused before anything is submitted). MLflow must be reachable from
+against the shared storage: PostgreSQL, or an Optuna journal file on a file system every node
+mounts (opened with the O_EXCL lock Optuna documents for NFS, storage.py); SQLite is refused
+before anything is submitted. MLflow must be reachable from
 the jobs too: a state folder on a shared file system, or a tracking server (MLFLOW_TRACKING_URI,
 which the jobs inherit with the rest of the environment).
 
@@ -16,6 +17,10 @@ no time to: the trial's worker record names its job, hand_back.reap_job_trials),
 queued again, once (under the setup lock), for a job still running to take. Jobs that all ended
 with rows still waiting are replaced, at most ``--jobs`` replacements in all. Ctrl-C (or any
 error) in the coordinator cancels the jobs it submitted: their workers hand their rows back.
+
+Cluster options (account, partition, qos, mem, constraint, exclude, setup lines, any other
+submitit Slurm parameter through ``params``) come from the study file's ``launcher.slurm`` and the
+command line (launch_options.py); their names are checked against submitit's SlurmExecutor.
 
 ``--gpus-per-row K`` asks Slurm for K GPUs per job (``--gpus-per-node``); Slurm sets the job's
 CUDA_VISIBLE_DEVICES, and with K > 1 each row runs as K processes (ranks.py).
@@ -36,10 +41,11 @@ from pathlib import Path
 
 from optuna.trial import TrialState
 
-from grpolab.errors import ConfigError
+from grpolab.errors import ConfigError, did_you_mean
 from grpolab.studies.coordinator import has_pending_rows
 from grpolab.studies.definition import StudyConfig
 from grpolab.studies.hand_back import reap_job_trials
+from grpolab.studies.processes import row_flags
 from grpolab.studies.rows import row_states
 
 log = logging.getLogger(__name__)
@@ -51,8 +57,30 @@ QUEUED = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESIZING", "SUS
 DEFAULT_TIME = "24:00:00"
 
 
+# submitit parameters grpolab sets itself, and the option to use instead
+OWNED_PARAMS = {"job_name": "the study's name", "time": "--time / launcher.slurm.time", "nodes": "one node per job",
+                "ntasks_per_node": "one task per job", "gpus_per_node": "--gpus-per-row",
+                "cpus_per_task": "--cpus-per-job / launcher.slurm.cpus_per_job", "partition": "--partition",
+                "account": "--account", "qos": "--qos", "mem": "--mem", "constraint": "--constraint",
+                "exclude": "--exclude", "setup": "--setup"}
+
+
 def is_postgres(url: str | None) -> bool:
     return bool(url) and re.match(r"postgres(ql)?(\+\w+)?://", url) is not None
+
+
+def check_params(params: dict) -> None:
+    """``--slurm-param`` / ``launcher.slurm.params`` names: submitit's SlurmExecutor parameters
+    (``slurm_`` prefixed, as AutoExecutor spells them, is accepted), not those grpolab sets."""
+    from submitit.slurm.slurm import SlurmExecutor
+    valid = sorted(SlurmExecutor._valid_parameters() - set(OWNED_PARAMS))
+    for name in params:
+        key = name[len("slurm_"):] if name.startswith("slurm_") else name
+        if key in OWNED_PARAMS:
+            raise ConfigError(f"--slurm-param {name}: set by grpolab; use {OWNED_PARAMS[key]}")
+        if key not in valid:
+            raise ConfigError(f"--slurm-param {name}: not a submitit Slurm parameter{did_you_mean(key, valid)}; "
+                              f"valid: {', '.join(valid)} (any sbatch option: additional_parameters)")
 
 
 def parse_time(text: str) -> int:
@@ -78,10 +106,10 @@ def job_state(raw: str) -> str:
     return (raw or "UNKNOWN").split()[0].upper()
 
 
-def worker_command(cfg: StudyConfig, storage_url: str, state: Path, procs_per_row: int) -> list[str]:
+def worker_command(cfg: StudyConfig, storage_url: str, state: Path, procs_per_row: int,
+                   accelerate_config: str | None = None) -> list[str]:
     return [sys.executable, "-m", "grpolab.cli", "--state", str(Path(state).resolve()), "study-worker",
-            str(Path(cfg.path).resolve()), "--storage", storage_url] + (
-        ["--procs-per-row", str(procs_per_row)] if procs_per_row > 1 else [])
+            str(Path(cfg.path).resolve()), "--storage", storage_url] + row_flags(procs_per_row, accelerate_config)
 
 
 def run_worker(cmd: list[str]) -> int:
@@ -103,12 +131,20 @@ def run_worker(cmd: list[str]) -> int:
 
 @dataclass
 class SlurmLauncher:
-    jobs: int = 1
+    jobs: int | None = None                         # None: the study file's launcher.slurm.jobs, else 1
     partition: str | None = None
     gpus_per_row: int | None = None
     time: str | None = None
     folder: str | None = None
     cpus_per_job: int | None = None
+    account: str | None = None
+    qos: str | None = None
+    mem: str | None = None
+    constraint: str | None = None
+    exclude: str | None = None
+    setup: tuple[str, ...] = ()                     # shell lines before the worker starts (module load, conda activate)
+    params: dict = field(default_factory=dict)      # any other submitit Slurm parameter
+    accelerate_config: str | None = None            # the rows' accelerate config (set by the coordinator, checked)
     poll_s: float = 2.0
     submitted: list = field(default_factory=list)   # every job submitted (submitit Job objects)
     cancelled: set = field(default_factory=set)     # jobs this launcher cancelled itself (not reported)
@@ -117,13 +153,27 @@ class SlurmLauncher:
     def timeout_min(self) -> int:
         return parse_time(self.time or DEFAULT_TIME)
 
+    def take_file_options(self, options: dict) -> None:
+        """The study file's ``launcher.slurm``, for every option the command line left unset
+        (``params``: the command line's win key by key)."""
+        for key, value in options.items():
+            if key == "params":
+                self.params = {**value, **self.params}
+            elif key == "setup":
+                self.setup = self.setup or tuple(value)
+            elif getattr(self, key) is None:
+                setattr(self, key, value)
+        self.jobs = 1 if self.jobs is None else self.jobs
+
     def check(self, cfg: StudyConfig, storage_url: str | None, workers: int | None = None,
               devices: str | None = None) -> None:
         """Every refusal, before anything is written or submitted."""
-        if not is_postgres(storage_url):
-            raise ConfigError("--launcher slurm: the jobs need a PostgreSQL storage they all reach "
-                              f"(--storage postgresql://user@host/db), not {storage_url or 'the default journal file'}: "
-                              "a journal file or SQLite is not safe across machines")
+        self.take_file_options(cfg.launcher.slurm)
+        if storage_url is not None and not (is_postgres(storage_url) or storage_url.startswith("journal:")):
+            raise ConfigError("--launcher slurm: the jobs need a storage they all reach: PostgreSQL "
+                              "(--storage postgresql://user@host/db) or a journal file on a shared file system "
+                              f"(--storage journal:/shared/path/optuna.journal), not {storage_url}: "
+                              "SQLite is not safe across machines")
         for name, value in (("--jobs", self.jobs), ("--gpus-per-row", self.gpus_per_row),
                             ("--cpus-per-job", self.cpus_per_job)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -136,6 +186,7 @@ class SlurmLauncher:
         if importlib.util.find_spec("submitit") is None:
             raise ConfigError(f"--launcher slurm needs submitit: pip install submitit=={SUBMITIT_VERSION} "
                               "(scripts/install_slurm.sh installs it with Slurm's client tools)")
+        check_params(self.params)
         if not shutil.which("sbatch"):
             raise ConfigError("--launcher slurm: sbatch is not on PATH; run the coordinator where jobs can be "
                               "submitted (a Slurm login node)")
@@ -151,6 +202,13 @@ class SlurmLauncher:
             params["gpus_per_node"] = self.gpus_per_row
         if self.cpus_per_job:
             params["cpus_per_task"] = self.cpus_per_job
+        for name in ("account", "qos", "mem", "constraint", "exclude"):
+            if getattr(self, name):
+                params[f"slurm_{name}"] = getattr(self, name)
+        if self.setup:
+            params["slurm_setup"] = list(self.setup)
+        for name, value in self.params.items():
+            params[name if name.startswith("slurm_") else f"slurm_{name}"] = value
         executor.update_parameters(**params)
         return executor
 
@@ -180,7 +238,8 @@ class SlurmLauncher:
         complete is echoed as it ends (and its line returned). ``tick`` is the coordinator's check
         (progress, reaping; it raises a pending signal); ``requeue`` queues handed-back rows again
         under the setup lock."""
-        executor, cmd = self._executor(cfg, state), worker_command(cfg, storage_url, state, self.gpus_per_row or 1)
+        executor, cmd = self._executor(cfg, state), worker_command(cfg, storage_url, state, self.gpus_per_row or 1,
+                                                                 self.accelerate_config)
         jobs = self.submit(executor, cmd, self.jobs)
         echo(f"slurm: submitted {len(jobs)} worker job(s) {', '.join(j.job_id for j in jobs)} "
              f"(logs: {Path(str(jobs[0].paths.folder)).parent})")

@@ -19,13 +19,16 @@ def default_storage(state: Path) -> str:
 
 
 def open_storage(url: str):
-    """An Optuna storage from a URL: ``journal:/path`` or any SQLAlchemy URL."""
+    """An Optuna storage from a URL: ``journal:/path`` or any SQLAlchemy URL. A journal is locked
+    with ``JournalFileOpenLock`` (an O_EXCL lock file, which Optuna documents as safe on NFSv3 and
+    later), so the same file serves local workers and Slurm jobs on a shared file system; every
+    process opening a journal uses this one lock kind."""
     if url.startswith("journal:"):
         from optuna.storages import JournalStorage
-        from optuna.storages.journal import JournalFileBackend
+        from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
         path = url[len("journal:"):]
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(path))
+        return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
     return optuna.storages.RDBStorage(url)
 
 

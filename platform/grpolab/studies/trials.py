@@ -7,6 +7,7 @@ one reaped by another process (its worker presumed dead or hung) is not reported
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -161,11 +162,13 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
     prunes = cfg.kind == "search" and len(cfg.objectives) == 1   # Optuna prunes single-objective searches only
     if procs_per_row > 1:
         spec = {"experiment": data, "state": str(state), "parent_run_id": parent_run_id,
-                "tags": {**tags, "grpolab.processes": procs_per_row}, "run_name": run_name,
+                "tags": {**tags, "grpolab.processes": procs_per_row,   # and the launcher's file, when one launched them
+                         **({"grpolab.accelerate_config": cfg.launcher.accelerate_config}
+                            if cfg.launcher.accelerate_config else {})}, "run_name": run_name,
                 "resume_run_id": resume_run_id, "metric": cfg.objectives[0].metric,
                 "prune": {"study": cfg.path, "storage": storage_url, "trial_id": trial._trial_id}
                 if prunes else None}
-        result = run_on_ranks(procs_per_row, spec, heartbeat, on_run)
+        result = run_on_ranks(procs_per_row, spec, heartbeat, on_run, cfg.launcher.accelerate_config)
     else:
         result = run_row(exp, state, parent_run_id, tags, run_name, resume_run_id, heartbeat, on_run,
                           trial if prunes else None, cfg.objectives[0].metric)
@@ -203,7 +206,10 @@ def _report(study, trial, heartbeat, state: Path, outcome: str, trial_state, val
                    status="FAILED" if outcome == "error" else "KILLED", from_statuses=("RUNNING",))
 
 
-def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=None, procs_per_row: int = 1) -> None:
+def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=None, procs_per_row: int = 1,
+                accelerate_config: str | None = None) -> None:
+    if accelerate_config is not None:   # the coordinator's choice (its flag or the file's), already checked
+        cfg = dataclasses.replace(cfg, launcher=dataclasses.replace(cfg.launcher, accelerate_config=accelerate_config))
     if procs_per_row == 1:   # (several: each rank pins its own share; this process does not train)
         pin_worker_threads()
     study = create_or_load(cfg, storage_url)

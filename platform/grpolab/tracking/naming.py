@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import getpass
 
+from grpolab.method.advantages import advantage_params
+from grpolab.method.advantages import readers as advantage_readers
 from grpolab.method.registry import METHODS
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES
@@ -20,7 +22,8 @@ from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES
 CORE_AXES = ("advantage", "ratio", "surrogate", "aggregation", "kl_coef", "sampling", "overlong_filter",
              "soft_overlong", "entropy_coef")
 # Logged only when the condition on the spec holds: otherwise the axis cannot act. A surrogate's own
-# parameters are logged under the surrogates that read them (method/surrogates.py).
+# parameters are logged under the surrogates that read them (method/surrogates.py), an
+# estimator's under the estimators that read them (method/advantages.py).
 CONDITIONAL_AXES = {
     **{p: (lambda s, p=p: p in SURROGATES[s.surrogate].params) for p in SURROGATE_PARAMS},
     "kl_estimator": lambda s: s.kl_coef > 0,
@@ -28,15 +31,16 @@ CONDITIONAL_AXES = {
     "kl_ratio_correction": lambda s: s.kl_coef > 0,
     "max_sampling_rounds": lambda s: s.sampling == "dynamic",
     "sampling_cap_policy": lambda s: s.sampling == "dynamic",
+    "gfpo_keep": lambda s: s.sampling == "gfpo",
+    "gfpo_metric": lambda s: s.sampling == "gfpo",
     "overlong_buffer": lambda s: s.soft_overlong,
     "overlong_penalty": lambda s: s.soft_overlong,
     # TRL's gated controller acts from a zero start coefficient too
     "entropy_mode": lambda s: s.entropy_coef > 0 or s.entropy_mode == "adaptive_gated",
     **{k: (lambda s: (s.entropy_coef > 0 and s.entropy_mode == "adaptive") or s.entropy_mode == "adaptive_gated")
        for k in ("entropy_target", "entropy_coef_step", "entropy_coef_min", "entropy_coef_max")},
-    "tracker_decay": lambda s: s.advantage == "value_tracker",
-    **{k: (lambda s: s.advantage == "gae") for k in ("gae_gamma", "gae_lambda", "gae_lambda_critic",
-                                                     "gae_length_alpha", "critic_lr", "critic_warmup")},
+    # an estimator's own parameters, under the estimators that read them (method/advantages.py)
+    **{p: (lambda s, p=p: s.advantage in advantage_readers(p)) for p in advantage_params()},
 }
 _DEFAULT_SPEC = MethodSpec()
 # The training budget and rollout shape: every run states them, whatever their value.

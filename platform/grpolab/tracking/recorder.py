@@ -251,6 +251,11 @@ class RunRecorder:
         import pandas as pd
         self.client.log_table(self.run_id, data=pd.DataFrame(rows), artifact_file=name)
 
+    def log_folder(self, folder: Path, artifact_path: str) -> None:
+        """Every file under ``folder`` as the run's artifacts under ``artifact_path`` (a remote
+        server stores them in its own artifact store, not as a local path)."""
+        self.client.log_artifacts(self.run_id, str(folder), artifact_path)
+
     def log_text(self, text: str, name: str) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / name

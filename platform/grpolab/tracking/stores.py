@@ -19,8 +19,7 @@ import contextlib
 import fcntl
 import logging
 import os
-import urllib.error
-import urllib.request
+import re
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -74,28 +73,28 @@ def check_database(url: str, what: str) -> None:
 
 
 def check_http_tracking(uri: str) -> None:
-    """An MLflow tracking server answers its REST API (auth from MLflow's own variables)."""
-    url = uri.rstrip("/") + "/api/2.0/mlflow/experiments/search?max_results=1"
-    request = urllib.request.Request(url)
-    token, user = os.environ.get("MLFLOW_TRACKING_TOKEN"), os.environ.get("MLFLOW_TRACKING_USERNAME")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    elif user:
-        import base64
-        pair = f"{user}:{os.environ.get('MLFLOW_TRACKING_PASSWORD', '')}".encode()
-        request.add_header("Authorization", "Basic " + base64.b64encode(pair).decode())
+    """An MLflow tracking server answers its REST API, asked through MLflow's own request helper
+    with MLflow's own host credentials, so that what MLflow's client would send is what is
+    checked: MLFLOW_TRACKING_TOKEN / _USERNAME / _PASSWORD (or ~/.mlflow/credentials),
+    MLFLOW_TRACKING_AUTH (an auth plugin), MLFLOW_TRACKING_INSECURE_TLS, MLFLOW_TRACKING_SERVER_CERT_PATH
+    and MLFLOW_TRACKING_CLIENT_CERT_PATH. No retries: the point is to answer in seconds."""
+    from mlflow.tracking._tracking_service.utils import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request
     try:
-        with urllib.request.urlopen(request, timeout=CONNECT_TIMEOUT_S):
-            return
-    except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403):   # it answers; MLflow's own client (credentials file too) decides next
-            return
-        raise StoreUnreachable(f"tracking server {redact(uri)}: HTTP {exc.code} from its API "
-                               "(is it an MLflow tracking server?)") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise StoreUnreachable(f"tracking server {redact(uri)}: unreachable ({reason}); "
-                               f"check MLFLOW_TRACKING_URI") from None
+        response = http_request(get_default_host_creds(uri), "/api/2.0/mlflow/experiments/search", "GET",
+                                max_retries=0, backoff_factor=0, timeout=CONNECT_TIMEOUT_S, raise_on_status=False,
+                                params={"max_results": 1})
+    except Exception as exc:  # noqa: BLE001 - connection refused, TLS verification, a failing auth plugin
+        caused = re.search(r"Caused by (.+)", str(exc))   # requests' own reason inside MLflow's wrapping message
+        reason = caused.group(1)[:240] if caused else _first_line(exc)
+        raise StoreUnreachable(f"tracking server {redact(uri)}: unreachable ({reason}); check "
+                               f"MLFLOW_TRACKING_URI (and for https MLFLOW_TRACKING_SERVER_CERT_PATH or "
+                               f"MLFLOW_TRACKING_INSECURE_TLS)") from None
+    if response.status_code in (401, 403):   # it answers; MLflow's own client decides next
+        return
+    if response.status_code != 200:
+        raise StoreUnreachable(f"tracking server {redact(uri)}: HTTP {response.status_code} from its API "
+                               "(is it an MLflow tracking server?)")
 
 
 def _check_sqlite(uri: str, what: str) -> None:

@@ -135,6 +135,9 @@ def prepare(model, reward_funcs, args, train_dataset, method, correctness, trl_k
     kind, key = resolve_correctness(correctness, reward_func_names(funcs), train_dataset)
     spec = check_needs(method_name, spec, kind != "none")
     check_episode_axes(spec, trl_kwargs.get("rollout_func"))
+    if spec.sampling == "gfpo" and spec.gfpo_keep >= args.num_generations:
+        raise ValueError(f"method {method_name!r}: gfpo_keep={spec.gfpo_keep} must be < GRPOConfig.num_generations "
+                         f"({args.num_generations}): GFPO retains fewer completions per group than it samples")
     changed = [] if from_config else apply_method_settings(args, method_name, spec, regime, overridden)
     if overridden:
         warn_at_caller(f"GrpoLabTrainer: training {method_label(spec, method_name)}: GRPOConfig settings override "

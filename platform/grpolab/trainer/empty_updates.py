@@ -77,7 +77,8 @@ class EmptyUpdateChecks:
         where = {"static": "method.sampling=static trains them as they come",
                  "dynamic": f"method.sampling=dynamic hit its round cap (max_sampling_rounds="
                             f"{self.spec.max_sampling_rounds}) and filled the batch with them",
-                 "zero_variance_filter": "method.sampling=zero_variance_filter"}[self.spec.sampling]
+                 "zero_variance_filter": "method.sampling=zero_variance_filter",
+                 "gfpo": "method.sampling=gfpo trains the retained completions as they come"}[self.spec.sampling]
         masked = sum(bool(r.truncated) for r in rows) if self.args.mask_truncated_completions else 0
         extra = (f"; the overlong filter (method.overlong_filter) masked {masked} truncated completions"
                  if masked else "")

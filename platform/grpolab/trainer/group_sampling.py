@@ -1,6 +1,6 @@
 """Group-level sampling of the ``sampling`` axis inside TRL's generation step: DAPO's dynamic
-sampling (rounds of TRL's own generation until enough groups vary) and the zero-variance filter
-(no refill). A mixin of ``GrpoLabTrainer``; the pure selection logic is ``trainer/sampling.py``.
+sampling (rounds of TRL's own generation until enough groups vary), the zero-variance filter
+(no refill) and GFPO's group filter. A mixin of ``GrpoLabTrainer``; the pure selection logic is ``trainer/sampling.py``.
 """
 
 from __future__ import annotations
@@ -97,3 +97,9 @@ class GroupSampling:
         out["num_items_in_batch"] = self._gather(local_items.unsqueeze(0)).sum()
         self._metrics["train"]["sampling/kept_fraction"].append(informative.float().mean().item())
 
+    def _gfpo(self, out: dict, rewards: torch.Tensor, start: int) -> torch.Tensor:
+        """GFPO's group filter (``sampling.gfpo_filter``); its curves."""
+        kept = sampling.gfpo_filter(out, rewards, self.spec, self.num_generations, start, self._gather)
+        self._metrics["train"]["sampling/kept_fraction"].append(kept.kept_fraction)
+        self._metrics["train"]["gfpo/length_gap"].append(kept.length_gap)
+        return kept.rewards

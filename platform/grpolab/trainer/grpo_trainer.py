@@ -23,6 +23,7 @@ from trl import GRPOTrainer
 from grpolab import algorithms
 from grpolab.algorithms.losses import kl_estimate
 from grpolab.errors import NonFiniteLossError
+from grpolab.method.advantages import ADVANTAGES
 from grpolab.trainer import mlflow_report
 from grpolab.trainer import dropin
 from grpolab.trainer.correctness import CorrectnessRules
@@ -69,7 +70,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         self._own_reward_columns = list(range(len(funcs) - (len(setup.reward_funcs) - n_user), len(funcs)))
         self._correct_kind, self._correct_key = setup.correct_kind, setup.correct_key
         self.spec = spec
-        self.tracker = algorithms.ValueTracker(spec.tracker_decay) if spec.advantage == "value_tracker" else None
+        self.tracker = algorithms.ValueTracker(spec.tracker_decay) if ADVANTAGES[spec.advantage].tracker else None
         self.entropy_control = EntropyController(spec)
         self.cumulative_tokens = 0.0
         self.last_rollout: list[dict] = []        # a few rows of the latest rollout, for the samples artifact
@@ -90,7 +91,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         mlflow_report.report_like_the_cli(self, self._describe_run, dropin.mlflow_tags(self.method_name, spec,
                                                                                        self.args.seed))
         self.critic = self.critic_opt = None
-        if spec.advantage == "gae":
+        if ADVANTAGES[spec.advantage].critic:
             self._build_critic()
 
     def _describe_run(self, args, state) -> tuple[str, dict]:
@@ -145,8 +146,10 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         if penalty is not None:
             seq_pen = self._gather((penalty * mask).sum(-1))
             self._metrics["train"]["kl_reward_penalty"].append(seq_pen.mean().item())
-            if self.spec.advantage not in ("reinforce_pp", "reinforce_pp_baseline", "gae"):  # those fold it in per token
+            if not ADVANTAGES[self.spec.advantage].kl_per_token:   # those fold it in per token
                 rewards_adj = total - seq_pen   # (N,): the weights are already in ``total``, never applied twice
+        if self.spec.sampling == "gfpo":
+            rewards_adj = self._gfpo(out, rewards_adj, start)
         reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.accelerator.num_processes > 1 else None
         if self.critic is not None:
             out["old_values"] = self._critic_values(out, grad=False)
@@ -156,6 +159,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
             advantages = algorithms.compute_advantages(
                 self.spec, rewards_adj, G, mask=mask, token_penalty=penalty, prompt_keys=[r.prompt for r in rows],
                 tracker=self.tracker, local_rows=slice(start, start + n_local), reduce=reduce,
+                lengths=self._gather(mask.sum(1)),
             )
         if self.tracker is not None:
             self._metrics["train"]["tracker/prompts"].append(float(len(self.tracker.state)))

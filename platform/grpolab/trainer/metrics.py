@@ -157,6 +157,12 @@ DEFINITIONS: dict[str, str] = {
     "kl_reward_penalty": "generated batch: mean per-sequence beta * sum_t KL_t(pi_old || pi_ref) subtracted from the "
                          "reward (kl_placement=reward)",
     "cov/selected_fraction": "trained: Clip-Cov / KL-Cov: fraction of trained tokens selected by covariance",
+    "dppo/masked_fraction": "trained: DPPO: fraction of trained tokens whose divergence from pi_old exceeds its bound "
+                            "in the advantage's direction (their gradient is dropped; verl's pg_clipfrac)",
+    "dppo/truncated_fraction": "trained: DPPO: fraction of trained tokens kept with a ratio above the IS cap "
+                               "dual_clip_c (their weight truncated; verl's pg_clipfrac_lower)",
+    "policy/old_kl": "trained: DPPO / DRO: mean over trained tokens of log pi_old - log pi (verl's actor/ppo_kl; 0 "
+                     "on-policy)",
     "dpo/pairs": "trained: Group-DPO: (best, worst) pairs per micro-step over all processes (groups with unequal rewards)",
     "tracker/prompts": "SPO: prompts the value tracker has seen",
     "entropy/kept_fraction": "trained: top-entropy tokens: fraction of trained tokens that carry the policy gradient",
@@ -172,7 +178,10 @@ DEFINITIONS: dict[str, str] = {
     "lm/positive_nll": "trained: VAPO positive-example LM loss, mean negative log-prob of the tokens of correct completions (micro-batches without a correct completion are left out)",
     "critic/warmup": "critic (gae): 1 while the policy is frozen for value pretraining",
     "sampling/rounds": "dynamic sampling: generation rounds used to fill this batch",
-    "sampling/kept_fraction": "dynamic sampling: trained groups / generated groups; filter mode: informative groups / groups",
+    "sampling/kept_fraction": "dynamic sampling: trained groups / generated groups; filter mode: informative groups / "
+                              "groups; gfpo: retained completions / generated completions (gfpo_keep / group_size)",
+    "gfpo/length_gap": "gfpo: mean length of the rejected completions minus that of the retained ones, in tokens "
+                       "(> 0: the filter kept the shorter ones; by length always >= 0)",
     "sampling/filled_groups": "dynamic sampling: groups without variance used as fill-ins at the round cap",
     "sampling/discarded_tokens": "dynamic sampling: completion tokens generated but dropped (included in tokens/*)",
     "rewards/<reward function>/mean": "generated: mean of one reward function's output over every generated "

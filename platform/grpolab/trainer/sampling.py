@@ -1,4 +1,4 @@
-"""Dynamic sampling (DAPO) and zero-variance filtering: the pure part, no TRL.
+"""Dynamic sampling (DAPO), zero-variance filtering and GFPO's group filter: the pure part, no TRL.
 
 DAPO keeps only groups whose rewards disagree (0 < #correct < G for binary rewards): a
 zero-variance group has A = 0 everywhere and only dilutes the batch. The trainer generates
@@ -8,8 +8,11 @@ these functions decide which groups to keep and rebuild one padded batch from th
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
+from grpolab.algorithms import combine_rewards
 from grpolab.trainer.metrics import ZERO_VARIANCE_TOL, group_spread  # one definition of a zero-variance group
 
 # Row-aligned tensors and how to pad them when batches of different widths are joined.
@@ -99,3 +102,49 @@ def take_rows(batch: dict, rows: torch.Tensor) -> dict:
         elif k in LEFT_PADDED:
             out[k] = out[k][:, start_p:]
     return out
+
+
+def gfpo_retained(lengths: torch.Tensor, rewards: torch.Tensor, group_size: int, keep: int,
+                  metric: str) -> torch.Tensor:
+    """GFPO (Shrivastava et al. 2025, arXiv:2508.09726): in each group of G completions, retain the
+    ``keep`` best by ``metric`` and reject the rest (the caller gives them advantage 0 and leaves them
+    out of the group's mean and std, and of the loss). length: the shortest |o_i|; token_efficiency:
+    the largest r_i / |o_i|. Ties go to the earlier completion. Returns a bool (N,) mask of retained rows."""
+    if not 1 <= keep < group_size:
+        raise ValueError(f"method.gfpo_keep={keep}: must be in [1, group_size) = [1, {group_size})")
+    lengths = lengths.float().clamp(min=1.0).view(-1, group_size)
+    if metric == "length":
+        score = -lengths
+    elif metric == "token_efficiency":
+        score = torch.nan_to_num(rewards.float().view(-1, group_size), nan=-float("inf")) / lengths
+    else:
+        raise ValueError(f"unknown gfpo metric {metric!r}; valid: length, token_efficiency")
+    order = torch.sort(score, dim=1, descending=True, stable=True).indices[:, :keep]
+    retained = torch.zeros_like(score, dtype=torch.bool).scatter_(1, order, True)
+    return retained.view(-1)
+
+
+class GfpoFiltered(NamedTuple):
+    rewards: torch.Tensor    # the gathered rewards, NaN on rejected rows (out of every baseline, A = 0)
+    kept_fraction: float     # retained / generated completions
+    length_gap: float        # mean rejected length - mean retained length (tokens)
+
+
+def gfpo_filter(out: dict, rewards: torch.Tensor, spec, group_size: int, start: int, gather) -> GfpoFiltered:
+    """GFPO on one generation batch: choose the retained completions on the gathered lengths and
+    rewards (``gfpo_retained``), mask this process's rejected rows (from ``start``) out of the loss
+    and its token count (``out`` changed in place), and mark them NaN in ``rewards``, which the
+    group estimators read as "out of the baseline, advantage 0" (as TRL treats unscorable rows)."""
+    mask = out["completion_mask"] * out.get("tool_mask", 1)
+    lengths = gather(mask.sum(1).float())
+    total = combine_rewards(rewards, spec.reward_weights)
+    retained = gfpo_retained(lengths.cpu(), total.cpu(), group_size, spec.gfpo_keep, spec.gfpo_metric)
+    local = retained[start:start + mask.size(0)].to(mask.device)
+    out["completion_mask"] = out["completion_mask"] * local.unsqueeze(1).to(out["completion_mask"].dtype)
+    local_items = (out["completion_mask"] * out.get("tool_mask", 1)).sum()
+    out["num_items_in_batch"] = gather(local_items.unsqueeze(0)).sum()
+    filtered = rewards.clone().float()
+    filtered[~retained.to(filtered.device)] = float("nan")
+    lengths = lengths.cpu()
+    gap = float(lengths[~retained].mean() - lengths[retained].mean())
+    return GfpoFiltered(filtered, float(retained.float().mean()), gap)

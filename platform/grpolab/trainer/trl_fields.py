@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from grpolab.method.advantages import ADVANTAGES, trl_advantage
 from grpolab.method.spec import AXIS_CHOICES, MethodSpec, build_spec
 from grpolab.method.surrogates import SURROGATES, trl_target
 from grpolab.method.trl_names import TRL_LOSS_TYPES
@@ -102,13 +103,21 @@ def _ratio(value, args, spec) -> dict:
     return {} if SURROGATES[spec.surrogate].own_ratio else {"ratio": value}   # VESPO builds its own sequence weight
 
 
+# TRL's scale_rewards values and the estimators they mean, from the advantage registry
+_SCALES = ", ".join(f"{e.trl['scale_rewards']} -> {e.name}" for e in ADVANTAGES.values() if e.trl and "scale_rewards" in e.trl)
+
+
 def _scale_rewards(value, args, spec) -> dict:
     value = {True: "group", False: "none"}.get(value, value)
-    return {"advantage": {"group": "group_std", "batch": "batch_std", "none": "group_mean"}[value]}
+    named = trl_advantage({"scale_rewards": value})
+    if named is None:
+        raise ValueError(f"GRPOConfig.scale_rewards={value!r}: no advantage estimator has it; valid: {_SCALES}")
+    return {"advantage": named}
 
 
 def _aggregation(value, args, spec) -> dict:
-    return {"advantage": "decoupled"} if value == "normalize_then_sum" else {}   # TRL then ignores scale_rewards
+    named = trl_advantage({"multi_objective_aggregation": value})   # TRL then ignores scale_rewards
+    return {"advantage": named} if value != "sum_then_normalize" else {}
 
 
 def _same(axis: str, cast):
@@ -173,9 +182,10 @@ TRL_FIELDS: dict[str, TrlField] = {
     "importance_sampling_level": TrlField(AXIS, "ratio token | sequence (vespo ignores it)", _ratio),
     "beta": TrlField(AXIS, "kl_coef, k3 estimator in the loss (TRL's KL)", _beta),
     "use_bias_correction_kl": TrlField(AXIS, "kl_ratio_correction (acts only with beta > 0)", _bias_correction_kl),
-    "scale_rewards": TrlField(AXIS, "advantage: group -> group_std, batch -> batch_std, none -> group_mean",
-                              _scale_rewards),
-    "multi_objective_aggregation": TrlField(AXIS, "normalize_then_sum -> advantage=decoupled (GDPO)", _aggregation),
+    "scale_rewards": TrlField(AXIS, f"advantage: {_SCALES}", _scale_rewards),
+    "multi_objective_aggregation": TrlField(AXIS, f"normalize_then_sum -> advantage="
+                                                  f"{trl_advantage({'multi_objective_aggregation': 'normalize_then_sum'})}",
+                                            _aggregation),
     "reward_weights": TrlField(AXIS, "reward_weights (spec.with_reward_weights, in prepare)", _nothing),
     "mask_truncated_completions": TrlField(AXIS, "overlong_filter (TRL masks the rows itself)",
                                            _same("overlong_filter", bool)),

@@ -9,6 +9,7 @@ the caller's announcement. Loss types and clip bounds come from the surrogate re
 
 from __future__ import annotations
 
+from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATES
 from grpolab.method.trl_names import TRL_LOSS_PAIRS
@@ -47,15 +48,15 @@ def trl_settings(spec: MethodSpec) -> dict:
     """GRPOConfig field -> the value equivalent to ``spec`` (or ``_NoEquivalent``). TRL's beta
     only switches the reference model on (grpolab's loss applies the KL itself)."""
     eps_low, eps_high = _clip_bounds(spec)
-    scale = {"group_std": "group", "group_mean": "none", "batch_std": "batch"}
+    advantage = ADVANTAGES[spec.advantage].trl or {}   # the estimator's GRPOConfig settings (method/advantages.py)
     level = {"token": "token", "sequence": "sequence"}
     return {
         "loss_type": _loss_type(spec),
         "beta": spec.kl_coef if spec.kl_coef > 0 else (1.0 if spec.needs_reference else 0.0),
         "epsilon": eps_low, "epsilon_high": eps_high,
         "mask_truncated_completions": spec.overlong_filter,
-        "scale_rewards": scale.get(spec.advantage, _NoEquivalent(f"advantage={spec.advantage}")),
-        "multi_objective_aggregation": "normalize_then_sum" if spec.advantage == "decoupled" else "sum_then_normalize",
+        "scale_rewards": advantage.get("scale_rewards", _NoEquivalent(f"advantage={spec.advantage}")),
+        "multi_objective_aggregation": advantage.get("multi_objective_aggregation", "sum_then_normalize"),
         "importance_sampling_level": level.get(spec.ratio, _NoEquivalent(f"ratio={spec.ratio}")),
         "top_entropy_quantile": spec.top_entropy_quantile,
         "use_bias_correction_kl": spec.kl_ratio_correction,

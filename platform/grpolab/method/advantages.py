@@ -1,0 +1,123 @@
+"""The advantage axis as one registry: every estimator's facts, as data, in one entry.
+
+An entry says what the estimator reads (the ``MethodSpec`` fields it logs and that are inert under
+any other estimator), the shape of what it returns (one advantage per completion, or one per
+token), how it meets the run's other settings (a reward-side KL, NaN rewards, several reward
+components, multi-turn episodes, GiGPO's step-level term) and how stock TRL 1.16 names it. Its
+torch function is attached by name one floor up (``grpolab.algorithms.estimators``; a test
+checks one function per entry and one entry per function). Everything else derives from here: the
+axis's valid values (``spec.AXIS_CHOICES``), the requirements of its parameters (``requirements``),
+the params a run logs (``tracking.naming``), TRL's settings (``trl_names``, ``trainer.trl_settings``,
+``trainer.trl_fields``) and the trainer's and tasks' checks.
+Adding an estimator: one entry here, its function, and its test. Pure data, no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One value of the advantage axis. Formulas: the docstring of its function."""
+    name: str
+    params: tuple[str, ...] = ()      # MethodSpec fields only it reads (logged, inert under the others)
+    per_token: bool = False           # returns (N, T), one advantage per token; else (N,), one per completion
+    kl_per_token: bool = False        # folds a reward-side KL in per token (else the KL is summed per sequence
+                                      # and subtracted from the completion's reward)
+    kl_reward_only: bool = False      # with kl_coef > 0 the KL must sit in the reward (it folds it in)
+    no_reward_kl: str | None = None   # why a reward-side KL is refused (None: allowed)
+    unscorable: bool = False          # leaves NaN (unscorable) rewards out of its baseline, as TRL does
+    components: bool = False          # keeps reward components apart: needs a task with >= 2 of them
+    bounded: str | None = None        # why it needs rewards in [0, 1] (None: any reward)
+    critic: bool = False              # needs a learned value model (its advantages come from the trainer's critic)
+    tracker: bool = False             # keeps per-prompt state across batches (a ValueTracker)
+    step_norm: str | None = None      # GiGPO's step-level term normalised like it: "std" | "mean" (None: no step term)
+    multi_turn: str | None = None     # why it cannot run on multi-turn episodes (None: it can)
+    trl: dict | None = None           # GRPOConfig settings under which TRL 1.16 computes exactly it
+    no_trl: str | None = None         # why TRL has none (None when ``trl`` is set)
+    missing: str | None = None        # why grpolab cannot train with it yet (its function exists and is tested)
+    cite: str = ""                    # where its formula comes from, when a reference implementation has it
+
+
+_NO_TRL_PER_TOKEN = "TRL 1.16 computes one advantage per completion from the group's rewards"
+
+_ENTRIES = [
+    Estimator("group_std", unscorable=True, step_norm="std", trl={"scale_rewards": "group"}),
+    Estimator("group_mean", unscorable=True, step_norm="mean", trl={"scale_rewards": "none"}),
+    Estimator("batch_std", unscorable=True, trl={"scale_rewards": "batch"}),
+    Estimator("leave_one_out", unscorable=True, no_trl="TRL 1.16 has no leave-one-out baseline in GRPOTrainer"),
+    Estimator("reinforce_pp", per_token=True, kl_per_token=True, kl_reward_only=True, no_trl=_NO_TRL_PER_TOKEN),
+    Estimator("reinforce_pp_baseline", per_token=True, kl_per_token=True, no_trl=_NO_TRL_PER_TOKEN),
+    Estimator("decoupled", components=True, trl={"multi_objective_aggregation": "normalize_then_sum"},
+              no_reward_kl="it normalises reward components separately; a reward-side KL would be one more component",
+              multi_turn="an episode has one return, not reward components"),
+    Estimator("value_tracker", params=("tracker_decay",), tracker=True,
+              bounded="its Beta tracker reads each reward as a success probability",
+              no_reward_kl="the tracker's success probability would absorb the KL penalty",
+              no_trl="TRL 1.16 keeps no per-prompt state"),
+    Estimator("gae", params=("gae_gamma", "gae_lambda", "gae_lambda_critic", "gae_length_alpha", "critic_lr",
+                             "critic_warmup"),
+              per_token=True, kl_per_token=True, critic=True, multi_turn="the critic reads single completions",
+              no_trl="TRL 1.16's GRPOTrainer has no value model"),
+]
+_ENTRIES += [   # verl 0.9.1's further estimators (core_algos.py, register_adv_est)
+    Estimator("opo", no_trl="TRL 1.16 has no length-weighted baseline",
+              cite="OPO, Hao et al. 2025, arXiv:2505.23585; verl compute_opo_outcome_advantage"),
+    Estimator("grpo_passk", no_trl="TRL 1.16 has no pass@k advantage",
+              cite="pass@k advantage, arXiv:2503.19595 (the paper verl's docstring cites); verl "
+                   "compute_grpo_passk_outcome_advantage"),
+    Estimator("gpg", no_trl="TRL 1.16.0 has no GPG advantage (no GRPOConfig field, no experimental GPG trainer)",
+              cite="GPG, Chu et al. 2025, arXiv:2504.02546; verl compute_gpg_outcome_advantage"),
+    Estimator("remax", no_trl="TRL 1.16 generates no greedy baseline",
+              missing="its baseline is the reward of one greedy completion per prompt, a generation grpolab's "
+                      "trainer does not run (TRL samples every completion of a group alike)",
+              cite="ReMax, Li et al. 2023, arXiv:2310.10505; verl compute_remax_outcome_advantage"),
+    Estimator("optimal_token_baseline", per_token=True, no_trl=_NO_TRL_PER_TOKEN,
+              missing="its weights need sum_v pi_old(v)^2 at every completion token, a full-vocabulary quantity "
+                      "of the sampling policy that TRL's log-prob pass does not return",
+              cite="verl compute_optimal_token_baseline_advantage"),
+    Estimator("tir_optimal_token_baseline", per_token=True, no_trl=_NO_TRL_PER_TOKEN,
+              missing="as optimal_token_baseline: it needs sum_v pi_old(v)^2 at every model token",
+              cite="verl compute_multi_turn_optimal_token_baseline_advantage"),
+]
+_ENTRIES += [
+    Estimator("maxrl", bounded="it divides by the group's mean reward, a success rate only for rewards in [0, 1]",
+              no_trl="the installed TRL 1.16.0's scale_rewards has no 'mean' (group, batch, none)",
+              cite="MaxRL, Tajwar, Zeng et al. 2026, Maximum Likelihood Reinforcement Learning, arXiv:2602.02710"),
+]
+ADVANTAGES: dict[str, Estimator] = {e.name: e for e in _ENTRIES}
+
+
+def register_estimator(entry: Estimator) -> None:
+    """Add ``entry`` to the axis (tests register a toy estimator this way, with its function)."""
+    if entry.name in ADVANTAGES:
+        raise ValueError(f"advantage {entry.name!r} has an entry already")
+    ADVANTAGES[entry.name] = entry
+
+
+def unregister_estimator(name: str) -> None:
+    ADVANTAGES.pop(name)
+
+
+def estimators(**facts) -> tuple[str, ...]:
+    """The estimators whose entries have every given fact, e.g. ``estimators(unscorable=True)``."""
+    return tuple(e.name for e in ADVANTAGES.values() if all(getattr(e, k) == v for k, v in facts.items()))
+
+
+def readers(param: str) -> tuple[str, ...]:
+    """The estimators that read ``param`` (a MethodSpec field)."""
+    return tuple(e.name for e in ADVANTAGES.values() if param in e.params)
+
+
+def advantage_params() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(p for e in ADVANTAGES.values() for p in e.params))
+
+
+def trl_advantage(settings: dict) -> str | None:
+    """The estimator TRL computes under GRPOConfig ``settings`` (scale_rewards / multi_objective_aggregation)."""
+    if settings.get("multi_objective_aggregation") == "normalize_then_sum":   # TRL then ignores scale_rewards
+        settings = {"multi_objective_aggregation": "normalize_then_sum"}
+    else:
+        settings = {"scale_rewards": settings.get("scale_rewards", "group")}
+    return next((e.name for e in ADVANTAGES.values() if e.trl == settings), None)

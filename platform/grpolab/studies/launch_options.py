@@ -1,0 +1,140 @@
+"""How a study's rows are launched, as a study file's ``launcher:`` section or the command line
+gives it: the Slurm options of its worker jobs (slurm.py) and an accelerate / DeepSpeed
+configuration for rows on several processes (ranks.py).
+
+    launcher:
+      accelerate_config: studies/accelerate/zero2.yaml   # --accelerate-config FILE
+      slurm:                                             # used with --launcher slurm
+        account: proj123                                 # --account
+        partition: gpu                                   # --partition
+        qos: normal                                      # --qos
+        mem: 64G                                         # --mem
+        constraint: a100                                 # --constraint
+        exclude: node[01-02]                             # --exclude
+        setup: ["module load cuda/12.4", "conda activate grpolab"]   # --setup LINE (repeatable)
+        time: "4:00:00"                                  # --time
+        jobs: 2                                          # --jobs
+        cpus_per_job: 8                                  # --cpus-per-job
+        params: {mail_type: END, gres: "gpu:a100:2"}     # --slurm-param key=value (repeatable)
+
+Every check here reads files and names only: no torch, no submitit import (the names of
+submitit's Slurm parameters are checked by slurm.py, before anything is submitted).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from grpolab.errors import ConfigError, did_you_mean
+
+# launcher.slurm key -> the command-line flag that overrides it
+SLURM_KEYS = {"account": "--account", "partition": "--partition", "qos": "--qos", "mem": "--mem",
+              "constraint": "--constraint", "exclude": "--exclude", "setup": "--setup", "time": "--time",
+              "jobs": "--jobs", "cpus_per_job": "--cpus-per-job", "params": "--slurm-param"}
+LAUNCHER_KEYS = ("accelerate_config", "slurm")
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    accelerate_config: str | None = None                # resolved path, checked
+    slurm: dict = field(default_factory=dict)           # launcher.slurm, checked names and types
+
+
+def parse_launcher(raw, study_path: Path) -> LaunchOptions:
+    """A study file's ``launcher:`` section; a relative accelerate_config is relative to the study file."""
+    if raw is None:
+        return LaunchOptions()
+    if not isinstance(raw, dict):
+        raise ConfigError(f"launcher: expected a mapping of {', '.join(LAUNCHER_KEYS)}, got {raw!r}")
+    for key in raw:
+        if key not in LAUNCHER_KEYS:
+            raise ConfigError(f"launcher.{key}: unknown key{did_you_mean(key, LAUNCHER_KEYS)}; "
+                              f"valid: {', '.join(LAUNCHER_KEYS)}")
+    accelerate = raw.get("accelerate_config")
+    if accelerate is not None:
+        if not isinstance(accelerate, str) or not accelerate.strip():
+            raise ConfigError(f"launcher.accelerate_config: expected a file path, got {accelerate!r}")
+        path = Path(accelerate)
+        accelerate = str(path if path.is_absolute() else (Path(study_path).parent / path))
+        read_accelerate_config(accelerate, "launcher.accelerate_config")
+    return LaunchOptions(accelerate, parse_slurm(raw.get("slurm")))
+
+
+def parse_slurm(raw) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"launcher.slurm: expected a mapping of {', '.join(SLURM_KEYS)}, got {raw!r}")
+    for key, value in raw.items():
+        where = f"launcher.slurm.{key}"
+        if key not in SLURM_KEYS:
+            raise ConfigError(f"{where}: unknown key{did_you_mean(key, SLURM_KEYS)}; valid: {', '.join(SLURM_KEYS)}")
+        if key == "setup" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            raise ConfigError(f"{where}: expected a list of shell lines, got {value!r}")
+        elif key == "params" and not (isinstance(value, dict) and all(isinstance(k, str) for k in value)):
+            raise ConfigError(f"{where}: expected a mapping of submitit Slurm parameters, got {value!r}")
+        elif key in ("jobs", "cpus_per_job") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ConfigError(f"{where}: expected an integer >= 1, got {value!r}")
+        elif key not in ("setup", "params", "jobs", "cpus_per_job") and not isinstance(value, (str, int)):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+    return {k: (str(v) if k not in ("setup", "params", "jobs", "cpus_per_job") else v) for k, v in raw.items()}
+
+
+def parse_slurm_param(text: str) -> tuple[str, object]:
+    """``--slurm-param key=value``: the value read as YAML (``exclusive=true`` is a boolean, ``mem=64G`` a string)."""
+    key, sep, value = str(text).partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--slurm-param: expected key=value, got {text!r}")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else ""
+    except yaml.YAMLError:
+        parsed = value
+    # a scalar comes typed; what YAML reads as a mapping, list or null is no Slurm value: kept as written
+    return key.strip(), parsed if isinstance(parsed, (str, int, float, bool)) else value
+
+
+def read_accelerate_config(path: str, where: str) -> dict:
+    """An accelerate config file (YAML or JSON, as ``accelerate config`` writes it), as a mapping."""
+    file = Path(path)
+    if not file.exists():
+        raise ConfigError(f"{where}: {path} does not exist")
+    if not file.is_file():
+        raise ConfigError(f"{where}: {path} is not a file (an accelerate config YAML or JSON is expected)")
+    try:
+        data = yaml.safe_load(file.read_text())   # JSON is YAML too
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{where}: {path} is not YAML or JSON ({str(exc).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: {path} is not an accelerate config (expected a mapping such as "
+                          "distributed_type: DEEPSPEED, num_processes: 2)")
+    ds_file = (data.get("deepspeed_config") or {}).get("deepspeed_config_file") \
+        if isinstance(data.get("deepspeed_config"), dict) else None
+    if ds_file and not (file.parent / ds_file).exists() and not Path(ds_file).exists():
+        raise ConfigError(f"{where}: {path} names deepspeed_config_file {ds_file}, which does not exist")
+    return data
+
+
+def check_accelerate_config(path: str, per_row: int | None, where: str) -> str:
+    """The file, checked against the row's K processes (``--gpus-per-row K``): a file's own
+    num_processes must be K, since accelerate launches K processes with it."""
+    data = read_accelerate_config(path, where)
+    wanted = data.get("num_processes")
+    if per_row is None or per_row < 2:
+        raise ConfigError(f"{where}: only with --gpus-per-row K >= 2 (the processes each row runs as; a row on one "
+                          "process trains inside its worker)"
+                          + (f"; {path} says num_processes: {wanted}" if wanted is not None else ""))
+    if wanted is not None and wanted != per_row:
+        raise ConfigError(f"{where}: {path} says num_processes: {wanted}, but --gpus-per-row is {per_row}; "
+                          "make them agree")
+    return str(Path(path).resolve())
+
+
+def row_accelerate_config(flag: str | None, study: LaunchOptions, per_row: int | None) -> str | None:
+    """The accelerate config the rows use: ``--accelerate-config`` over the study file's
+    ``launcher.accelerate_config``, checked against K; None when neither gives one."""
+    chosen, where = (flag, "--accelerate-config") if flag is not None else (study.accelerate_config,
+                                                                            "launcher.accelerate_config")
+    return None if chosen is None else check_accelerate_config(chosen, per_row, where)

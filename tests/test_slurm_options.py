@@ -1,0 +1,133 @@
+"""Slurm as clusters set it up (`grpolab study --launcher slurm` with --account, --qos, --mem,
+--constraint, --exclude, --setup, --slurm-param, or the study file's launcher.slurm): bad names
+exit 2 before anything is submitted; every option reaches the sbatch script submitit writes; and
+a study runs on the loopback Slurm cluster (tests/slurm_cluster.py) with either storage the jobs
+can share: an Optuna journal on a shared folder (NFS lock) or PostgreSQL."""
+
+import os
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+
+from grpolab import cli
+from grpolab.errors import ConfigError
+from grpolab.studies.definition import load_study
+from grpolab.studies.launch_options import parse_slurm_param
+from grpolab.studies.slurm import SlurmLauncher
+from grpolab.studies.storage import create_or_load, open_storage
+from grpolab.tracking.recorder import tracking_uri
+from test_study_slurm import ROW
+
+SLURM_FILE = {"account": "proj123", "qos": "normal", "mem": "8G", "constraint": "a100", "exclude": "node[01-02]",
+              "setup": ["module load cuda/12.4", "conda activate grpolab"], "params": {"comment": "from-the-file"}}
+
+
+def study_file(folder: Path, name: str = "slurm_opts", rows: int = 1, **extra) -> Path:
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"kind": "ladder", "name": name, "base": ROW, "seeds": list(range(rows)),
+                                    "rungs": [{"name": "base"}], **extra}))
+    return path
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--slurm-param", "mail_tpye=END"], "--slurm-param mail_tpye: not a submitit Slurm parameter (did you mean 'mail_type'?)"),
+    (["--slurm-param", "time=10"], "--slurm-param time: set by grpolab; use --time / launcher.slurm.time"),
+    (["--slurm-param", "slurm_account=x"], "--slurm-param slurm_account: set by grpolab; use --account"),
+    (["--slurm-param", "novalue"], "--slurm-param: expected key=value, got 'novalue'"),
+])
+def test_bad_slurm_parameters_exit_2_before_anything_is_submitted(tmp_path, capsys, flags, message):
+    state = tmp_path / "state"
+    code = cli.main(["--state", str(state), "study", str(study_file(tmp_path)), "--launcher", "slurm", *flags])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err, err
+    assert not state.exists()
+
+
+def test_slurm_options_need_the_slurm_launcher_and_the_file_section_is_checked(tmp_path, capsys):
+    assert cli.main(["study", str(study_file(tmp_path)), "--account", "x"]) == 2
+    assert "--account: only with --launcher slurm" in capsys.readouterr().err
+    assert cli.main(["study", str(study_file(tmp_path, launcher={"slurm": {"acount": "x"}}))]) == 2
+    assert "launcher.slurm.acount: unknown key (did you mean 'account'?)" in capsys.readouterr().err
+    assert cli.main(["study", str(study_file(tmp_path, launcher={"slurm": {"setup": "module load x"}}))]) == 2
+    assert "launcher.slurm.setup: expected a list of shell lines" in capsys.readouterr().err
+    assert parse_slurm_param("exclusive=true") == ("exclusive", True)
+    assert parse_slurm_param("gres=gpu:a100:2") == ("gres", "gpu:a100:2")
+
+
+def _script(launcher: SlurmLauncher, cfg, state: Path) -> str:
+    executor = launcher._executor(cfg, state)
+    return executor._executor._make_submission_file_text("python -m grpolab.cli study-worker", "uid")
+
+
+def test_every_option_reaches_the_sbatch_script_the_command_line_over_the_file(tmp_path):
+    cfg = load_study(study_file(tmp_path, launcher={"slurm": SLURM_FILE}))
+    launcher = SlurmLauncher(qos="high", setup=("source /etc/profile",), params={"gres": "gpu:a100:2"},
+                             partition="gpu", time="2:00:00", gpus_per_row=2)
+    launcher.check(cfg, "postgresql://u@h/db")
+    text = _script(launcher, cfg, tmp_path / "state")
+    for line in ("#SBATCH --account=proj123", "#SBATCH --qos=high", "#SBATCH --mem=8G", "#SBATCH --constraint=a100",
+                 "#SBATCH --exclude='node[01-02]'", "#SBATCH --partition=gpu", "#SBATCH --time=120",
+                 "#SBATCH --gpus-per-node=2", "#SBATCH --gres=gpu:a100:2", "#SBATCH --comment=from-the-file",
+                 "#SBATCH --job-name=grpolab-slurm_opts"):
+        assert line in text.splitlines(), (line, text)   # (submitit quotes a value with shell characters)
+    setup = text.split("# setup\n")[1].split("\n\n")[0].splitlines()
+    assert setup == ["source /etc/profile"]   # the command line's setup lines replace the file's
+    assert launcher.jobs == 1
+
+
+def test_the_journal_storage_uses_optunas_nfs_lock(tmp_path):
+    from optuna.storages.journal import JournalFileOpenLock
+    storage = open_storage(f"journal:{tmp_path}/shared/optuna.journal")
+    assert isinstance(storage._backend._lock, JournalFileOpenLock)
+    study = create_or_load(load_study(study_file(tmp_path)), f"journal:{tmp_path}/shared/optuna.journal")
+    assert study.study_name == "slurm_opts"
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch, record_property):
+    from slurm_cluster import cluster_for_test
+    with cluster_for_test(tmp_path, monkeypatch, record_property) as c:
+        yield c
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("storage_kind", ["journal", "postgresql"])
+def test_a_study_runs_on_slurm_with_either_shared_storage_and_the_jobs_options(
+        cluster, tmp_path, postgres_server, record_property, storage_kind):
+    """Two rows over two jobs; a setup line each job runs writes a marker, so the setup reached the
+    job, not only the script."""
+    from grpolab.studies.coordinator import run_study
+    shared = tmp_path / "shared"   # one node: every folder is shared; on a cluster, an NFS mount
+    storage = (f"journal:{shared}/optuna.journal" if storage_kind == "journal"
+               else postgres_server.database(f"slurm_opts_{uuid.uuid4().hex[:8]}"))
+    row = {**ROW, "train": {**ROW["train"], "steps": 2}, "eval": {"every": 2, "prompts": 4, "k": 2}}
+    path = tmp_path / "slurm_opts.yaml"
+    path.write_text(yaml.safe_dump({"kind": "ladder", "name": "slurm_opts", "base": row, "seeds": [0, 1],
+                                    "rungs": [{"name": "base"}],
+                                    "launcher": {"slurm": {"mem": "1G", "jobs": 2, "params": {"comment": "grpolab"},
+                                                           "setup": [f"echo $SLURM_JOB_ID >> {shared}/setup_ran"]}}}))
+    shared.mkdir()
+    launcher = SlurmLauncher(partition="debug", cpus_per_job=1, time="20", poll_s=0.5, folder=str(shared / "jobs"))
+    lines, started = [], time.monotonic()
+    code = run_study(str(path), shared / "state", storage, None, False, echo=lines.append, launcher=launcher)
+    record_property("study_s", round(time.monotonic() - started, 1))
+    assert code == 0, "\n".join(lines)
+    jobs = [j.job_id for j in launcher.submitted]
+    assert len(jobs) == 2 and sorted((shared / "setup_ran").read_text().split()) == sorted(jobs)
+    script = (shared / "jobs" / f"{jobs[0]}_submission.sh").read_text().splitlines()
+    assert "#SBATCH --mem=1G" in script and "#SBATCH --comment=grpolab" in script
+    study = create_or_load(load_study(path), storage)
+    trials = study.get_trials(deepcopy=False)
+    assert sorted(t.user_attrs["row"] for t in trials) == ["r0-s0", "r0-s1"]
+    assert all(t.state == TrialState.COMPLETE for t in trials)
+    assert {t.user_attrs["worker"]["slurm_job"] for t in trials} <= set(jobs)
+    client = MlflowClient(tracking_uri(shared / "state"))
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()],
+                              "tags.`grpolab.study` = 'slurm_opts'")
+    assert sorted(r.info.status for r in runs if "optuna.trial_number" in r.data.tags) == ["FINISHED"] * 2
+    assert os.environ.get("SLURM_JOB_ID") is None   # the coordinator itself is no job
