@@ -237,7 +237,8 @@ def test_x_axes_seed_lines_and_clipped_ci_bars_in_chromium(ladder, shared_state,
 
 
 def test_ci_bars_are_cut_at_the_metric_range():
-    from grpolab.report.figures import ablation_figure, clipped_error, metric_range
+    from grpolab.report.figures import ablation_figure, clipped_error
+    from grpolab.studies.objectives import metric_range
     assert metric_range("final:eval/pass_at_1") == (0.0, 1.0) and metric_range("tail:length/incorrect")[0] == 0.0
     plus, minus = clipped_error([0.9, 0.05, 0.5, 0.4], [0.3, 0.2, float("nan"), 0.1], 0.0, 1.0)
     assert plus == pytest.approx([0.1, 0.2, 0.0, 0.1]) and minus == pytest.approx([0.3, 0.05, 0.0, 0.1])

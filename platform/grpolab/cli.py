@@ -19,6 +19,7 @@ from pathlib import Path
 
 from grpolab.errors import ConfigError, GrpoLabWarning
 from grpolab.signals import RunKilled
+from grpolab.startup import quiet_process, start_up
 
 
 def _cmd_run(args) -> int:
@@ -467,7 +468,7 @@ def _add_study_rank(sub) -> None:
 
 
 def _cmd_study_rank(args) -> int:
-    from grpolab.studies.trials import run_rank
+    from grpolab.studies.row_on_ranks import run_rank
     run_rank(args.spec)
     return 0
 
@@ -560,17 +561,6 @@ def _add_methods(sub) -> None:
     doc.set_defaults(func=_cmd_metrics_doc)
 
 
-def _quiet_libraries() -> None:
-    """Per-load progress bars and store-migration chatter drown grpolab's own progress. Set
-    through the variables the libraries read when imported, so that no answer waits on them."""
-    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")   # transformers' and the hub's bars
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
         code = _main(argv)
@@ -619,14 +609,11 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(hoist_global_flags(sys.argv[1:] if argv is None else list(argv)))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from grpolab.state import confine_caches, state_path
-    confine_caches(state_path(args.state))   # kernel and font caches under the state folder, not $HOME / $TMPDIR
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline clusters: no phoning home
+    start_up(args.state)
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # TRL's deprecated kwargs
     warnings.showwarning = _show_warning
     if not args.verbose:
-        _quiet_libraries()
+        quiet_process()
     try:
         if args.command in STATE_COMMANDS:
             from grpolab.state import check_state_folder

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,7 +242,7 @@ def build_config(data: dict) -> RunConfig:
                     task={"name": task_obj.name, **task_obj.params}, seed=seed, **sections)
     notes = check_coherence(cfg, task_obj)
     check_task_capacity(cfg, task_obj, explicit_train="n_train_prompts" in train_raw)
-    if cfg.eval.max_completion_length == 0:  # evaluate at the cap the run trains with (issue 10)
+    if cfg.eval.max_completion_length == 0:  # evaluate at the cap the run trains with
         train_cap = cfg.train.max_completion_length or task_obj.max_completion_length
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, max_completion_length=train_cap))
     for note in notes:
@@ -317,7 +318,7 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     check_save_settings(t)
     check_episode_config(cfg, task)   # multi-turn environment tasks and GiGPO's step term (grpolab.envs)
     notes = check_engines(cfg)
-    notes += inert_notes(cfg)   # each axis value declares one requirement (regime.py); unmet: inert, warned once
+    notes += inert_notes(cfg)   # each axis value declares one requirement (method/requirements.py); unmet: inert, warned once
     return notes
 
 
@@ -399,6 +400,17 @@ def check_save_settings(train) -> None:
         raise ConfigError(f"train.save_every: must be >= 0, or -1 (auto), got {train.save_every}")
     if train.keep_checkpoints < 1:
         raise ConfigError(f"train.keep_checkpoints: must be >= 1, got {train.keep_checkpoints}")
+
+
+def override_string(key: str, value) -> str:
+    """``key=value`` as the command line writes it, the value in YAML flow style on one line
+    (no folding of long values, no document-end marker), so ``parse_override`` reads ``value`` back."""
+    return f"{key}={yaml.safe_dump(value, default_flow_style=True, width=math.inf).strip().removesuffix(chr(10) + '...')}"
+
+
+def as_overrides(values: dict) -> list[str]:
+    """``{dotted key: value}`` -> override strings (``override_string``)."""
+    return [override_string(k, v) for k, v in values.items()]
 
 
 def parse_override(text: str) -> tuple[list[str], object]:

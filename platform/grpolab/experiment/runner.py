@@ -23,9 +23,10 @@ from grpolab.method.requirements import inert_settings
 from grpolab.signals import raise_if_signalled, signals_raise
 from grpolab.state import state_dir as default_state_dir
 from grpolab.tasks import hub_sources, log_eval_samples, make_task, render_examples
-from grpolab.tracking.naming import method_label, run_params, state_relative
+from grpolab.tracking.held_out import HELD_OUT_METRICS, EvalSteps
+from grpolab.tracking.naming import method_tags, run_params, state_relative
 from grpolab.tracking.recorder import RunRecorder, git_commit
-from grpolab.trainer.trl_config import MethodSettingsWarning, task_correctness
+from grpolab.trainer.dropin import MethodSettingsWarning, task_correctness
 from grpolab.world.generation import evaluate
 from grpolab.world.models import build_model, load_model, save_model
 from grpolab.world.warmstart import WarmStartConfig, warm_start
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class RunResult:
+class RunResult(EvalSteps):
     run_id: str | None
     status: str
     evals: dict            # step -> held-out metrics (step 0 = the warm start)
@@ -42,14 +43,6 @@ class RunResult:
     steps: int
     wall_seconds: float
     warm_start: dict
-
-    @property
-    def start_eval(self) -> dict:
-        return self.evals[min(self.evals)] if self.evals else {}   # empty on ranks > 0 (rank 0 evaluates)
-
-    @property
-    def final_eval(self) -> dict:
-        return self.evals[max(self.evals)] if self.evals else {}
 
 
 class TrackingCallback(TrainerCallback):
@@ -92,8 +85,7 @@ def _world() -> int:
 
 
 def _eval_metrics(result) -> dict:
-    return {"eval/pass_at_1": result.pass_at_1, "eval/pass_at_k": result.pass_at_k,
-            "eval/greedy_accuracy": result.greedy_accuracy, "eval/mean_length": result.mean_length}
+    return {key: getattr(result, field) for key, field in HELD_OUT_METRICS.items()}
 
 
 def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
@@ -117,7 +109,7 @@ def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
         return target, {"source": "random-init"}
     # the band is checked at the cap the run's held-out pass@1 is measured at (eval's, which
     # defaults to the training cap), not the task's own: a start in band at 44 tokens can be
-    # far below it at a training cap of 24 (issue 24)
+    # far below it at a training cap of 24
     # By default the warm start's seed is the run seed (different seeds, different SFT models);
     # warm_start.seed pins one shared warm start, e.g. to compare methods from the same model.
     return warm_start(cfg.model.preset, task, ws.seed if ws.seed >= 0 else cfg.seed, warm_start_config(cfg),
@@ -202,9 +194,8 @@ def _run_tags(cfg: RunConfig, task) -> dict:
     import transformers
     import trl
 
-    return {"grpolab.method": method_label(cfg.spec, cfg.method_name), "grpolab.method_base": cfg.method_name,
-            "grpolab.spec_hash": cfg.spec.spec_hash(),
-            "grpolab.task": task.name, "grpolab.seed": cfg.seed, "grpolab.git_commit": git_commit(),
+    return {**method_tags(cfg.method_name, cfg.spec, cfg.seed),
+            "grpolab.task": task.name, "grpolab.git_commit": git_commit(),
             "grpolab.version": __version__, "grpolab.overrides": "advantage,loss",
             "versions.torch": torch.__version__, "versions.trl": trl.__version__,
             "versions.transformers": transformers.__version__, "versions.mlflow": mlflow.__version__}

@@ -19,21 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-import yaml
 
 from grpolab.errors import ConfigError, did_you_mean
-from grpolab.experiment.config import apply_overrides, build_config
+from grpolab.experiment.config import apply_overrides, as_overrides, build_config, override_string
 from grpolab.method.requirements import inert
 from grpolab.method.spec import MethodSpec
 from grpolab.studies.devices import check_devices
 from grpolab.studies.launch_options import LaunchOptions, parse_launcher
 from grpolab.studies.registration import parse_deviations
+from grpolab.studies.objectives import check_metric
 from grpolab.studies.search_space import check_space
 from grpolab.tracking.naming import flat_keys
 from grpolab.yaml_input import read_yaml_mapping
-
-METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")
-EVAL_KEYS = ("eval/pass_at_1", "eval/pass_at_k", "eval/greedy_accuracy", "eval/mean_length")
 
 
 @dataclass(frozen=True)
@@ -81,7 +78,7 @@ class StudyConfig:
     n_trials: int = 0
     sampler: dict = field(default_factory=dict)
     pruner: dict = field(default_factory=dict)
-    row_timeout_s: float | None = 3600.0   # a row with no progress this long is hung: handed back (lifecycle.py)
+    row_timeout_s: float | None = 3600.0   # a row with no progress this long is hung: handed back (hand_back.py)
     devices: tuple[str, ...] = ()          # the device pool for --gpus-per-row (devices.py); not in the definition hash
     plan: dict = field(default_factory=dict)   # `grpolab study --plan` assumptions (plan.py); not in the definition hash
     launcher: LaunchOptions = LaunchOptions()  # how rows are launched (launch_options.py); not in the definition hash
@@ -92,33 +89,10 @@ class StudyConfig:
 
     def rung_experiment(self, rung: int, seed: int) -> dict:
         """The experiment dict of one ladder row: base + changes of rungs 0..rung, cumulative."""
-        overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}"
-                     for r in self.rungs[: rung + 1] for k, v in r.changes.items()]
+        overrides = [override_string(k, v) for r in self.rungs[: rung + 1] for k, v in r.changes.items()]
         data = apply_overrides(self.base, overrides + [f"seed={seed}"])
         data["name"] = f"{self.name}-r{rung}"
         return data
-
-
-def parse_threshold(key: str) -> tuple[str, float]:
-    """'eval/pass_at_1>=0.35' -> ('eval/pass_at_1', 0.35)."""
-    name, sep, value = key.partition(">=")
-    try:
-        return name, float(value) if sep else float("nan")
-    except ValueError:
-        raise ConfigError(f"metric key {key!r}: expected <eval key>>=<number>, e.g. eval/pass_at_1>=0.35") from None
-
-
-def check_metric(metric: str) -> None:
-    agg, _, key = metric.partition(":")
-    if agg not in METRIC_AGGS or not key:
-        raise ConfigError(f"metric {metric!r}: expected <agg>:<key> with agg in {', '.join(METRIC_AGGS)}, "
-                          "e.g. final:eval/pass_at_1, tail:length/incorrect or steps_to:eval/pass_at_1>=0.35")
-    if agg in ("steps_to", "tokens_to"):
-        name, threshold = parse_threshold(key)
-        if name not in EVAL_KEYS or threshold != threshold:
-            raise ConfigError(f"metric {metric!r}: {agg} needs <held-out key>>=<threshold>; keys: {', '.join(EVAL_KEYS)}")
-    elif agg in ("final", "auc") and key not in EVAL_KEYS:
-        raise ConfigError(f"metric {metric!r}: {agg} needs a held-out key; valid: {', '.join(EVAL_KEYS)}")
 
 
 def _positive(value, where: str) -> float | None:
@@ -223,7 +197,7 @@ def load_study(path: str | Path) -> StudyConfig:
     budget = data.get("budget") or {}
     if not isinstance(budget, dict):
         raise ConfigError(f"budget: expected a mapping of experiment keys (e.g. train.steps: 50), got {budget!r}")
-    base = apply_overrides(base, [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in budget.items()])
+    base = apply_overrides(base, as_overrides(budget))
     seeds, on_demand = _seeds(data.get("seeds", [0]), kind)
     if kind == "search" and "smallest_effect" in data:
         raise ConfigError("smallest_effect: only ladders have verdicts; give it per objective of a ladder")
@@ -347,7 +321,7 @@ def _check_space_acts(base: dict, space: dict, seed: int) -> None:
         values = dist["choices"] if dist["type"] == "categorical" else [dist["low"], dist["high"]]
         for value in values:
             point = {**(dist.get("when") or {}), key: value}
-            overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in point.items()]
+            overrides = as_overrides(point)
             try:
                 experiment = apply_overrides(base, overrides + [f"seed={seed}"])
             except ConfigError as exc:
@@ -355,11 +329,17 @@ def _check_space_acts(base: dict, space: dict, seed: int) -> None:
             _validate_experiment(experiment, f"space.{key}={value!r}")
 
 
+def quiet_build(data: dict):
+    """``build_config`` with its notes unsaid: a study's notes are said once, when its file is
+    validated (``ladder_notes`` and the coordinator), never again per row."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return build_config(data)
+
+
 def _validate_experiment(data: dict, where: str):
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return build_config(data)
+        return quiet_build(data)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 
@@ -367,12 +347,9 @@ def _validate_experiment(data: dict, where: str):
 def ladder_notes(study) -> list[str]:
     """Before a ladder runs: rungs whose change is inert in their regime (identical rungs are
     refused by ``load_study``)."""
-    import warnings
     notes = []
     for i, rung in enumerate(study.rungs):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cfg = build_config(study.rung_experiment(i, study.seeds[0]))
+        cfg = quiet_build(study.rung_experiment(i, study.seeds[0]))
         for key in rung.changes if i > 0 else ():
             section, _, axis = key.partition(".")
             if section == "method" and axis in MethodSpec.__dataclass_fields__ and inert(cfg, axis) is not None:
