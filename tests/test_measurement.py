@@ -67,7 +67,7 @@ def _trainer(model, tmp_path, spec, rewards, task=None, rollout_func=None, **kw)
     from trl import GRPOConfig
 
     from conftest import tiny_dataset
-    from grpolab.trainer.trl_config import task_correctness
+    from grpolab.trainer.dropin import task_correctness
     from grpolab.trainer.grpo_trainer import GrpoLabTrainer
     from grpolab.world.models import load_model
     base_task, train, ds = tiny_dataset(128)
@@ -102,7 +102,7 @@ def test_weighted_rewards_with_kl_in_reward_match_hand_computed_advantages(tiny_
     original = t._token_kl_penalty
     t._token_kl_penalty = lambda out, mask: penalties.append(original(out, mask)) or penalties[-1]
     out = t._generate_and_score_completions([{"prompt": train[i].prompt, "idx": i} for i in (0, 1) for _ in range(4)])
-    r = t._stash["rewards"]                                   # (8, 2) components, as TRL gathered them
+    r = t._scored.rewards                                   # (8, 2) components, as TRL gathered them
     seq_pen = (penalties[0] * out["completion_mask"]).sum(-1)
     assert seq_pen.abs().max() > 1e-3                          # the reward-side KL is really there
     total = r[:, 0] * 1.0 + r[:, 1] * 0.5 - seq_pen

@@ -31,7 +31,7 @@ def test_soft_penalized_fraction_counts_the_buffer_zone_by_hand():
 def test_soft_penalized_fraction_is_where_eq13_penalises(cap, buffer):
     """The zone the metric counts is exactly where the punishment (DAPO eq. 13, the reward the
     trainer adds) is negative, for the same cap and configured buffer."""
-    from grpolab.trainer.trl_config import overlong_reward
+    from grpolab.trainer.dropin import overlong_reward
     from grpolab.method.spec import build_spec
     spec = build_spec({"soft_overlong": True, "overlong_buffer": buffer})
     reward = overlong_reward(spec, cap)

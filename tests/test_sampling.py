@@ -11,6 +11,7 @@ import torch
 
 from conftest import REPO, tiny_dataset
 from grpolab.trainer import sampling
+from grpolab.trainer.rollouts import RolloutRow
 from grpolab.method.registry import get_method
 from grpolab.method.spec import build_spec
 
@@ -44,7 +45,7 @@ def test_concat_repads_prompts_left_and_completions_right():
 def _trainer(tiny_model_dir, tmp_path, spec, reward, **kw):
     from trl import GRPOConfig
 
-    from grpolab.trainer.trl_config import task_correctness
+    from grpolab.trainer.dropin import task_correctness
     from grpolab.trainer.grpo_trainer import GrpoLabTrainer
     from grpolab.world.models import load_model
     task, train, ds = tiny_dataset(128)
@@ -99,7 +100,7 @@ def test_zero_variance_filter_recomputes_normaliser_by_hand(tiny_model_dir, tmp_
     mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]])
     out = {"completion_ids": torch.ones(4, 3, dtype=torch.long), "completion_mask": mask.clone()}
     t.num_generations = 2
-    rows = [(False, 1, False, "p", "c")] * 4
+    rows = [RolloutRow(correct=False, length=1, truncated=False, prompt="p", completion="c")] * 4
     t._filter_zero_variance(out, torch.tensor([[1.0], [0.0], [1.0], [1.0]]), rows)  # group 1 is zero-variance
     assert out["completion_mask"].tolist() == [[1, 1, 1], [1, 1, 0], [0, 0, 0], [0, 0, 0]]
     assert out["num_items_in_batch"].item() == 5                    # 3 + 2 tokens of the kept group
@@ -246,7 +247,7 @@ def test_gfpo_without_correctness_is_not_told_it_filters_on_accuracy():
     """GFPO never reads sampling_filter: the drop-in's no-correctness stand-in must leave it alone."""
     import warnings
 
-    from grpolab.trainer.trl_config import check_needs
+    from grpolab.trainer.dropin import check_needs
     spec = build_spec({"sampling": "gfpo", "gfpo_keep": 2, "advantage": "group_mean", "aggregation": "token_mean"})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -40,7 +40,7 @@ def _hash_reward(salt):
 def _trainers(model_dir, tmp_path, spec, trl_kw, reward_funcs=None):
     from trl import GRPOTrainer
 
-    from grpolab.trainer.trl_config import task_correctness
+    from grpolab.trainer.dropin import task_correctness
     from grpolab.trainer.grpo_trainer import GrpoLabTrainer
     from grpolab.world.models import load_model
     task, train, ds = tiny_dataset()

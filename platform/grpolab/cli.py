@@ -19,6 +19,7 @@ from pathlib import Path
 
 from grpolab.errors import ConfigError, GrpoLabWarning
 from grpolab.signals import RunKilled
+from grpolab.startup import quiet_process, start_up
 
 
 def _cmd_run(args) -> int:
@@ -100,7 +101,7 @@ def _cmd_verdicts(args) -> int:
             results = judge_family([load_claim(p) for p in claim_files(args.claims)], state, args.storage)
         else:
             results = run_claims(args.claims, state, args.storage, args.workers, echo=note,
-                                 until_decided=args.until_decided, max_seeds=args.max_seeds, batch=args.batch,
+                                 until_decided=args.until_decided, max_seeds=args.max_seeds, batch=args.batch or 2,
                                  publish=record_study_tables)
     table = render_verdicts(results, args.format)
     sys.stdout.write(table if table.endswith("\n") else table + "\n")
@@ -183,15 +184,15 @@ def _cmd_study(args) -> int:
     from grpolab.report.publish import record_study_tables
     from grpolab.studies.coordinator import run_study
     started = time.time()
-    if args.until_decided:
+    on_demand = _seeds_on_demand(args)
+    if on_demand is not None and (launcher is not None or args.gpus_per_row is not None):
+        raise ConfigError("seeds on demand (--until-decided or the study's seeds: {first, batch, cap}) run on this "
+                          "machine only for now: add --fixed-seeds to launch the first seeds with Slurm or --gpus-per-row")
+    if on_demand is not None:
         from grpolab.analysis.until_decided import run_until_decided
-        if args.max_seeds is None:
-            raise ConfigError("--until-decided needs --max-seeds N")
-        code = run_until_decided(args.study, state_path(args.state), args.storage, args.workers or 1, args.max_seeds,
-                                 args.batch, retry_failed=args.retry_failed, accept_changed=args.accept_changed,
+        code = run_until_decided(args.study, state_path(args.state), args.storage, args.workers or 1, on_demand.cap,
+                                 on_demand.batch, retry_failed=args.retry_failed, accept_changed=args.accept_changed,
                                  publish=record_study_tables)
-    elif args.max_seeds is not None:
-        raise ConfigError("--max-seeds: only with --until-decided")
     else:
         code = run_study(args.study, state_path(args.state), args.storage, args.workers, args.retry_failed,
                          accept_changed=args.accept_changed, publish=record_study_tables,
@@ -215,6 +216,26 @@ def _cmd_study(args) -> int:
     return code
 
 
+def _seeds_on_demand(args):
+    """The seeds-on-demand plan of ``grpolab study``: the study file's ``seeds: {first, batch, cap}``
+    design by default (``--fixed-seeds`` runs its first seeds only), or ``--until-decided --max-seeds N
+    [--batch B]``, whose flags override the file's cap and batch."""
+    from grpolab.studies.definition import SeedsOnDemand, load_study
+    design = load_study(args.study).on_demand
+    if args.fixed_seeds:
+        if args.until_decided or args.max_seeds is not None or args.batch is not None:
+            raise ConfigError("--fixed-seeds: not with --until-decided, --max-seeds or --batch")
+        return None
+    if not args.until_decided:
+        if args.max_seeds is not None or args.batch is not None:
+            raise ConfigError("--max-seeds and --batch: only with --until-decided (or a seeds: {first, batch, cap} design)")
+        return design
+    cap = args.max_seeds if args.max_seeds is not None else (design.cap if design else None)
+    if cap is None:
+        raise ConfigError("--until-decided needs --max-seeds N (or a study file with seeds: {first, batch, cap})")
+    return SeedsOnDemand(args.batch or (design.batch if design else 2), cap)
+
+
 def _print_study_location(args) -> None:
     """Where the study's runs are: its MLflow experiment's runs page and how to open it."""
     from grpolab.experiment.progress import where
@@ -232,7 +253,8 @@ def _sequential_flags(parser, what: str) -> None:
                         help=f"add paired seeds in batches until {what} is decided or --max-seeds is reached "
                              "(each look's interval at level 1 - 0.05/K over the K planned looks)")
     parser.add_argument("--max-seeds", type=int, default=None, help="with --until-decided: the most paired seeds")
-    parser.add_argument("--batch", type=int, default=2, help="with --until-decided: seeds added per look (default 2)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="with --until-decided: seeds added per look (default: the study file's, else 2)")
 
 
 def _parent_run_id(study_path: str, state, storage_url) -> str | None:
@@ -369,6 +391,8 @@ def _add_study(sub) -> None:
     study.add_argument("--tokens-per-second", type=float, default=None, metavar="X",
                        help="with --plan: one row's generated tokens per second (grpolab bench --what throughput)")
     _sequential_flags(study, "every rung verdict")
+    study.add_argument("--fixed-seeds", action="store_true",
+                       help="a study file with seeds: {first, batch, cap}: run its first seeds only, add none")
     _launch_flags(study)
     study.set_defaults(func=_cmd_study)
 
@@ -444,7 +468,7 @@ def _add_study_rank(sub) -> None:
 
 
 def _cmd_study_rank(args) -> int:
-    from grpolab.studies.trials import run_rank
+    from grpolab.studies.row_on_ranks import run_rank
     run_rank(args.spec)
     return 0
 
@@ -537,17 +561,6 @@ def _add_methods(sub) -> None:
     doc.set_defaults(func=_cmd_metrics_doc)
 
 
-def _quiet_libraries() -> None:
-    """Per-load progress bars and store-migration chatter drown grpolab's own progress. Set
-    through the variables the libraries read when imported, so that no answer waits on them."""
-    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")   # transformers' and the hub's bars
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
         code = _main(argv)
@@ -596,14 +609,11 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(hoist_global_flags(sys.argv[1:] if argv is None else list(argv)))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from grpolab.state import confine_caches, state_path
-    confine_caches(state_path(args.state))   # kernel and font caches under the state folder, not $HOME / $TMPDIR
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline clusters: no phoning home
+    start_up(args.state)
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # TRL's deprecated kwargs
     warnings.showwarning = _show_warning
     if not args.verbose:
-        _quiet_libraries()
+        quiet_process()
     try:
         if args.command in STATE_COMMANDS:
             from grpolab.state import check_state_folder

@@ -35,7 +35,8 @@ from pathlib import Path
 
 from grpolab.analysis import DIRECTIONS
 from grpolab.errors import ConfigError
-from grpolab.studies.definition import Mechanism, StudyConfig, check_metric, load_study, parse_mechanism
+from grpolab.studies.definition import Mechanism, StudyConfig, load_study, parse_mechanism
+from grpolab.studies.objectives import check_metric
 from grpolab.studies.registration import parse_deviations
 from grpolab.yaml_input import check_input_file, read_yaml_mapping
 
@@ -46,7 +47,7 @@ FREE_LENGTH_TASKS = ("addition_scratchpad",)
 _KEYS = {"name", "source", "statement", "published", "study", "treatment", "control", "metric", "direction",
          "smallest_effect", "regime", "requires", "mechanism", "report", "kind", "statistic_note", "deviations"}
 KINDS = ("reproduction", "construction_check")
-# what decides a verdict: hashed at the first verdict, a later change is flagged (preregistration.py)
+# what decides a verdict: hashed at the first verdict, a later change is flagged (studies/registration.py)
 PREREGISTERED = ("study", "treatment", "control", "metric", "direction", "smallest_effect", "mechanism")
 
 

@@ -35,7 +35,7 @@ The label is monotone in the evidence: narrowing the interval around the same es
 ``reproduced`` and ``effect that matters`` stay once reached; an effect below delta may first read
 ``no effect that matters`` and, measured more precisely, ``direction holds, smaller than claimed``
 or ``opposite direction`` (all three say: smaller than what matters). Checks outside the data (``mechanism did not act``, censoring) are applied by
-``with_mechanism`` and ``with_censoring``; ``with_holm`` adds Holm-adjusted p-values over a family.
+``with_mechanism`` and ``with_censoring``; ``with_family`` adds familywise intervals and Holm-adjusted p-values over a family.
 """
 
 from __future__ import annotations

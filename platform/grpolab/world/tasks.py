@@ -36,9 +36,14 @@ class Task:
     _score: Callable[[Example, str, dict], dict[str, float]]
     _correct: Callable[[Example, str], bool]
 
-    def splits(self, seed: int, n_train: int, n_eval: int) -> tuple[list[Example], list[Example]]:
-        """(train, eval): eval drawn first from its own stream, train excludes eval prompts."""
-        eval_rng, train_rng = random.Random(f"{self.name}-eval-{seed}"), random.Random(f"{self.name}-train-{seed}")
+    def splits(self, seed: int, n_train: int, n_eval: int,
+               held_out_seed: int | None = None) -> tuple[list[Example], list[Example]]:
+        """(train, eval): eval drawn first from its own stream, train excludes eval prompts.
+        ``held_out_seed`` draws the eval set from that seed's stream instead of ``seed``'s: one fixed
+        benchmark for every run seed, still disjoint from each seed's train stream. The eval draw is
+        sequential, so the first m of n eval prompts are the m-prompt set (a subset, same order)."""
+        held = seed if held_out_seed is None else held_out_seed
+        eval_rng, train_rng = random.Random(f"{self.name}-eval-{held}"), random.Random(f"{self.name}-train-{seed}")
         eval_set = _unique(lambda: self._generate(eval_rng, self.params), n_eval, exclude=set())
         train_set = _unique(lambda: self._generate(train_rng, self.params), n_train, exclude={e.prompt for e in eval_set})
         return train_set, eval_set
