@@ -8,9 +8,14 @@ Only headers are read (plain ``struct`` and ``json``; no torch, no transformers)
   at least as long as ``data start + max(offset + size)`` over its tensors (sizes from the
   ``gguf`` package's block table when it is installed, else ``offset + 1``).
 - safetensors: ``u64 n``, an ``n``-byte JSON header, and the file exactly ``8 + n + max(end)``
-  bytes long (the format stores every tensor's ``data_offsets``).
+  bytes long (the format stores every tensor's ``data_offsets``); each tensor has a known dtype,
+  a shape of non-negative integers and ``data_offsets = [start, end]`` integers with
+  ``0 <= start <= end`` and ``end - start = prod(shape) * bits(dtype) / 8``.
+- ``pytorch_model*.bin``: a zip archive (bytes ``PK 03 04``, what ``torch.save`` writes) or a
+  legacy pickle (``\x80``).
 - ``config.json``: a JSON object; the folder holds weights (``*.safetensors`` or
   ``pytorch_model*.bin``), and a sharded index names only shards that are there.
+- tokenizer: at least one of ``TOKENIZER_FILES``, and each JSON one present parses to an object.
 """
 
 from __future__ import annotations
@@ -27,6 +32,12 @@ GGUF_MAGIC = b"GGUF"
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 _STRING, _ARRAY = 8, 9
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+# bits per element of every safetensors dtype (sub-byte float formats included)
+SAFETENSORS_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8, "I16": 16, "U16": 16,
+                    "F16": 16, "BF16": 16, "I32": 32, "U32": 32, "F32": 32, "I64": 64, "U64": 64, "F64": 64,
+                    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6, "C64": 64}
+TORCH_MAGICS = (b"PK\x03\x04", b"\x80")
 
 
 class _Truncated(Exception):
@@ -135,25 +146,79 @@ def _safetensors_problem(path: Path) -> str | None:
             return "is corrupt (its header is not JSON)"
     if not isinstance(header, dict):
         return "is corrupt (its header is not a JSON object)"
-    ends = [t.get("data_offsets", [0, 0])[1] for k, t in header.items() if k != "__metadata__" and isinstance(t, dict)]
-    if 8 + n + max(ends, default=0) != size:
-        return f"is truncated or padded ({size} bytes; its header says {8 + n + max(ends, default=0)})"
+    ends = [0]
+    for name, tensor in header.items():
+        if name == "__metadata__":
+            continue
+        problem = _tensor_entry_problem(tensor)
+        if problem:
+            return f"is corrupt (tensor {name!r}: {problem})"
+        ends.append(tensor["data_offsets"][1])
+    if 8 + n + max(ends) != size:
+        return f"is truncated or padded ({size} bytes; its header says {8 + n + max(ends)})"
     return None
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _tensor_entry_problem(tensor) -> str | None:
+    """What is wrong with one safetensors header entry ``{dtype, shape, data_offsets}``, if anything."""
+    if not isinstance(tensor, dict):
+        return "expected a mapping of dtype, shape and data_offsets"
+    dtype, shape, offsets = tensor.get("dtype"), tensor.get("shape"), tensor.get("data_offsets")
+    if dtype not in SAFETENSORS_BITS:
+        return f"dtype {dtype!r} is unknown; valid: {', '.join(SAFETENSORS_BITS)}"
+    if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+        return f"shape {shape!r} is not a list of non-negative integers"
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)
+            and offsets[0] <= offsets[1]):
+        return f"data_offsets {offsets!r} is not [start, end] integers with 0 <= start <= end"
+    need = -(-math.prod(shape) * SAFETENSORS_BITS[dtype] // 8)
+    if offsets[1] - offsets[0] != need:
+        return (f"shape {shape} of {dtype} needs {need} bytes, its data_offsets span {offsets[1] - offsets[0]}")
+    return None
+
+
+def _torch_bin_problem(path: Path) -> str | None:
+    with open(path, "rb") as handle:
+        head = handle.read(4)
+    if not head.startswith(TORCH_MAGICS):
+        return "is not a PyTorch checkpoint (neither a zip archive starting PK\\x03\\x04 nor a pickle)"
+    return None
+
+
+def _json_object(path: Path, what: str) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError):
+        raise ConfigError(f"model.path: {str(path)!r} is not valid JSON; {what}") from None
+    except OSError as exc:
+        raise ConfigError(f"model.path: {str(path)!r} cannot be read ({exc.strerror})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"model.path: {str(path)!r} is not a JSON object; {what}")
+    return data
+
+
+def _check_tokenizer(folder: Path, label: str) -> None:
+    present = [folder / name for name in TOKENIZER_FILES if (folder / name).is_file()]
+    if not present:
+        raise ConfigError(f"model.path: {label} {str(folder)!r} holds no tokenizer; valid: "
+                          f"{', '.join(TOKENIZER_FILES)} beside config.json")
+    for path in present:
+        if path.suffix == ".json":
+            _json_object(path, f"{label} needs a complete Hugging Face {path.name}")
 
 
 def check_model_folder(folder: Path, label: str) -> None:
     """A Hugging Face model folder (``label`` names it in messages) holds a JSON config and
     complete weights; raises ConfigError naming the bad file."""
     config = folder / "config.json"
-    try:
-        data = json.loads(config.read_text())
-    except (ValueError, UnicodeDecodeError):
-        raise ConfigError(f"model.path: {str(config)!r} is not valid JSON; {label} needs a Hugging Face config.json") from None
-    except OSError as exc:
-        raise ConfigError(f"model.path: {str(config)!r} cannot be read ({exc.strerror})") from None
-    if not isinstance(data, dict) or "model_type" not in data:
+    data = _json_object(config, f"{label} needs a Hugging Face config.json")
+    if "model_type" not in data:
         raise ConfigError(f"model.path: {str(config)!r} has no model_type; {label} needs a Hugging Face config.json")
-    weights = sorted(p for pattern in WEIGHT_PATTERNS for p in folder.glob(pattern))
+    weights = sorted(p for pattern in WEIGHT_PATTERNS for p in folder.glob(pattern) if p.is_file())
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         try:
@@ -168,6 +233,7 @@ def check_model_folder(folder: Path, label: str) -> None:
                           f"{' or '.join(WEIGHT_PATTERNS)} beside config.json")
     for path in weights:
         problem = "is empty" if path.stat().st_size == 0 else (
-            _safetensors_problem(path) if path.suffix == ".safetensors" else None)
+            _safetensors_problem(path) if path.suffix == ".safetensors" else _torch_bin_problem(path))
         if problem:
             raise ConfigError(f"model.path: weights file {str(path)!r} {problem}; give the complete file")
+    _check_tokenizer(folder, label)
