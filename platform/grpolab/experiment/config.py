@@ -183,6 +183,8 @@ def _typed(key: str, value, type_name: str, default):
     if type_name == "tuple":
         if not isinstance(value, (list, tuple)) or len(value) != 2:
             raise ConfigError(f"{key}: expected a [low, high] pair, got {value!r}")
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value):
+            raise ConfigError(f"{key}: expected a [low, high] pair of finite numbers, got {value!r}")
         return tuple(float(v) for v in value)
     if "None" in type_name and value is None:
         return None
@@ -191,6 +193,8 @@ def _typed(key: str, value, type_name: str, default):
     expected = {"str": str, "bool": bool, "int": int, "float": float}[type_name.split(" ")[0]]
     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
         raise ConfigError(f"{key}: expected {type_name}, got {type(value).__name__} {value!r}")
+    if expected is float and not math.isfinite(value):   # inf/nan pass every range check
+        raise ConfigError(f"{key}: expected a finite number, got {value!r}")
     return value
 
 
@@ -217,6 +221,9 @@ def build_config(data: dict) -> RunConfig:
     unknown = set(data) - set(_TOP_KEYS)
     if unknown:
         raise ConfigError(f"{sorted(unknown)[0]}: unknown key{did_you_mean(sorted(unknown)[0], _TOP_KEYS)}; valid: {', '.join(_TOP_KEYS)}")
+    for key in _SECTIONS:   # checked before the method's regime is merged into train
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise ConfigError(f"{key}: expected a mapping of {key} settings, got {type(data[key]).__name__} {data[key]!r}")
     method_raw = data.get("method", "grpo")
     method_name, overrides, spec = _method(method_raw)
     base = get_method(method_raw.get("base")) if isinstance(method_raw, dict) and method_raw.get("base") else (
@@ -227,14 +234,14 @@ def build_config(data: dict) -> RunConfig:
         model_raw = {**model_raw, "preset": None}  # a local model replaces the default preset
     raws = {**data, "train": train_raw, "model": model_raw}
     sections = {k: _section(cls, raws.get(k), k) for k, cls in _SECTIONS.items()}
-    task_raw = data.get("task") or {"name": "addition"}
+    task_raw = {"name": "addition"} if data.get("task") is None else data["task"]
     if not isinstance(task_raw, dict) or "name" not in task_raw:
         raise ConfigError(f"task: expected a mapping with a name; valid names: {', '.join(TASKS)}")
     task_obj = make_task(task_raw["name"], **{k: v for k, v in task_raw.items() if k != "name"})
     spec = spec_with_task_weights(spec, task_obj)   # task.rewards[].weight -> method.reward_weights
     seed = data.get("seed", 0)
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ConfigError(f"seed: expected a non-negative integer, got {seed!r}")
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 32:   # numpy's seed range
+        raise ConfigError(f"seed: expected an integer from 0 to {2 ** 32 - 1}, got {seed!r}")
     name = data.get("name", method_name)
     if not isinstance(name, str) or not name:
         raise ConfigError(f"name: expected a non-empty string, got {name!r}")
@@ -293,8 +300,9 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     low, high = cfg.warm_start.band
     if not 0 <= low < high <= 1:
         raise ConfigError(f"warm_start.band: need 0 <= low < high <= 1, got {list(cfg.warm_start.band)}")
-    if cfg.eval.every < 0 or cfg.eval.prompts < 1 or cfg.eval.k < 1:
-        raise ConfigError("eval: every >= 0, prompts >= 1 and k >= 1 are required")
+    _positive("eval.every", cfg.eval.every, 0)
+    _positive("eval.prompts", cfg.eval.prompts)
+    _positive("eval.k", cfg.eval.k)
     check_final_eval(cfg.eval, task)
     if cfg.eval.max_completion_length < 0:
         raise ConfigError(f"eval.max_completion_length: must be >= 0 (0 = the training cap), got {cfg.eval.max_completion_length}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
@@ -142,12 +143,16 @@ def _coerce(key: str, value, type_name: str):
             return None
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
             raise ConfigError(f"method.reward_weights: expected a list of numbers, got {value!r}")
+        if not all(math.isfinite(v) for v in value):
+            raise ConfigError(f"method.reward_weights: expected finite numbers, got {value!r}")
         return tuple(float(v) for v in value)
     expected = _TYPES[type_name]
     if expected is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
         raise ConfigError(f"method.{key}: expected {type_name}, got {type(value).__name__} {value!r}")
+    if expected is float and not math.isfinite(value):   # inf/nan pass every range check below
+        raise ConfigError(f"method.{key}: expected a finite number, got {value!r}")
     return value
 
 
