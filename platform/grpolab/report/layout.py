@@ -40,7 +40,15 @@ def load_layout(path: str | None) -> dict:
     unknown = set(layout) - set(LAYOUT_KEYS)
     if unknown:
         raise ConfigError(f"dashboard layout: unknown key {sorted(unknown)[0]!r}; valid: {', '.join(LAYOUT_KEYS)}")
-    for i, panel in enumerate(layout.get("panels") or []):
+    panels = layout.get("panels") or []
+    if not isinstance(panels, list):
+        raise ConfigError(f"dashboard layout: panels: expected a list of {{metric, title, x}}, got {panels!r}")
+    for key in ("ablation", "paired_delta", "optuna"):
+        if key in layout and not isinstance(layout[key], bool):
+            raise ConfigError(f"dashboard layout: {key}: expected true or false, got {layout[key]!r}")
+    if "title" in layout and not isinstance(layout["title"], str):
+        raise ConfigError(f"dashboard layout: title: expected a string, got {layout['title']!r}")
+    for i, panel in enumerate(panels):
         if not isinstance(panel, dict) or "metric" not in panel:
             raise ConfigError(f"dashboard layout: panels[{i}] needs a metric (and optional title, x)")
         bad = set(panel) - set(PANEL_KEYS)
