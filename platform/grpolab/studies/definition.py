@@ -295,15 +295,17 @@ def _rungs(raw) -> tuple[Rung, ...]:
 
 
 def _check_rungs_differ(study: StudyConfig) -> None:
-    """Every rung validates, each change of a rung after the first changes the value it had, and
-    no two rungs run the same effective experiment (method spec, task, model, budget, eval): a
-    rung that repeats another would be measured against itself. Raised before anything runs."""
-    seen, before = {}, None
+    """Every rung validates, each change of a rung changes the value it had (in the previous
+    rung, or for rungs[0] in the base), and no two rungs run the same effective experiment
+    (method spec, task, model, budget, eval): a rung that repeats another would be measured
+    against itself. Raised before anything runs."""
+    seen, before = {}, _resolved_base(study)
     for i, rung in enumerate(study.rungs):
         for key, value in rung.changes.items() if before else ():
             if key in before and before[key] == value:   # the resolved value, defaults included
                 raise ConfigError(f"rungs[{i}] ({rung.name}): its change {key}={value!r} is the value {key} "
-                                  "already has; every rung after the first must change something")
+                                  f"already has in {'the base' if i == 0 else f'rungs[{i - 1}]'}; "
+                                  "every change of a rung must change something")
         cfg = _validate_experiment(study.rung_experiment(i, study.seeds[0]), f"rungs[{i}]")
         before = flat_keys(cfg.resolved())
         effective = (cfg.spec.spec_hash(), repr((cfg.task, cfg.model, cfg.train, cfg.eval, cfg.warm_start)))
@@ -313,12 +315,25 @@ def _check_rungs_differ(study: StudyConfig) -> None:
         seen[effective] = i
 
 
+def _resolved_base(study: StudyConfig) -> dict | None:
+    """The base experiment's resolved keys, or None when the base is valid only with rungs[0]'s
+    changes applied (that rung is then validated in full)."""
+    try:
+        return flat_keys(quiet_build(apply_overrides(study.base, [f"seed={study.seeds[0]}"])).resolved())
+    except ConfigError:
+        return None
+
+
 def _check_space_acts(base: dict, space: dict, seed: int) -> None:
     """Each parameter of a search space names an experiment key that exists and accepts the
     values it will be sampled at (each choice, or low and high), with the parents its ``when``
-    names at their required values: a typo in the space is answered before any trial runs."""
+    names at their required values: a typo in the space is answered before any trial runs.
+    A float range is also tried at its midpoint ``(low + high) / 2`` as a float, so that a float
+    range over an integer key (whose ends may be whole numbers) is refused here, not per trial."""
     for key, dist in space.items():
         values = dist["choices"] if dist["type"] == "categorical" else [dist["low"], dist["high"]]
+        if dist["type"] == "float":
+            values = [*values, (dist["low"] + dist["high"]) / 2]
         for value in values:
             point = {**(dist.get("when") or {}), key: value}
             overrides = as_overrides(point)

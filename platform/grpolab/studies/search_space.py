@@ -30,6 +30,9 @@ def check_space(space: dict) -> dict:
         if dist["type"] == "categorical":
             if not isinstance(dist.get("choices"), list) or not dist["choices"]:
                 raise ConfigError(f"space.{key}.choices: expected a non-empty list")
+            if len(_distinct(dist["choices"])) < 2:   # one value is a setting, not a search
+                raise ConfigError(f"space.{key}.choices: {dist['choices']!r} holds fewer than 2 distinct values; "
+                                  f"a searched parameter needs at least 2 (set a single value in base instead)")
         elif not (isinstance(dist.get("low"), (int, float)) and isinstance(dist.get("high"), (int, float))
                   and dist["low"] < dist["high"]):
             raise ConfigError(f"space.{key}: needs numbers low < high, got low={dist.get('low')!r} high={dist.get('high')!r}")
@@ -38,6 +41,16 @@ def check_space(space: dict) -> dict:
                 raise ConfigError(f"space.{key}.when: {parent!r} is not another parameter of the space")
         seen.append(key)
     return {key: space[key] for key in _parents_first(space)}
+
+
+def _distinct(choices: list) -> list:
+    """Choices without repeats, where 1, 1.0 and True count as different values (YAML gave them
+    different types, and the experiment keys check types)."""
+    out = []
+    for choice in choices:
+        if not any(type(choice) is type(seen) and choice == seen for seen in out):
+            out.append(choice)
+    return out
 
 
 def _parents_first(space: dict) -> list[str]:
