@@ -75,6 +75,12 @@ CASES = [
     C("override-unknown-key", "run {exp} train.stepz=3", "train.stepz: unknown key", "did you mean 'steps'"),
     C("override-into-scalar", "run {exp} train.steps.x=1", "train.steps.x=1", "steps is not a mapping"),
     C("override-wrong-type", "run {exp} train.steps=many", "train.steps", "expected int"),
+    C("override-seed-huge", "run {exp} seed=99999999999999999999999", "seed", "0 to 4294967295"),
+    C("override-float-inf", "run {exp} train.learning_rate=.inf", "train.learning_rate", "finite number", "inf"),
+    C("override-method-float-nan", "run {exp} method.kl_coef=.nan", "method.kl_coef", "finite number"),
+    C("override-section-list", "run {exp} 'train=[1, 2]'", "train: expected a mapping", "[1, 2]"),
+    C("override-task-empty-list", "run {exp} task=[]", "task: expected a mapping with a name", "addition"),
+    C("override-eval-k-zero", "run {exp} eval.k=0", "eval.k", ">= 1", "got 0"),
     # -- run: model files and folders that are not what they claim ------------------------------
     C("model-gguf-missing", "run {exp} model.path={d}/none.gguf", "model.path", "{d}/none.gguf", "does not exist"),
     C("model-gguf-folder", "run {exp} model.path={gguf_folder}", "model.path", "{gguf_folder}", "is a folder"),
@@ -93,6 +99,20 @@ CASES = [
     C("model-safetensors-junk", "run {exp} model.path={model_junk_weights}", "model.safetensors", "truncated"),
     C("model-index-missing-shard", "run {exp} model.path={model_missing_shard}", "model-00002-of-00002.safetensors",
       "is not in"),
+    C("model-safetensors-dtype", "run {exp} model.path={model_bad_dtype}", "model.safetensors", "dtype 'BOGUS' is unknown",
+      "valid: BOOL"),
+    C("model-safetensors-shape", "run {exp} model.path={model_bad_shape}", "model.safetensors", "shape [999999, 999]",
+      "data_offsets span"),
+    C("model-safetensors-offsets-text", "run {exp} model.path={model_text_offsets}", "model.safetensors",
+      "data_offsets 'abc'", "0 <= start <= end"),
+    C("model-bin-junk", "run {exp} model.path={model_bin_junk}", "{model_bin_junk}/pytorch_model.bin",
+      "not a PyTorch checkpoint", "zip archive"),
+    C("model-tokenizer-truncated", "run {exp} model.path={model_cut_tokenizer}", "{model_cut_tokenizer}/tokenizer.json",
+      "not valid JSON", "complete"),
+    C("model-tokenizer-config-junk", "run {exp} model.path={model_junk_tokenizer_config}",
+      "{model_junk_tokenizer_config}/tokenizer_config.json", "not valid JSON"),
+    C("model-no-tokenizer", "run {exp} model.path={model_no_tokenizer}", "model.path", "{model_no_tokenizer}",
+      "holds no tokenizer", "tokenizer.json"),
     # -- run: datasets ----------------------------------------------------------------------------
     C("data-missing", "run {data_exp} task.path={d}/none.jsonl", "task.path", "{d}/none.jsonl", "no such file"),
     C("data-jsonl-empty", "run {data_exp} task.path={jsonl_empty}", "task.path", "{jsonl_empty}", "0 examples", "at least 4"),
@@ -140,6 +160,10 @@ CASES = [
     C("dashboard-layout-truncated", "dashboard {study} --layout {truncated_yaml}", "--layout", "not valid YAML"),
     C("dashboard-layout-unknown-key", "dashboard {study} --layout {layout_bad_key}", "dashboard layout", "'colour'", "valid:"),
     C("dashboard-layout-bad-x", "dashboard {study} --layout {layout_bad_x}", "dashboard layout", "x: 'minutes'", "steps"),
+    C("dashboard-layout-panels-scalar", "dashboard {study} --layout {layout_panels_scalar}", "panels",
+      "expected a list", "got 3"),
+    C("dashboard-layout-ablation-text", "dashboard {study} --layout {layout_ablation_text}", "ablation",
+      "true or false", "'maybe'"),
     C("dashboard-study-missing", "dashboard {d}/none.yaml", "study file", "{d}/none.yaml", "does not exist"),
     C("dashboard-unknown-run", "dashboard --runs 0123456789abcdef0123456789abcdef", "--runs", "0123456789abcdef"),
     C("dashboard-bad-x-flag", "dashboard {study} --x minutes", "--x", "'minutes'", "steps"),
@@ -154,6 +178,11 @@ CASES = [
     C("study-space-unknown-key", "study {search_unknown_key}", "space.train.learning_rat", "unknown key", "learning_rate"),
     C("study-space-bad-choice", "study {search_bad_choice}", "space.method.surrogate='nope'", "surrogate"),
     C("study-space-bad-range", "study {search_bad_range}", "space.train.group_size=1", "train.group_size", ">= 2"),
+    C("study-space-float-over-int", "study {search_float_over_int}", "space.train.group_size=5.0", "expected int"),
+    C("study-space-one-choice", "study {search_one_choice}", "space.method.eps_high.choices", "fewer than 2 distinct"),
+    C("study-space-repeated-choice", "study {search_repeated_choice}", "space.train.learning_rate.choices",
+      "fewer than 2 distinct"),
+    C("study-rung0-no-op", "study {ladder_first_no_op}", "rungs[0] (base)", "train.steps=1", "already has in the base"),
     C("study-rung-no-op", "study {ladder_no_op}", "rungs[1] (same lr)", "train.learning_rate=0.0002", "already has"),
     C("study-rung-no-op-default", "study {ladder_default}", "rungs[1] (eps 0.2)", "method.eps_high=0.2", "already has"),
     C("study-rung-identical", "study {ladder_identical}", "rungs[2] (back to 0.2)", "same experiment as rungs[0] (base)"),
@@ -242,6 +271,16 @@ def _models(d: Path, model_dir: Path) -> dict:
     (p["model_missing_shard"] / "model.safetensors").rename(p["model_missing_shard"] / "model-00001-of-00002.safetensors")
     _write(p["model_missing_shard"] / "model.safetensors.index.json", json.dumps(
         {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    p.update(_bad_safetensors(d, model_dir))
+    p["model_bin_junk"] = _model_copy(d, "model_bin_junk", model_dir)
+    (p["model_bin_junk"] / "model.safetensors").rename(p["model_bin_junk"] / "pytorch_model.bin")
+    p["model_cut_tokenizer"] = _model_copy(d, "model_cut_tokenizer", model_dir)
+    _write(p["model_cut_tokenizer"] / "tokenizer.json", (model_dir / "tokenizer.json").read_text()[:40])
+    p["model_junk_tokenizer_config"] = _model_copy(d, "model_junk_tokenizer_config", model_dir)
+    _write(p["model_junk_tokenizer_config"] / "tokenizer_config.json", "garbage{")
+    p["model_no_tokenizer"] = _model_copy(d, "model_no_tokenizer", model_dir)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (p["model_no_tokenizer"] / name).unlink()
     p["gguf_folder"] = d / "folder.gguf"
     p["gguf_folder"].mkdir()
     p["gguf_empty"] = _write(d / "empty.gguf", b"")
@@ -249,6 +288,22 @@ def _models(d: Path, model_dir: Path) -> dict:
     p["gguf_cut_header"] = _write(d / "cut_header.gguf", _gguf(1000, b"")[:20])
     p["gguf_cut_data"] = _write(d / "cut_data.gguf", _gguf(1000, b"\0" * 10))
     p["gguf_unreadable"] = _write(d / "unreadable.gguf", _gguf(1, b"\0" * 4))
+    return p
+
+
+def _bad_safetensors(d: Path, model_dir: Path) -> dict:
+    """Copies whose safetensors header stays the file's exact length but holds one bad tensor
+    entry: an unknown dtype, a shape its bytes cannot hold, data_offsets that are text."""
+    raw = (model_dir / "model.safetensors").read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    p = {}
+    for key, field, value in (("model_bad_dtype", "dtype", "BOGUS"), ("model_bad_shape", "shape", [999999, 999]),
+                              ("model_text_offsets", "data_offsets", "abc")):
+        header = json.loads(raw[8:8 + n])
+        header[next(k for k in header if k != "__metadata__")][field] = value
+        text = json.dumps(header).encode()
+        p[key] = _model_copy(d, key, model_dir)
+        _write(p[key] / "model.safetensors", struct.pack("<Q", len(text)) + text + raw[8 + n:])
     return p
 
 
@@ -292,6 +347,14 @@ def _studies(d: Path, model_dir: Path, recorded: Path) -> dict:
         "method.surrogate": {"type": "categorical", "choices": ["clip", "nope"]}}})
     p["search_bad_range"] = _write(d / "search_range.yaml", {**search, "space": {
         "train.group_size": {"type": "int", "low": 1, "high": 8}}})
+    p["search_float_over_int"] = _write(d / "search_float_int.yaml", {**search, "space": {
+        "train.group_size": {"type": "float", "low": 2, "high": 8}}})
+    p["search_one_choice"] = _write(d / "search_one.yaml", {**search, "space": {
+        "method.eps_high": {"type": "categorical", "choices": [0.28]}}})
+    p["search_repeated_choice"] = _write(d / "search_repeated.yaml", {**search, "space": {
+        "train.learning_rate": {"type": "categorical", "choices": [2e-4, 2e-4]}}})
+    p["ladder_first_no_op"] = _write(d / "first_no_op.yaml", {**ladder, "rungs": [   # the base already trains 1 step
+        {"name": "base", "changes": {"train.steps": 1}}, {"name": "clip", "changes": {"method.eps_high": 0.28}}]})
     p["ladder_no_op"] = _write(d / "no_op.yaml", {**ladder, "rungs": [
         {"name": "base"}, {"name": "same lr", "changes": {"train.learning_rate": 2e-4}}]})
     p["ladder_default"] = _write(d / "default.yaml", {**ladder, "rungs": [   # grpo's own eps_high is 0.2
@@ -313,6 +376,8 @@ def _studies(d: Path, model_dir: Path, recorded: Path) -> dict:
     p["claim_bad_metric"] = _write(claims / "bad_metric.yaml", {**claim, "metric": "final:eval/nope"})
     p["layout_bad_key"] = _write(d / "layout_key.yaml", {"title": "x", "colour": "red"})
     p["layout_bad_x"] = _write(d / "layout_x.yaml", {"x": "minutes"})
+    p["layout_panels_scalar"] = _write(d / "layout_panels.yaml", {"panels": 3})
+    p["layout_ablation_text"] = _write(d / "layout_ablation.yaml", {"ablation": "maybe"})
     return p
 
 
