@@ -45,7 +45,8 @@ def cfg(**over):
     ({"train__prompts_per_rollout": 3, "train__minibatches": 5}, "must split evenly into minibatches x grad_accum"),
     ({"method": {"base": "group_dpo"}, "train__minibatches": 2}, "group_dpo pairs completions within a group"),
     ({"warm_start__band": [0.7, 0.2]}, "warm_start.band: need 0 <= low < high <= 1"),
-    ({"seed": -1}, "seed: expected a non-negative integer"),
+    ({"seed": -1}, "seed: expected an integer from 0 to 4294967295, got -1"),
+    ({"seed": 2 ** 32}, "seed: expected an integer from 0 to 4294967295, got 4294967296"),
     ({"model": {"path": "/nonexistent/model"}, "train__steps": 2}, "model.path: '/nonexistent/model' is not a local model directory"),
 ])
 def test_validation_messages(over, needle):
