@@ -58,6 +58,10 @@ def read_text_file(path: str | Path, what: str) -> str:
         raise ConfigError(f"{what} {str(path)!r} cannot be read ({exc.strerror})") from None
 
 
+# what a top-level YAML value is, in the words of a YAML file rather than Python's type names
+_YAML_KINDS = {"list": "a list", "int": "an integer", "float": "a number", "str": "a string", "bool": "a boolean"}
+
+
 def read_yaml_mapping(path: str | Path, what: str, hint: str = "") -> dict:
     """The top-level mapping of a YAML file; ``what`` names it in messages ("experiment file")."""
     path = Path(path)
@@ -75,5 +79,5 @@ def read_yaml_mapping(path: str | Path, what: str, hint: str = "") -> dict:
         raise ConfigError(f"{what} {str(path)!r} is empty{'; ' + hint if hint else ''}")
     if not isinstance(data, dict):
         raise ConfigError(f"{what} {str(path)!r}: expected a mapping of keys at the top level, "
-                          f"got a {type(data).__name__}")
+                          f"got {_YAML_KINDS.get(type(data).__name__, type(data).__name__)} {data!r:.60}")
     return data
