@@ -110,11 +110,57 @@ def read_accelerate_config(path: str, where: str) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: {path} is not an accelerate config (expected a mapping such as "
                           "distributed_type: DEEPSPEED, num_processes: 2)")
-    ds_file = (data.get("deepspeed_config") or {}).get("deepspeed_config_file") \
-        if isinstance(data.get("deepspeed_config"), dict) else None
+    ds_file = _deepspeed(data).get("deepspeed_config_file")
     if ds_file and not (file.parent / ds_file).exists() and not Path(ds_file).exists():
         raise ConfigError(f"{where}: {path} names deepspeed_config_file {ds_file}, which does not exist")
+    _check_what_grpolab_decides(data, f"{where}: {path}")
     return data
+
+
+def _deepspeed(data: dict) -> dict:
+    return data["deepspeed_config"] if isinstance(data.get("deepspeed_config"), dict) else {}
+
+
+def _check_what_grpolab_decides(data: dict, where: str) -> None:
+    """Keys a row's launch sets itself (ranks.accelerate_command passes them as flags, which beat
+    the file): in the file they would be silently overridden, so they are refused."""
+    if data.get("mixed_precision") is not None:
+        raise ConfigError(f"{where} sets mixed_precision: {data['mixed_precision']}; each row's train.dtype decides "
+                          "it (fp32 -> no, bf16, fp16: passed as --mixed_precision), so remove it from the file")
+    if data.get("gpu_ids") is not None and str(data["gpu_ids"]).strip() != "all":
+        raise ConfigError(f"{where} sets gpu_ids: {data['gpu_ids']}; a row runs on its worker's devices "
+                          "(CUDA_VISIBLE_DEVICES from --devices), so use gpu_ids: all or remove it")
+    kind = data.get("distributed_type")
+    if kind is not None and kind not in ("MULTI_GPU", "DEEPSPEED"):
+        raise ConfigError(f"{where} says distributed_type: {kind}; a row on K processes runs with MULTI_GPU "
+                          "(gloo on CPU, NCCL on GPUs) or DEEPSPEED")
+    if data.get("use_cpu") or (data.get("num_machines") or 1) != 1:
+        raise ConfigError(f"{where} says use_cpu: {data.get('use_cpu')}, num_machines: {data.get('num_machines')}; "
+                          "a row runs on its worker's node and devices: use_cpu: false, num_machines: 1")
+
+
+def row_generation_backends(study) -> set[str]:
+    """The generation backends a study's rows may use (every rung of a ladder; a search's base and
+    the choices of a searched generation.backend)."""
+    experiments = ([study.rung_experiment(i, study.seeds[0]) for i in range(len(study.rungs))]
+                   if study.kind == "ladder" else [study.base])
+    backends = {(e.get("generation") or {}).get("backend", "transformers") for e in experiments}
+    searched = (study.space or {}).get("generation.backend")
+    return backends | set(searched.get("choices") or []) if isinstance(searched, dict) else backends
+
+
+def check_rows_fit(path: str, study, where: str) -> None:
+    """What the file's ZeRO stage asks of the study's rows: under ZeRO-3 every rank holds a shard
+    of the weights, so ``model.generate`` must run on all ranks; grpolab's mid-run evaluation
+    generates on rank 0 alone, which waits for ever for the others' shards unless vLLM
+    (its own full copy of the weights) generates."""
+    if _deepspeed(read_accelerate_config(path, where)).get("zero_stage") != 3:
+        return
+    plain = sorted(row_generation_backends(study) - {"vllm"})
+    if plain:
+        raise ConfigError(f"{where}: {path} is DeepSpeed ZeRO-3, which needs generation.backend: vllm in every row "
+                          f"(rows here use {', '.join(plain)}: the evaluation on rank 0 alone would wait for ever "
+                          "for the other ranks' weight shards); use a ZeRO-2 file or generation.backend: vllm")
 
 
 def check_accelerate_config(path: str, per_row: int | None, where: str) -> str:

@@ -51,6 +51,7 @@ PARENT_ENV = "GRPOLAB_RANK_PARENT"      # the worker's pid: a rank dies with it
 VIA_LAUNCHER = "launcher"               # PARENT_ENV's value when accelerate's launcher is the rank's parent
 PROGRESS, RUN_ID, RESULT, SPEC = "progress", "run_id", "result.json", "spec.json"
 STOP_GRACE_S = 5.0                      # SIGTERM -> SIGKILL for ranks being stopped
+MIXED_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}   # train.dtype -> accelerate's --mixed_precision
 AFTER_RANK0_S = 60.0                    # other ranks may take this long to exit after rank 0 finished
 
 
@@ -83,7 +84,8 @@ def rank_env(rank: int, world: int, port: int, threads: str) -> dict:
             PARENT_ENV: str(os.getpid())}
 
 
-def start_ranks(world: int, row_dir: Path, accelerate_config: str | None = None) -> list[subprocess.Popen]:
+def start_ranks(world: int, row_dir: Path, accelerate_config: str | None = None,
+                dtype: str = "fp32") -> list[subprocess.Popen]:
     """Start ``world`` rank processes of the row described by ``row_dir/spec.json``, each with its
     share of this worker's threads (or one accelerate launcher that starts them). They stay in the
     worker's process group (a terminal's Ctrl-C reaches them as it reaches the worker)."""
@@ -94,7 +96,7 @@ def start_ranks(world: int, row_dir: Path, accelerate_config: str | None = None)
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
            "GRPOLAB_WORKER_THREADS": threads, PARENT_ENV: VIA_LAUNCHER}
     # accelerate's launcher binds its own store on the port it is given: that port is picked free
-    return [subprocess.Popen(accelerate_command(accelerate_config, world, free_port(), cmd[1:]), env=env,
+    return [subprocess.Popen(accelerate_command(accelerate_config, world, free_port(), cmd[1:], dtype), env=env,
                              preexec_fn=_die_with_parent)]
 
 
@@ -116,12 +118,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def accelerate_command(config: str, world: int, port: int, module_args: list[str]) -> list[str]:
+def accelerate_command(config: str, world: int, port: int, module_args: list[str], dtype: str = "fp32") -> list[str]:
     """``accelerate launch`` of ``python -m <module_args>`` on ``world`` processes on this node;
-    the file decides the rest (DeepSpeed ZeRO stage, mixed precision, ...)."""
+    the file decides the rest (DeepSpeed ZeRO stage, ...). Flags beat the file: ``--gpu_ids all``
+    keeps the worker's CUDA_VISIBLE_DEVICES (accelerate would overwrite it with a file's ids), and
+    ``--mixed_precision`` comes from the row's train.dtype (transformers reads accelerate's
+    setting over its own bf16/fp16 arguments)."""
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", config, "--num_processes",
             str(world), "--num_machines", "1", "--machine_rank", "0", "--main_process_ip", "127.0.0.1",
-            "--main_process_port", str(port), *module_args]
+            "--main_process_port", str(port), "--gpu_ids", "all", "--mixed_precision", MIXED_PRECISION[dtype],
+            *module_args]
 
 
 def _die_with_parent() -> None:

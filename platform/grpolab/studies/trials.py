@@ -192,7 +192,7 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
                 "resume_run_id": resume_run_id, "metric": cfg.objectives[0].metric,
                 "prune": {"study": cfg.path, "storage": storage_url, "trial_id": trial._trial_id}
                 if prunes else None}
-        result = _run_on_ranks(procs_per_row, spec, heartbeat, on_run, cfg.launcher.accelerate_config)
+        result = _run_on_ranks(procs_per_row, spec, heartbeat, on_run, cfg.launcher.accelerate_config, exp.train.dtype)
     else:
         result = _run_row(exp, state, parent_run_id, tags, run_name, resume_run_id, heartbeat, on_run,
                           trial if prunes else None, cfg.objectives[0].metric)
@@ -242,7 +242,8 @@ class RowResult:
         return self.evals[max(self.evals)] if self.evals else {}
 
 
-def _run_on_ranks(world: int, spec: dict, heartbeat, on_run, accelerate_config: str | None = None) -> RowResult:
+def _run_on_ranks(world: int, spec: dict, heartbeat, on_run, accelerate_config: str | None = None,
+                  dtype: str = "fp32") -> RowResult:
     """The worker's side of a row on ``world`` processes (ranks.py): start them, watch them with
     the heartbeat (a reaped row or a signal stops them), record rank 0's run on the trial."""
     row_dir = Path(tempfile.mkdtemp(prefix="grpolab-row-"))
@@ -256,7 +257,7 @@ def _run_on_ranks(world: int, spec: dict, heartbeat, on_run, accelerate_config: 
             on_run(run_id)
     try:
         ranks.write_atomic(row_dir / ranks.SPEC, json.dumps({**spec, "row_dir": str(row_dir)}))
-        procs = ranks.start_ranks(world, row_dir, accelerate_config)
+        procs = ranks.start_ranks(world, row_dir, accelerate_config, dtype)
         codes = ranks.watch_ranks(procs, row_dir, lambda: abort_if_lost(heartbeat), progressed)
         result = ranks.read_result(row_dir)
     finally:
