@@ -6,6 +6,7 @@ config class; DeepSpeed itself is not installed here, so no ZeRO row runs in the
 
 import json
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -180,3 +181,20 @@ def test_a_two_process_row_through_accelerate_logs_one_mlflow_run(tmp_path, shar
     assert rows[0].data.tags["grpolab.world_size"] == "2" and rows[0].data.tags["grpolab.dist_backend"] == "gloo"
     assert rows[0].data.tags["grpolab.accelerate_config"] == str(Path(config).resolve())   # the worker's ranks got it
     assert sorted(m.step for m in client.get_metric_history(rows[0].info.run_id, "eval/pass_at_1")) == [0, 2]
+
+
+def test_a_pruned_row_under_the_launcher_is_stopped_once_rank_0_wrote_its_result(tmp_path, monkeypatch):
+    """Under accelerate the watched process is the launcher, which waits for every rank: a rank
+    stuck after rank 0 was pruned would keep it alive, so rank 0's result file ends the watch."""
+    monkeypatch.setattr(ranks, "RESULT_TO_EXIT_S", 0.5)
+    launcher = subprocess.Popen([sys.executable, "-c",   # writes rank 0's pruned result, then waits as for a stuck rank
+                                 f"import json, time; open({str(tmp_path / ranks.RESULT)!r}, 'w').write("
+                                 "json.dumps({'pruned': 'step 2'})); time.sleep(600)"])
+    deadline = time.monotonic() + 60
+
+    def check():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the watch did not end")
+    codes = ranks.watch_ranks(ranks.LaunchedRanks([launcher]), tmp_path, check, lambda: None)
+    assert codes == [-15] and launcher.poll() == -15   # stopped (SIGTERM), not waited for
+    assert ranks.read_result(tmp_path) == {"pruned": "step 2"}

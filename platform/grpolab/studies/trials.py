@@ -269,7 +269,8 @@ def _run_on_ranks(world: int, spec: dict, heartbeat, on_run, accelerate_config: 
         raise PrunedRun(result["pruned"])
     if "values" not in result or any(codes):
         why = result.get("error") or "no result"
-        failed = ", ".join(f"rank {r} " + (f"killed by signal {-c}" if c < 0 else f"exit code {c}")
+        who = (lambda r: "the accelerate launcher") if accelerate_config else (lambda r: f"rank {r}")
+        failed = ", ".join(f"{who(r)} " + (f"killed by signal {-c}" if c < 0 else f"exit code {c}")
                            for r, c in enumerate(codes) if c)
         raise RuntimeError(f"the row's {world} processes did not finish ({failed or 'all exited 0'}): {why}")
     evals = {int(step): metrics for step, metrics in result["values"]["evals"].items()}
