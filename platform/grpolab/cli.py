@@ -366,12 +366,12 @@ def _study_launcher(args):
         return None
     if args.until_decided:
         raise ConfigError("--launcher slurm: not with --until-decided yet")
-    from grpolab.studies.launch_options import parse_slurm_param
+    from grpolab.studies.launch_options import parse_slurm_params
     from grpolab.studies.slurm import SlurmLauncher
     return SlurmLauncher(jobs=args.jobs, partition=args.partition, gpus_per_row=args.gpus_per_row, time=args.time,
                          folder=args.slurm_folder, cpus_per_job=args.cpus_per_job, account=args.account, qos=args.qos,
                          mem=args.mem, constraint=args.constraint, exclude=args.exclude, setup=tuple(args.setup or ()),
-                         params=dict(parse_slurm_param(p) for p in args.slurm_param or ()))
+                         params=parse_slurm_params(args.slurm_param or ()))
 
 
 def _add_study_worker(sub) -> None:

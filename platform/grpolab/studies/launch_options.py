@@ -23,6 +23,8 @@ submitit's Slurm parameters are checked by slurm.py, before anything is submitte
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,22 +80,48 @@ def parse_slurm(raw) -> dict:
             raise ConfigError(f"{where}: expected a mapping of submitit Slurm parameters, got {value!r}")
         elif key in ("jobs", "cpus_per_job") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ConfigError(f"{where}: expected an integer >= 1, got {value!r}")
+        elif key in ("time", "mem") and not isinstance(value, str):
+            # YAML reads unquoted 30:00 as base-60 (1800) and a bare 64 means 64 MB to Slurm
+            example = '"4:00:00"' if key == "time" else '"64G"'
+            raise ConfigError(f"{where}: expected a quoted string such as {example}, got {value!r}; quote it in the file"
+                              + (" (YAML reads unquoted H:MM:SS as a base-60 number)" if key == "time" else
+                                 " (a bare number is megabytes to Slurm)"))
         elif key not in ("setup", "params", "jobs", "cpus_per_job") and not isinstance(value, (str, int)):
             raise ConfigError(f"{where}: expected a string, got {value!r}")
     return {k: (str(v) if k not in ("setup", "params", "jobs", "cpus_per_job") else v) for k, v in raw.items()}
 
 
 def parse_slurm_param(text: str) -> tuple[str, object]:
-    """``--slurm-param key=value``: the value read as YAML (``exclusive=true`` is a boolean, ``mem=64G`` a string)."""
+    """``--slurm-param key=value``: ``true``/``false`` become booleans and plain decimal integers
+    integers; everything else stays the string written (``wckey=007``, ``comment=10:30``)."""
     key, sep, value = str(text).partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--slurm-param: expected key=value, got {text!r}")
-    try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError:
-        parsed = value
-    # a scalar comes typed; what YAML reads as a mapping, list or null is no Slurm value: kept as written
-    return key.strip(), parsed if isinstance(parsed, (str, int, float, bool)) else value
+    if value in ("true", "false"):
+        return key.strip(), value == "true"
+    return key.strip(), int(value) if re.fullmatch(r"-?(0|[1-9][0-9]*)", value) else value
+
+
+def parse_slurm_params(texts) -> dict:
+    """Every ``--slurm-param``: ``additional_parameters.KEY=V`` (one sbatch option each) or
+    ``additional_parameters={"KEY": "V", ...}`` (a JSON mapping) gather into one mapping."""
+    params: dict = {}
+    for text in texts:
+        key, value = parse_slurm_param(text)
+        if key.startswith("additional_parameters."):
+            params.setdefault("additional_parameters", {})[key.split(".", 1)[1]] = value
+        elif key == "additional_parameters":
+            try:
+                extra = json.loads(value) if isinstance(value, str) else None
+            except ValueError:
+                extra = None
+            if not isinstance(extra, dict):
+                raise ConfigError(f"--slurm-param additional_parameters: expected a JSON mapping such as "
+                                  f'{{"gpu-bind": "closest"}} (or additional_parameters.KEY=VALUE), got {value!r}')
+            params["additional_parameters"] = {**params.get("additional_parameters", {}), **extra}
+        else:
+            params[key] = value
+    return params
 
 
 def read_accelerate_config(path: str, where: str) -> dict:
