@@ -159,3 +159,17 @@ def test_a_study_runs_on_slurm_with_either_shared_storage_and_the_jobs_options(
                               "tags.`grpolab.study` = 'slurm_opts'")
     assert sorted(r.info.status for r in runs if "optuna.trial_number" in r.data.tags) == ["FINISHED"] * 2
     assert os.environ.get("SLURM_JOB_ID") is None   # the coordinator itself is no job
+
+
+def test_a_worker_that_does_not_see_the_journal_says_so_and_creates_nothing(tmp_path, capsys):
+    """A job on a node where the coordinator's journal folder is not mounted: no new empty journal."""
+    journal = tmp_path / "not-mounted" / "optuna.journal"
+    path = study_file(tmp_path)
+    assert cli.main(["--state", str(tmp_path / "state"), "study-worker", str(path), "--storage", f"journal:{journal}"]) == 2
+    assert (f"study slurm_opts is not in journal {journal} — is its folder on a file system every node mounts?"
+            in capsys.readouterr().err)
+    assert not journal.parent.exists()
+    other = tmp_path / "shared" / "optuna.journal"   # a journal the coordinator made for another study
+    create_or_load(load_study(study_file(tmp_path, name="another")), f"journal:{other}")
+    assert cli.main(["--state", str(tmp_path / "state"), "study-worker", str(path), "--storage", f"journal:{other}"]) == 2
+    assert f"study slurm_opts is not in journal {other}" in capsys.readouterr().err

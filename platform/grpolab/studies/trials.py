@@ -47,7 +47,7 @@ from grpolab.studies.lifecycle import (
 from grpolab.studies.objectives import objective_value
 from grpolab.studies.rows import OUTCOME_ATTR, PARENT_RUN_ATTR, PASS_AT_1_ATTR, ROW_ATTR, RUN_ATTR
 from grpolab.studies.search_space import suggest
-from grpolab.studies.storage import create_or_load, with_added_seeds  # studies.py runs this module's worker loop
+from grpolab.studies.storage import create_or_load, load_for_worker, with_added_seeds  # studies.py runs this module's worker loop
 from grpolab.tracking.naming import ladder_run_name, method_label
 
 log = logging.getLogger(__name__)
@@ -372,7 +372,7 @@ def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=Non
         cfg = dataclasses.replace(cfg, launcher=dataclasses.replace(cfg.launcher, accelerate_config=accelerate_config))
     if procs_per_row == 1:   # (several: each rank pins its own share; this process does not train)
         pin_worker_threads()
-    study = create_or_load(cfg, storage_url)
+    study = load_for_worker(cfg, storage_url)   # created by the coordinator; a worker never creates one
     cfg = with_added_seeds(cfg, study)
     parent = study.user_attrs[PARENT_RUN_ATTR]
     with signals_raise(), timeouts_interrupt(), job_end_raises():
