@@ -198,3 +198,15 @@ def test_a_pruned_row_under_the_launcher_is_stopped_once_rank_0_wrote_its_result
     codes = ranks.watch_ranks(ranks.LaunchedRanks([launcher]), tmp_path, check, lambda: None)
     assert codes == [-15] and launcher.poll() == -15   # stopped (SIGTERM), not waited for
     assert ranks.read_result(tmp_path) == {"pruned": "step 2"}
+
+
+def test_a_deepspeed_json_the_file_names_is_passed_by_its_absolute_path(tmp_path, monkeypatch):
+    folder = tmp_path / "configs"
+    folder.mkdir()
+    (folder / "ds.json").write_text('{"zero_optimization": {"stage": 2}}')
+    config = folder / "zero2_json.yaml"
+    config.write_text("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n")
+    monkeypatch.chdir(tmp_path)   # a worker runs elsewhere than the accelerate file's folder
+    cmd = ranks.accelerate_command(str(config), 2, 29517, ["-m", "x"])
+    assert cmd[cmd.index("--deepspeed_config_file") + 1] == str((folder / "ds.json").resolve())
+    assert "--deepspeed_config_file" not in ranks.accelerate_command(str(EXAMPLES / "zero2.yaml"), 2, 29517, ["-m", "x"])

@@ -145,6 +145,18 @@ def read_accelerate_config(path: str, where: str) -> dict:
     return data
 
 
+def deepspeed_config_file(path: str) -> str | None:
+    """The DeepSpeed JSON an accelerate file names, as an absolute path: relative to the accelerate
+    file when it is there, else to the current folder (accelerate itself reads it relative to the
+    folder it is launched in, which for a worker is not the study's)."""
+    data = yaml.safe_load(Path(path).read_text())   # checked already (check_accelerate_config)
+    named = _deepspeed(data if isinstance(data, dict) else {}).get("deepspeed_config_file")
+    if not named:
+        return None
+    beside = Path(path).parent / named
+    return str((beside if beside.exists() else Path(named)).resolve())
+
+
 def _deepspeed(data: dict) -> dict:
     return data["deepspeed_config"] if isinstance(data.get("deepspeed_config"), dict) else {}
 

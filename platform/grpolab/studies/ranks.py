@@ -44,6 +44,7 @@ import threading
 import time
 from pathlib import Path
 
+from grpolab.studies.launch_options import deepspeed_config_file
 from grpolab.studies.processes import stop
 from grpolab.studies.worker_exit import wait_any
 
@@ -130,11 +131,12 @@ def accelerate_command(config: str, world: int, port: int, module_args: list[str
     the file decides the rest (DeepSpeed ZeRO stage, ...). Flags beat the file: ``--gpu_ids all``
     keeps the worker's CUDA_VISIBLE_DEVICES (accelerate would overwrite it with a file's ids), and
     ``--mixed_precision`` comes from the row's train.dtype (transformers reads accelerate's
-    setting over its own bf16/fp16 arguments)."""
+    setting over its own bf16/fp16 arguments), and a DeepSpeed JSON the file names is passed by
+    its absolute path (the worker is not launched from the study's folder)."""
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", config, "--num_processes",
             str(world), "--num_machines", "1", "--machine_rank", "0", "--main_process_ip", "127.0.0.1",
             "--main_process_port", str(port), "--gpu_ids", "all", "--mixed_precision", MIXED_PRECISION[dtype],
-            *module_args]
+            *(["--deepspeed_config_file", ds_file] if (ds_file := deepspeed_config_file(config)) else []), *module_args]
 
 
 def _die_with_parent() -> None:
