@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "platform" / "grpolab"
 # the front-door modules). Rooms on one floor never import each other (api <-> bench).
 FLOORS = [
     {"grpolab", "grpolab.errors", "grpolab.state", "grpolab.signals", "grpolab.yaml_input", "grpolab.hub",
-     "grpolab.planning"},
+     "grpolab.planning", "grpolab.startup"},
     {"grpolab.method"},
     {"grpolab.algorithms"},
     {"grpolab.world"},

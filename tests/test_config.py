@@ -41,7 +41,7 @@ def cfg(**over):
      "a reward-side KL would be one more component"),
     ({"method": {"base": "reinforce_pp", "kl_placement": "loss"}}, "folds the KL into the reward"),
     ({"method": {"base": "dapo", "sampling": "zero_variance_filter", "aggregation": "seq_mean_token_mean"}},
-     "zero_variance_filter drops groups from the token normaliser"),
+     "zero_variance_filter drops completions from the token normaliser"),
     ({"train__prompts_per_rollout": 3, "train__minibatches": 5}, "must split evenly into minibatches x grad_accum"),
     ({"method": {"base": "group_dpo"}, "train__minibatches": 2}, "group_dpo pairs completions within a group"),
     ({"warm_start__band": [0.7, 0.2]}, "warm_start.band: need 0 <= low < high <= 1"),

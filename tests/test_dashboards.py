@@ -237,7 +237,8 @@ def test_x_axes_seed_lines_and_clipped_ci_bars_in_chromium(ladder, shared_state,
 
 
 def test_ci_bars_are_cut_at_the_metric_range():
-    from grpolab.report.figures import ablation_figure, clipped_error, metric_range
+    from grpolab.report.figures import ablation_figure, clipped_error
+    from grpolab.studies.objectives import metric_range
     assert metric_range("final:eval/pass_at_1") == (0.0, 1.0) and metric_range("tail:length/incorrect")[0] == 0.0
     plus, minus = clipped_error([0.9, 0.05, 0.5, 0.4], [0.3, 0.2, float("nan"), 0.1], 0.0, 1.0)
     assert plus == pytest.approx([0.1, 0.2, 0.0, 0.1]) and minus == pytest.approx([0.3, 0.05, 0.0, 0.1])
@@ -262,3 +263,22 @@ def test_latex_table_compiles_with_pdflatex(ladder, shared_state, tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-2000:]
     assert (tmp_path / "table.pdf").stat().st_size > 1000
+
+
+def test_ladder_table_and_dashboard_open_with_one_answer_line_per_rung(ladder, shared_state, tmp_path):
+    """The answer first: one line per rung (label, effect on the previous rung and its interval,
+    seeds used) above the caption and the full table, in the printed table and on the page."""
+    import html as html_lib
+    from grpolab.report.tables import study_table
+    frame = data.ablation_frame(shared_state, str(ladder), None)
+    lines = study_table(str(ladder), shared_state, None).splitlines()
+    delta, half = frame.delta_vs_prev.iloc[1], frame.delta_ci95.iloc[1]
+    assert lines[1] == f"- GRPO: reference, mean {frame['mean'].iloc[0]:.3f} (2 seeds)"
+    assert lines[2] == (f"- + Clip-Higher: {frame.verdict_vs_prev.iloc[1]}, {delta:+.3f} "
+                        f"[{delta - half:+.3f}, {delta + half:+.3f}] (2 seeds)")
+    assert lines[3] == "" and lines[4].startswith("dash_ladder: final:eval/pass_at_1")   # then the caption
+    page = build_dashboard(shared_state, tmp_path / "answer.html", str(ladder)).read_text()
+    body = page.split("<body>", 1)[1]
+    assert body.index('<section id="answer">') < body.index("<h2>Ablation table</h2>") < body.index('class="grid"')
+    answer = re.search(r'<section id="answer">(.*?)</section>', body).group(1)
+    assert [html_lib.unescape(item) for item in re.findall(r"<li>(.*?)</li>", answer)] == [lines[1][2:], lines[2][2:]]

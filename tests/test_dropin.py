@@ -165,7 +165,7 @@ def _prepare(tmp_path, method, reward_funcs=(reward_num_unique_chars,), correctn
     """What GrpoLabTrainer decides first thing (the checks, the spec, the warnings), no model
     loaded: (DropIn, {warning class name: [messages]})."""
     import warnings as w
-    from grpolab.trainer.trl_config import prepare
+    from grpolab.trainer.dropin import prepare
     with w.catch_warnings(record=True) as record:
         w.simplefilter("always")
         setup = prepare(MISSING_MODEL, list(reward_funcs), _args(tmp_path, **setting), _dataset(), method,
@@ -189,7 +189,7 @@ def test_grpo_config_settings_override_the_method_announced_once(setting, label,
     """A GRPOConfig field set away from its default and in conflict with ``method=`` becomes an axis
     override: one warning naming what trains, the run's method tag says the same, and the trainer's
     copy of the config keeps the user's value."""
-    from grpolab.trainer.trl_config import mlflow_tags
+    from grpolab.trainer.dropin import mlflow_tags
     setup, said = _prepare(tmp_path, "dapo", (reward_num_unique_chars, solved), "solved", **setting)
     assert said["MethodOverrideWarning"] == [
         f"GrpoLabTrainer: training {label}: GRPOConfig settings override method 'dapo': {announced}"]
@@ -238,7 +238,7 @@ def test_registered_regime_and_overrides_reach_the_config(tiny_model_dir, tmp_pa
 
 
 def test_without_correctness_it_says_which_signal_stands_in(tiny_model_dir, tmp_path):
-    from grpolab.trainer.trl_config import MethodSettingsWarning
+    from grpolab.trainer.dropin import MethodSettingsWarning
     with pytest.warns(UserWarning) as record:
         t = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=reward_num_unique_chars, args=_args(tmp_path),
                            train_dataset=_dataset(), method={"name": "dapo", "max_sampling_rounds": 1})
@@ -253,13 +253,13 @@ def test_without_correctness_it_says_which_signal_stands_in(tiny_model_dir, tmp_
     out = t._generate_and_score_completions([dict(ds[i]) for i in (0, 1) for _ in range(4)])
     m = t._metrics["train"]
     assert "accuracy" not in m and "groups/all_correct" not in m and "length/correct" not in m
-    rows = t._stash["rows"]
-    total = t._stash["rewards"].sum(1).view(-1, 4)
+    rows = t._scored.rows
+    total = t._scored.rewards.sum(1).view(-1, 4)
     above = (total > total.mean(1, keepdim=True)).view(-1)
-    assert [r[0] for r in rows] == above.tolist()
+    assert [r.correct for r in rows] == above.tolist()
     assert m["above_group_mean/fraction"][-1] == pytest.approx(above.float().mean().item())
     assert out["completion_ids"].size(0) == 8
-    lengths = torch.tensor([r[1] for r in rows], dtype=torch.float32)
+    lengths = torch.tensor([r.length for r in rows], dtype=torch.float32)
     if above.any():
         assert m["length/above_group_mean"][-1] == pytest.approx(lengths[above].mean().item())
     assert not math.isnan(m["entropy"][-1])
@@ -271,7 +271,7 @@ def test_unscorable_completions_leave_the_baseline_and_get_zero_advantage():
     """TRL 1.16: r_i = nansum_k w_k r_i^k; a row every function skipped is NaN, out of the group's
     mean and std, advantage 0. Hand-computed: group 0 scorable totals 1, 3, 2 (mean 2, std 1)."""
     from grpolab import algorithms
-    from grpolab.trainer.trl_config import resolve_method
+    from grpolab.trainer.dropin import resolve_method
     nan = float("nan")
     rewards = torch.tensor([[1.0, nan], [nan, 3.0], [nan, nan], [1.0, 1.0],     # group 0: 1, 3, -, 2
                             [nan, nan], [nan, nan], [0.5, nan], [nan, nan]])    # group 1: one scorable row
@@ -307,7 +307,7 @@ def test_a_reward_returning_none_trains_like_stock_trl(tiny_model_dir, tmp_path)
 
 def test_without_method_it_trains_the_grpo_config_and_a_method_warns_its_defaults_once(tmp_path):
     import warnings as w
-    from grpolab.trainer.trl_config import MethodSettingsWarning, mlflow_tags
+    from grpolab.trainer.dropin import MethodSettingsWarning, mlflow_tags
     setup, said = _prepare(tmp_path, None, loss_type="dr_grpo", epsilon_high=0.28, scale_rewards="none")
     assert setup.method_name == "trl:dr_grpo" and "MethodOverrideWarning" not in said and "MethodSettingsWarning" not in said
     spec = setup.spec
@@ -387,7 +387,7 @@ def test_signature_and_reward_names_are_trls():
     import functools
     import inspect
     from trl import GRPOTrainer
-    from grpolab.trainer.trl_config import reward_func_names
+    from grpolab.trainer.dropin import reward_func_names
     ours, trls = inspect.signature(GrpoLabTrainer).parameters, inspect.signature(GRPOTrainer).parameters
     assert list(ours) == [*trls, "method", "correctness"]
     assert ours["method"].default is None and ours["method"].kind is inspect.Parameter.KEYWORD_ONLY

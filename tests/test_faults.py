@@ -23,7 +23,9 @@ from optuna.trial import TrialState
 
 from conftest import REPO
 from fault_helpers import BASE, held_study
-from grpolab.studies.lifecycle import HEARTBEAT_ATTR, WORKER_ATTR, Heartbeat, TrialReaped, abort_if_lost, host_identity, reap_stale_trials, worker_record
+from grpolab.studies.hand_back import reap_stale_trials
+from grpolab.studies.heartbeat import Heartbeat, TrialReaped, abort_if_lost
+from grpolab.studies.holders import HEARTBEAT_ATTR, WORKER_ATTR, host_identity, worker_record
 from grpolab.tracking.stores import setup_lock
 from grpolab.studies.storage import default_storage, open_storage
 from grpolab.studies.coordinator import run_study

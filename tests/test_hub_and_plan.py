@@ -195,6 +195,20 @@ def test_plan_of_a_small_study_is_computed_by_hand_without_torch(tmp_path):
     assert code == 0 and "grpolab bench --what throughput" in out and "GPU-hours:" in out
 
 
+def test_plan_counts_the_final_benchmark_and_the_seeds_on_demand_by_hand(tmp_path):
+    study = {**SMALL, "seeds": {"first": 3, "batch": 3, "cap": 9}, "smallest_effect": 0.02,
+             "base": {**SMALL["base"], "eval": {**SMALL["base"]["eval"], "final_prompts": 20, "final_k": 5}}}
+    path = tmp_path / "plan_final.yaml"
+    path.write_text(yaml.safe_dump(study))
+    code, out, err, _, _ = _cli(["study", str(path), "--plan", "--tokens-per-second", "2"], _env(tmp_path / "hf"))
+    assert code == 0, err
+    # eval = (3 evals x 10 x (3 + 1) + the final 20 x (5 + 1)) x 10 = 2,400; GPU-h = 2 x 4,000 / 2 / 3600 = 1.11
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("r")}
+    assert rows["r0"][-4:] == ["4", "2,400", "2", "1.11"]
+    assert ("seeds on demand: first batch 3 seeds = 6 rows, 24,000 tokens, 6.67 GPU-hours; then 3 more per look "
+            "until every rung is decided, at most 9 seeds = 18 rows, 72,000 tokens, 20.00 GPU-hours") in out
+
+
 @pytest.mark.parametrize("study", ["dapo_table1_qwen", "dr_grpo_length_qwen"])
 def test_shipped_real_scale_studies_plan_offline_without_weights_or_torch(study, tmp_path, monkeypatch, capsys):
     empty = tmp_path / "empty-hf-cache"
@@ -207,6 +221,8 @@ def test_shipped_real_scale_studies_plan_offline_without_weights_or_torch(study,
     assert heavy == []   # the time is reported (printed above, and by the closing note), never enforced
     assert out.count("not in the local Hugging Face cache") == 3 and "will be downloaded" in out
     assert "Qwen/Qwen2.5-Math-1.5B" in out and "GPU-hours" in out
+    if study == "dapo_table1_qwen":   # AIME 2024 avg@32 at the end, seeds on demand with the cap's GPU-hours
+        assert "first batch 5 seeds = 30 rows" in out and "at most 15 seeds = 90 rows" in out
     from grpolab.cli import main  # without --plan the same file is refused offline, before anything is written
     monkeypatch.setenv("HF_HUB_CACHE", str(empty))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -31,7 +31,7 @@ def test_soft_penalized_fraction_counts_the_buffer_zone_by_hand():
 def test_soft_penalized_fraction_is_where_eq13_penalises(cap, buffer):
     """The zone the metric counts is exactly where the punishment (DAPO eq. 13, the reward the
     trainer adds) is negative, for the same cap and configured buffer."""
-    from grpolab.trainer.trl_config import overlong_reward
+    from grpolab.trainer.dropin import overlong_reward
     from grpolab.method.spec import build_spec
     spec = build_spec({"soft_overlong": True, "overlong_buffer": buffer})
     reward = overlong_reward(spec, cap)
@@ -61,3 +61,19 @@ def test_bad_overlong_buffer_is_refused():
         overlong_buffer(0)
     with pytest.raises(ValueError, match="overlong buffer"):
         overlong_buffer(24, -1)
+
+
+def test_trained_group_curves_read_only_the_rows_gfpo_retains():
+    """GFPO keeps 2 of 4: group 0 r = 1, 0, 1, 1 retains rows 2, 3 (r = 1, 1: A = 0, zero variance, all
+    correct); group 1 r = 0, 1, 1, 0 retains rows 5, 7 (r = 1, 0: informative, mixed). Over all G rows
+    neither group is zero-variance nor all-correct."""
+    from grpolab.trainer.metrics import trained_metrics
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0])
+    correct = rewards.bool()
+    retained = torch.tensor([False, False, True, True, False, True, False, True])
+    lengths = torch.full((8,), 5.0)
+    got = trained_metrics(rewards, correct, lengths, retained, 4, retained)
+    assert got["trained/groups/zero_variance"] == 0.5
+    assert got["trained/groups/all_correct"] == 0.5 and got["trained/groups/all_wrong"] == 0.0
+    everything = trained_metrics(rewards, correct, lengths, torch.ones(8, dtype=torch.bool), 4)
+    assert everything["trained/groups/zero_variance"] == 0.0 and everything["trained/groups/all_correct"] == 0.0

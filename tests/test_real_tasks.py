@@ -217,7 +217,7 @@ def test_task_weights_become_the_method_reward_weights(rows, user_module):
     from grpolab.experiment.config import build_config
     base = {"task": {"name": "local_dataset", "path": str(rows), "prompt_field": "q", "answer_field": "a",
                      "rewards": ["correctness", {"name": "format", "weight": 0.25}], "extract": "last_number"},
-            "model": {"preset": "tiny"}, "method": "gdpo"}
+            "model": {"preset": "tiny"}, "method": "gdpo", "eval": {"prompts": 4}}   # the 8-row file holds 4 held out
     cfg = build_config(base)
     assert cfg.spec.reward_weights == (1.0, 0.25) and cfg.task["rewards"][1]["weight"] == 0.25
     with pytest.raises(ConfigError, match="method.reward_weights"):
@@ -296,7 +296,8 @@ def test_bounded_estimators_refuse_task_rewards_outside_the_unit_interval(rows):
     task = {"name": "local_dataset", "path": str(rows), "prompt_field": "q", "answer_field": "a", "extract": "last_number"}
 
     def config(rewards):
-        return build_config({"task": {**task, "rewards": rewards}, "model": {"preset": "tiny"}, "method": "maxrl"})
+        return build_config({"task": {**task, "rewards": rewards}, "model": {"preset": "tiny"}, "method": "maxrl",
+                             "eval": {"prompts": 4}})
 
     assert config(["correctness", {"name": "format", "weight": 0.0}]).spec.reward_weights == (1.0, 0.0)
     assert config([{"name": "correctness", "weight": 0.75}, {"name": "format", "weight": 0.25}]).spec.advantage == "maxrl"

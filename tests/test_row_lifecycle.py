@@ -14,7 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from grpolab.studies.lifecycle import RESUMES_ATTR
+from grpolab.studies.resume import RESUMES_ATTR
 from grpolab.tracking.stores import setup_lock
 from grpolab.studies.storage import create_or_load, default_storage
 from grpolab.studies.coordinator import enqueue_missing_rows, run_study

@@ -111,7 +111,7 @@ def test_environment_rows_without_a_prompt_column_are_scored(tiny_model_dir, tmp
     prompts = [[{"role": "user", "content": ""}]] * 4
     rewards = trainer._calculate_rewards(rows, prompts, ["ab", "abc", "a", "abcd"], [[1, 2]] * 4)
     assert rewards[:, 0].tolist() == [2.0, 3.0, 1.0, 4.0]
-    assert [r[3] for r in trainer._stash["rows"]] == prompts
+    assert [r.prompt for r in trainer._scored.rows] == prompts
 
 
 def test_trl_metric_names_appear_beside_grpolabs(tiny_model_dir, tmp_path):

@@ -11,6 +11,7 @@ import torch
 
 from conftest import REPO, tiny_dataset
 from grpolab.trainer import sampling
+from grpolab.trainer.rollouts import RolloutRow
 from grpolab.method.registry import get_method
 from grpolab.method.spec import build_spec
 
@@ -44,7 +45,7 @@ def test_concat_repads_prompts_left_and_completions_right():
 def _trainer(tiny_model_dir, tmp_path, spec, reward, **kw):
     from trl import GRPOConfig
 
-    from grpolab.trainer.trl_config import task_correctness
+    from grpolab.trainer.dropin import task_correctness
     from grpolab.trainer.grpo_trainer import GrpoLabTrainer
     from grpolab.world.models import load_model
     task, train, ds = tiny_dataset(128)
@@ -99,7 +100,7 @@ def test_zero_variance_filter_recomputes_normaliser_by_hand(tiny_model_dir, tmp_
     mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1]])
     out = {"completion_ids": torch.ones(4, 3, dtype=torch.long), "completion_mask": mask.clone()}
     t.num_generations = 2
-    rows = [(False, 1, False, "p", "c")] * 4
+    rows = [RolloutRow(correct=False, length=1, truncated=False, prompt="p", completion="c")] * 4
     t._filter_zero_variance(out, torch.tensor([[1.0], [0.0], [1.0], [1.0]]), rows)  # group 1 is zero-variance
     assert out["completion_mask"].tolist() == [[1, 1, 1], [1, 1, 0], [0, 0, 0], [0, 0, 0]]
     assert out["num_items_in_batch"].item() == 5                    # 3 + 2 tokens of the kept group
@@ -180,7 +181,7 @@ def test_gfpo_retains_the_shortest_or_most_efficient_and_gives_the_rest_no_advan
     assert by_length.nonzero().view(-1).tolist() == [1, 3, 4, 6]
     efficient = sampling.gfpo_retained(lengths, rewards, 4, 2, "token_efficiency")
     assert efficient.nonzero().view(-1).tolist() == [0, 3, 5, 6]
-    with pytest.raises(ValueError, match=r"gfpo_keep=4: must be in \[1, group_size\) = \[1, 4\)"):
+    with pytest.raises(ValueError, match=r"gfpo_keep=4: must be in \[2, group_size\) = \[2, 4\)"):
         sampling.gfpo_retained(lengths, rewards, 4, 4, "length")
     # the trainer's filter: rejected rows leave the loss mask, the token count and the baseline
     out = {"completion_mask": (torch.arange(9).expand(8, 9) < lengths.view(-1, 1)).long()}
@@ -192,6 +193,30 @@ def test_gfpo_retains_the_shortest_or_most_efficient_and_gives_the_rest_no_advan
     from grpolab.algorithms import compute_advantages
     A = compute_advantages(spec, kept.rewards, 4)
     assert A.tolist() == pytest.approx([0, -0.5, 0, 0.5, -0.5, 0, 0.5, 0])   # group 0 retained r = 0, 1
+
+
+def test_gfpo_ranks_a_truncated_completion_last_under_overlong_filter():
+    """TRL's overlong filter zeroes a truncated row's mask before GFPO ranks: length 0 must not read as
+    "the shortest". Group lengths 0 (truncated), 4, 2, 6, keep 2 -> rows 1, 2 (the two shortest that train);
+    by reward / length the truncated row's r = 1 must not win either."""
+    lengths = torch.tensor([0, 4, 2, 6])
+    rewards = torch.tensor([1.0, 1.0, 0.0, 1.0])
+    assert sampling.gfpo_retained(lengths, rewards, 4, 2, "length").nonzero().view(-1).tolist() == [1, 2]
+    assert sampling.gfpo_retained(lengths, rewards, 4, 2, "token_efficiency").nonzero().view(-1).tolist() == [1, 3]
+    out = {"completion_mask": (torch.arange(7).expand(4, 7) < lengths.view(-1, 1)).long()}
+    spec = build_spec({"sampling": "gfpo", "gfpo_keep": 2, "advantage": "group_mean", "aggregation": "token_mean",
+                       "overlong_filter": True})
+    kept = sampling.gfpo_filter(out, rewards, spec, 4, 0, lambda t: t)
+    assert torch.isnan(kept.rewards[0]) and int(out["num_items_in_batch"]) == 6
+
+
+def test_gfpo_refuses_keep_one_and_pairwise_dpo():
+    from grpolab.errors import ConfigError
+    base = {"sampling": "gfpo", "advantage": "group_mean", "aggregation": "token_mean"}
+    with pytest.raises(ConfigError, match=r"method.gfpo_keep: must be >= 2 .* got 1"):
+        build_spec({**base, "gfpo_keep": 1})
+    with pytest.raises(ConfigError, match="sampling=gfpo with surrogate=group_dpo"):
+        build_spec({**base, "surrogate": "group_dpo"})
 
 
 def test_gfpo_settings_are_checked_before_any_work():
@@ -216,3 +241,31 @@ def test_gfpo_through_the_drop_in_needs_more_generations_than_it_keeps(tiny_mode
     with pytest.raises(ValueError, match=r"gfpo_keep=8 must be < GRPOConfig.num_generations \(4\)"):
         GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=[lambda completions, **k: [0.0] * len(completions)],
                        args=args, train_dataset=ds, method="gfpo")
+
+
+def test_gfpo_without_correctness_is_not_told_it_filters_on_accuracy():
+    """GFPO never reads sampling_filter: the drop-in's no-correctness stand-in must leave it alone."""
+    import warnings
+
+    from grpolab.trainer.dropin import check_needs
+    spec = build_spec({"sampling": "gfpo", "gfpo_keep": 2, "advantage": "group_mean", "aggregation": "token_mean"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        checked = check_needs("gfpo", spec, has_correctness=False)
+    assert checked.sampling_filter == "accuracy"
+    assert not any("filters groups on accuracy" in str(w.message) for w in caught)
+    dynamic = build_spec({"sampling": "dynamic"})
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        assert check_needs("dapo", dynamic, has_correctness=False).sampling_filter == "reward"
+
+
+def test_group_filters_refuse_the_micro_batch_token_mean():
+    """bnpo's token mean is per micro-batch: a micro-batch the filter empties still counts in the 1/GA
+    division, so masking rows changes the step size; the filters need the global token count."""
+    from grpolab.errors import ConfigError
+    for sampling_value in ("zero_variance_filter", "gfpo"):
+        with pytest.raises(ConfigError, match=f"sampling={sampling_value} drops completions from the token normaliser: "
+                                              "use aggregation token_mean$"):
+            build_spec({"sampling": sampling_value, "gfpo_keep": 2, "advantage": "group_mean",
+                        "aggregation": "token_mean_local"})

@@ -215,17 +215,17 @@ def test_a_store_error_made_of_a_signal_is_the_signal_in_reap_logged(tmp_path, m
     """The coordinator's reap pass logged a Ctrl-C/SIGTERM that the store's code turned into an
     error as a hiccup ('trying again'). In the main thread it is the signal; the watchdog thread
     leaves it pending for the main thread's next safe point."""
-    import grpolab.studies.lifecycle as lifecycle
+    import grpolab.studies.hand_back as hand_back
 
     def converted(*args, **kwargs):
         raise RuntimeError("Error: did not possess lock")
-    monkeypatch.setattr(lifecycle, "reap_stale_trials", converted)
+    monkeypatch.setattr(hand_back, "reap_stale_trials", converted)
     note_signal(signal.SIGTERM)
     outcome = []
 
     def reap():
         try:
-            lifecycle.reap_logged(None, tmp_path, None, print)
+            hand_back.reap_logged(None, tmp_path, None, print)
             outcome.append(signal_pending())
         except RunKilled as exc:
             outcome.append(type(exc.__cause__).__name__)
@@ -242,7 +242,7 @@ def test_a_store_error_made_of_a_signal_is_the_signal_in_reap_logged(tmp_path, m
 def test_a_store_error_made_of_a_signal_is_the_signal_when_a_restart_is_linked(shared_state):
     """link_restart logs a store error and goes on (the old run may be unreachable); one the
     store's code made of a SIGTERM is the signal."""
-    from grpolab.studies.lifecycle import link_restart
+    from grpolab.studies.run_closing import link_restart
     note_signal(signal.SIGTERM)
     with pytest.raises(RunKilled) as raised:
         link_restart(shared_state, "no-such-run", "new-run")

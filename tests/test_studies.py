@@ -186,7 +186,7 @@ def test_threshold_metrics_steps_and_tokens_to_reach():
     from grpolab.errors import ConfigError
     from grpolab.experiment.runner import RunResult
     from grpolab.studies.trials import metric_value
-    from grpolab.studies.definition import check_metric
+    from grpolab.studies.objectives import check_metric
     evals = {0: {"eval/pass_at_1": 0.2}, 10: {"eval/pass_at_1": 0.28}, 20: {"eval/pass_at_1": 0.31}, 30: {"eval/pass_at_1": 0.29}}
     curves = {"tokens/cumulative": [(s, 100.0 * s) for s in range(1, 31)], "entropy": [(s, float(s)) for s in range(1, 9)]}
     r = RunResult("x", "FINISHED", evals, curves, 30, 1.0, {})
@@ -208,7 +208,7 @@ def test_every_shipped_study_validates():
         with planning():            # a GPU-only need (bf16, vLLM, a download) is recorded, not refused, on CPU
             cfg = load_study(path)  # every rung of a ladder is built and validated here
         names.add(cfg.name)
-    assert {"dapo_table1", "dr_grpo_length", "clip_higher_entropy", "search_clip_lr",
+    assert {"dapo_table1_v2", "dr_grpo_length", "clip_higher_entropy", "search_clip_lr",
             "dynamic_sampling_efficiency"} <= names
     dapo = load_study(REPO / "studies/dapo_table1.yaml")
     assert [r.published for r in dapo.rungs] == [30, 36, 38, 41, 42, 50]
@@ -249,7 +249,7 @@ def test_ctrl_c_that_a_library_turns_into_another_error_still_interrupts_the_row
 def test_a_ctrl_c_swallowed_in_a_finaliser_is_raised_at_the_next_safe_point():
     """A signal handler's raise inside __del__ (or a GC/weakref callback) is ignored by Python;
     the signal is noted, so the next safe point (a training step's end, between rows) raises it."""
-    from grpolab.studies.lifecycle import signals_raise
+    from grpolab.signals import signals_raise
     from grpolab.signals import raise_if_signalled
     signal.signal(signal.SIGINT, signal.default_int_handler)   # whatever this process was started with
     reached = []
@@ -271,7 +271,7 @@ def test_a_ctrl_c_swallowed_in_a_finaliser_is_raised_at_the_next_safe_point():
 def test_a_handled_ctrl_c_is_not_raised_again_by_the_next_run():
     """A caller that catches the KeyboardInterrupt (a notebook: Ctrl-C a run, start another) must
     not have it raised again at the next run's first safe point."""
-    from grpolab.studies.lifecycle import signals_raise
+    from grpolab.signals import signals_raise
     from grpolab.signals import raise_if_signalled, signal_pending
     signal.signal(signal.SIGINT, signal.default_int_handler)
     with pytest.raises(KeyboardInterrupt):

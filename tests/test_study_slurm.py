@@ -100,13 +100,14 @@ def test_four_rows_over_two_jobs_one_cancelled_mid_row_complete_exactly_once(
     from fault_helpers import held_study
     from slurm_cluster import until
 
-    from grpolab.studies import lifecycle
+    from grpolab.studies import hand_back, holders, resume, row_interrupts
     flag = tmp_path / "hold"
     flag.touch()
     path = held_study(tmp_path, tiny_model_dir, flag, name="slurm_ladder", seeds=(0, 1),
                       rungs=[{"name": "base"}, {"name": "+ lr", "changes": {"train.learning_rate": 2e-3}}])
     (tmp_path / "hold_reward.py").write_text(f"DEAF = {not worker_hands_back}\n" + HOLD_REWARD)
-    monkeypatch.setattr(lifecycle, "host_identity", lambda: "login-node/00000000/0")   # the coordinator's host
+    for module in (holders, hand_back, resume, row_interrupts):   # the coordinator's host, wherever it is read
+        monkeypatch.setattr(module, "host_identity", lambda: "login-node/00000000/0")
     # the rows' reward module lives in tmp_path: this process and the jobs (sbatch passes them this
     # process's environment) import it from there
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -200,7 +201,7 @@ def test_four_rows_over_two_jobs_one_cancelled_mid_row_complete_exactly_once(
         assert reason in (f"row handed back: its Slurm job {job_id} is CANCELLED",
                           f"RunKilled: received signal 15 in Slurm job {job_id} (the job was cancelled, "
                           "preempted or reached its time limit)"), reason
-    else:                   # from the job's state (lifecycle.reap_job_trials): no worker record could be checked
+    else:                   # from the job's state (hand_back.reap_job_trials): no worker record could be checked
         assert reason == f"row handed back: its Slurm job {job_id} is CANCELLED", reason
         assert cut.user_attrs.get("outcome") is None
     finished = [r for r in runs if r.info.status == "FINISHED" and "optuna.trial_number" in r.data.tags]

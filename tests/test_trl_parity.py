@@ -40,7 +40,7 @@ def _hash_reward(salt):
 def _trainers(model_dir, tmp_path, spec, trl_kw, reward_funcs=None):
     from trl import GRPOTrainer
 
-    from grpolab.trainer.trl_config import task_correctness
+    from grpolab.trainer.dropin import task_correctness
     from grpolab.trainer.grpo_trainer import GrpoLabTrainer
     from grpolab.world.models import load_model
     task, train, ds = tiny_dataset()
@@ -77,6 +77,17 @@ def _inputs(trainer, off_policy: bool, with_ref: bool):
     return inputs
 
 
+def _delta_binds(trainer, inputs, delta: float) -> int:
+    """Loss tokens whose ratio pi / pi_old exceeds delta with A < 0: where the two-sided clip acts."""
+    ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
+    attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
+    with torch.no_grad():
+        logp, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, attn, ids.size(1) - inputs["prompt_ids"].size(1))
+    ratio = torch.exp(logp - inputs["old_per_token_logps"])
+    hits = (ratio > delta) & (inputs["advantages"] < 0).unsqueeze(1) & inputs["completion_mask"].bool()
+    return int(hits.sum())
+
+
 def _loss_and_grads(trainer, inputs):
     trainer.model.train()
     trainer.model.zero_grad()
@@ -103,6 +114,8 @@ CASES = {
     # registered rows: INTELLECT-2's recipe as TRL names it, and the 80/20 row's loss axes (its dynamic
     # sampling and overlong shaping act outside the loss); a delta that binds on this batch is "dapo+delta" below
     "intellect2": (dict(loss_type="dapo", delta=4.0), METHODS["intellect2"].axes),
+    # delta strictly above 1 + eps_high and below this batch's largest ratio (~1.48): the cap binds
+    "intellect2+binding": (dict(loss_type="dapo", delta=1.3), {**METHODS["intellect2"].axes, "dual_clip_c": 1.3}),
     "top_entropy_80_20": (dict(loss_type="dapo", epsilon_high=0.28, top_entropy_quantile=0.2),
                           {k: METHODS["top_entropy_80_20"].axes[k] for k in
                            ("surrogate", "eps_low", "eps_high", "aggregation", "top_entropy_quantile", "kl_coef")}),
@@ -116,6 +129,8 @@ def test_loss_and_gradient_parity(case, off_policy, tiny_model_dir, tmp_path):
     spec = build_spec(spec_kw)
     stock, ours = _trainers(tiny_model_dir, tmp_path, spec, trl_kw)
     inputs = _inputs(stock, off_policy, with_ref=spec.kl_coef > 0)
+    if case == "intellect2+binding" and off_policy:
+        assert spec.dual_clip_c > 1 + spec.eps_high and _delta_binds(stock, inputs, spec.dual_clip_c) > 0
     loss_a, grads_a = _loss_and_grads(stock, inputs)
     loss_b, grads_b = _loss_and_grads(ours, inputs)
     assert abs(loss_a.item() - loss_b.item()) <= 1e-6
@@ -194,6 +209,8 @@ def test_trl_loss_types_without_method(case, tiny_model_dir, tmp_path):
     stock, ours = _trainers(tiny_model_dir, tmp_path, None, trl_kw)
     assert ours.method_name == f"trl:{trl_kw.get('loss_type', 'dapo')}"
     inputs = _inputs(stock, off_policy=True, with_ref="beta" in trl_kw)
+    if "delta" in trl_kw:
+        assert _delta_binds(stock, inputs, trl_kw["delta"]) > 0
     loss_a, grads_a = _loss_and_grads(stock, inputs)
     loss_b, grads_b = _loss_and_grads(ours, inputs)
     norm_a = torch.sqrt(sum((g ** 2).sum() for g in grads_a)).item()

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import vllm_double
 from mlflow.tracking import MlflowClient
 
 from conftest import REPO
@@ -47,6 +48,7 @@ def test_committed_field_list_matches_the_installed_trl():
                              "warmup_steps"),
     ({"top_p": "high"}, "train.trl.top_p: expected float, got str 'high'"),
     ({"weight_decay": True}, "train.trl.weight_decay: expected float, got bool True"),
+    ({"trackio_static_space_id": 3}, "train.trl.trackio_static_space_id: expected str | null | bool, got int 3"),
     ({"lr_scheduler_type": "cosnie"}, "train.trl.lr_scheduler_type: unknown value 'cosnie' (did you mean 'cosine'?)"),
 ])
 def test_owned_unknown_and_mistyped_fields_are_refused(trl, message):
@@ -100,3 +102,104 @@ def test_dotted_override_keys_reach_train_trl():
     assert cfg.train.trl == {"top_p": 0.9, "min_p": 0.05}
     with pytest.raises(ConfigError, match="train.trl.epsilon: grpolab sets this GRPOConfig field; use method"):
         build_config(apply_overrides(_data(), ["train.trl.epsilon=0.3"]))
+
+
+def _owned_values(args) -> dict:
+    from grpolab.trainer.trl_passthrough import OWNED
+    return {name: getattr(args, name, None) for name in OWNED}
+
+
+def test_every_field_grpolab_sets_or_an_alias_copies_into_is_owned_or_overridable(tmp_path, monkeypatch):
+    """A field the runner sets is owned (train.trl refuses it) or one of its overridable defaults;
+    and no unowned field changes an owned one (a deprecated alias __post_init__ copies)."""
+    import dataclasses
+    import warnings
+
+    from trl import GRPOConfig
+
+    from grpolab.experiment.runner import _grpo_args
+    from grpolab.tasks import make_task
+    from grpolab.trainer.trl_passthrough import refusal
+    vllm_double.install(monkeypatch)
+    task = make_task("addition", digits=2)
+    data = _data()
+    data["train"]["gradient_checkpointing"] = True
+    data["generation"] = {"backend": "vllm", "is_correction": "token_truncate", "is_max": 5.0}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)   # grpolab passes no deprecated field
+        args = _grpo_args(build_config(data), task, tmp_path)
+    overridable = {"lr_scheduler_type", "warmup_steps", "top_k", "disable_tqdm", "log_completions"}
+    defaults = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False)   # owned: any machine
+    changed = [f.name for f in dataclasses.fields(GRPOConfig) if f.init
+               and getattr(args, f.name) != getattr(defaults, f.name)]
+    assert "activation_checkpointing_kwargs" in changed and "vllm_importance_sampling_clip_max" in changed
+    assert [n for n in changed if refusal(n) is None and n not in overridable] == []
+    probes = {"bool": True, "float": 0.5, "int": 3, "dict": {"use_reentrant": True}}
+    aliases = set()
+    for checkpointing in (True, False):
+        data["train"]["gradient_checkpointing"] = checkpointing
+        cfg = build_config(data)
+        base = _owned_values(_grpo_args(cfg, task, tmp_path))
+        for name, (_, kinds, _) in grpo_config_fields.GRPO_CONFIG_FIELDS.items():
+            kind = next((k for k in kinds if k in probes), None)
+            if kind is None or name in cfg.train.trl or getattr(defaults, name) is not None:   # an alias is unset
+                continue
+            cfg.train.trl.clear()
+            cfg.train.trl[name] = probes[kind]   # as if train.trl had set it, past the parse-time check
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    probed = _grpo_args(cfg, task, tmp_path)
+            except Exception:   # a value the field refuses cannot change anything either
+                continue
+            if _owned_values(probed) != base:
+                aliases.add(name)
+        cfg.train.trl.clear()
+    assert {"gradient_checkpointing_kwargs", "vllm_importance_sampling_cap"} <= aliases
+    assert [n for n in aliases if refusal(n) is None] == []
+
+
+@pytest.mark.parametrize("trl, message", [
+    ({"activation_checkpointing": True}, "use train.gradient_checkpointing"),
+    ({"activation_checkpointing_kwargs": {"use_reentrant": True}}, "use train.gradient_checkpointing"),
+    ({"vllm_importance_sampling_cap": 5.0}, "use generation.is_max"),
+    ({"model_init_kwargs": {"dtype": "bfloat16"}}, "use model.* for model loading"),
+    ({"trust_remote_code": True}, "use model.* for model loading"),
+    ({"chat_template_kwargs": {"enable_thinking": False}}, "the prompt format is task.*"),
+    ({"hub_token": "hf_secret"}, "set the HF_TOKEN environment variable"),
+    ({"eval_delay": 1.0}, "use eval.*"), ({"load_best_model_at_end": True}, "use eval.*"),
+    ({"num_generations_eval": 2}, "use eval.*"), ({"per_device_eval_batch_size": 2}, "use eval.*"),
+    ({"auto_find_batch_size": True}, "global batch"), ({"enable_jit_checkpoint": True}, "stop signals"),
+])
+def test_half_applied_inert_and_secret_fields_are_refused(trl, message):
+    with pytest.raises(ConfigError) as err:
+        build_config(_data(trl))
+    assert f"train.trl.{next(iter(trl))}: " in str(err.value) and message in str(err.value)
+
+
+def test_a_credential_named_field_is_refused_and_token_counts_are_not():
+    from grpolab.trainer.trl_passthrough import refusal
+    assert "secret" in refusal("wandb_api_secret") and "secret" in refusal("db_password")
+    assert refusal("average_tokens_across_devices") is None and refusal("include_num_input_tokens_seen") is None
+
+
+def test_report_to_mlflow_is_refused_with_advice_that_holds():
+    from grpolab.trainer.trl_passthrough import check_report_to
+    with pytest.raises(ConfigError) as err:
+        check_report_to(["mlflow"])
+    assert "leave it out" in str(err.value) and "tracking.enabled" not in str(err.value)
+
+
+@pytest.mark.parametrize("study, expected", [
+    # Oat (Dr. GRPO's trainer): AdamW betas (0.9, 0.95), no weight decay, a constant schedule without warm-up
+    ("dr_grpo_length_qwen.yaml", {"adam_beta2": 0.95, "warmup_steps": 0, "lr_scheduler_type": "constant"}),
+    # the DAPO paper (not verl's recipe): 20 rollouts x 16 updates of warm-up, no weight decay stated
+    ("dapo_table1_qwen.yaml", {"warmup_steps": 320, "lr_scheduler_type": "constant_with_warmup"}),
+])
+def test_paper_scale_studies_set_their_sources_optimiser(study, expected):
+    import yaml
+
+    from grpolab.trainer.trl_passthrough import check_trl_settings
+    trl = yaml.safe_load((REPO / "studies" / study).read_text())["base"]["train"]["trl"]
+    assert {k: trl.get(k) for k in expected} == expected and "weight_decay" not in trl
+    check_trl_settings(trl)

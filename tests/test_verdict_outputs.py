@@ -38,8 +38,9 @@ LABELS = [label for _, label in STEPS.values()]
 
 def write_ladder(tmp_path, state, name="labels_ladder", objectives=None, values=None, deviations=None):
     """A ladder file and its Optuna study with one COMPLETE trial per row carrying ``values``."""
+    # each rung a learning rate the previous one did not have (the default is 2e-4): no rung repeats another
     study = {"kind": "ladder", "name": name, "seeds": SEEDS, "base": BASE, "budget": {"train.steps": 1},
-             "rungs": [{"name": "base"}] + [{"name": n, "changes": {"train.learning_rate": 1e-4 * (i + 2)}}
+             "rungs": [{"name": "base"}] + [{"name": n, "changes": {"train.learning_rate": 1e-4 * (i + 3)}}
                                             for i, n in enumerate(STEPS)]}
     study.update({"objectives": objectives} if objectives else {"metric": "final:eval/pass_at_1", "smallest_effect": 0.05})
     if deviations:

@@ -15,17 +15,15 @@ run is created. The state folder is ``state=`` if given, else ``$GRPOLAB_STATE``
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 import sys
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from grpolab.errors import ConfigError
+from grpolab.startup import quiet_run, start_up
+from grpolab.state import state_path
 
 # A mapping given for one of these sections replaces it whole when it names a new identity (as
 # `task='{name: ...}'` does on the command line); any other mapping is merged key by key.
@@ -84,15 +82,12 @@ class StudyOutcome:
         return study_table(self.path, self.state, self.storage, fmt, metric)
 
 
-def _yaml_value(value) -> str:
-    return yaml.safe_dump(value, default_flow_style=True, width=math.inf).strip().removesuffix("\n...")
-
-
 def override_strings(overrides: dict, data: dict | None = None) -> list[str]:
     """Keyword overrides -> the command line's ``key.path=value`` strings. Keys may be dotted
     (``**{"train.steps": 5}``); a nested mapping is merged key by key (``train={"steps": 5}``)
     unless it names a new task, method or model (``task={"name": "countdown"}``), which then
     replaces the old one whole."""
+    from grpolab.experiment.config import override_string
     out = []
     for key, value in overrides.items():
         if not isinstance(key, str) or not key or key.startswith(".") or key.endswith("."):
@@ -102,7 +97,7 @@ def override_strings(overrides: dict, data: dict | None = None) -> list[str]:
         if isinstance(value, dict) and value and not replaces and isinstance(current, (dict, str)):
             out += override_strings({f"{key}.{k}": v for k, v in value.items()}, data)
         else:
-            out.append(f"{key}={_yaml_value(value)}")
+            out.append(override_string(key, value))
     return out
 
 
@@ -136,19 +131,17 @@ def run(experiment, *, state: str | os.PathLike | None = None, callbacks: list |
     values on top of it, e.g. ``seed=3``, ``train={"steps": 50}``, ``**{"method.eps_high": 0.28}``.
     ``callbacks``: extra ``transformers.TrainerCallback`` objects. Raises ``ConfigError`` on bad
     input before anything is loaded; a run that fails raises after its MLflow run ended FAILED."""
-    from grpolab.state import confine_caches, state_dir, state_path
+    from grpolab.state import state_dir
     from grpolab.tracking.stores import check_stores
     check_stores(state_path(state))   # an unreachable store fails in seconds, before anything is written
-    confine_caches(state_path(state))  # as the CLI does: library caches under the state folder
+    start_up(state)
     cfg = load(experiment, **overrides)
     from grpolab.experiment.runner import run_experiment
     from grpolab.tracking.stores import prepare_stores
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")   # offline clusters: no phoning home
     folder = state_dir(state)
     prepare_stores(folder)
     trainers: list = []
-    with _quiet_libraries():
+    with quiet_run():
         result = run_experiment(cfg, folder, callbacks=list(callbacks or []), on_trainer=trainers.append)
     run_dir = Path(trainers[0].args.output_dir).resolve()
     return RunOutcome(
@@ -157,29 +150,6 @@ def run(experiment, *, state: str | os.PathLike | None = None, callbacks: list |
         eval_final=dict(result.final_eval), wall_seconds=result.wall_seconds, state=folder.resolve(),
         run_dir=run_dir, final_model=run_dir / "final",
         tracking_uri=_tracking_uri(folder) if result.run_id else None)
-
-
-@contextlib.contextmanager
-def _quiet_libraries():
-    """For the duration of a run: no per-file progress bars from transformers (loading weights,
-    writing shards) or MLflow (artifact transfers), and no transformers FutureWarnings about TRL's
-    own arguments; the caller's settings are restored afterwards."""
-    import transformers
-    bars = transformers.utils.logging.is_progress_bar_enabled()
-    previous = os.environ.get("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
-    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
-    transformers.utils.logging.disable_progress_bar()
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")
-            yield
-    finally:
-        if bars:
-            transformers.utils.logging.enable_progress_bar()
-        if previous is None:
-            os.environ.pop("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", None)
-        else:
-            os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = previous
 
 
 def _final_metrics(result) -> dict:
@@ -288,7 +258,7 @@ def tiny_model(directory: str | os.PathLike, *, preset: str = "tiny", seed: int 
     if folder.exists() and (not folder.is_dir() or (any(folder.iterdir()) and not (folder / TINY_MODEL_MARK).exists())):
         raise ConfigError(f"tiny_model: {str(folder)!r} exists and is not a folder tiny_model wrote (no "
                           f"{TINY_MODEL_MARK}): give a new or empty folder")
-    with _quiet_libraries():   # no "Writing model shards" bar for a 0.1 M-parameter model
+    with quiet_run():   # no "Writing model shards" bar for a 0.1 M-parameter model
         save_model(*build_model(preset, seed), folder)
     (folder / TINY_MODEL_MARK).write_text(f'{{"preset": "{preset}", "seed": {seed}}}\n')
     return str(folder)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from grpolab.errors import ConfigError, GrpoLabWarning
 from grpolab.signals import RunKilled
+from grpolab.startup import quiet_process, start_up
 
 
 def _cmd_run(args) -> int:
@@ -79,10 +80,7 @@ def _cmd_verdicts(args) -> int:
     verdict dashboard. Exit 0 (verdicts are results, whatever they say). Only the table goes
     to stdout (``--format csv`` pipes into a CSV reader); progress, the dashboard path and the
     summary line go to stderr."""
-    from grpolab.analysis.claim_runs import judge_family, run_claims
     from grpolab.analysis.claims import claim_files, load_claim
-    from grpolab.report.publish import record_study_tables
-    from grpolab.report.verdict_page import render_verdicts, write_claims_dashboard
     from grpolab.state import state_dir
 
     def note(line: str) -> None:
@@ -91,6 +89,11 @@ def _cmd_verdicts(args) -> int:
         raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
     if args.no_run and args.until_decided:
         raise ConfigError("--until-decided runs rows; it cannot go with --no-run")
+    for path in claim_files(args.claims):   # every claim (and its study) is read before the heavy imports
+        load_claim(path)
+    from grpolab.analysis.claim_runs import judge_family, run_claims
+    from grpolab.report.publish import record_study_tables
+    from grpolab.report.verdict_page import render_verdicts, write_claims_dashboard
     state = state_dir(args.state)
     started = time.time()
     with _stdout_to_stderr():   # what the studies, their workers and libraries print is not table data
@@ -98,7 +101,7 @@ def _cmd_verdicts(args) -> int:
             results = judge_family([load_claim(p) for p in claim_files(args.claims)], state, args.storage)
         else:
             results = run_claims(args.claims, state, args.storage, args.workers, echo=note,
-                                 until_decided=args.until_decided, max_seeds=args.max_seeds, batch=args.batch,
+                                 until_decided=args.until_decided, max_seeds=args.max_seeds, batch=args.batch or 2,
                                  publish=record_study_tables)
     table = render_verdicts(results, args.format)
     sys.stdout.write(table if table.endswith("\n") else table + "\n")
@@ -125,8 +128,34 @@ def _stdout_to_stderr():
 
 
 def _cmd_bench(args) -> int:
+    _check_bench_args(args)
     from grpolab.bench.suite import main as bench_main
     return bench_main(args)
+
+
+def _check_bench_args(args) -> None:
+    """Counts and FILE checked before the benchmark's imports (torch, TRL) and before the state
+    folder is made: FILE must be a valid experiment or study, and is read only by throughput."""
+    for flag, value, least in (("--steps", args.steps, 1), ("--repeats", args.repeats, 1), ("--rows", args.rows, 2),
+                               ("--rollouts", args.rollouts, 1)):
+        if value < least:
+            raise ConfigError(f"{flag}: must be >= {least}, got {value}")
+    if args.what != "throughput":
+        if args.file:
+            raise ConfigError(f"bench FILE {args.file!r}: only read with --what throughput; valid: --what throughput FILE")
+        return
+    if not args.file:
+        raise ConfigError("bench --what throughput: give the experiment or study file to measure")
+    from grpolab.yaml_input import read_yaml_mapping
+    data = read_yaml_mapping(args.file, "bench file", "give an experiment or a study file")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the row's notes are shown when it runs
+        if data.get("kind") in ("ladder", "search"):
+            from grpolab.studies.definition import load_study
+            load_study(args.file)
+        else:
+            from grpolab.experiment.config import load_experiment
+            load_experiment(args.file)
 
 
 def _study_plan(args) -> int:
@@ -149,19 +178,21 @@ def _cmd_study(args) -> int:
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers: must be >= 1, got {args.workers}")
     launcher = _study_launcher(args)
+    from grpolab.studies.definition import load_study
+    load_study(args.study)   # the whole file is answered before any store or the coordinator is loaded
     check_stores(state_path(args.state), args.storage)   # fail fast, before the study's imports
     from grpolab.report.publish import record_study_tables
     from grpolab.studies.coordinator import run_study
     started = time.time()
-    if args.until_decided:
+    on_demand = _seeds_on_demand(args)
+    if on_demand is not None and (launcher is not None or args.gpus_per_row is not None):
+        raise ConfigError("seeds on demand (--until-decided or the study's seeds: {first, batch, cap}) run on this "
+                          "machine only for now: add --fixed-seeds to launch the first seeds with Slurm or --gpus-per-row")
+    if on_demand is not None:
         from grpolab.analysis.until_decided import run_until_decided
-        if args.max_seeds is None:
-            raise ConfigError("--until-decided needs --max-seeds N")
-        code = run_until_decided(args.study, state_path(args.state), args.storage, args.workers or 1, args.max_seeds,
-                                 args.batch, retry_failed=args.retry_failed, accept_changed=args.accept_changed,
+        code = run_until_decided(args.study, state_path(args.state), args.storage, args.workers or 1, on_demand.cap,
+                                 on_demand.batch, retry_failed=args.retry_failed, accept_changed=args.accept_changed,
                                  publish=record_study_tables)
-    elif args.max_seeds is not None:
-        raise ConfigError("--max-seeds: only with --until-decided")
     else:
         code = run_study(args.study, state_path(args.state), args.storage, args.workers, args.retry_failed,
                          accept_changed=args.accept_changed, publish=record_study_tables,
@@ -185,6 +216,26 @@ def _cmd_study(args) -> int:
     return code
 
 
+def _seeds_on_demand(args):
+    """The seeds-on-demand plan of ``grpolab study``: the study file's ``seeds: {first, batch, cap}``
+    design by default (``--fixed-seeds`` runs its first seeds only), or ``--until-decided --max-seeds N
+    [--batch B]``, whose flags override the file's cap and batch."""
+    from grpolab.studies.definition import SeedsOnDemand, load_study
+    design = load_study(args.study).on_demand
+    if args.fixed_seeds:
+        if args.until_decided or args.max_seeds is not None or args.batch is not None:
+            raise ConfigError("--fixed-seeds: not with --until-decided, --max-seeds or --batch")
+        return None
+    if not args.until_decided:
+        if args.max_seeds is not None or args.batch is not None:
+            raise ConfigError("--max-seeds and --batch: only with --until-decided (or a seeds: {first, batch, cap} design)")
+        return design
+    cap = args.max_seeds if args.max_seeds is not None else (design.cap if design else None)
+    if cap is None:
+        raise ConfigError("--until-decided needs --max-seeds N (or a study file with seeds: {first, batch, cap})")
+    return SeedsOnDemand(args.batch or (design.batch if design else 2), cap)
+
+
 def _print_study_location(args) -> None:
     """Where the study's runs are: its MLflow experiment's runs page and how to open it."""
     from grpolab.experiment.progress import where
@@ -202,7 +253,8 @@ def _sequential_flags(parser, what: str) -> None:
                         help=f"add paired seeds in batches until {what} is decided or --max-seeds is reached "
                              "(each look's interval at level 1 - 0.05/K over the K planned looks)")
     parser.add_argument("--max-seeds", type=int, default=None, help="with --until-decided: the most paired seeds")
-    parser.add_argument("--batch", type=int, default=2, help="with --until-decided: seeds added per look (default 2)")
+    parser.add_argument("--batch", type=int, default=None,
+                        help="with --until-decided: seeds added per look (default: the study file's, else 2)")
 
 
 def _parent_run_id(study_path: str, state, storage_url) -> str | None:
@@ -230,6 +282,11 @@ def _cmd_study_worker(args) -> int:
 
 
 def _cmd_table(args) -> int:
+    from grpolab.studies.definition import load_study
+    study = load_study(args.study)   # the file and --metric are answered before any store is opened
+    metrics = [o.metric for o in study.objectives]
+    if args.metric is not None and args.metric not in metrics:
+        raise ConfigError(f"--metric: {args.metric!r} is not an objective of {study.name}; valid: {', '.join(metrics)}")
     from grpolab.report.tables import study_table
     from grpolab.state import state_dir
     state = state_dir(args.state)
@@ -243,10 +300,19 @@ def _cmd_table(args) -> int:
 
 
 def _cmd_dashboard(args) -> int:
-    from grpolab.report.dashboard import build_dashboard
+    from grpolab.report.layout import load_layout
     from grpolab.state import state_dir
+    if args.layout is not None:
+        load_layout(args.layout)   # a bad layout is answered before the state folder is touched
+    if args.out and not Path(args.out).absolute().parent.is_dir():
+        raise ConfigError(f"--out: the folder of {args.out!r} does not exist; create it first or give a path in an existing folder")
+    if args.out and Path(args.out).is_dir():
+        raise ConfigError(f"--out: {args.out!r} is a folder; give the path of the HTML file to write")
+    if args.study:
+        from grpolab.studies.definition import load_study
+        load_study(args.study)
+    from grpolab.report.dashboard import build_dashboard, default_output_name
     state = state_dir(args.state)
-    from grpolab.report.dashboard import default_output_name
     run_ids = [r.strip() for r in (args.runs or "").split(",") if r.strip()]
     name = default_output_name(args.study, run_ids, args.layout, args.x or "steps", args.seeds or "band")
     out = Path(args.out) if args.out else state / "dashboards" / name
@@ -266,7 +332,7 @@ def _cmd_dashboard(args) -> int:
 def _common_flags(defaults: bool) -> argparse.ArgumentParser:
     """--state and -v, accepted before or after the subcommand (after it they must not reset
     what was given before it, hence SUPPRESS as the subcommand's default)."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = _OneLineParser(add_help=False)
     common.add_argument("--state", default=None if defaults else argparse.SUPPRESS,
                         help="state folder (default $GRPOLAB_STATE or ./grpolab-state)")
     common.add_argument("-v", "--verbose", action="store_true", default=False if defaults else argparse.SUPPRESS)
@@ -274,11 +340,20 @@ def _common_flags(defaults: bool) -> argparse.ArgumentParser:
 
 
 PUBLIC_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "methods", "metrics-doc", "bench", "doctor")
+STATE_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "bench")   # they read or write the state folder
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """A usage error is one line, like every other bad input: what was wrong and where the
+    command's valid flags are listed (its --help)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message} (valid: see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from grpolab import __version__
-    parser = argparse.ArgumentParser(prog="grpolab", description=__doc__.splitlines()[0], parents=[_common_flags(True)])
+    parser = _OneLineParser(prog="grpolab", description=__doc__.splitlines()[0], parents=[_common_flags(True)])
     parser.add_argument("--version", action="version", version=f"grpolab {__version__}")
     # the internal study-worker command is left out of the listing (it has no help= either)
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(PUBLIC_COMMANDS) + "}")
@@ -316,6 +391,8 @@ def _add_study(sub) -> None:
     study.add_argument("--tokens-per-second", type=float, default=None, metavar="X",
                        help="with --plan: one row's generated tokens per second (grpolab bench --what throughput)")
     _sequential_flags(study, "every rung verdict")
+    study.add_argument("--fixed-seeds", action="store_true",
+                       help="a study file with seeds: {first, batch, cap}: run its first seeds only, add none")
     _launch_flags(study)
     study.set_defaults(func=_cmd_study)
 
@@ -391,7 +468,7 @@ def _add_study_rank(sub) -> None:
 
 
 def _cmd_study_rank(args) -> int:
-    from grpolab.studies.trials import run_rank
+    from grpolab.studies.row_on_ranks import run_rank
     run_rank(args.spec)
     return 0
 
@@ -485,17 +562,6 @@ def _add_methods(sub) -> None:
     doc.set_defaults(func=_cmd_metrics_doc)
 
 
-def _quiet_libraries() -> None:
-    """Per-load progress bars and store-migration chatter drown grpolab's own progress. Set
-    through the variables the libraries read when imported, so that no answer waits on them."""
-    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")   # transformers' and the hub's bars
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
-
-
 def main(argv: list[str] | None = None) -> int:
     try:
         code = _main(argv)
@@ -544,15 +610,15 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
 def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(hoist_global_flags(sys.argv[1:] if argv is None else list(argv)))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from grpolab.state import confine_caches, state_path
-    confine_caches(state_path(args.state))   # kernel and font caches under the state folder, not $HOME / $TMPDIR
-    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # offline clusters: no phoning home
+    start_up(args.state)
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # TRL's deprecated kwargs
     warnings.showwarning = _show_warning
     if not args.verbose:
-        _quiet_libraries()
+        quiet_process()
     try:
+        if args.command in STATE_COMMANDS:
+            from grpolab.state import check_state_folder
+            check_state_folder(args.state)
         return args.func(args)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from grpolab.errors import ConfigError
+
 
 def state_path(override: str | os.PathLike | None = None) -> Path:
     """Where the state folder is, without creating it (checks that must write nothing)."""
@@ -34,3 +36,21 @@ def confine_caches(state: str | os.PathLike) -> None:
     root = Path(state).resolve() / "cache"
     for variable, folder in CACHE_VARIABLES.items():
         os.environ.setdefault(variable, str(root / folder))
+
+
+def check_state_folder(override: str | os.PathLike | None = None) -> Path:
+    """The state folder as a command that writes there needs it: a folder (or a path where one can
+    be created) this process can write into. Checked before anything is read or written, so that a
+    regular file or a read-only folder is answered in one line, not by a traceback mid-run."""
+    path = state_path(override)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"--state: {str(path)!r} is a file, not a folder; give a folder (created if missing), "
+                          "or set $GRPOLAB_STATE")
+    existing = path.absolute()
+    while not existing.exists() and existing != existing.parent:   # where the folder would be created
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"--state: {str(path)!r} cannot be created: {str(existing)!r} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"--state: {str(existing)!r} is not writable by this user; give a folder you can write to")
+    return path

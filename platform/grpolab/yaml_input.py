@@ -1,6 +1,6 @@
 """Reading the user's YAML files (experiments, studies): whole-file checks before anything runs.
 
-A file that is missing, empty (or only comments), not valid YAML, not a mapping at the top, or
+A file that is missing, a folder, unreadable, not UTF-8 text, empty (or only comments), not valid YAML, not a mapping at the top, or
 that repeats a key (plain YAML keeps the last value silently) is refused with one line naming
 the file and, where YAML knows it, the line.
 """
@@ -31,13 +31,39 @@ def _mapping_without_duplicates(loader, node, deep=False):
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
 
 
-def read_yaml_mapping(path: str | Path, what: str, hint: str = "") -> dict:
-    """The top-level mapping of a YAML file; ``what`` names it in messages ("experiment file")."""
+def check_input_file(path: str | Path, what: str) -> Path:
+    """``path`` as an existing regular file this process can read; else one line saying which of
+    missing, a folder or unreadable it is."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{what} {str(path)!r} is a folder; give a file")
     if not path.is_file():
         raise ConfigError(f"{what} {str(path)!r} does not exist")
     try:
-        data = yaml.load(path.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"{what} {str(path)!r} cannot be read ({exc.strerror})") from None
+    return path
+
+
+def read_text_file(path: str | Path, what: str) -> str:
+    """The UTF-8 text of an input file, checked as ``check_input_file`` does."""
+    path = check_input_file(path, what)
+    try:
+        return path.read_text()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{what} {str(path)!r} is not a UTF-8 text file") from None
+    except OSError as exc:
+        raise ConfigError(f"{what} {str(path)!r} cannot be read ({exc.strerror})") from None
+
+
+def read_yaml_mapping(path: str | Path, what: str, hint: str = "") -> dict:
+    """The top-level mapping of a YAML file; ``what`` names it in messages ("experiment file")."""
+    path = Path(path)
+    text = read_text_file(path, what)
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except ConfigError as exc:
         raise ConfigError(f"{what} {str(path)!r}: {exc}") from None
     except yaml.YAMLError as exc:
@@ -45,8 +71,6 @@ def read_yaml_mapping(path: str | Path, what: str, hint: str = "") -> dict:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise ConfigError(f"{what} {str(path)!r} is not valid YAML{where}: {problem}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{what} {str(path)!r} is not a UTF-8 text file") from None
     if data is None or data == {}:
         raise ConfigError(f"{what} {str(path)!r} is empty{'; ' + hint if hint else ''}")
     if not isinstance(data, dict):

@@ -13,7 +13,7 @@ from trl import GRPOConfig
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from conftest import tiny_dataset  # noqa: E402
 from grpolab.method.spec import build_spec
-from grpolab.trainer.trl_config import task_correctness
+from grpolab.trainer.dropin import task_correctness
 from grpolab.trainer.grpo_trainer import GrpoLabTrainer
 from grpolab.world.models import load_model
 

@@ -9,7 +9,7 @@ import datasets
 from trl import GRPOConfig
 
 from grpolab.method.registry import get_method
-from grpolab.trainer.trl_config import task_correctness
+from grpolab.trainer.dropin import task_correctness
 from grpolab.trainer.grpo_trainer import GrpoLabTrainer
 from grpolab.world.models import load_model
 from grpolab.world.tasks import make_task
@@ -42,12 +42,13 @@ original = trainer._dynamic_sampling
 
 
 def record(inputs):
-    local, rewards, rows, generated = original(inputs)
-    decisions.append({"prompts": [r[3] for r in rows], "local_rows": int(local["completion_ids"].size(0)),
+    batch = original(inputs)
+    local, rewards, rows = batch.local, batch.rewards, batch.rows
+    decisions.append({"prompts": [r.prompt for r in rows], "local_rows": int(local["completion_ids"].size(0)),
                       "num_items": int(local["num_items_in_batch"]), "rank": trainer.accelerator.process_index,
                       "world": trainer.accelerator.num_processes,
                       "spread_min": float((rewards.view(-1, 4).max(1).values - rewards.view(-1, 4).min(1).values).min())})
-    return local, rewards, rows, generated
+    return batch
 
 
 generate = trainer._generate_and_score_completions

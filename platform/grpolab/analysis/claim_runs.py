@@ -22,11 +22,12 @@ import numpy as np
 
 from grpolab.analysis import inference
 from grpolab.analysis.claims import Claim, Side, claim_files, load_claim
-from grpolab.analysis.histories import censored_value, mean_window, run_history, train_keys, window_value
+from grpolab.analysis.histories import mean_window, run_history, train_keys
 from grpolab.analysis.verdicts import DECIDED, NO_MECHANISM, Verdict, paired_verdict, with_censoring, with_family, with_mechanism
 from grpolab.errors import ConfigError
 from grpolab.studies import registration as preregistration
 from grpolab.studies.definition import load_study
+from grpolab.studies.objectives import censored_value, window_value
 
 
 @dataclass
@@ -56,7 +57,7 @@ def _side_values(claim: Claim, side: Side, metric: str, runs: dict, histories: d
 
 
 def _claim_rows(claim: Claim, state: Path, storage_url: str | None, seeds: int | None = None):
-    """(runs {rung name: {seed: run id}}, histories {run id: History}, (level, looks), plan note),
+    """(runs {rung name: {seed: run id}}, histories {run id: RunHistory}, (level, looks), plan note),
     on the study's first ``seeds`` seeds when given (a sequential look)."""
     from mlflow.tracking import MlflowClient
 

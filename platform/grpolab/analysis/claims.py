@@ -32,12 +32,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 
-from grpolab.analysis.verdicts import DIRECTIONS
+from grpolab.analysis import DIRECTIONS
 from grpolab.errors import ConfigError
-from grpolab.studies.definition import Mechanism, StudyConfig, check_metric, load_study, parse_mechanism
+from grpolab.studies.definition import Mechanism, StudyConfig, load_study, parse_mechanism
+from grpolab.studies.objectives import check_metric
 from grpolab.studies.registration import parse_deviations
+from grpolab.yaml_input import check_input_file, read_yaml_mapping
 
 CLAIMS_DIR = Path(__file__).resolve().parents[3] / "studies" / "claims"
 LOCAL_AGGS = ("head", "start")
@@ -46,7 +47,7 @@ FREE_LENGTH_TASKS = ("addition_scratchpad",)
 _KEYS = {"name", "source", "statement", "published", "study", "treatment", "control", "metric", "direction",
          "smallest_effect", "regime", "requires", "mechanism", "report", "kind", "statistic_note", "deviations"}
 KINDS = ("reproduction", "construction_check")
-# what decides a verdict: hashed at the first verdict, a later change is flagged (preregistration.py)
+# what decides a verdict: hashed at the first verdict, a later change is flagged (studies/registration.py)
 PREREGISTERED = ("study", "treatment", "control", "metric", "direction", "smallest_effect", "mechanism")
 
 
@@ -119,9 +120,8 @@ def resolve_study_path(claim_file: Path, study: str) -> Path:
 
 def load_claim(path: str | Path) -> Claim:
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"claim file {str(path)!r} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+    data = read_yaml_mapping(path, "claim file", "give at least source, statement, study, treatment, control, "
+                             "metric, direction and smallest_effect")
     unknown = set(data) - _KEYS
     if unknown:
         raise ConfigError(f"{path.name}: {sorted(unknown)[0]}: unknown key; valid: {', '.join(sorted(_KEYS))}")
@@ -199,5 +199,5 @@ def claim_files(names: list[str] | None) -> list[Path]:
         if not path.exists():
             valid = ", ".join(p.stem for p in sorted(CLAIMS_DIR.glob("*.yaml")))
             raise ConfigError(f"claim {name!r}: no such claim file; shipped claims: {valid}")
-        out.append(path)
+        out.append(check_input_file(path, "claim file"))
     return out

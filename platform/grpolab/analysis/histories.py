@@ -1,37 +1,17 @@
-"""Metric windows of finished runs, read back from MLflow: what claims and ladder verdicts judge.
+"""Histories of finished runs read back from MLflow: what claims and ladder verdicts judge.
 
-Windows go through the studies' own objective function (``studies.objectives.objective_value``, which
-delegates to ``objectives.objective_value``: the one function behind tables, trial values and
-the pruner), on a RunResult rebuilt from the run's MLflow history, so a claim and a table never
-disagree on what ``tail:entropy`` means. Only the two within-run windows a claim may add
-(``head:``, ``start:``) are computed here.
+Every metric value is computed by ``studies.objectives`` (the one module behind tables, trial
+values, the pruner and claims) on a RunHistory rebuilt from the run's MLflow history, so a claim
+and a table never disagree on what ``tail:entropy`` means.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
-from grpolab.errors import ConfigError
-from grpolab.studies.objectives import censored_bound, objective_value
+from grpolab.studies.objectives import window_value
+from grpolab.tracking.held_out import EVAL_KEYS, RunHistory
 from grpolab.tracking.naming import clean_metric_name
-
-EVAL_KEYS = ("eval/pass_at_1", "eval/pass_at_k", "eval/greedy_accuracy", "eval/mean_length")
-
-
-@dataclass
-class History:
-    """The RunResult interface that ``studies.objectives.objective_value`` reads, filled from MLflow."""
-    evals: dict
-    train_curves: dict
-
-    @property
-    def start_eval(self) -> dict:
-        return self.evals[min(self.evals)]
-
-    @property
-    def final_eval(self) -> dict:
-        return self.evals[max(self.evals)]
 
 
 def train_keys(metrics) -> set[str]:
@@ -39,7 +19,7 @@ def train_keys(metrics) -> set[str]:
     return {m.split(":", 1)[1] for m in metrics if m and m.split(":", 1)[0] in ("tail", "head")}
 
 
-def run_history(client, run_id: str, keys: set[str]) -> History:
+def run_history(client, run_id: str, keys: set[str]) -> RunHistory:
     evals: dict[int, dict] = {}
     for key in EVAL_KEYS:
         for m in client.get_metric_history(run_id, clean_metric_name(key)):
@@ -47,35 +27,10 @@ def run_history(client, run_id: str, keys: set[str]) -> History:
     curves = {}
     for key in set(keys) | {"tokens/cumulative"}:
         curves[key] = sorted((m.step, m.value) for m in client.get_metric_history(run_id, clean_metric_name(key)))
-    return History(evals, curves)
+    return RunHistory(evals, curves)
 
 
-def window_value(metric: str, history: History) -> float:
-    """A metric window of one run: the shared objective function, plus head:/start: windows."""
-    agg, _, key = metric.partition(":")
-    if agg == "head":   # the mirror of tail: finite points at steps <= 1/4 of the latest step (at least the first)
-        points = sorted((s, v) for s, v in history.train_curves.get(key, []) if v is not None and math.isfinite(v))
-        if not points:
-            return math.nan
-        head = [v for s, v in points if s <= 0.25 * points[-1][0]] or [points[0][1]]
-        return sum(head) / len(head)
-    if agg == "start":
-        return history.start_eval[key]
-    try:
-        return objective_value(metric, history.evals, history.train_curves)
-    except ConfigError:   # e.g. no finite point of the curve (nothing clipped): no value for this seed
-        return math.nan
-
-
-def censored_value(metric: str, value: float, history: History) -> tuple[float, bool]:
-    """(value, censored): a threshold never reached is counted at the run's budget, a lower bound
-    (``objectives.censored_bound``); the caller states what that can overturn."""
-    if metric.split(":", 1)[0] in ("steps_to", "tokens_to") and value == math.inf:
-        return censored_bound(metric, history.evals, history.train_curves), True
-    return value, False
-
-
-def mean_window(metric: str, histories: list[History]) -> float:
+def mean_window(metric: str, histories: list[RunHistory]) -> float:
     """Mean over runs of a window's finite values (NaN when none): a mechanism's measured value."""
     values = [v for v in (window_value(metric, h) for h in histories) if math.isfinite(v)]
     return sum(values) / len(values) if values else math.nan

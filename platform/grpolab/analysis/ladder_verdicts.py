@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from grpolab.analysis.histories import censored_value, mean_window, run_history, train_keys
+from grpolab.analysis.histories import mean_window, run_history, train_keys
 from grpolab.analysis.verdicts import Verdict, paired_verdict, with_censoring, with_family, with_mechanism
 from grpolab.studies.definition import StudyConfig
+from grpolab.studies.objectives import censored_value
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,10 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-import yaml
 from optuna.trial import TrialState
 
 from grpolab.errors import ConfigError
-from grpolab.experiment.config import TrainCfg, apply_overrides
+from grpolab.experiment.config import TrainCfg, apply_overrides, as_overrides
 from grpolab.studies.rows import OUTCOME_ATTR, RUN_ATTR, deciding_trial, row_key, row_trials
 from grpolab.tracking.naming import clean_metric_name
 
@@ -72,9 +71,8 @@ def _search_records(study, cfg) -> list[dict]:
     for t in study.get_trials(deepcopy=False):
         if t.user_attrs.get(OUTCOME_ATTR) is None and t.state != TrialState.RUNNING:
             continue
-        overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in t.params.items()]
-        steps = _planned_steps(apply_overrides(cfg.base, overrides))
-        # the seed a search trial trains with: its number cycles through the study's seeds (studies.py)
+        steps = _planned_steps(apply_overrides(cfg.base, as_overrides(t.params)))
+        # the seed a search trial trains with: its number cycles through the study's seeds (studies/trials.py)
         base = {"rung": None, "seed": cfg.seeds[t.number % len(cfg.seeds)], "rung_name": None, **t.params}
         records += _objective_records(cfg, t, base, steps)
     return records

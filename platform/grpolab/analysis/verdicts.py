@@ -35,7 +35,7 @@ The label is monotone in the evidence: narrowing the interval around the same es
 ``reproduced`` and ``effect that matters`` stay once reached; an effect below delta may first read
 ``no effect that matters`` and, measured more precisely, ``direction holds, smaller than claimed``
 or ``opposite direction`` (all three say: smaller than what matters). Checks outside the data (``mechanism did not act``, censoring) are applied by
-``with_mechanism`` and ``with_censoring``; ``with_holm`` adds Holm-adjusted p-values over a family.
+``with_mechanism`` and ``with_censoring``; ``with_family`` adds familywise intervals and Holm-adjusted p-values over a family.
 """
 
 from __future__ import annotations
@@ -46,11 +46,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from grpolab.analysis import inference
+from grpolab.analysis import DIRECTIONS, inference
 
 MIN_SEEDS = 5
 DEFAULT_SEEDS = 8       # what verdicts and the main job run: enough for a t-interval to be worth stating
-DIRECTIONS = ("increase", "decrease", "none")
 REPRODUCED = "reproduced"
 SMALLER = "direction holds, smaller than claimed"
 UNDETERMINED = "direction holds, size undetermined"

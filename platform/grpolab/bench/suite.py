@@ -101,7 +101,7 @@ def bench_trainer(preset: str, steps: int, repeats: int, use_cpu: bool = True, p
     from trl import GRPOConfig, GRPOTrainer
 
     from grpolab.trainer.grpo_trainer import GrpoLabTrainer
-    from grpolab.trainer.trl_config import MethodSettingsWarning, task_correctness
+    from grpolab.trainer.dropin import MethodSettingsWarning, task_correctness
     from grpolab.world.models import build_model, save_model
     from grpolab.world.tasks import make_task
 

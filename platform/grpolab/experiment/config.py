@@ -19,6 +19,8 @@ YAML layout (experiments/*.yaml)::
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import math
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +40,7 @@ from grpolab.tasks import TASK_NAMES as TASKS
 from grpolab.tasks import make_task, spec_with_task_weights
 from grpolab.trainer.trl_passthrough import check_report_to, check_trl_settings
 from grpolab.world.models import PRESETS
+from grpolab.world.tasks import TASKS as GENERATED_TASKS
 from grpolab.yaml_input import read_yaml_mapping
 
 
@@ -72,7 +75,8 @@ class TrainCfg:
     temperature: float = 1.0
     max_completion_length: int = 0     # 0: the task's own limit
     max_grad_norm: float = 1.0
-    n_train_prompts: int = 4000
+    n_train_prompts: int = 4000        # at most this many (fewer if the task holds fewer); set explicitly,
+                                       # the task must hold that many (checked at load time)
     save_every: int = -1               # steps between checkpoints (a multiple of minibatches x num_iterations);
                                        # -1: auto (~50, whole rollouts), 0: at the end only (checkpoints.py)
     keep_checkpoints: int = 2          # newest complete checkpoints kept per run
@@ -89,6 +93,12 @@ class EvalCfg:
     every: int = 50                    # optimizer steps between held-out evaluations (0: start and end only)
     prompts: int = 64
     k: int = 4                         # samples per prompt for pass@k
+    final_prompts: int = 0             # prompts of the final evaluation (0: eval.prompts); the evaluations
+                                       # before it use the first eval.prompts of them
+    final_k: int = 0                   # samples per prompt of the final evaluation, avg@k (0: eval.k)
+    seed: int = -1                     # held-out set's seed; -1: the run seed (each seed its own set);
+                                       # >= 0: one fixed benchmark for every run (toy tasks; dataset tasks
+                                       # keep their own held-out split)
     max_completion_length: int = 0     # 0: the run's training cap (train.max_completion_length or the task's);
                                        # resolved at load time, so the logged param is the cap used
 
@@ -231,7 +241,8 @@ def build_config(data: dict) -> RunConfig:
     cfg = RunConfig(name=name, method_name=method_name, method_overrides=overrides, spec=spec,
                     task={"name": task_obj.name, **task_obj.params}, seed=seed, **sections)
     notes = check_coherence(cfg, task_obj)
-    if cfg.eval.max_completion_length == 0:  # evaluate at the cap the run trains with (issue 10)
+    check_task_capacity(cfg, task_obj, explicit_train="n_train_prompts" in train_raw)
+    if cfg.eval.max_completion_length == 0:  # evaluate at the cap the run trains with
         train_cap = cfg.train.max_completion_length or task_obj.max_completion_length
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, max_completion_length=train_cap))
     for note in notes:
@@ -284,6 +295,7 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
         raise ConfigError(f"warm_start.band: need 0 <= low < high <= 1, got {list(cfg.warm_start.band)}")
     if cfg.eval.every < 0 or cfg.eval.prompts < 1 or cfg.eval.k < 1:
         raise ConfigError("eval: every >= 0, prompts >= 1 and k >= 1 are required")
+    check_final_eval(cfg.eval, task)
     if cfg.eval.max_completion_length < 0:
         raise ConfigError(f"eval.max_completion_length: must be >= 0 (0 = the training cap), got {cfg.eval.max_completion_length}")
     n_rewards = len(task.reward_names)
@@ -306,8 +318,52 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     check_save_settings(t)
     check_episode_config(cfg, task)   # multi-turn environment tasks and GiGPO's step term (grpolab.envs)
     notes = check_engines(cfg)
-    notes += inert_notes(cfg)   # each axis value declares one requirement (regime.py); unmet: inert, warned once
+    notes += inert_notes(cfg)   # each axis value declares one requirement (method/requirements.py); unmet: inert, warned once
     return notes
+
+
+def final_prompts(ev) -> int:
+    """Prompts of the final held-out evaluation (eval.final_prompts, or eval.prompts when 0)."""
+    return ev.final_prompts or ev.prompts
+
+
+def check_final_eval(ev, task) -> None:
+    """The final evaluation's set holds the intermediate one (its first eval.prompts prompts); a fixed
+    held-out seed needs a task whose eval stream is seeded apart from its train stream (toy tasks)."""
+    if ev.final_prompts < 0 or ev.final_k < 0:
+        raise ConfigError(f"eval.final_prompts and eval.final_k: must be >= 0 (0 = eval.prompts / eval.k), "
+                          f"got {ev.final_prompts} and {ev.final_k}")
+    if ev.final_prompts and ev.final_prompts < ev.prompts:
+        raise ConfigError(f"eval.final_prompts ({ev.final_prompts}) must be >= eval.prompts ({ev.prompts}): "
+                          "the evaluations before the final one use a subset of its prompts")
+    if ev.seed < -1:
+        raise ConfigError(f"eval.seed: must be >= 0, or -1 (the run seed), got {ev.seed}")
+    if ev.seed >= 0 and "held_out_seed" not in inspect.signature(task.splits).parameters:
+        raise ConfigError(f"eval.seed: task {task.name!r} keeps its own held-out split; a fixed eval.seed is for "
+                          f"the generated tasks ({', '.join(GENERATED_TASKS)}); leave it at -1")
+
+
+def check_task_capacity(cfg: RunConfig, task, explicit_train: bool) -> None:
+    """The task holds as many distinct held-out prompts as ``eval.prompts`` asks (and, when the
+    experiment sets it, as many training prompts as ``train.n_train_prompts``): drawn now, with the
+    run's seed, exactly as the run will draw them. A small space (1-digit sums) or a small
+    dataset would otherwise give fewer, and the run would be measured on fewer than asked. The
+    default ``n_train_prompts`` is a cap, not a request. A dataset not readable yet (a hub
+    dataset downloaded at run start) is checked when it is read."""
+    source = getattr(task, "source", task)
+    if not getattr(source, "loaded", True):
+        return
+    n_train = cfg.train.n_train_prompts if explicit_train else 0
+    fixed = {"held_out_seed": cfg.eval.seed} if cfg.eval.seed >= 0 else {}   # as runner.run_splits draws them
+    wanted, key = final_prompts(cfg.eval), "eval.final_prompts" if cfg.eval.final_prompts else "eval.prompts"
+    train, held_out = task.splits(cfg.seed, n_train, wanted, **fixed)
+    what = f"task {cfg.task['name']!r}" + (f" ({cfg.task.get('path')})" if cfg.task.get("path") else "")
+    if len(held_out) < wanted:
+        raise ConfigError(f"{key}: {what} holds at most {len(held_out)} distinct held-out prompts, "
+                          f"got {wanted}; valid: 1 to {len(held_out)}")
+    if len(train) < n_train:
+        raise ConfigError(f"train.n_train_prompts: {what} holds at most {len(train)} distinct training prompts "
+                          f"besides the held-out ones, got {n_train}; valid: 1 to {len(train)}")
 
 
 def reward_range_problem(spec, task) -> str | None:
@@ -346,11 +402,38 @@ def check_save_settings(train) -> None:
         raise ConfigError(f"train.keep_checkpoints: must be >= 1, got {train.keep_checkpoints}")
 
 
+def override_string(key: str, value) -> str:
+    """``key=value`` as the command line writes it, the value in YAML flow style on one line
+    (no folding of long values, no document-end marker), so ``parse_override`` reads ``value`` back."""
+    return f"{key}={yaml.safe_dump(value, default_flow_style=True, width=math.inf).strip().removesuffix(chr(10) + '...')}"
+
+
+def as_overrides(values: dict) -> list[str]:
+    """``{dotted key: value}`` -> override strings (``override_string``)."""
+    return [override_string(k, v) for k, v in values.items()]
+
+
 def parse_override(text: str) -> tuple[list[str], object]:
     if "=" not in text:
         raise ConfigError(f"override {text!r}: expected key.path=value, e.g. train.steps=50")
     key, value = text.split("=", 1)
-    return key.strip().split("."), yaml.safe_load(value)
+    return key.strip().split("."), override_value(text, value)
+
+
+PLAIN_VALUES = "a plain value: a number, text, true/false, null, [a, list] or {a: mapping}"
+
+
+def override_value(text: str, value: str):
+    """The YAML value of one ``key=value`` override, read with the safe loader only; a YAML tag
+    (``!!python/object``, ``!!str``, ``!custom``) is refused before anything is constructed, so
+    an override can only ever be plain data."""
+    try:
+        if any(isinstance(token, yaml.TagToken) for token in yaml.scan(value, Loader=yaml.SafeLoader)):
+            raise ConfigError(f"override {text!r}: YAML tags (!...) are not accepted; give {PLAIN_VALUES}")
+        return yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"override {text!r}: not a valid YAML value ({problem}); give {PLAIN_VALUES}") from None
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:

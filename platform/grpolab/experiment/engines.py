@@ -186,10 +186,10 @@ def peft_config(lora: dict | None):
 def grpo_kwargs(cfg) -> dict:
     """GRPOConfig settings for precision, memory and generation."""
     t, g = cfg.train, cfg.generation
-    out = {"bf16": t.dtype == "bf16", "fp16": t.dtype == "fp16", "gradient_checkpointing": t.gradient_checkpointing,
+    out = {"bf16": t.dtype == "bf16", "fp16": t.dtype == "fp16", "activation_checkpointing": t.gradient_checkpointing,
            "cast_lm_head_to_fp32": t.cast_lm_head_to_fp32}
-    if t.gradient_checkpointing:
-        out["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if t.gradient_checkpointing:   # transformers 5's names (gradient_checkpointing* are its deprecated aliases)
+        out["activation_checkpointing_kwargs"] = {"use_reentrant": False}
     if g.backend == "vllm":
         out.update(use_vllm=True, vllm_mode=g.mode, vllm_gpu_memory_utilization=g.gpu_memory_utilization,
                    vllm_tensor_parallel_size=g.tensor_parallel_size, vllm_server_base_url=g.server_base_url,

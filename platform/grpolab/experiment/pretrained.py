@@ -21,6 +21,7 @@ import logging
 from pathlib import Path
 
 from grpolab.errors import ConfigError
+from grpolab.experiment.model_files import check_gguf, check_model_folder
 from grpolab.hub import DEFAULT_REVISION, HubRef, looks_like_hub_id
 from grpolab.hub import fetch as fetch_hub
 from grpolab.hub import resolve as resolve_hub
@@ -58,14 +59,17 @@ def check_model_path(path: str, revision: str | None = None) -> HubRef | None:
     p = Path(path)
     if is_gguf(p):
         if not p.is_file():
-            raise ConfigError(f"model.path: GGUF file {path!r} does not exist")
+            raise ConfigError(f"model.path: GGUF file {path!r} does not exist" + (" (it is a folder)" if p.is_dir() else ""))
+        _checked(check_gguf, p)
     elif (p / "config.json").exists():
-        pass
+        _checked(check_model_folder, p, "a local model folder")
     elif looks_like_hub_id(path):
         ref = resolve_hub(path, "model", revision, "model.path")
         if ref.folder is not None and not (ref.folder / "config.json").exists():
             raise ConfigError(f"model.path: the cached snapshot of {ref.label()} has no config.json "
                               f"({ref.folder}); download the whole repository again")
+        if ref.folder is not None:
+            _checked(check_model_folder, ref.folder, f"the cached snapshot of {ref.label()}")
         return ref
     else:
         raise ConfigError(f"model.path: {path!r} is not a local model directory (no config.json), a .gguf file "
@@ -73,6 +77,14 @@ def check_model_path(path: str, revision: str | None = None) -> HubRef | None:
     if revision is not None:
         raise ConfigError(f"model.revision: only for a hub id (org/name); {path!r} is a local path")
     return None
+
+
+def _checked(check, path: Path, *args) -> None:
+    """``check(path, *args)`` with an unreadable file answered as bad input."""
+    try:
+        check(path, *args)
+    except OSError as exc:
+        raise ConfigError(f"model.path: {exc.filename or str(path)!r} cannot be read ({exc.strerror})") from None
 
 
 def model_directory(path: str, revision: str | None) -> tuple[Path, dict]:

@@ -17,15 +17,16 @@ from transformers.trainer_callback import PrinterCallback
 from grpolab import __version__
 from grpolab.errors import ConfigError
 from grpolab.experiment import checkpoints, engines, vllm_eval
-from grpolab.experiment.config import RunConfig, rollout_steps
+from grpolab.experiment.config import RunConfig, final_prompts, rollout_steps
 from grpolab.experiment.pretrained import model_directory, resolve_pretrained
 from grpolab.method.requirements import inert_settings
 from grpolab.signals import raise_if_signalled, signals_raise
 from grpolab.state import state_dir as default_state_dir
 from grpolab.tasks import hub_sources, log_eval_samples, make_task, render_examples
-from grpolab.tracking.naming import method_label, run_params, state_relative
+from grpolab.tracking.held_out import HELD_OUT_METRICS, EvalSteps
+from grpolab.tracking.naming import method_tags, run_params, state_relative
 from grpolab.tracking.recorder import RunRecorder, git_commit
-from grpolab.trainer.trl_config import MethodSettingsWarning, task_correctness
+from grpolab.trainer.dropin import MethodSettingsWarning, task_correctness
 from grpolab.world.generation import evaluate
 from grpolab.world.models import build_model, load_model, save_model
 from grpolab.world.warmstart import WarmStartConfig, warm_start
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class RunResult:
+class RunResult(EvalSteps):
     run_id: str | None
     status: str
     evals: dict            # step -> held-out metrics (step 0 = the warm start)
@@ -42,14 +43,6 @@ class RunResult:
     steps: int
     wall_seconds: float
     warm_start: dict
-
-    @property
-    def start_eval(self) -> dict:
-        return self.evals[min(self.evals)] if self.evals else {}   # empty on ranks > 0 (rank 0 evaluates)
-
-    @property
-    def final_eval(self) -> dict:
-        return self.evals[max(self.evals)] if self.evals else {}
 
 
 class TrackingCallback(TrainerCallback):
@@ -92,8 +85,7 @@ def _world() -> int:
 
 
 def _eval_metrics(result) -> dict:
-    return {"eval/pass_at_1": result.pass_at_1, "eval/pass_at_k": result.pass_at_k,
-            "eval/greedy_accuracy": result.greedy_accuracy, "eval/mean_length": result.mean_length}
+    return {key: getattr(result, field) for key, field in HELD_OUT_METRICS.items()}
 
 
 def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
@@ -117,13 +109,29 @@ def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
         return target, {"source": "random-init"}
     # the band is checked at the cap the run's held-out pass@1 is measured at (eval's, which
     # defaults to the training cap), not the task's own: a start in band at 44 tokens can be
-    # far below it at a training cap of 24 (issue 24)
-    wcfg = WarmStartConfig(band=tuple(ws.band), group_size=cfg.train.group_size, learning_rate=ws.learning_rate,
-                           max_steps=ws.max_steps, check_every=ws.check_every,
-                           max_completion_length=cfg.eval.max_completion_length)
+    # far below it at a training cap of 24
     # By default the warm start's seed is the run seed (different seeds, different SFT models);
     # warm_start.seed pins one shared warm start, e.g. to compare methods from the same model.
-    return warm_start(cfg.model.preset, task, ws.seed if ws.seed >= 0 else cfg.seed, wcfg, state / "models")
+    return warm_start(cfg.model.preset, task, ws.seed if ws.seed >= 0 else cfg.seed, warm_start_config(cfg),
+                      state / "models")
+
+
+def warm_start_config(cfg: RunConfig) -> WarmStartConfig:
+    """The warm start a run asks for; with a fixed benchmark (eval.seed >= 0) its SFT data and band
+    check keep out of the benchmark's prompts."""
+    ws = cfg.warm_start
+    return WarmStartConfig(band=tuple(ws.band), group_size=cfg.train.group_size, learning_rate=ws.learning_rate,
+                           max_steps=ws.max_steps, check_every=ws.check_every,
+                           max_completion_length=cfg.eval.max_completion_length, held_out_seed=cfg.eval.seed,
+                           held_out_prompts=final_prompts(cfg.eval) if cfg.eval.seed >= 0 else 0)
+
+
+def run_splits(cfg: RunConfig, task) -> tuple[list, list]:
+    """(train prompts, held-out set) of a run: the held-out set is eval.final_prompts long (the
+    evaluations before the last use its first eval.prompts); eval.seed >= 0 draws it from that seed
+    for every run (one benchmark), and the train stream of the run seed leaves its prompts out."""
+    fixed = {"held_out_seed": cfg.eval.seed} if cfg.eval.seed >= 0 else {}
+    return task.splits(cfg.seed, cfg.train.n_train_prompts, final_prompts(cfg.eval), **fixed)
 
 
 def _resolve_model_once(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
@@ -186,9 +194,8 @@ def _run_tags(cfg: RunConfig, task) -> dict:
     import transformers
     import trl
 
-    return {"grpolab.method": method_label(cfg.spec, cfg.method_name), "grpolab.method_base": cfg.method_name,
-            "grpolab.spec_hash": cfg.spec.spec_hash(),
-            "grpolab.task": task.name, "grpolab.seed": cfg.seed, "grpolab.git_commit": git_commit(),
+    return {**method_tags(cfg.method_name, cfg.spec, cfg.seed),
+            "grpolab.task": task.name, "grpolab.git_commit": git_commit(),
             "grpolab.version": __version__, "grpolab.overrides": "advantage,loss",
             "versions.torch": torch.__version__, "versions.trl": trl.__version__,
             "versions.transformers": transformers.__version__, "versions.mlflow": mlflow.__version__}
@@ -212,20 +219,24 @@ class _Run:
     held_out: list = field(default_factory=list)
     eval_sampler: object = None   # generation.backend=vllm: the trainer's vLLM engine (vllm_eval.py)
 
-    def evaluate(self, step: int) -> None:
-        """Held-out evaluation at ``step``: once per run, on rank 0, logged and handed to the hook."""
+    def evaluate(self, step: int, final: bool = False) -> None:
+        """Held-out evaluation at ``step``: once per run, on rank 0, logged and handed to the hook.
+        The final one scores the whole held-out set with eval.final_k samples (avg@k); the ones
+        before it its first eval.prompts prompts with eval.k."""
         raise_if_signalled()   # a safe point too: no evaluation (nor final save) after a swallowed Ctrl-C
         if self.eval_sampler is not None:
             self.eval_sampler.sync()   # every process: the weight push may gather sharded parameters
         if _rank() != 0:
             return   # the other processes wait at the next collective
         cfg = self.cfg
-        result = evaluate(self.model, self.tokenizer, self.task, self.held_out, cfg.eval.k, cfg.train.temperature,
+        examples = self.held_out if final else self.held_out[:cfg.eval.prompts]
+        k = (cfg.eval.final_k or cfg.eval.k) if final else cfg.eval.k
+        result = evaluate(self.model, self.tokenizer, self.task, examples, k, cfg.train.temperature,
                           max_new_tokens=cfg.eval.max_completion_length, sampler=self.eval_sampler)
         self.evals[step] = _eval_metrics(result)
         if self.recorder:
             self.recorder.log_metrics(self.evals[step], step=step)
-            log_eval_samples(self.recorder, self.task, result.samples, self.held_out, step)   # MLflow table
+            log_eval_samples(self.recorder, self.task, result.samples, examples, step)   # MLflow table
         if self.eval_hook is not None:
             self.eval_hook(step, self.evals[step])  # e.g. Optuna's report / prune
 
@@ -290,7 +301,7 @@ def _prepare(run: _Run):
     run.model, run.tokenizer = load_model(model_dir)
     raise_if_signalled()   # loading can swallow a SIGTERM (a finaliser); stop before tokenising and building the trainer
     engines.check_model(run.model.config, cfg, str(model_dir))
-    train, held_out = run.task.splits(cfg.seed, cfg.train.n_train_prompts, cfg.eval.prompts)
+    train, held_out = run_splits(cfg, run.task)
     if run.recorder:   # what hub ids resolved to: each snapshot's commit (hub.py)
         pinned = {f"grpolab.hub.{key}": ref for key, ref in hub_sources(run.task).items()}
         if ws_record.get("source") == "hub":
@@ -347,7 +358,7 @@ def _train(run: _Run, trainer, callback) -> None:
         if run.recorder:
             run.evals, callback.curves = checkpoints.resume_history(run.recorder, run.resume_step)
     trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
-    run.evaluate(trainer.state.global_step)
+    run.evaluate(trainer.state.global_step, final=True)
 
 
 def _finish(run: _Run, trainer, callback, ws_record, model_dir) -> None:

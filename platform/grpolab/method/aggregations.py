@@ -25,7 +25,9 @@ class Aggregation:
     name: str
     formula: str                    # for ``grpolab methods``
     source: str                     # the paper (arXiv id) or library that defines it
-    token_level: bool               # the normaliser counts valid tokens (not completions or a constant)
+    token_level: bool               # the normaliser counts the valid tokens of the whole update batch (every
+                                    # micro-batch and process): a row masked out of the loss leaves it, and
+                                    # nothing else changes (what the group filters rely on)
     reads: tuple[str, ...] = ()     # what it needs beyond the micro-batch: "token_normaliser" (the global
                                     # token count per micro-batch), "max_completion_length"
     trl: str | None = None          # TRL 1.16's PPO-clip loss_type with this aggregation
@@ -44,7 +46,9 @@ _ENTRIES = (
                 token_level=False, reads=("max_completion_length",), trl="dr_grpo"),
     Aggregation("token_mean_local", "sum_it L_it m_it / (valid tokens of this micro-batch)",
                 "TRL 1.16 GRPOConfig(loss_type='bnpo') (TRL's name; no paper defines this normaliser)",
-                token_level=True, trl="bnpo"),
+                # token-level within one micro-batch only: each micro-batch's mean is then divided by the
+                # accumulation steps, so one a filter empties still counts in 1/GA and shrinks the step
+                token_level=False, trl="bnpo"),
     Aggregation("seq_mean_token_sum", "(1/B) sum_i sum_t L_it m_it (each sequence weighted by its length)",
                 "Liu et al. 2026, Length-Unbiased Sequence Policy Optimization, arXiv:2602.05261 (LUSPO)",
                 token_level=False, trl="luspo"),

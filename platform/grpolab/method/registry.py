@@ -76,8 +76,11 @@ METHODS: dict[str, Method] = {m.key: m for m in [
            dict(advantage="group_std", ratio="token", surrogate="dual_clip", eps_low=0.2, eps_high=0.2, dual_clip_c=4.0,
                 aggregation="token_mean", **_NO_KL), regime=_REUSE,
            note="PPO clip whose ratio is also capped at delta for A < 0, so a negative-advantage token's loss is "
-                "bounded by -delta A (TRL: delta=4 with loss_type='dapo'; delta 4 is TRL's documented example, the "
-                "report's other settings were not checked here); acts only off-policy (on-policy rho = 1 < delta)"),
+                "bounded by -delta A (TRL: delta=4 with loss_type='dapo'). delta = 4 is the report's section 4.1 "
+                "value as TRL's paper index (docs/source/paper_index.md) quotes it, not read in the report itself; "
+                "TRL 1.16's GRPOConfig docstring gives no value. Rollout reuse stands in for INTELLECT-2's "
+                "asynchrony (the source of its stale ratios): at delta = 4 clip/dual_fraction is expected to stay "
+                "near 0 on the reuse regime's ratios; acts only off-policy (on-policy rho = 1 < delta)"),
     Method("top_entropy_80_20", "80/20 high-entropy tokens (DAPO)", "Wang et al. 2025, Beyond the 80/20 Rule: "
                                                                     "High-Entropy Minority Tokens Drive Effective "
                                                                     "Reinforcement Learning for LLM Reasoning, "

@@ -46,7 +46,12 @@ def _either(names: list[str]) -> str:
 
 SOFT_OVERLONG = _axis("soft overlong punishment", lambda s: s.soft_overlong, "set method.soft_overlong: true")
 DYNAMIC = _axis("dynamic sampling", lambda s: s.sampling == "dynamic", "set method.sampling: dynamic")
-FILTERING = _axis("a group filter", lambda s: s.sampling in ("dynamic", "zero_variance_filter"),
+def filters_groups(spec: MethodSpec) -> bool:
+    """The sampling values that keep or drop whole groups on method.sampling_filter (accuracy or reward)."""
+    return spec.sampling in ("dynamic", "zero_variance_filter")
+
+
+FILTERING = _axis("a group filter", filters_groups,
                   "set method.sampling: dynamic or zero_variance_filter")
 GFPO = _axis("GFPO's group filter", lambda s: s.sampling == "gfpo", "set method.sampling: gfpo")
 ADAPTIVE = _axis("the adaptive entropy bonus", lambda s: s.entropy_mode in ("adaptive", "adaptive_gated"),

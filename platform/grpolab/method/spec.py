@@ -194,7 +194,11 @@ def validate_spec(spec: MethodSpec) -> None:
         _check(spec.aggregation in TOKEN_LEVEL,
                f"method.sampling={spec.sampling} drops completions from the token normaliser: use aggregation "
                + " or ".join(TOKEN_LEVEL))
-    _check(spec.gfpo_keep >= 1, f"method.gfpo_keep: must be >= 1, got {spec.gfpo_keep}")
+    _check(spec.gfpo_keep >= 2, f"method.gfpo_keep: must be >= 2 (one retained completion is its own "
+           f"baseline: A = 0 for every estimator, nothing trains), got {spec.gfpo_keep}")
+    _check(spec.sampling != "gfpo" or spec.surrogate != "group_dpo",
+           "method.sampling=gfpo with surrogate=group_dpo: the DPO pair is chosen on every completion's reward, "
+           "so a rejected (loss-masked) completion could be the pair's best or worst: use another surrogate")
     _check(spec.sampling != "gfpo" or spec.advantage in estimators(unscorable=True),
            f"method.sampling=gfpo leaves the rejected completions out of the baselines (as rows without a reward): "
            f"use advantage {' or '.join(estimators(unscorable=True))}, got {spec.advantage!r}")

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pandas as pd
 import plotly.graph_objects as go
-import yaml
 
 from grpolab.analysis.ablation import load_results
 from grpolab.errors import ConfigError
@@ -29,58 +28,10 @@ from grpolab.report.verdict_page import (  # rung verdicts: effect + paired t CI
     count_cell,
     ladder_sections,
 )
+from grpolab.report.layout import SEED_VIEWS, check_choice, load_layout  # noqa: F401 (load_layout re-exported)
 from grpolab.studies.definition import load_study
 
-DEFAULT_LAYOUT = {
-    "panels": [
-        {"title": "Held-out pass@1", "metric": "eval/pass_at_1"},
-        {"title": "Reward (rollout mean)", "metric": "reward/mean"},
-        {"title": "Policy entropy", "metric": "entropy"},
-        {"title": "Length of correct completions", "metric": "length/correct"},
-        {"title": "Length of incorrect completions", "metric": "length/incorrect"},
-        {"title": "Clip fraction (either bound binds)", "metric": "clip/region_fraction"},
-        {"title": "Old-policy probability of upper-clipped tokens", "metric": "clip/high_old_prob"},
-        {"title": "All-correct groups (zero variance)", "metric": "groups/all_correct"},
-        {"title": "All-wrong groups (zero variance)", "metric": "groups/all_wrong"},
-        {"title": "KL to the reference", "metric": "kl"},
-    ],
-    "ablation": True,
-    "paired_delta": True,
-    "optuna": True,
-    "x": "steps",
-    "seeds": "band",
-}
-LAYOUT_KEYS = {"title": "page title", "panels": "list of {metric, title, x}", "ablation": "ladder table chart",
-               "paired_delta": "ladder paired deltas", "optuna": "search plots",
-               "x": "steps | tokens | seconds", "seeds": "band | lines | both"}
-PANEL_KEYS = ("metric", "title", "x")
 COUNT_COLUMNS = ("n", "censored", "seeds", "seeds_needed", "seeds_for_power", "seeds for 80% power")   # integers on the page
-SEED_VIEWS = ("band", "lines", "both")
-
-
-def load_layout(path: str | None) -> dict:
-    if path is None:
-        return dict(DEFAULT_LAYOUT)
-    layout = yaml.safe_load(Path(path).read_text()) or {}
-    unknown = set(layout) - set(LAYOUT_KEYS)
-    if unknown:
-        raise ConfigError(f"dashboard layout: unknown key {sorted(unknown)[0]!r}; valid: {', '.join(LAYOUT_KEYS)}")
-    for i, panel in enumerate(layout.get("panels") or []):
-        if not isinstance(panel, dict) or "metric" not in panel:
-            raise ConfigError(f"dashboard layout: panels[{i}] needs a metric (and optional title, x)")
-        bad = set(panel) - set(PANEL_KEYS)
-        if bad:
-            raise ConfigError(f"dashboard layout: panels[{i}].{sorted(bad)[0]}: unknown key; valid: {', '.join(PANEL_KEYS)}")
-        _check_choice(f"panels[{i}].x", panel.get("x", "steps"), data.X_AXES)
-    merged = {**DEFAULT_LAYOUT, **layout}
-    _check_choice("x", merged["x"], data.X_AXES)
-    _check_choice("seeds", merged["seeds"], SEED_VIEWS)
-    return merged
-
-
-def _check_choice(key: str, value, valid) -> None:
-    if value not in valid:
-        raise ConfigError(f"dashboard layout: {key}: {value!r} is not valid; valid: {', '.join(valid)}")
 
 
 def optuna_figures(study) -> tuple[list[tuple[str, go.Figure]], list[str]]:
@@ -131,10 +82,10 @@ def build_dashboard(state: Path, out: Path, study_path: str | None = None, run_i
     """Read the study's (or chosen) runs and write the page; ``x`` / ``seeds`` override the layout."""
     layout = load_layout(layout_path)
     if x is not None:
-        _check_choice("x", x, data.X_AXES)
+        check_choice("x", x, data.X_AXES)
         layout = {**layout, "x": x, "panels": [{k: v for k, v in p.items() if k != "x"} for p in layout["panels"]]}
     if seeds is not None:
-        _check_choice("seeds", seeds, SEED_VIEWS)
+        check_choice("seeds", seeds, SEED_VIEWS)
         layout = {**layout, "seeds": seeds}
     cfg, runs, title = _select_runs(state, study_path, run_ids, layout)
     out = Path(out)
@@ -181,7 +132,9 @@ def _ladder_sections(state, study_path, storage_url, cfg, layout, sections, tabl
         sections.append(("Paired delta vs previous rung", paired_delta_figure(table, metric, table.attrs.get("level"))))
     if layout.get("ablation"):
         sections.extend(ladder_sections(state, study_path, storage_url))
-    from grpolab.report.tables import ladder_caption  # metric, family, censoring, deviations, pre-registration
+    from grpolab.report.tables import answer_lines, ladder_caption  # the answer; metric, family, deviations
+    tables.append('<section id="answer"><h2>Answer: each rung against the previous one</h2><ul>'
+                  + "".join(f"<li>{html.escape(line)}</li>" for line in answer_lines(table)) + "</ul></section>")
     tables.append(f"<h2>Ablation table</h2><p>{html.escape(ladder_caption(cfg, 0, state))}</p>"
                   + table.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="--",
                                   formatters={c: count_cell for c in table.columns if c in COUNT_COLUMNS}))

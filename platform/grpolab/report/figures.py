@@ -21,6 +21,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from grpolab.studies.objectives import metric_range
 from grpolab.tracking.naming import X_AXES
 
 # Panel furniture. The page's grid is at least 560 px wide per panel; plotly's toolbar (modebar:
@@ -37,9 +38,6 @@ MODEBAR_CONFIG = {"displaylogo": False, "responsive": True, "displayModeBar": "h
                   "modeBarButtonsToRemove": ["select2d", "lasso2d"]}
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
-UNIT_INTERVAL = ("eval/pass", "eval/greedy_accuracy", "accuracy", "groups/", "clip/", "length/truncated_fraction",
-                 "sampling/kept_fraction", "entropy/kept_fraction", "override/")
-NON_NEGATIVE = ("length/", "tokens/", "entropy", "step_time", "eval/mean_length", "steps_to:", "tokens_to:")
 
 
 def wrap(text: str, chars: int) -> list[str]:
@@ -91,16 +89,6 @@ def seed_note(summary: pd.DataFrame, seeds: str) -> str:
     if seeds in ("lines", "both"):
         parts.append("thin lines: one per seed")
     return "; ".join(parts)
-
-
-def metric_range(metric: str) -> tuple[float, float]:
-    """The values a metric (or study objective such as ``final:eval/pass_at_1``) can take."""
-    key = metric.split(":", 1)[1] if metric.split(":", 1)[0] in ("final", "auc", "tail") else metric
-    if key.startswith(UNIT_INTERVAL):
-        return 0.0, 1.0
-    if key.startswith(NON_NEGATIVE):
-        return 0.0, math.inf
-    return -math.inf, math.inf
 
 
 def clipped_error(values: list[float], half_widths: list[float], low: float, high: float

@@ -45,6 +45,21 @@ def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: 
     return caption
 
 
+def answer_lines(frame: pd.DataFrame) -> list[str]:
+    """One line per rung, the answer first: its label, its paired effect on the previous rung with
+    the interval the label was judged on, and the seeds used. The first rung is the reference."""
+    lines = []
+    for row in frame.itertuples(index=False):
+        seeds = f"{int(row.n)} seed{'s' if row.n != 1 else ''}"
+        if pd.isna(row.delta_vs_prev):
+            lines.append(f"{row.rung}: reference, mean {row.mean:.3f} ({seeds})")
+            continue
+        low, high = row.delta_vs_prev - row.delta_ci95, row.delta_vs_prev + row.delta_ci95
+        interval = f"[{low:+.3f}, {high:+.3f}]" if not pd.isna(row.delta_ci95) else "[interval not measured]"
+        lines.append(f"{row.rung}: {row.verdict_vs_prev or 'not judged'}, {row.delta_vs_prev:+.3f} {interval} ({seeds})")
+    return lines
+
+
 def render(frame: pd.DataFrame, fmt: str, caption: str = "") -> str:
     if fmt == "csv":
         return frame.to_csv(index=False)
@@ -77,10 +92,13 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
         frame = search_table(study, cfg)
         caption = f"{cfg.name}: {len(frame)} trials, objectives {[o.metric for o in cfg.objectives]}"
     body = render(frame, fmt, caption)
-    if fmt == "markdown" and cfg.kind == "ladder":
-        from grpolab.report.tables import scaling_section  # asymptote A and efficiency C_mid beside the table
-        body += scaling_section(state, path, storage_url)
-    return body if fmt != "markdown" else f"{caption}\n\n{body}"
+    if fmt != "markdown":
+        return body
+    if cfg.kind != "ladder":
+        return f"{caption}\n\n{body}"
+    body += scaling_section(state, path, storage_url)   # asymptote A and efficiency C_mid beside the table
+    answer = "\n".join(f"- {line}" for line in answer_lines(frame))   # the answer first, the details below
+    return f"{cfg.name}: each rung's label, effect on the previous rung and interval, seeds used\n{answer}\n\n{caption}\n\n{body}"
 
 
 def latex_table(frame: pd.DataFrame, caption: str = "", float_format: str = "{:.3g}") -> str:

@@ -7,7 +7,7 @@ SQLite ran fixed rows twice under concurrency, TRACKING_NOTES.md), or any RDB UR
 Exactly-once ladder rows: the coordinator enqueues each missing (rung, seed) row once; workers
 pop enqueued trials through ``study.ask()``, which claims a WAITING trial atomically in the
 storage. A worker that finds no waiting row stops. Interrupted rows (Ctrl-C, SIGTERM, or a
-worker that died: its trial is reaped, lifecycle.py) are re-queued when the command is run
+worker that died: its trial is reaped, hand_back.py) are re-queued when the command is run
 again; rows that failed with an error only with ``--retry-failed``; a failed or unfinished row
 is never skipped silently (the command exits 1 and lists it). With ``--launcher slurm`` the
 workers are Slurm jobs (slurm.py), and a row handed back while the study runs (its job was
@@ -33,16 +33,17 @@ import optuna
 from optuna.trial import TrialState
 
 from grpolab.errors import ConfigError
-from grpolab.signals import raise_if_signalled
+from grpolab.signals import raise_if_signalled, signals_raise
 from grpolab.studies.definition import StudyConfig, ladder_notes, load_study
 from grpolab.studies.devices import placement_for
+from grpolab.studies.hand_back import reap_logged, reap_stale_trials, watchdog
 from grpolab.studies.launch_options import check_rows_fit, row_accelerate_config
-from grpolab.studies.lifecycle import RESUMES_ATTR, reap_logged, reap_stale_trials, signals_raise, watchdog
 from grpolab.studies.processes import release, run_workers, start_workers
 from grpolab.studies.registration import (
     definition_hash,  # noqa: F401  (re-exported: tests, check_definition)
     register_ladder,
 )
+from grpolab.studies.resume import RESUMES_ATTR
 from grpolab.studies.rows import (
     OUTCOME_ATTR,
     PARENT_RUN_ATTR,

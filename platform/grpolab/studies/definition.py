@@ -17,21 +17,20 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
-import yaml
 
 from grpolab.errors import ConfigError, did_you_mean
-from grpolab.experiment.config import apply_overrides, build_config
+from grpolab.experiment.config import apply_overrides, as_overrides, build_config, override_string
 from grpolab.method.requirements import inert
 from grpolab.method.spec import MethodSpec
 from grpolab.studies.devices import check_devices
 from grpolab.studies.launch_options import LaunchOptions, parse_launcher
 from grpolab.studies.registration import parse_deviations
+from grpolab.studies.objectives import check_metric
 from grpolab.studies.search_space import check_space
+from grpolab.tracking.naming import flat_keys
 from grpolab.yaml_input import read_yaml_mapping
-
-METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")
-EVAL_KEYS = ("eval/pass_at_1", "eval/pass_at_k", "eval/greedy_accuracy", "eval/mean_length")
 
 
 @dataclass(frozen=True)
@@ -73,12 +72,13 @@ class StudyConfig:
     published_source: str = ""
     deviations: tuple = ()          # preregistration.Deviation entries: changes made after seeing results
     added_seeds: tuple = ()         # seeds added on demand (studies.add_seeds), also in ``seeds``
+    on_demand: SeedsOnDemand | None = None   # seeds: {first, batch, cap}: `grpolab study` adds seeds until decided
     description: str = ""
     space: dict = field(default_factory=dict)
     n_trials: int = 0
     sampler: dict = field(default_factory=dict)
     pruner: dict = field(default_factory=dict)
-    row_timeout_s: float | None = 3600.0   # a row with no progress this long is hung: handed back (lifecycle.py)
+    row_timeout_s: float | None = 3600.0   # a row with no progress this long is hung: handed back (hand_back.py)
     devices: tuple[str, ...] = ()          # the device pool for --gpus-per-row (devices.py); not in the definition hash
     plan: dict = field(default_factory=dict)   # `grpolab study --plan` assumptions (plan.py); not in the definition hash
     launcher: LaunchOptions = LaunchOptions()  # how rows are launched (launch_options.py); not in the definition hash
@@ -89,33 +89,10 @@ class StudyConfig:
 
     def rung_experiment(self, rung: int, seed: int) -> dict:
         """The experiment dict of one ladder row: base + changes of rungs 0..rung, cumulative."""
-        overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}"
-                     for r in self.rungs[: rung + 1] for k, v in r.changes.items()]
+        overrides = [override_string(k, v) for r in self.rungs[: rung + 1] for k, v in r.changes.items()]
         data = apply_overrides(self.base, overrides + [f"seed={seed}"])
         data["name"] = f"{self.name}-r{rung}"
         return data
-
-
-def parse_threshold(key: str) -> tuple[str, float]:
-    """'eval/pass_at_1>=0.35' -> ('eval/pass_at_1', 0.35)."""
-    name, sep, value = key.partition(">=")
-    try:
-        return name, float(value) if sep else float("nan")
-    except ValueError:
-        raise ConfigError(f"metric key {key!r}: expected <eval key>>=<number>, e.g. eval/pass_at_1>=0.35") from None
-
-
-def check_metric(metric: str) -> None:
-    agg, _, key = metric.partition(":")
-    if agg not in METRIC_AGGS or not key:
-        raise ConfigError(f"metric {metric!r}: expected <agg>:<key> with agg in {', '.join(METRIC_AGGS)}, "
-                          "e.g. final:eval/pass_at_1, tail:length/incorrect or steps_to:eval/pass_at_1>=0.35")
-    if agg in ("steps_to", "tokens_to"):
-        name, threshold = parse_threshold(key)
-        if name not in EVAL_KEYS or threshold != threshold:
-            raise ConfigError(f"metric {metric!r}: {agg} needs <held-out key>>=<threshold>; keys: {', '.join(EVAL_KEYS)}")
-    elif agg in ("final", "auc") and key not in EVAL_KEYS:
-        raise ConfigError(f"metric {metric!r}: {agg} needs a held-out key; valid: {', '.join(EVAL_KEYS)}")
 
 
 def _positive(value, where: str) -> float | None:
@@ -172,6 +149,36 @@ _SEARCH_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objec
                 "sampler", "pruner", "row_timeout_s", "deviations", "devices", "plan", "launcher"}
 
 
+class SeedsOnDemand(NamedTuple):
+    """``seeds: {first, batch, cap}``: run seeds 0..first-1, then add ``batch`` paired seeds per look
+    until every judged rung is decided or ``cap`` seeds ran (analysis/until_decided.py)."""
+    batch: int
+    cap: int
+
+
+SEEDS_ON_DEMAND_KEYS = ("first", "batch", "cap")
+
+
+def _seeds(raw, kind: str) -> tuple[tuple[int, ...], SeedsOnDemand | None]:
+    """A list of paired seeds, or a ladder's ``{first, batch, cap}`` design (seeds 0..first-1 first)."""
+    if isinstance(raw, dict) and kind == "ladder":
+        unknown = set(raw) - set(SEEDS_ON_DEMAND_KEYS)
+        if unknown or set(raw) != set(SEEDS_ON_DEMAND_KEYS):
+            raise ConfigError(f"seeds: a seeds-on-demand design needs exactly {', '.join(SEEDS_ON_DEMAND_KEYS)} "
+                              f"(positive integers), got {sorted(raw)}")
+        first, batch, cap = (raw[k] for k in SEEDS_ON_DEMAND_KEYS)
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (first, batch, cap)) or not (
+                2 <= first <= cap and batch >= 1):
+            raise ConfigError(f"seeds: need integers 2 <= first <= cap and batch >= 1, got first={first!r}, "
+                              f"batch={batch!r}, cap={cap!r}")
+        return tuple(range(first)), SeedsOnDemand(batch, cap)
+    if (not isinstance(raw, list) or not raw or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                        for s in raw) or len(set(raw)) != len(raw)):
+        raise ConfigError(f"seeds: expected a non-empty list of distinct non-negative integers"
+                          f"{' or a ladder mapping {first, batch, cap}' if kind == 'ladder' else ''}, got {raw!r}")
+    return tuple(raw), None
+
+
 def load_study(path: str | Path) -> StudyConfig:
     path = Path(path)
     data = read_yaml_mapping(path, "study file", "give at least kind, base and rungs (or space), e.g. studies/dapo_table1.yaml")
@@ -190,12 +197,8 @@ def load_study(path: str | Path) -> StudyConfig:
     budget = data.get("budget") or {}
     if not isinstance(budget, dict):
         raise ConfigError(f"budget: expected a mapping of experiment keys (e.g. train.steps: 50), got {budget!r}")
-    base = apply_overrides(base, [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in budget.items()])
-    seeds = data.get("seeds", [0])     # absent: one seed, 0; given: a non-empty list
-    if (not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
-                                                            for s in seeds) or len(set(seeds)) != len(seeds)):
-        raise ConfigError(f"seeds: expected a non-empty list of distinct non-negative integers, got {seeds!r}")
-    seeds = tuple(seeds)
+    base = apply_overrides(base, as_overrides(budget))
+    seeds, on_demand = _seeds(data.get("seeds", [0]), kind)
     if kind == "search" and "smallest_effect" in data:
         raise ConfigError("smallest_effect: only ladders have verdicts; give it per objective of a ladder")
     objectives = _objectives(data.get("objectives") or data.get("metric") or "final:eval/pass_at_1",
@@ -208,19 +211,21 @@ def load_study(path: str | Path) -> StudyConfig:
         base = {**base, "tracking": {**tracking, "experiment": name}}
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"name: expected a non-empty string (it names the Optuna study), got {name!r}")
-    common = dict(name=name, kind=kind, path=str(path), base=base, seeds=seeds, objectives=objectives,
+    if on_demand is not None and objectives[0].smallest_effect is None:
+        raise ConfigError("seeds: {first, batch, cap} adds seeds until each rung is decided, which needs smallest_effect")
+    common = dict(name=name, kind=kind, path=str(path), base=base, seeds=seeds, objectives=objectives, on_demand=on_demand,
                   description=data.get("description", ""), row_timeout_s=_row_timeout(data),
                   deviations=parse_deviations(data.get("deviations"), path.name), plan=parse_plan(data.get("plan")),
                   launcher=parse_launcher(data.get("launcher"), path),
                   devices=check_devices(data["devices"], "devices") if data.get("devices") is not None else ())
     if kind == "ladder":
         study = StudyConfig(**common, rungs=_rungs(data.get("rungs")), published_source=data.get("published_source", ""))
-        for rung in range(len(study.rungs)):  # every rung must validate before anything runs
-            _validate_experiment(study.rung_experiment(rung, seeds[0]), f"rungs[{rung}]")
+        _check_rungs_differ(study)
         return study
     if len(objectives) > 1 and data.get("pruner"):
         raise ConfigError("pruner: Optuna cannot prune multi-objective studies; remove the pruner or keep one objective")
     space = check_space(data.get("space") or {})
+    _check_space_acts(base, space, seeds[0])
     n_trials = data.get("n_trials", 8)
     if not isinstance(n_trials, int) or n_trials < 1:
         raise ConfigError(f"n_trials: expected a positive integer, got {n_trials!r}")
@@ -289,33 +294,66 @@ def _rungs(raw) -> tuple[Rung, ...]:
     return tuple(out)
 
 
+def _check_rungs_differ(study: StudyConfig) -> None:
+    """Every rung validates, each change of a rung after the first changes the value it had, and
+    no two rungs run the same effective experiment (method spec, task, model, budget, eval): a
+    rung that repeats another would be measured against itself. Raised before anything runs."""
+    seen, before = {}, None
+    for i, rung in enumerate(study.rungs):
+        for key, value in rung.changes.items() if before else ():
+            if key in before and before[key] == value:   # the resolved value, defaults included
+                raise ConfigError(f"rungs[{i}] ({rung.name}): its change {key}={value!r} is the value {key} "
+                                  "already has; every rung after the first must change something")
+        cfg = _validate_experiment(study.rung_experiment(i, study.seeds[0]), f"rungs[{i}]")
+        before = flat_keys(cfg.resolved())
+        effective = (cfg.spec.spec_hash(), repr((cfg.task, cfg.model, cfg.train, cfg.eval, cfg.warm_start)))
+        if effective in seen:
+            raise ConfigError(f"rungs[{i}] ({rung.name}): runs exactly the same experiment as rungs[{seen[effective]}] "
+                              f"({study.rungs[seen[effective]].name}); every rung must differ from the others")
+        seen[effective] = i
+
+
+def _check_space_acts(base: dict, space: dict, seed: int) -> None:
+    """Each parameter of a search space names an experiment key that exists and accepts the
+    values it will be sampled at (each choice, or low and high), with the parents its ``when``
+    names at their required values: a typo in the space is answered before any trial runs."""
+    for key, dist in space.items():
+        values = dist["choices"] if dist["type"] == "categorical" else [dist["low"], dist["high"]]
+        for value in values:
+            point = {**(dist.get("when") or {}), key: value}
+            overrides = as_overrides(point)
+            try:
+                experiment = apply_overrides(base, overrides + [f"seed={seed}"])
+            except ConfigError as exc:
+                raise ConfigError(f"space.{key}: {exc}") from None
+            _validate_experiment(experiment, f"space.{key}={value!r}")
+
+
+def quiet_build(data: dict):
+    """``build_config`` with its notes unsaid: a study's notes are said once, when its file is
+    validated (``ladder_notes`` and the coordinator), never again per row."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return build_config(data)
+
+
 def _validate_experiment(data: dict, where: str):
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return build_config(data)
+        return quiet_build(data)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 
 
 def ladder_notes(study) -> list[str]:
-    """Before a ladder runs: rungs whose change is inert in their regime, and rungs whose
-    effective experiments (method spec, task, model, budget, eval) are identical."""
-    import warnings
-    notes, seen = [], {}
+    """Before a ladder runs: rungs whose change is inert in their regime (identical rungs are
+    refused by ``load_study``)."""
+    notes = []
     for i, rung in enumerate(study.rungs):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            cfg = build_config(study.rung_experiment(i, study.seeds[0]))
+        cfg = quiet_build(study.rung_experiment(i, study.seeds[0]))
         for key in rung.changes if i > 0 else ():
             section, _, axis = key.partition(".")
             if section == "method" and axis in MethodSpec.__dataclass_fields__ and inert(cfg, axis) is not None:
                 req = inert(cfg, axis)
                 notes.append(f"rung {i} ({rung.name}): its change {key}={rung.changes[key]} is inert here: "
                              f"it needs {req.name} ({req.hint})")
-        effective = (cfg.spec.spec_hash(), repr((cfg.task, cfg.model, cfg.train, cfg.eval, cfg.warm_start)))
-        if effective in seen:
-            notes.append(f"rung {i} ({rung.name}) runs exactly the same experiment as rung {seen[effective]} "
-                         f"({study.rungs[seen[effective]].name})")
-        seen.setdefault(effective, i)
     return notes

@@ -16,6 +16,12 @@ across trials at that step:
     tokens_to:<eval key>>=<x>   tokens/cumulative at that step (the last point logged at or
                                 before it; 0 if reached at step 0, an error if no point);
                                 inf if not reached
+
+Analysis adds two windows a claim may read (``window_value``): ``head:<train key>``, the mirror
+of tail: (steps <= 1/4 of the latest step), and ``start:<eval key>``, the value at the first eval
+step. ``check_metric`` validates a study objective; ``metric_range`` is the range of values a
+metric can take (figures clip error bars to it); a threshold never reached is censored at the
+run's budget (``censored_bound``, ``censored_value``).
 """
 
 from __future__ import annotations
@@ -23,7 +29,13 @@ from __future__ import annotations
 import math
 
 from grpolab.errors import ConfigError
-from grpolab.studies.definition import parse_threshold
+from grpolab.tracking.held_out import EVAL_KEYS
+
+METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")   # a study objective's; analysis adds head:, start:
+# a metric key's range of values, by its prefix
+UNIT_INTERVAL = ("eval/pass", "eval/greedy_accuracy", "accuracy", "groups/", "clip/", "length/truncated_fraction",
+                 "sampling/kept_fraction", "entropy/kept_fraction", "override/")
+NON_NEGATIVE = ("length/", "tokens/", "entropy", "step_time", "eval/mean_length", "steps_to:", "tokens_to:")
 
 
 def objective_value(metric: str, evals: dict[int, dict], curves: dict[str, list]) -> float:
@@ -82,10 +94,76 @@ def _eval_series(metric: str, key: str, evals: dict[int, dict], steps: list[int]
     return [float(evals[s][key]) for s in steps]
 
 
-def tail_mean(metric: str, key: str, curves: dict[str, list]) -> float:
+def curve_window(key: str, curves: dict[str, list], end: str) -> list[float]:
+    """The finite values of a training curve in its last quarter of steps (``end="tail"``: steps >
+    3/4 of the latest step, at least the latest point) or its first (``"head"``: steps <= 1/4 of the
+    latest step, at least the first point); [] when it has no finite point."""
     points = sorted((s, v) for s, v in curves.get(key, []) if v is not None and math.isfinite(v))
     if not points:
-        raise ConfigError(f"metric {metric!r}: the run logged no finite {key!r} point")
+        return []
     last = points[-1][0]
-    window = [v for s, v in points if s > 0.75 * last] or [points[-1][1]]
+    if end == "tail":
+        return [v for s, v in points if s > 0.75 * last] or [points[-1][1]]
+    return [v for s, v in points if s <= 0.25 * last] or [points[0][1]]
+
+
+def tail_mean(metric: str, key: str, curves: dict[str, list]) -> float:
+    window = curve_window(key, curves, "tail")
+    if not window:
+        raise ConfigError(f"metric {metric!r}: the run logged no finite {key!r} point")
     return sum(window) / len(window)
+
+
+def parse_threshold(key: str) -> tuple[str, float]:
+    """'eval/pass_at_1>=0.35' -> ('eval/pass_at_1', 0.35)."""
+    name, sep, value = key.partition(">=")
+    try:
+        return name, float(value) if sep else float("nan")
+    except ValueError:
+        raise ConfigError(f"metric key {key!r}: expected <eval key>>=<number>, e.g. eval/pass_at_1>=0.35") from None
+
+
+def check_metric(metric: str) -> None:
+    agg, _, key = metric.partition(":")
+    if agg not in METRIC_AGGS or not key:
+        raise ConfigError(f"metric {metric!r}: expected <agg>:<key> with agg in {', '.join(METRIC_AGGS)}, "
+                          "e.g. final:eval/pass_at_1, tail:length/incorrect or steps_to:eval/pass_at_1>=0.35")
+    if agg in ("steps_to", "tokens_to"):
+        name, threshold = parse_threshold(key)
+        if name not in EVAL_KEYS or threshold != threshold:
+            raise ConfigError(f"metric {metric!r}: {agg} needs <held-out key>>=<threshold>; keys: {', '.join(EVAL_KEYS)}")
+    elif agg in ("final", "auc") and key not in EVAL_KEYS:
+        raise ConfigError(f"metric {metric!r}: {agg} needs a held-out key; valid: {', '.join(EVAL_KEYS)}")
+
+
+def window_value(metric: str, history) -> float:
+    """A metric of one run's history (``evals``, ``train_curves``, ``start_eval``): ``objective_value``,
+    plus the head:/start: windows analysis reads; NaN where the run has no value."""
+    agg, _, key = metric.partition(":")
+    if agg == "head":   # the mirror of tail:
+        head = curve_window(key, history.train_curves, "head")
+        return sum(head) / len(head) if head else math.nan
+    if agg == "start":
+        return history.start_eval[key]
+    try:
+        return objective_value(metric, history.evals, history.train_curves)
+    except ConfigError:   # e.g. no finite point of the curve (nothing clipped): no value for this seed
+        return math.nan
+
+
+def censored_value(metric: str, value: float, history) -> tuple[float, bool]:
+    """(value, censored): a threshold never reached is counted at the run's budget, a lower bound
+    (``objectives.censored_bound``); the caller states what that can overturn."""
+    if metric.split(":", 1)[0] in ("steps_to", "tokens_to") and value == math.inf:
+        return censored_bound(metric, history.evals, history.train_curves), True
+    return value, False
+
+
+def metric_range(metric: str) -> tuple[float, float]:
+    """The values a metric (or study objective such as ``final:eval/pass_at_1``) can take."""
+    key = metric.split(":", 1)[1] if metric.split(":", 1)[0] in ("final", "auc", "tail") else metric
+    if key.startswith(UNIT_INTERVAL):
+        return 0.0, 1.0
+    if key.startswith(NON_NEGATIVE):
+        return 0.0, math.inf
+    return -math.inf, math.inf

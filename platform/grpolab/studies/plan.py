@@ -9,8 +9,11 @@ Per row (a ladder's rung x seed; a search's trial), from its validated experimen
 - rollouts = ceil(train.steps / (minibatches x num_iterations)): generation batches;
 - train tokens = rollouts x prompts_per_rollout x group_size x L;
 - evals = 2 + floor((train.steps - 1) / eval.every) (the start, every ``every`` steps, the end; 2
-  when ``every`` is 0); eval tokens = evals x eval.prompts x (eval.k + 1) x L_eval (k samples and one
-  greedy completion per prompt);
+  when ``every`` is 0); eval tokens = [(evals - 1) x eval.prompts x (eval.k + 1) + final_prompts x
+  (final_k + 1)] x L_eval (k samples and one greedy completion per prompt; the last evaluation is
+  the fixed benchmark, eval.final_prompts x eval.final_k, each eval.prompts / eval.k when 0);
+- seeds on demand (``seeds: {first, batch, cap}``): the first batch's and the cap's rows, tokens and
+  GPU-hours;
 - L: the study's ``plan.expected_completion_tokens`` when declared (at most the completion cap),
   else the cap itself, an upper bound (completions stop at EOS); L_eval likewise at the eval cap;
 - dynamic sampling regenerates until the batch is full: up to ``method.max_sampling_rounds`` x the
@@ -49,6 +52,8 @@ class RowPlan:
     eval_k: int
     eval_completion_tokens: int
     devices: int
+    final_prompts: int        # the last evaluation's prompts and samples (eval.final_*; the fixed benchmark)
+    final_k: int
     dynamic_rounds: int       # 1, or method.max_sampling_rounds under dynamic sampling
 
     @property
@@ -57,7 +62,8 @@ class RowPlan:
 
     @property
     def eval_tokens(self) -> int:
-        return self.evals * self.eval_prompts * (self.eval_k + 1) * self.eval_completion_tokens
+        before = (self.evals - 1) * self.eval_prompts * (self.eval_k + 1)
+        return (before + self.final_prompts * (self.final_k + 1)) * self.eval_completion_tokens
 
     @property
     def tokens(self) -> int:
@@ -76,6 +82,7 @@ class StudyPlan:
     rows: list[RowPlan]
     expected: int | None          # plan.expected_completion_tokens
     devices_source: str
+    on_demand: tuple | None = None                     # (batch, cap) of a ladder's seeds: {first, batch, cap}
     needs: list[str] = field(default_factory=list)     # what the running machine needs (grpolab.planning)
     notes: list[str] = field(default_factory=list)     # ladder checks, search caveats
 
@@ -126,7 +133,8 @@ def plan_study(path: str, gpus_per_row: int | None = None) -> StudyPlan:
             moved = sorted(k for k in study.space if k in BUDGET_KEYS)
             notes = [f"the search space changes {', '.join(moved)}: each trial is sized at the base values"] if moved else []
         sized = [_row(name, rows, cfg, expected, devices) for name, rows, cfg in shapes]
-    return StudyPlan(str(path), study.name, study.kind, len(study.seeds), sized, expected, source, list(needs), notes)
+    return StudyPlan(str(path), study.name, study.kind, len(study.seeds), sized, expected, source,
+                     tuple(study.on_demand) if study.on_demand else None, list(needs), notes)
 
 
 def _row(name: str, rows: int, cfg, expected: int | None, devices: int) -> RowPlan:
@@ -138,13 +146,26 @@ def _row(name: str, rows: int, cfg, expected: int | None, devices: int) -> RowPl
     per_rollout = t.minibatches * t.num_iterations
     return RowPlan(name, rows, math.ceil(t.steps / per_rollout), t.prompts_per_rollout, t.group_size,
                    min(expected, cap) if expected else cap, cap, evals, e.prompts, e.k,
-                   min(expected, eval_cap) if expected else eval_cap, devices,
+                   min(expected, eval_cap) if expected else eval_cap, devices, e.final_prompts or e.prompts,
+                   e.final_k or e.k,
                    cfg.spec.max_sampling_rounds if cfg.spec.sampling == "dynamic" else 1)
 
 
 def _task_cap(cfg) -> int:
     task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
     return task.max_completion_length
+
+
+def _on_demand_line(plan: StudyPlan, tokens_per_second: float | None) -> str:
+    """What the first batch of seeds costs and what the cap would: rows, tokens, GPU-hours."""
+    batch, cap = plan.on_demand
+
+    def cost(seeds: int) -> str:
+        share = seeds / plan.seeds
+        text = f"{seeds} seeds = {round(plan.total_rows * share)} rows, {plan.total_tokens * share:,.0f} tokens"
+        return text + (f", {plan.gpu_hours(tokens_per_second) * share:,.2f} GPU-hours" if tokens_per_second else "")
+    return (f"seeds on demand: first batch {cost(plan.seeds)}; then {batch} more per look until every rung is decided, "
+            f"at most {cost(cap)}")
 
 
 def render_plan(plan: StudyPlan, tokens_per_second: float | None = None) -> str:
@@ -183,6 +204,8 @@ def render_plan(plan: StudyPlan, tokens_per_second: float | None = None) -> str:
             extra = sum(r.rows * r.devices * r.train_tokens * (r.dynamic_rounds - 1) for r in dynamic) / tokens_per_second / 3600
             total += f" (dynamic sampling may add up to {extra:,.2f} more)"
     lines.append(total)
+    if plan.on_demand:
+        lines.append(_on_demand_line(plan, tokens_per_second))
     if not tokens_per_second:
         lines.append("GPU-hours: give --tokens-per-second X, one row's generated tokens per second on its devices; "
                      f"measure X on the machine that will run it: grpolab bench --what throughput {plan.path}")

@@ -4,7 +4,7 @@ released once the rows are queued, watched until they exit.
 Why they start early: a worker spends ~5 s importing torch, transformers and TRL before it can
 claim a row, and the coordinator's own start (imports, store checks, the setup lock, queueing
 the rows, the parent run) took another ~5 s before the workers were even started (measured on
-2 cores, issue 12: first row at +10.6 s with 2 workers, +5.7 s with one in-process worker).
+2 cores: first row at +10.6 s with 2 workers, +5.7 s with one in-process worker).
 Started first, a worker imports while the coordinator sets up, then blocks on its stdin until
 the coordinator writes ``go`` (the rows exist, the parent run is open). A worker that reads
 anything else, or end of file (the coordinator failed in its set-up, had nothing to run, or
@@ -28,8 +28,8 @@ GO = "go"
 def start_workers(path: str, storage_url: str, state: Path, workers: int, device_sets=None,
                   procs_per_row: int = 1, accelerate_config: str | None = None) -> list[subprocess.Popen]:
     """Start ``workers`` processes, each with its share of the cores (torch's intra-op pool and
-    OpenMP/MKL sized to cores // workers: two 2-thread workers on 2 cores oversubscribe them;
-    measured 1.16x one worker before this); they wait for ``release(procs, go=True)``.
+    OpenMP/MKL sized to cores // workers: two 2-thread workers on 2 cores oversubscribe them,
+    1.16x the time of 1-thread workers); they wait for ``release(procs, go=True)``.
     ``device_sets`` (devices.py): worker i sees only ``device_sets[i]`` (its CUDA_VISIBLE_DEVICES),
     and runs each row as ``procs_per_row`` processes, one per device."""
     threads = str(max(1, (os.cpu_count() or 2) // workers))
@@ -110,3 +110,18 @@ def run_workers(procs: list[subprocess.Popen], tick) -> list[str]:
         raise
     return [f"worker {p.pid} " + (f"was killed by signal {-p.returncode}" if p.returncode < 0 else
                                   f"exited with code {p.returncode}") for p in procs if p.returncode != 0]
+
+
+def pin_worker_threads() -> None:
+    """A worker process of a multi-worker study uses only its share of the cores: torch's
+    intra-op pool from GRPOLAB_WORKER_THREADS (set by the coordinator) and a single inter-op
+    thread; N workers with a full pool each would oversubscribe the machine (2 workers of 2 threads
+    on 2 cores take 1.16x the time of 1-thread workers). A single in-process worker keeps torch's default."""
+    threads = os.environ.get("GRPOLAB_WORKER_THREADS")
+    if threads:
+        import torch
+        torch.set_num_threads(int(threads))
+        try:
+            torch.set_num_interop_threads(1)
+        except RuntimeError:  # already set in this process (inter-op work started): keep it
+            pass

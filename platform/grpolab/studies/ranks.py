@@ -234,7 +234,7 @@ def die_with_worker() -> None:
 
 
 class RankBeat:
-    """A rank's stand-in for the worker's Heartbeat (lifecycle.py): rank 0 tells its progress to
+    """A rank's stand-in for the worker's Heartbeat (heartbeat.py): rank 0 tells its progress to
     the worker through the progress file; the worker holds the trial's heartbeat and stops the
     ranks when the row is reaped, so ``lost`` is never set here."""
 

@@ -117,6 +117,8 @@ def definition_hash(cfg) -> str:
     """Hash of everything that decides a study row's result: base, budget, rungs or space, seeds, metrics."""
     payload = {"base": cfg.base, "rungs": [(r.name, r.changes) for r in cfg.rungs], "space": cfg.space,
                "seeds": list(cfg.seeds), "objectives": [(o.metric, o.direction) for o in cfg.objectives]}
+    if getattr(cfg, "on_demand", None) is not None:   # the seeds-on-demand design is registered too
+        payload["seeds_on_demand"] = list(cfg.on_demand)
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

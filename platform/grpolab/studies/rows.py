@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from optuna.trial import TrialState
 
-from grpolab.studies.definition import StudyConfig
+from grpolab.studies.definition import StudyConfig, quiet_build
+from grpolab.tracking.naming import ladder_run_name, method_label
 
 if TYPE_CHECKING:
     import optuna
@@ -133,3 +134,13 @@ def summary(study, cfg: StudyConfig, final: dict, echo) -> int:
         echo(f"{len(open_rows) if cfg.kind == 'ladder' else missing} row(s) did not complete: {', '.join(open_rows)}; "
              "run the same command again to resume them")
     return 1 if failed or open_rows else 0
+
+
+def study_run_identity(cfg, trial_number: int, labels: dict, exp) -> tuple[str, str]:
+    """(run name, method label) of a study trial: ladder rows are named by rung and seed, and
+    their method is named relative to the ladder's first rung (``naive_grpo + eps_high=0.28``)."""
+    first = quiet_build(cfg.rung_experiment(0, labels["seed"]) if cfg.kind == "ladder" else cfg.base)
+    method = method_label(exp.spec, exp.method_name, first.spec if first.method_name == exp.method_name else None)
+    if cfg.kind == "ladder":
+        return ladder_run_name(labels["rung"], labels["rung_name"], labels["seed"]), method
+    return f"trial {trial_number} · seed {labels['seed']}", method

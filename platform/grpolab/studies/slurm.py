@@ -13,7 +13,7 @@ states (``sacct``, through submitit's watcher). A job that leaves the RUNNING st
 preempted, out of time, failed, its node lost) hands its row back at once: the row's trial is
 failed as interrupted and its MLflow run ended KILLED with the reason (its worker does that
 itself on SIGTERM, or on submitit's SIGUSR2 warning; the coordinator does it for a worker that had
-no time to: the trial's worker record names its job, lifecycle.reap_job_trials), then the row is
+no time to: the trial's worker record names its job, hand_back.reap_job_trials), then the row is
 queued again, once (under the setup lock), for a job still running to take. Jobs that all ended
 with rows still waiting are replaced, at most ``--jobs`` replacements in all. Ctrl-C (or any
 error) in the coordinator cancels the jobs it submitted: their workers hand their rows back.
@@ -46,7 +46,7 @@ from optuna.trial import TrialState
 from grpolab.errors import ConfigError, did_you_mean
 from grpolab.studies.coordinator import has_pending_rows
 from grpolab.studies.definition import StudyConfig
-from grpolab.studies.lifecycle import reap_job_trials
+from grpolab.studies.hand_back import reap_job_trials
 from grpolab.studies.processes import row_flags
 from grpolab.studies.rows import row_states
 

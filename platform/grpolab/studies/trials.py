@@ -1,5 +1,5 @@
 """A study worker: claims a row (a ladder's enqueued trial, or a search's sampled point) and
-trains it, reporting exactly once. Each claimed trial carries a heartbeat (lifecycle.py) while it
+trains it, reporting exactly once. Each claimed trial carries a heartbeat (heartbeat.py) while it
 runs; a trial whose worker is interrupted (Ctrl-C, SIGTERM, even when a library turned the
 signal into another error) is reported ``interrupted`` and re-queued by the next coordinator;
 one reaped by another process (its worker presumed dead or hung) is not reported at all.
@@ -7,50 +7,34 @@ one reaped by another process (its worker presumed dead or hung) is not reported
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import logging
 import math
 import os
-import shutil
-import tempfile
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
-import yaml
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
-from grpolab.errors import ConfigError
-from grpolab.experiment.config import apply_overrides, build_config
-from grpolab.signals import RunKilled, forget_signals, raise_if_signalled, signal_pending
-from grpolab.studies import ranks
-from grpolab.studies.definition import StudyConfig, load_study
-from grpolab.studies.lifecycle import (
-    RESUMES_ATTR,
-    Heartbeat,
-    RowTimedOut,
-    TrialReaped,
-    abort_if_lost,
-    checkpoint_to_resume,
-    end_trial_runs,
-    job_end_raises,
-    link_restart,
-    previous_holder_gone,
-    running_trial,
-    signals_raise,
-    timeouts_interrupt,
-)
+from grpolab.experiment.config import apply_overrides, as_overrides
+from grpolab.signals import RunKilled, forget_signals, raise_if_signalled, signal_pending, signals_raise
+from grpolab.studies.definition import StudyConfig, quiet_build
+from grpolab.studies.heartbeat import Heartbeat, TrialReaped
 from grpolab.studies.objectives import objective_value
-from grpolab.studies.rows import OUTCOME_ATTR, PARENT_RUN_ATTR, PASS_AT_1_ATTR, ROW_ATTR, RUN_ATTR
+from grpolab.studies.processes import pin_worker_threads
+from grpolab.studies.resume import RESUMES_ATTR, checkpoint_to_resume, previous_holder_gone
+from grpolab.studies.row_interrupts import RowTimedOut, job_end_raises, running_trial, timeouts_interrupt
+from grpolab.studies.row_on_ranks import run_on_ranks
+from grpolab.studies.row_run import PrunedRun, run_row
+from grpolab.studies.rows import (OUTCOME_ATTR, PARENT_RUN_ATTR, PASS_AT_1_ATTR, ROW_ATTR, RUN_ATTR,
+                                  study_run_identity)
+from grpolab.studies.run_closing import end_trial_runs, link_restart
 from grpolab.studies.search_space import suggest
-from grpolab.studies.storage import create_or_load, load_for_worker, with_added_seeds  # studies.py runs this module's worker loop
-from grpolab.tracking.naming import ladder_run_name, method_label
+from grpolab.studies.storage import load_for_worker, with_added_seeds
 
 log = logging.getLogger(__name__)
+
 
 def objective_values(cfg: StudyConfig, result) -> list[float]:
     return [metric_value(o.metric, result) for o in cfg.objectives]
@@ -77,21 +61,15 @@ def _trial_experiment(cfg: StudyConfig, trial: optuna.Trial) -> tuple[dict, dict
         return cfg.rung_experiment(rung, seed), {"rung": rung, "rung_name": cfg.rungs[rung].name, "seed": seed}
     point = suggest(trial, cfg.space)
     seed = cfg.seeds[trial.number % len(cfg.seeds)]
-    overrides = [f"{k}={yaml.safe_dump(v, default_flow_style=True).strip()}" for k, v in point.items()]
-    data = apply_overrides(cfg.base, overrides + [f"seed={seed}"])
+    data = apply_overrides(cfg.base, as_overrides(point) + [f"seed={seed}"])
     data["name"] = f"{cfg.name}-t{trial.number}"
     return data, {"seed": seed, **{k: v for k, v in point.items()}}
-
-
-class PrunedRun(Exception):
-    """Raised from the eval hook when Optuna prunes: the MLflow run ends KILLED, tagged pruned."""
-    grpolab_status = "KILLED"
 
 
 def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run_id: str, procs_per_row: int = 1,
                   storage_url: str | None = None) -> bool:
     """Run one trial; False when a ladder has no waiting row left. The trial is claimed with a
-    heartbeat (lifecycle.py) for as long as it runs. ``procs_per_row`` > 1: the row trains as that
+    heartbeat (heartbeat.py) for as long as it runs. ``procs_per_row`` > 1: the row trains as that
     many processes (ranks.py), which load the study from ``storage_url`` to prune."""
     if cfg.kind == "ladder" and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         return False
@@ -160,9 +138,7 @@ def _nan_objectives(cfg: StudyConfig, values: list[float]) -> str | None:
 def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str, heartbeat,
                  procs_per_row: int = 1, storage_url: str | None = None) -> list[float]:
     data, labels = _trial_experiment(cfg, trial)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        exp = build_config(data)
+    exp = quiet_build(data)
 
     previous = trial.user_attrs.get(RESUMES_ATTR)
     resume_run_id = checkpoint_to_resume(previous, state, exp.resolved())
@@ -192,9 +168,10 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
                 "resume_run_id": resume_run_id, "metric": cfg.objectives[0].metric,
                 "prune": {"study": cfg.path, "storage": storage_url, "trial_id": trial._trial_id}
                 if prunes else None}
-        result = _run_on_ranks(procs_per_row, spec, heartbeat, on_run, cfg.launcher.accelerate_config, exp.train.dtype)
+        result = run_on_ranks(procs_per_row, spec, heartbeat, on_run, cfg.launcher.accelerate_config,
+                              exp.train.dtype)
     else:
-        result = _run_row(exp, state, parent_run_id, tags, run_name, resume_run_id, heartbeat, on_run,
+        result = run_row(exp, state, parent_run_id, tags, run_name, resume_run_id, heartbeat, on_run,
                           trial if prunes else None, cfg.objectives[0].metric)
     if "eval/pass_at_1" in result.final_eval:   # for the progress lines (rows.latest_finished)
         try:
@@ -202,133 +179,6 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
         except UpdateFinishedTrialError:   # reaped meanwhile: _report discards the row
             pass
     return objective_values(cfg, result)
-
-
-def _run_row(exp, state: Path, parent_run_id: str, tags: dict, run_name: str, resume_run_id, heartbeat, on_run,
-             prune_trial=None, metric: str = ""):
-    """Train one row's run (in this process, or as one rank of several); ``prune_trial``: report
-    the partial objective at each evaluation and stop the run when Optuna prunes it."""
-    from grpolab.experiment.runner import run_experiment
-    seen: dict[int, dict] = {}   # the history so far, for the pruner
-    trainers: list = []
-
-    def curves_so_far() -> dict:
-        from grpolab.experiment.runner import TrackingCallback
-        callbacks = trainers[0].callback_handler.callbacks if trainers else []
-        return next((cb.curves for cb in callbacks if isinstance(cb, TrackingCallback)), {})
-
-    def report(step: int, metrics: dict) -> None:
-        abort_if_lost(heartbeat)
-        seen[step] = metrics
-        value = _partial_value(metric, seen, curves_so_far) if prune_trial is not None else None
-        if step > 0 and value is not None:
-            prune_trial.report(value, step)
-            if prune_trial.should_prune():
-                raise PrunedRun(f"pruned at step {step}")
-
-    return run_experiment(exp, state, parent_run_id=parent_run_id, extra_tags=tags, run_name=run_name,
-                          eval_hook=report, on_trainer=lambda t: (trainers.append(t), heartbeat.progressed()),
-                          on_run=on_run, callbacks=[_abort_callback(heartbeat)], resume_run_id=resume_run_id)
-
-
-@dataclass
-class RowResult:
-    """What the worker needs of a row run on several processes (rank 0's RunResult, by file)."""
-    evals: dict
-    train_curves: dict
-
-    @property
-    def final_eval(self) -> dict:
-        return self.evals[max(self.evals)] if self.evals else {}
-
-
-def _run_on_ranks(world: int, spec: dict, heartbeat, on_run, accelerate_config: str | None = None,
-                  dtype: str = "fp32") -> RowResult:
-    """The worker's side of a row on ``world`` processes (ranks.py): start them, watch them with
-    the heartbeat (a reaped row or a signal stops them), record rank 0's run on the trial."""
-    row_dir = Path(tempfile.mkdtemp(prefix="grpolab-row-"))
-    told: list[str] = []
-
-    def progressed() -> None:
-        heartbeat.progressed()
-        run_id = (row_dir / ranks.RUN_ID).read_text().strip() if (row_dir / ranks.RUN_ID).exists() else ""
-        if run_id and not told:
-            told.append(run_id)
-            on_run(run_id)
-    try:
-        ranks.write_atomic(row_dir / ranks.SPEC, json.dumps({**spec, "row_dir": str(row_dir)}))
-        procs = ranks.start_ranks(world, row_dir, accelerate_config, dtype)
-        codes = ranks.watch_ranks(procs, row_dir, lambda: abort_if_lost(heartbeat), progressed)
-        result = ranks.read_result(row_dir)
-    finally:
-        if not told and (row_dir / ranks.RUN_ID).exists():   # stopped early: the trial still names its run
-            with contextlib.suppress(Exception):
-                progressed()
-        shutil.rmtree(row_dir, ignore_errors=True)
-    if "pruned" in result:
-        raise PrunedRun(result["pruned"])
-    if "values" not in result or any(codes):
-        why = result.get("error") or "no result"
-        who = (lambda r: "the accelerate launcher") if accelerate_config else (lambda r: f"rank {r}")
-        failed = ", ".join(f"{who(r)} " + (f"killed by signal {-c}" if c < 0 else f"exit code {c}")
-                           for r, c in enumerate(codes) if c)
-        raise RuntimeError(f"the row's {world} processes did not finish ({failed or 'all exited 0'}): {why}")
-    evals = {int(step): metrics for step, metrics in result["values"]["evals"].items()}
-    return RowResult(evals, {k: [tuple(p) for p in v] for k, v in result["values"]["curves"].items()})
-
-
-def run_rank(spec_path: str) -> None:
-    """One process of a row run on several (``grpolab study-rank``, started by _run_on_ranks)."""
-    ranks.die_with_worker()
-    pin_worker_threads()
-    spec = json.loads(Path(spec_path).read_text())
-    row_dir, rank = Path(spec["row_dir"]), int(os.environ.get("RANK", "0"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        exp = build_config(spec["experiment"])
-    prune_trial = None
-    if rank == 0 and spec.get("prune"):   # rank 0 evaluates, so it reports to Optuna's pruner
-        prune = spec["prune"]
-        prune_trial = optuna.Trial(create_or_load(load_study(prune["study"]), prune["storage"]), prune["trial_id"])
-
-    def on_run(run_id: str) -> None:
-        ranks.write_atomic(row_dir / ranks.RUN_ID, run_id)
-        beat.progressed()
-    beat = ranks.RankBeat(row_dir if rank == 0 else None)
-    with signals_raise():
-        try:
-            result = _run_row(exp, Path(spec["state"]), spec["parent_run_id"], spec["tags"], spec["run_name"],
-                              spec["resume_run_id"], beat, on_run, prune_trial, spec["metric"])
-        except PrunedRun as exc:
-            if rank == 0:
-                ranks.write_atomic(row_dir / ranks.RESULT, json.dumps({"pruned": str(exc)}))
-            return
-        except Exception as exc:
-            if rank == 0:
-                ranks.write_atomic(row_dir / ranks.RESULT, json.dumps({"error": f"{type(exc).__name__}: {exc}"[:2000]}))
-            raise
-    if rank == 0:
-        import torch.distributed as dist
-        grouped = dist.is_available() and dist.is_initialized()
-        world = dist.get_world_size() if grouped else 1
-        if result.run_id:   # measured: the process group the run trained in
-            from grpolab.tracking.recorder import client_for
-            client = client_for(Path(spec["state"]))
-            client.set_tag(result.run_id, "grpolab.world_size", world)
-            client.set_tag(result.run_id, "grpolab.dist_backend", dist.get_backend() if grouped else "none")
-        values = {"evals": result.evals, "curves": result.train_curves, "world_size": world}
-        ranks.write_atomic(row_dir / ranks.RESULT, json.dumps({"values": values}))
-
-
-def _abort_callback(heartbeat):
-    """A trainer callback that stops training at the next step once the trial was reaped (or a
-    termination signal was swallowed)."""
-    from transformers import TrainerCallback
-
-    class AbortIfReaped(TrainerCallback):
-        def on_step_end(self, args, state, control, **kwargs):
-            abort_if_lost(heartbeat)
-    return AbortIfReaped()
 
 
 def _report(study, trial, heartbeat, state: Path, outcome: str, trial_state, values=None, error=None) -> None:
@@ -357,15 +207,6 @@ def _report(study, trial, heartbeat, state: Path, outcome: str, trial_state, val
                    status="FAILED" if outcome == "error" else "KILLED", from_statuses=("RUNNING",))
 
 
-def _partial_value(metric: str, evals: dict, curves_fn) -> float | None:
-    """The objective over the history up to an eval step (training curves logged before it);
-    None while it is not defined yet (e.g. no tail: point logged), so nothing is reported."""
-    try:
-        return objective_value(metric, evals, curves_fn())
-    except ConfigError:
-        return None
-
-
 def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=None, procs_per_row: int = 1,
                 accelerate_config: str | None = None) -> None:
     if accelerate_config is not None:   # the coordinator's choice (its flag or the file's), already checked
@@ -389,29 +230,3 @@ def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=Non
                 return
 
 
-def pin_worker_threads() -> None:
-    """A worker process of a multi-worker study uses only its share of the cores: torch's
-    intra-op pool from GRPOLAB_WORKER_THREADS (set by the coordinator) and a single inter-op
-    thread; N workers with a full pool each would oversubscribe the machine (2 workers on 2 cores
-    measured 1.16x one worker before this). A single in-process worker keeps torch's default."""
-    threads = os.environ.get("GRPOLAB_WORKER_THREADS")
-    if threads:
-        import torch
-        torch.set_num_threads(int(threads))
-        try:
-            torch.set_num_interop_threads(1)
-        except RuntimeError:  # already set in this process (inter-op work started): keep it
-            pass
-
-
-def study_run_identity(cfg, trial_number: int, labels: dict, exp) -> tuple[str, str]:
-    """(run name, method label) of a study trial: ladder rows are named by rung and seed, and
-    their method is named relative to the ladder's first rung (``naive_grpo + eps_high=0.28``)."""
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        first = build_config(cfg.rung_experiment(0, labels["seed"]) if cfg.kind == "ladder" else cfg.base)
-    method = method_label(exp.spec, exp.method_name, first.spec if first.method_name == exp.method_name else None)
-    if cfg.kind == "ladder":
-        return ladder_run_name(labels["rung"], labels["rung_name"], labels["seed"]), method
-    return f"trial {trial_number} · seed {labels['seed']}", method

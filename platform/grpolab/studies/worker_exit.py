@@ -1,6 +1,6 @@
 """How study worker processes end and how the coordinator waits for them.
 
-Measured in issue 12 (per-phase accounting of `grpolab study --workers 2` on 2 cores): a worker
+Measured by per-phase accounting of `grpolab study --workers 2` on 2 cores: a worker
 process that returns normally spends ~1.8 CPU-s tearing the interpreter down (torch,
 transformers and MLflow module finalisation and a full garbage collection) after its last row
 is reported, on top of ~5.5 CPU-s of imports at start. A worker has nothing left to write at

@@ -101,6 +101,13 @@ def _core_or_changed(section, core: tuple[str, ...]) -> dict:
             if f.name in core or getattr(section, f.name) != getattr(defaults, f.name)}
 
 
+def method_tags(method_name: str, spec: MethodSpec, seed: int) -> dict:
+    """The tags that say which update rule and seed a run trains, for CLI, study and drop-in runs
+    alike (MLflow stores every tag value as a string; readers parse the seed with ``int``)."""
+    return {"grpolab.method": method_label(spec, method_name), "grpolab.method_base": method_name,
+            "grpolab.spec_hash": spec.spec_hash(), "grpolab.seed": str(seed)}
+
+
 def method_label(spec: MethodSpec, name: str, reference: MethodSpec | None = None) -> str:
     """The method a run actually trains: the registered method with this exact update rule if
     there is one (a DAPO ladder's last rung is ``dapo``), else ``name + <axes changed>`` relative

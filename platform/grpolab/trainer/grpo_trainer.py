@@ -13,9 +13,8 @@ Native TRL settings used where TRL is exact: ``mask_truncated_completions`` (ove
 
 from __future__ import annotations
 
-import logging
-import os
 import math
+import os
 
 import torch
 from accelerate.utils import gather_object
@@ -23,19 +22,26 @@ from trl import GRPOTrainer
 
 from grpolab import algorithms
 from grpolab.algorithms.losses import kl_estimate
+from grpolab.errors import NonFiniteLossError
 from grpolab.method.advantages import ADVANTAGES
-from grpolab.errors import EmptyUpdatesError, EmptyUpdateWarning, NonFiniteLossError, warn_at_caller
-from grpolab.trainer import mlflow_report, sampling
-from grpolab.trainer import trl_config as dropin
+from grpolab.trainer import mlflow_report
+from grpolab.trainer import dropin
+from grpolab.trainer.correctness import CorrectnessRules
 from grpolab.trainer.critic import CriticMixin
+from grpolab.trainer.empty_updates import EmptyUpdateChecks
+from grpolab.trainer.entropy_control import EntropyController
 from grpolab.trainer.loss_stats import WindowStats, weighted
 from grpolab.trainer.metrics import rollout_metrics, trained_metrics
+from grpolab.trainer.group_sampling import GroupSampling
+from grpolab.trainer.rollouts import (Generated, RolloutRow, ScoredRound, correct_of, generated_mask, lengths_of,
+                                      truncated_of)
+from grpolab.trainer.vllm_engine import VllmEngineAccess
 
 
-class GrpoLabTrainer(CriticMixin, GRPOTrainer):
+class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSampling, VllmEngineAccess, GRPOTrainer):
     """``trl.GRPOTrainer`` running a grpolab method: TRL's own arguments, plus ``method=`` (a
     registered name such as ``"dapo"``, ``{"name": "dapo", **axis overrides}`` or a ``MethodSpec``)
-    and ``correctness=`` (a reward function's name, a dataset column or a callable; ``dropin.py``
+    and ``correctness=`` (a reward function's name, a dataset column or a callable; ``trainer/dropin.py``
     says what each means). Everything is checked here, before TRL loads a model; the GRPOConfig
     settings the method decides are written into a copy of ``args`` (the user's object is left
     as it was; a user value set away from GRPOConfig's default overrides the method's axis,
@@ -66,11 +72,10 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         self._correct_kind, self._correct_key = setup.correct_kind, setup.correct_key
         self.spec = spec
         self.tracker = algorithms.ValueTracker(spec.tracker_decay) if ADVANTAGES[spec.advantage].tracker else None
-        self.entropy_coef_now = spec.entropy_coef
-        self._last_entropy = math.inf   # adaptive_gated: the last optimizer step's entropy (none yet: no bonus)
+        self.entropy_control = EntropyController(spec)
         self.cumulative_tokens = 0.0
         self.last_rollout: list[dict] = []        # a few rows of the latest rollout, for the samples artifact
-        self._stash: dict = {}
+        self._scored: ScoredRound | None = None   # the latest round's rewards and rows
         self._entropy_in_loss = False
         self._sampling_rng: torch.Generator | None = None
         self._window, self._step_entropy = WindowStats(), WindowStats()   # loss-side curves (loss_stats.py)
@@ -102,73 +107,34 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
 
     # -- rewards ------------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        """TRL's rewards, plus per row (correct, length, truncated, prompt, completion),
-        gathered over processes in rank order like the rewards."""
+        """TRL's rewards, plus one RolloutRow per completion, gathered over processes in rank
+        order like the rewards (``self._scored``)."""
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._warn_unscorable(rewards, prompts, completions)
         eos = self.processing_class.eos_token_id
         correct = self._local_correctness(inputs, prompts, completions, completion_ids_list)
         local = [   # environment datasets may have no prompt column: TRL's own prompt (reset() supplies it)
-            (ok, len(ids), (not ids) or ids[-1] != eos, x.get("prompt", p), c)
+            RolloutRow(ok, len(ids), (not ids) or ids[-1] != eos, x.get("prompt", p), c)
             for ok, x, p, c, ids in zip(correct, inputs, prompts, completions, completion_ids_list)
         ]
         rows = gather_object(local) if self.accelerator.num_processes > 1 else local
         if self._correct_kind in ("reward", "none"):   # decided on the gathered rewards
-            rows = [(ok, *r[1:]) for ok, r in zip(self._correct_from_rewards(rewards), rows)]
-        self._stash = {"rewards": rewards, "rows": rows}
+            rows = [r._replace(correct=ok) for ok, r in zip(self._correct_from_rewards(rewards), rows)]
+        self._scored = ScoredRound(rewards, rows)
         return rewards
-
-    def _warn_unscorable(self, rewards: torch.Tensor, prompts, completions) -> None:
-        """TRL's "All reward functions returned None" warning, over the user's reward functions only:
-        grpolab's own (DAPO's ``overlong``) always returns a number, so TRL's check never fires."""
-        if not self._own_reward_columns:
-            return   # TRL's own check saw every column
-        user = [i for i in range(rewards.shape[1]) if i not in self._own_reward_columns]
-        n = len(prompts)
-        local = rewards[self.accelerator.process_index * n:(self.accelerator.process_index + 1) * n, user]
-        if not user or not torch.isnan(local).all(dim=1).any():
-            return
-        row = int(torch.isnan(local).all(dim=1).nonzero(as_tuple=True)[0][0])
-        logging.getLogger("trl.trainer.grpo_trainer").warning(
-            f"All reward functions returned None for the following kwargs:\n"
-            f"{{'prompt': {prompts[row]!r}, 'completion': {completions[row]!r}}}\n"
-            "Please ensure that at least one reward function returns a valid reward.")
-
-    def _local_correctness(self, inputs, prompts, completions, completion_ids_list) -> list[bool]:
-        kind, key = self._correct_kind, self._correct_key
-        if kind == "column":
-            return dropin.correct_from_column(completions, [x[key] for x in inputs])
-        if kind == "callable":
-            columns = {k: [x[k] for x in inputs] for k in inputs[0] if k not in ("prompt", "completion", "completion_ids")}
-            out = key(prompts=prompts, completions=completions, completion_ids=completion_ids_list,
-                      trainer_state=self.state, **columns)
-            return [bool(v) for v in out]
-        return [False] * len(inputs)   # filled in from the gathered rewards
-
-    def _correct_from_rewards(self, rewards: torch.Tensor) -> list[bool]:
-        """``correctness=<reward name>``: that reward > 0. None: the stand-in, total reward above
-        its group's mean (curves renamed, ``dropin.PROXY_NAMES``)."""
-        if self._correct_kind == "reward":
-            return dropin.correct_from_reward(rewards[:, self._correct_key].tolist())
-        total = algorithms.combine_rewards(rewards, self.spec.reward_weights).float()
-        G = self.num_generations if self.model.training else self.num_generations_eval
-        if total.numel() % G:
-            return (total > total.nanmean()).tolist()
-        grouped = total.view(-1, G)   # unscorable (NaN) rows: never above, and out of the mean
-        return (grouped > grouped.nanmean(1, keepdim=True)).view(-1).tolist()
 
     # -- advantages ---------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:
             return super()._generate_and_score_completions(inputs)
         if self.spec.sampling == "dynamic":
-            out, rewards_k, rows, generated = self._dynamic_sampling(inputs)
+            batch = self._dynamic_sampling(inputs)
+            out, rewards_k, rows, generated = batch.local, batch.rewards, batch.rows, batch.generated
         else:
             out = super()._generate_and_score_completions(inputs)
-            rewards_k, rows = self._stash["rewards"], self._stash["rows"]
+            rewards_k, rows = self._scored.rewards, self._scored.rows
             self._entropy_in_loss = self._loss_sees_pi_old_on_every_token(out)
-            generated = {"rewards": rewards_k, "rows": rows,
-                         "entropy": None if self._entropy_in_loss else self._entropy_sums(out)}
+            generated = Generated(rewards_k, rows, None if self._entropy_in_loss else self._entropy_sums(out))
             if self.spec.sampling == "zero_variance_filter":
                 self._filter_zero_variance(out, rewards_k, rows)
         G, device = self.num_generations, rewards_k.device
@@ -183,8 +149,10 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
             self._metrics["train"]["kl_reward_penalty"].append(seq_pen.mean().item())
             if not ADVANTAGES[self.spec.advantage].kl_per_token:   # those fold it in per token
                 rewards_adj = total - seq_pen   # (N,): the weights are already in ``total``, never applied twice
+        retained = None   # GFPO: the rows in the baselines; the group curves and the zero-advantage cause read them
         if self.spec.sampling == "gfpo":
-            rewards_adj = self._gfpo(out, rewards_adj, start)
+            kept = self._gfpo(out, rewards_adj, start)
+            rewards_adj, retained = kept.rewards, kept.retained
         reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.accelerator.num_processes > 1 else None
         if self.critic is not None:
             out["old_values"] = self._critic_values(out, grad=False)
@@ -192,9 +160,9 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
                 self.spec, rewards_adj[start:start + n_local], out["old_values"], mask, penalty, reduce=reduce)
         else:
             advantages = algorithms.compute_advantages(
-                self.spec, rewards_adj, G, mask=mask, token_penalty=penalty, prompt_keys=[r[3] for r in rows],
+                self.spec, rewards_adj, G, mask=mask, token_penalty=penalty, prompt_keys=[r.prompt for r in rows],
                 tracker=self.tracker, local_rows=slice(start, start + n_local), reduce=reduce,
-                lengths=self._gather(self._generated_mask(out, rows, start).sum(1)),   # before any filter's masking
+                lengths=self._gather(generated_mask(out, rows, start).sum(1)),   # before any filter's masking
             )
         if self.tracker is not None:
             self._metrics["train"]["tracker/prompts"].append(float(len(self.tracker.state)))
@@ -207,174 +175,12 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         out["advantages"] = advantages.to(device)
         out["group_ids"] = (torch.arange(total.numel(), device=device) // G)[start:start + n_local]
         out["seq_rewards"] = total[start:start + n_local]
-        out["correct"] = torch.tensor([bool(r[0]) for r in rows], device=device)[start:start + n_local]
+        out["correct"] = correct_of(rows).to(device)[start:start + n_local]
         trained_rows = self._gather((out["completion_mask"].sum(1) > 0).float()).bool().cpu()
-        self._record_rollout(total, rows, trained_rows, generated, G)
-        self._check_update_signal(out, total, rows, trained_rows, generated, G)
+        self._record_rollout(total, rows, trained_rows, generated, G, retained)
+        in_baseline = total if retained is None else total.masked_fill(~retained.to(total.device), float("nan"))
+        self._check_update_signal(out, in_baseline, rows, trained_rows, generated, G)
         return out
-
-    # -- nothing inert at run time ---------------------------------------------------------
-    def _other_gradient_terms(self) -> list[str]:
-        """Loss terms that give the policy a gradient when every advantage is 0."""
-        spec, terms = self.spec, []
-        if spec.kl_coef > 0 and spec.kl_placement == "loss":
-            terms.append("in-loss KL")
-        if self.entropy_coef_now or spec.entropy_mode != "static":
-            terms.append("entropy bonus")
-        if spec.positive_lm_coef > 0:
-            terms.append("positive-example LM loss")
-        if getattr(self, "aux_loss_enabled", False):
-            terms.append("MoE router auxiliary loss")
-        return terms
-
-    def _check_update_signal(self, out: dict, total: torch.Tensor, rows: list, trained_rows: torch.Tensor,
-                             generated: dict, G: int) -> None:
-        """An update batch whose loss gives the policy no gradient -- every row masked out of the loss,
-        or every trained token's advantage 0 with no other loss term -- is warned about (its cause)
-        at the first of a streak; ``max_empty_updates`` such batches in a row raise EmptyUpdatesError
-        (0: never). Decided on gathered values, so every process raises together."""
-        mask = (out["completion_mask"] * out.get("tool_mask", 1)).float()
-        A = out["advantages"]
-        A = A.unsqueeze(1) if A.dim() == 1 else A
-        signal = ((A.abs() > 0).float() * mask).sum().reshape(1)
-        if self.accelerator.num_processes > 1:
-            signal = self.accelerator.reduce(signal, reduction="sum")
-        if not trained_rows.any():
-            cause = self._no_rows_cause(generated, G)
-        elif float(signal) == 0 and not self._other_gradient_terms():
-            cause = self._zero_advantage_cause(total, rows, G)
-        else:
-            self._empty_streak = 0
-            return
-        self._empty_streak += 1
-        limit = self.max_empty_updates
-        if self._empty_streak == 1:
-            warn_at_caller(f"GrpoLabTrainer: update batch at step {self.state.global_step} gives the policy no "
-                           f"gradient: {cause}" + (f"; the run fails after {limit} such batches in a row "
-                                                   "(max_empty_updates)" if limit else ""), EmptyUpdateWarning)
-        if limit and self._empty_streak >= limit:
-            raise EmptyUpdatesError(f"{self._empty_streak} update batches in a row gave the policy no gradient "
-                                    f"(max_empty_updates={limit}; CLI: train.max_empty_updates, 0 = never fail), up "
-                                    f"to step {self.state.global_step}: {cause}")
-
-    def _no_rows_cause(self, generated: dict, G: int) -> str:
-        gen_rows = generated["rows"]
-        n, truncated = len(gen_rows), sum(bool(r[2]) for r in gen_rows)
-        parts = []
-        if self.args.mask_truncated_completions and truncated:
-            parts.append(f"{truncated} of {n} completions hit max_completion_length={self.max_completion_length} "
-                         "without EOS and the overlong filter (method.overlong_filter, GRPOConfig."
-                         "mask_truncated_completions) masks truncated completions out of the loss")
-        if self.spec.sampling == "zero_variance_filter":
-            parts.append(f"method.sampling=zero_variance_filter dropped every group whose "
-                         f"{self.spec.sampling_filter} does not vary")
-        return ("every row of the update batch is masked out of the loss: " + "; ".join(parts or [
-            "no completion token is left in the loss mask"]))
-
-    def _zero_advantage_cause(self, total: torch.Tensor, rows: list, G: int) -> str:
-        flat = (sampling.group_spread(total.float().cpu(), G) <= sampling.ZERO_VARIANCE_TOL)
-        zero, groups = int(flat.sum()), flat.numel()
-        where = {"static": "method.sampling=static trains them as they come",
-                 "dynamic": f"method.sampling=dynamic hit its round cap (max_sampling_rounds="
-                            f"{self.spec.max_sampling_rounds}) and filled the batch with them",
-                 "zero_variance_filter": "method.sampling=zero_variance_filter",
-                 "gfpo": "method.sampling=gfpo trains the retained completions as they come"}[self.spec.sampling]
-        masked = sum(bool(r[2]) for r in rows) if self.args.mask_truncated_completions else 0
-        extra = (f"; the overlong filter (method.overlong_filter) masked {masked} truncated completions"
-                 if masked else "")
-        return (f"every trained completion has advantage 0 ({zero} of {groups} groups have equal rewards, so "
-                f"method.advantage={self.spec.advantage} gives them 0; {where}){extra}, and no other loss "
-                "term (in-loss KL, entropy bonus) gives a gradient")
-
-    # -- sampling -----------------------------------------------------------------------
-    def _keep_values(self, rewards_k: torch.Tensor, rows: list) -> torch.Tensor:
-        """Per-row values a group must disagree on to be kept (``method.sampling_filter``)."""
-        total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
-        return sampling.filter_values(self.spec.sampling_filter, total, torch.tensor([bool(r[0]) for r in rows]))
-
-    def _dynamic_sampling(self, inputs):
-        """DAPO dynamic sampling: generate rounds of groups (TRL's own generation and scoring)
-        until the global batch holds ``target`` groups whose accuracy (or reward, per
-        ``sampling_filter``) varies, or the cap is hit, then rebuild one batch of exactly the
-        configured size. Decisions use gathered values, so every rank keeps the same groups and
-        ends with the same number of rows. Returns the local batch, the kept rows' rewards and
-        rows, and the generated population (every round) for the curves."""
-        G, n_local, nproc = self.num_generations, len(inputs), self.accelerator.num_processes
-        if n_local % G:
-            raise NotImplementedError("dynamic sampling needs whole groups on each process "
-                                      f"({n_local} rows per process, group size {G})")
-        target = n_local * nproc // G
-        pool, rewards, rows, round_inputs = [], [], [], inputs
-        entropy = torch.zeros(2, dtype=torch.float64)
-        for round_no in range(1, self.spec.max_sampling_rounds + 1):
-            out = super()._generate_and_score_completions(round_inputs)
-            entropy += self._entropy_sums(out)
-            pool.append(self._gather_rows(out))
-            rewards.append(self._stash["rewards"])
-            rows.extend(self._stash["rows"])
-            values = self._keep_values(torch.cat(rewards), rows)
-            if int((sampling.group_spread(values, G) > sampling.ZERO_VARIANCE_TOL).sum()) >= target:
-                break
-            round_inputs = self._fresh_inputs(n_local)
-        groups, filled = sampling.select_groups(values, G, target, self.spec.sampling_cap_policy)
-        if filled:
-            warn_at_caller(f"dynamic sampling: round cap {self.spec.max_sampling_rounds} reached, "
-                           f"{filled} of {target} groups are zero-variance fill-ins")
-        keep = sampling.rows_of_groups(groups, G)
-        merged = sampling.take_rows(sampling.concat_batches(pool, self.processing_class.pad_token_id), keep)
-        start = self.accelerator.process_index * n_local
-        local = {k: v[start:start + n_local] for k, v in merged.items()}
-        loss_mask = merged["completion_mask"] * merged.get("tool_mask", 1)
-        local["num_items_in_batch"] = loss_mask.sum()   # the whole final batch, all processes
-        local["advantages"] = torch.zeros(n_local, device=merged["completion_mask"].device)
-        kept = set(keep.tolist())
-        m = self._metrics["train"]
-        m["sampling/rounds"].append(float(round_no))
-        m["sampling/kept_fraction"].append(target / (len(rows) // G))
-        m["sampling/filled_groups"].append(float(filled))
-        m["sampling/discarded_tokens"].append(float(sum(r[1] for i, r in enumerate(rows) if i not in kept)))
-        all_rewards = torch.cat(rewards)
-        generated = {"rewards": all_rewards, "rows": rows, "entropy": entropy}
-        return local, all_rewards[keep.to(all_rewards.device)], [rows[i] for i in keep.tolist()], generated
-
-    def _gather_rows(self, out: dict) -> dict:
-        """Row-aligned tensors of every process, padded to a common width, in rank order."""
-        fields = {k: v for k, v in out.items() if k not in sampling.RECOMPUTED}
-        if self.accelerator.num_processes == 1:
-            return fields
-        gathered = {}
-        for key, value in fields.items():
-            left = key in sampling.LEFT_PADDED
-            pad = self.processing_class.pad_token_id if key in ("prompt_ids", "completion_ids") else 0
-            value = self.accelerator.pad_across_processes(value, dim=1, pad_index=pad, pad_first=left)
-            gathered[key] = self.accelerator.gather(value)
-        return gathered
-
-    def _fresh_inputs(self, n_rows: int) -> list[dict]:
-        """n_rows / G fresh prompts from the training set, each repeated G times (rank-seeded)."""
-        if self._sampling_rng is None:
-            self._sampling_rng = torch.Generator().manual_seed(self.args.seed * 7919 + self.accelerator.process_index)
-        picks = torch.randint(len(self.train_dataset), (n_rows // self.num_generations,), generator=self._sampling_rng)
-        return [dict(self.train_dataset[int(i)]) for i in picks for _ in range(self.num_generations)]
-
-    def _filter_zero_variance(self, out: dict, rewards_k: torch.Tensor, rows: list) -> None:
-        """No refill: groups whose accuracy (or reward) does not vary leave the loss and the normaliser."""
-        G, n_local = self.num_generations, out["completion_ids"].size(0)
-        values = self._keep_values(rewards_k, rows)
-        informative = (sampling.group_spread(values, G) > sampling.ZERO_VARIANCE_TOL).repeat_interleave(G)
-        start = self.accelerator.process_index * n_local
-        keep = informative[start:start + n_local].to(out["completion_mask"].device)
-        out["completion_mask"] = out["completion_mask"] * keep.unsqueeze(1).to(out["completion_mask"].dtype)
-        local_items = (out["completion_mask"] * out.get("tool_mask", 1)).sum()
-        out["num_items_in_batch"] = self._gather(local_items.unsqueeze(0)).sum()
-        self._metrics["train"]["sampling/kept_fraction"].append(informative.float().mean().item())
-
-    def _gfpo(self, out: dict, rewards: torch.Tensor, start: int) -> torch.Tensor:
-        """GFPO's group filter (``sampling.gfpo_filter``); its curves."""
-        kept = sampling.gfpo_filter(out, rewards, self.spec, self.num_generations, start, self._gather)
-        self._metrics["train"]["sampling/kept_fraction"].append(kept.kept_fraction)
-        self._metrics["train"]["gfpo/length_gap"].append(kept.length_gap)
-        return kept.rewards
 
     @property
     def _kl_in_reward(self) -> bool:
@@ -403,15 +209,6 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
                 and "tool_mask" not in out and self.num_iterations == 1
                 and self.args.steps_per_generation == self.args.gradient_accumulation_steps)
 
-    def _generated_mask(self, out: dict, rows: list, start: int, model_only: bool = True) -> torch.Tensor:
-        """(n_local, T): ones over each generated completion's tokens (its length from the rollout's
-        ``rows``), before the zero-variance filter or ``mask_truncated_completions`` zero rows of the
-        loss's mask; ``model_only``: the model's own tokens (tool tokens of multi-turn episodes out)."""
-        ids = out["completion_ids"]
-        lengths = torch.tensor([r[1] for r in rows[start:start + ids.size(0)]], device=ids.device)
-        attend = (torch.arange(ids.size(1), device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)).to(out["prompt_mask"].dtype)
-        return attend * out["tool_mask"] if model_only and "tool_mask" in out else attend
-
     @torch.no_grad()
     def _entropy_sums(self, out: dict) -> torch.Tensor:
         """(sum of per-token entropy, tokens) of pi_old over every generated completion token of
@@ -419,31 +216,29 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         Its tokens are the loss's: TRL's ``completion_mask``, ones over each returned id list (an EOS
         inside a rollout_func's completion does not end it; padding after a vLLM stop string or to
         ``pad_to_multiple_of`` is out), before ``mask_truncated_completions`` zeroes truncated rows
-        (lengths: ``_calculate_rewards``' stash of this round)."""
+        (lengths: ``self._scored``, this round's rows)."""
         ids, T, n = out["completion_ids"], out["completion_ids"].size(1), out["completion_ids"].size(0)
-        attend = self._generated_mask(out, self._stash["rows"], self.accelerator.process_index * n, model_only=False)
+        attend = generated_mask(out, self._scored.rows, self.accelerator.process_index * n, model_only=False)
         valid = attend * out["tool_mask"] if "tool_mask" in out else attend   # multi-turn: the model's own tokens
         _, ent, _ = self._get_per_token_logps_and_entropies(
             self.model, torch.cat([out["prompt_ids"], ids], 1), torch.cat([out["prompt_mask"], attend], 1), T,
             compute_entropy=True)
         return torch.stack([(ent.double() * valid).sum(), valid.double().sum()]).cpu()
 
-    def _record_rollout(self, total: torch.Tensor, rows: list, trained_rows: torch.Tensor, generated: dict,
-                        G: int) -> None:
+    def _record_rollout(self, total: torch.Tensor, rows: list[RolloutRow], trained_rows: torch.Tensor,
+                        generated: Generated, G: int, retained: torch.Tensor | None = None) -> None:
         """Curves once per generation batch, in two populations: unprefixed over every completion
         generated for it (all dynamic-sampling rounds, before any filter), ``trained/`` over the
         rows the update uses (``metrics.trained_metrics``)."""
-        gen_rows = generated["rows"]
-        gen_total = algorithms.combine_rewards(generated["rewards"], self.spec.reward_weights)
-        stats = rollout_metrics(gen_total.float().cpu(), torch.tensor([bool(r[0]) for r in gen_rows]),
-                                torch.tensor([r[1] for r in gen_rows], dtype=torch.float32),
-                                torch.tensor([bool(r[2]) for r in gen_rows]), G,
+        gen_rows = generated.rows
+        gen_total = algorithms.combine_rewards(generated.rewards, self.spec.reward_weights)
+        stats = rollout_metrics(gen_total.float().cpu(), correct_of(gen_rows), lengths_of(gen_rows),
+                                truncated_of(gen_rows), G,
                                 overlong=(self.max_completion_length, self.spec.overlong_buffer))
-        stats.update(trained_metrics(total.float().cpu(), torch.tensor([bool(r[0]) for r in rows]),
-                                     torch.tensor([r[1] for r in rows], dtype=torch.float32), trained_rows, G))
+        stats.update(trained_metrics(total.float().cpu(), correct_of(rows), lengths_of(rows), trained_rows, G, retained))
         if self._correct_kind == "none":   # "correct" was the stand-in: the names say so
             stats = dropin.rename_for_proxy(stats)
-        ent = generated["entropy"]   # None: the loss logs it (_loss_sees_pi_old_on_every_token)
+        ent = generated.entropy   # None: the loss logs it (_loss_sees_pi_old_on_every_token)
         if ent is not None and self.accelerator.num_processes > 1:
             ent = self.accelerator.reduce(ent.to(self.accelerator.device), reduction="sum").cpu()
         if ent is not None and ent[1] > 0:
@@ -454,7 +249,8 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         for key, value in stats.items():
             self._metrics["train"][key].append(value)
         self.last_rollout = [
-            {"prompt": r[3], "completion": r[4], "reward": float(total[i]), "correct": bool(r[0]), "length": r[1]}
+            {"prompt": r.prompt, "completion": r.completion, "reward": float(total[i]), "correct": bool(r.correct),
+             "length": r.length}
             for i, r in enumerate(rows[: 4 * G])
         ]
 
@@ -471,7 +267,7 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         old = inputs.get("old_per_token_logps")
         old = logp.detach() if old is None else old
         keep = None
-        if self.off_policy_mask_threshold is not None:   # TRL's own off-policy sequence mask (trl_config.TRL_FIELDS)
+        if self.off_policy_mask_threshold is not None:   # TRL's own off-policy sequence mask (trl_fields.TRL_FIELDS)
             A = inputs["advantages"]
             keep = self.get_off_policy_mask(A.unsqueeze(1) if A.dim() == 1 else A, logp,
                                             inputs.get("sampling_per_token_logps", old), completion_mask,
@@ -482,7 +278,7 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         loss, stats = algorithms.policy_loss(
             self.spec, logp, old, inputs["advantages"], completion_mask, inputs.get("ref_per_token_logps"),
             token_normaliser=token_normaliser, max_completion_length=self.max_completion_length,
-            entropies=entropies, entropy_coef=self._entropy_coef_applied(), rewards=inputs.get("seq_rewards"),
+            entropies=entropies, entropy_coef=self.entropy_control.applied(), rewards=inputs.get("seq_rewards"),
             group_ids=inputs.get("group_ids"), gather=self._gather_valid if self.accelerator.num_processes > 1 else None,
             positive=inputs.get("correct"),
             sampling_weights=inputs.get("importance_sampling_ratio"),  # TRL's vLLM correction (engines.py)
@@ -570,28 +366,17 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         gathered = self.accelerator.gather(padded)
         return gathered[~torch.isnan(gathered)]
 
-    def _entropy_coef_applied(self) -> float:
-        """The entropy-bonus coefficient of this micro-batch. ``adaptive_gated`` (TRL's controller,
-        Skywork-OR1): the coefficient only while the previous optimizer step's entropy was <= the
-        target, none before the first step."""
-        if self.spec.entropy_mode == "adaptive_gated" and not self._last_entropy <= self.spec.entropy_target:
-            return 0.0
-        return self.entropy_coef_now
+    # the controller's state under the names grpolab's checkpoints store (experiment/checkpoints.py)
+    entropy_coef_now = property(lambda self: self.entropy_control.coef,
+                                lambda self, v: setattr(self.entropy_control, "coef", v))
+    _last_entropy = property(lambda self: self.entropy_control.last_entropy,
+                             lambda self, v: setattr(self.entropy_control, "last_entropy", v))
 
     def _update_entropy_coef(self, entropy: float | None) -> None:
-        """Adaptive entropy bonus, once per optimizer step (at the accumulation boundary), from the
-        entropy of the step's trained tokens over every process: coef + step (at most
-        entropy_coef_max) while the entropy is below the target (``adaptive_gated``, as TRL: <=),
-        else coef - step (at least entropy_coef_min)."""
-        spec = self.spec
-        if spec.entropy_mode == "static" or entropy is None:
+        """``EntropyController.update`` once per optimizer step (at the accumulation boundary), from
+        the entropy of the step's trained tokens over every process."""
+        if not self.entropy_control.update(entropy):
             return
-        below = entropy <= spec.entropy_target if spec.entropy_mode == "adaptive_gated" else entropy < spec.entropy_target
-        if below:
-            self.entropy_coef_now = min(self.entropy_coef_now + spec.entropy_coef_step, spec.entropy_coef_max)
-        else:
-            self.entropy_coef_now = max(self.entropy_coef_now - spec.entropy_coef_step, spec.entropy_coef_min)
-        self._last_entropy = entropy
         # TRL's attributes, as TRL's controller keeps them: its checkpoint (entropy_ctrl_state.json) saves these
         self.entropy_coef, self._last_world_entropy = self.entropy_coef_now, entropy
         self._metrics["train"]["entropy_coef"].append(self.entropy_coef_now)
@@ -616,46 +401,6 @@ class GrpoLabTrainer(CriticMixin, GRPOTrainer):
         for key in [k for k, values in self._metrics[mode].items() if all(math.isnan(v) for v in values)]:
             del self._metrics[mode][key]
         super().log(logs, start_time)
-
-    # -- held-out eval through TRL's vLLM engine (vllm_eval.py) ---------------------------
-    def sync_generation_weights(self) -> None:
-        """Push the current weights into TRL's vLLM engine unless this step's are there already.
-        TRL's own tag (``_last_loaded_step``) is updated, so the next training generation does not
-        push them again. Every process calls it: TRL gathers sharded parameters collectively."""
-        vllm = getattr(self, "vllm_generation", None) if self.use_vllm else None
-        if vllm is None:
-            return
-        if self.state.global_step != self._last_loaded_step or getattr(vllm, "_llm_weights_sleeping", False):
-            vllm.sync_weights()
-            self._last_loaded_step = self.state.global_step
-
-    def vllm_completions(self, prompt_ids: list[list[int]], n: int, max_tokens: int, greedy: bool) -> list[list[int]]:
-        """n completion token rows per prompt (prompt-major) from the vLLM engine training samples
-        with, under the trainer's sampling settings (temperature, top_p, top_k, min_p, repetition
-        penalty, generation_kwargs) and without log-probs; greedy sets temperature 0 (vLLM's
-        argmax). Main process only: colocate uses this process's ``llm``, server mode the client
-        TRL holds on the main process (TRL's own ``generate`` gathers over every process)."""
-        vllm = self.vllm_generation
-        params = {"n": n, "repetition_penalty": vllm.repetition_penalty, "temperature": vllm.temperature,
-                  "top_p": vllm.top_p, "top_k": vllm.top_k, "min_p": vllm.min_p or 0.0, "max_tokens": max_tokens,
-                  "logprobs": None}
-        greedy_override = {"temperature": 0.0} if greedy else {}
-        if vllm.mode == "server":
-            out = vllm.vllm_client.generate(prompts=prompt_ids, structured_outputs_regex=vllm.structured_outputs_regex,
-                                            generation_kwargs={**vllm.generation_kwargs, **greedy_override}, **params)
-            return [list(ids) for ids in out["completion_ids"]]
-        from trl.generation import vllm_generation  # the SamplingParams TRL builds its own requests with
-        if vllm.structured_outputs_regex is not None:
-            raise NotImplementedError("held-out eval through vLLM with structured_outputs_regex")
-        sampling = vllm_generation.SamplingParams(**{**params, **vllm.generation_kwargs, **greedy_override})
-        if vllm.enable_sleep_mode:
-            vllm.llm.wake_up(tags=["kv_cache"])
-        outputs = vllm.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], sampling_params=sampling,
-                                    use_tqdm=False)
-        if vllm.enable_sleep_mode:   # as TRL's generate leaves it: weights dropped, re-pushed before next use
-            vllm.llm.sleep(level=2)
-            vllm._llm_weights_sleeping = True
-        return [list(c.token_ids) for request in outputs for c in request.outputs]
 
 
 GrpoLabTrainer.__init__.__signature__ = dropin.dropin_signature(GRPOTrainer.__init__)   # TRL's names, not *args

@@ -71,13 +71,19 @@ def rollout_metrics(rewards: torch.Tensor, correct: torch.Tensor, lengths: torch
 
 
 def trained_metrics(rewards: torch.Tensor, correct: torch.Tensor, lengths: torch.Tensor, trained: torch.Tensor,
-                    group_size: int) -> dict[str, float]:
+                    group_size: int, retained: torch.Tensor | None = None) -> dict[str, float]:
     """The same curves over the trained population: the groups the sampling axis kept (all rows
     of the update batch), and, for per-row curves, only rows whose loss mask is not empty
-    (``trained``; overlong filtering empties truncated rows). Prefixed ``trained/``."""
-    base = rollout_metrics(rewards, correct, lengths, torch.zeros_like(correct, dtype=torch.bool), group_size)
-    out = {f"trained/{k}": base[k] for k in ("groups/zero_variance", "groups/all_correct", "groups/all_wrong")}
+    (``trained``; overlong filtering empties truncated rows). Prefixed ``trained/``. The group
+    curves read each group's ``retained`` rows (default all; GFPO rejects the rest, which enter no
+    baseline): a group whose retained rewards agree trains with A = 0 whatever its rejected rows got."""
     trained, correct, lengths = trained.bool(), correct.bool(), lengths.float()
+    retained = torch.ones_like(correct) if retained is None else retained.bool()
+    in_group = rewards.float().masked_fill(~retained, float("nan"))
+    kept_correct, kept_wrong = (correct & retained).view(-1, group_size), (~correct & retained).view(-1, group_size)
+    out = {"trained/groups/zero_variance": (group_spread(in_group, group_size) <= ZERO_VARIANCE_TOL).float().mean().item(),
+           "trained/groups/all_correct": (~kept_wrong.any(1)).float().mean().item(),
+           "trained/groups/all_wrong": (~kept_correct.any(1)).float().mean().item()}
     if trained.any():
         rows = rollout_metrics(rewards[trained], correct[trained], lengths[trained], trained[trained], 1)
         for key in ("reward/mean", "accuracy", "length/mean", "length/correct", "length/incorrect"):
@@ -124,9 +130,12 @@ DEFINITIONS: dict[str, str] = {
     "trained/length/mean": "trained: mean length of rows with a non-empty loss mask",
     "trained/length/correct": "trained: mean length of correct rows with a non-empty loss mask (absent at a step with none)",
     "trained/length/incorrect": "trained: mean length of incorrect rows with a non-empty loss mask (absent at a step with none)",
-    "trained/groups/zero_variance": "trained: fraction of the update batch's groups with equal total rewards",
-    "trained/groups/all_correct": "trained: fraction of the update batch's groups that are all correct",
-    "trained/groups/all_wrong": "trained: fraction of the update batch's groups that are all incorrect",
+    "trained/groups/zero_variance": "trained: fraction of the update batch's groups with equal total rewards "
+                                    "over their rows in the baseline (sampling=gfpo: the retained rows only)",
+    "trained/groups/all_correct": "trained: fraction of the update batch's groups whose rows in the baseline are "
+                                  "all correct (sampling=gfpo: the retained rows only)",
+    "trained/groups/all_wrong": "trained: fraction of the update batch's groups whose rows in the baseline are "
+                                "all incorrect (sampling=gfpo: the retained rows only)",
     "above_group_mean/fraction": "generated, drop-in trainer without correctness=: fraction of completions whose "
                                  "total reward is above their group's mean (stands in for `accuracy`)",
     "length/above_group_mean": "generated, without correctness=: mean length of completions whose reward is above "

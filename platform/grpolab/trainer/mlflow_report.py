@@ -11,7 +11,7 @@ the run open) and changes only what it logs:
 - params: the CLI's trimmed set under the CLI's names (``method.*`` from
   ``tracking.naming.method_params``, ``train.*`` read from the GRPOConfig, ``model.path``,
   ``task.reward_funcs``, ``task.correctness``, ``seed``), flat ``a.b`` keys;
-- grpolab's tags (``trl_config.mlflow_tags``);
+- grpolab's tags (``dropin.mlflow_tags``);
 - the full GRPOConfig and model config, which TRL logged as params, as the ``trl_config.json``
   artifact.
 

@@ -109,16 +109,19 @@ def gfpo_retained(lengths: torch.Tensor, rewards: torch.Tensor, group_size: int,
     """GFPO (Shrivastava et al. 2025, arXiv:2508.09726): in each group of G completions, retain the
     ``keep`` best by ``metric`` and reject the rest (the caller gives them advantage 0 and leaves them
     out of the group's mean and std, and of the loss). length: the shortest |o_i|; token_efficiency:
-    the largest r_i / |o_i|. Ties go to the earlier completion. Returns a bool (N,) mask of retained rows."""
-    if not 1 <= keep < group_size:
-        raise ValueError(f"method.gfpo_keep={keep}: must be in [1, group_size) = [1, {group_size})")
-    lengths = lengths.float().clamp(min=1.0).view(-1, group_size)
+    the largest r_i / |o_i|. Ties go to the earlier completion. A row with no loss tokens (length 0: a
+    truncated completion under overlong_filter, whose mask TRL has already zeroed) ranks last: it cannot
+    train, so it must not take a keep slot from one that can. Returns a bool (N,) mask of retained rows."""
+    if not 2 <= keep < group_size:
+        raise ValueError(f"method.gfpo_keep={keep}: must be in [2, group_size) = [2, {group_size})")
+    lengths = lengths.float().view(-1, group_size)
     if metric == "length":
         score = -lengths
     elif metric == "token_efficiency":
-        score = torch.nan_to_num(rewards.float().view(-1, group_size), nan=-float("inf")) / lengths
+        score = torch.nan_to_num(rewards.float().view(-1, group_size), nan=-float("inf")) / lengths.clamp(min=1.0)
     else:
         raise ValueError(f"unknown gfpo metric {metric!r}; valid: length, token_efficiency")
+    score = score.masked_fill(lengths <= 0, -float("inf"))
     order = torch.sort(score, dim=1, descending=True, stable=True).indices[:, :keep]
     retained = torch.zeros_like(score, dtype=torch.bool).scatter_(1, order, True)
     return retained.view(-1)
@@ -128,6 +131,7 @@ class GfpoFiltered(NamedTuple):
     rewards: torch.Tensor    # the gathered rewards, NaN on rejected rows (out of every baseline, A = 0)
     kept_fraction: float     # retained / generated completions
     length_gap: float        # mean rejected length - mean retained length (tokens)
+    retained: torch.Tensor   # bool (N,) over the gathered batch: the rows in the baselines
 
 
 def gfpo_filter(out: dict, rewards: torch.Tensor, spec, group_size: int, start: int, gather) -> GfpoFiltered:
@@ -147,4 +151,4 @@ def gfpo_filter(out: dict, rewards: torch.Tensor, spec, group_size: int, start: 
     filtered[~retained.to(filtered.device)] = float("nan")
     lengths = lengths.cpu()
     gap = float(lengths[~retained].mean() - lengths[retained].mean())
-    return GfpoFiltered(filtered, float(retained.float().mean()), gap)
+    return GfpoFiltered(filtered, float(retained.float().mean()), gap, retained)

@@ -4,7 +4,7 @@ Without ``method=``, ``GrpoLabTrainer`` trains what the GRPOConfig says (``spec_
 one, the fields the user set away from their defaults override the method's axes
 (``override_from_trl``). A surrogate's own fields (epsilon, delta, sapo_*, vespo_*) and the loss
 types come from the surrogate registry (``grpolab.method.surrogates``). The other direction (the
-GRPOConfig settings a method decides) is ``trl_settings.py``; ``trl_config.py`` puts both to use.
+GRPOConfig settings a method decides) is ``trl_settings.py``; ``dropin.py`` puts both to use.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ Regenerate the list after a TRL or transformers upgrade: ``python -m grpolab.tra
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from grpolab.errors import ConfigError, did_you_mean
@@ -35,7 +36,10 @@ OWNED = {
     "temperature": "train.temperature", "learning_rate": "train.learning_rate", "max_grad_norm": "train.max_grad_norm",
     "seed": "seed", "data_seed": "seed", "use_cpu": "the machine (CUDA when available)",
     "remove_unused_columns": "nothing: grpolab's reward functions need the prompt index column",
-    "bf16": "train.dtype", "fp16": "train.dtype", "gradient_checkpointing": "train.gradient_checkpointing",
+    "bf16": "train.dtype", "fp16": "train.dtype", "activation_checkpointing": "train.gradient_checkpointing",
+    "activation_checkpointing_kwargs": "train.gradient_checkpointing (non-reentrant)",
+    # transformers' deprecated aliases: __post_init__ copies them into the field above when it is unset
+    "gradient_checkpointing": "train.gradient_checkpointing",
     "gradient_checkpointing_kwargs": "train.gradient_checkpointing (non-reentrant)",
     "cast_lm_head_to_fp32": "train.cast_lm_head_to_fp32", "resume_from_checkpoint": "grpolab run --resume",
     "use_vllm": "generation.backend", "vllm_mode": "generation.mode",
@@ -45,11 +49,43 @@ OWNED = {
     "vllm_importance_sampling_correction": "generation.is_correction",
     "vllm_importance_sampling_mode": "generation.is_correction",
     "vllm_importance_sampling_clip_max": "generation.is_max", "vllm_importance_sampling_clip_min": "generation.is_min",
+    "vllm_importance_sampling_cap": "generation.is_max",   # TRL's deprecated alias of vllm_importance_sampling_clip_max
     "reward_weights": "task.rewards[].weight", "eval_strategy": "eval.every (grpolab's held-out evaluation)",
     "eval_steps": "eval.every", "do_eval": "eval.every",
 }
+# Fields train.trl must not set, though grpolab has no single key for them: why, and where instead.
+_EVAL = "grpolab runs its own held-out evaluation; use eval.*"
+REFUSED = {
+    "model_init_kwargs": "grpolab loads the policy itself (TRL would apply this to the reference model only); "
+                         "use model.* for model loading",
+    "trust_remote_code": "grpolab loads the policy itself (TRL would apply this to the reference model only); "
+                         "use model.* for model loading",
+    "chat_template_kwargs": "grpolab renders prompts to text before TRL sees them, so this would do nothing; "
+                            "the prompt format is task.*",
+    "hub_token": "a secret would be logged in clear with the run's params; set the HF_TOKEN environment variable",
+    "load_best_model_at_end": _EVAL, "eval_on_start": _EVAL, "num_generations_eval": _EVAL,
+    "per_device_eval_batch_size": _EVAL,
+    "auto_find_batch_size": "it retries with smaller batches, changing the global batch grpolab's train.* keys fix",
+    "enable_jit_checkpoint": "grpolab handles stop signals and checkpoints itself (train.save_every, grpolab run --resume)",
+}
+# A field named like a credential is never passed through: every train.trl value is logged as a run param.
+_SECRET = re.compile(r"(^|_)(token|secret|password)s?$")
 # Names TRL users know from other versions, not fields of the pinned TRL/transformers.
 RENAMED = {"warmup_ratio": "warmup_steps (transformers 5 reads a value < 1 as a fraction of the steps)"}
+
+
+def refusal(name: str) -> str | None:
+    """Why ``train.trl`` may not set ``name`` (owned by a grpolab key, or refused), or None."""
+    set_by = owner(name)
+    if set_by is not None:
+        return f"grpolab sets this GRPOConfig field; use {set_by}"
+    if name in REFUSED:
+        return REFUSED[name]
+    if name.startswith("eval_"):
+        return _EVAL
+    if _SECRET.search(name):
+        return "a secret would be logged in clear with the run's params; pass it through the environment"
+    return None
 
 
 def owner(name: str) -> str | None:
@@ -69,12 +105,13 @@ def check_trl_settings(trl: dict, prefix: str = "train.trl") -> None:
         if not isinstance(name, str) or name not in GRPO_CONFIG_FIELDS:
             hint = f"; use {RENAMED[name]}" if name in RENAMED else did_you_mean(name, GRPO_CONFIG_FIELDS)
             raise ConfigError(f"{key}: not a field of TRL 1.16's GRPOConfig / TrainingArguments{hint}")
-        set_by = owner(name)
-        if set_by is not None:
-            raise ConfigError(f"{key}: grpolab sets this GRPOConfig field; use {set_by}")
+        why = refusal(name)
+        if why is not None:
+            raise ConfigError(f"{key}: {why}")
         type_name, kinds, choices = GRPO_CONFIG_FIELDS[name]
         if kinds and _kind(value) not in kinds and not (_kind(value) == "int" and "float" in kinds):
-            raise ConfigError(f"{key}: expected {type_name}, got {type(value).__name__} {value!r}")
+            expected = type_name if type_name != "Union" else " | ".join(kinds)   # a bare Union names no member
+            raise ConfigError(f"{key}: expected {expected}, got {type(value).__name__} {value!r}")
         if choices and isinstance(value, str) and value not in choices:
             raise ConfigError(f"{key}: unknown value {value!r}{did_you_mean(value, choices)}; valid: {', '.join(choices)}")
 
@@ -89,8 +126,8 @@ def check_report_to(names: list) -> None:
     for name in names:
         if name == "mlflow":
             raise ConfigError("tracking.report_to: mlflow is grpolab's own tracker (one run per row, with its params, "
-                              "curves and artifacts); leave it out, or set tracking.enabled: false and list it to get "
-                              "transformers' MLflow callback instead")
+                              "curves and artifacts), so transformers' MLflow callback would log a second copy of the "
+                              "run; leave it out")
         if name not in REPORT_TO_NAMES:
             raise ConfigError(f"tracking.report_to: unknown integration {name!r}{did_you_mean(name, REPORT_TO_NAMES)}; "
                               f"valid: {', '.join(n for n in REPORT_TO_NAMES if n != 'mlflow')}")

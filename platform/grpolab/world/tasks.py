@@ -36,9 +36,14 @@ class Task:
     _score: Callable[[Example, str, dict], dict[str, float]]
     _correct: Callable[[Example, str], bool]
 
-    def splits(self, seed: int, n_train: int, n_eval: int) -> tuple[list[Example], list[Example]]:
-        """(train, eval): eval drawn first from its own stream, train excludes eval prompts."""
-        eval_rng, train_rng = random.Random(f"{self.name}-eval-{seed}"), random.Random(f"{self.name}-train-{seed}")
+    def splits(self, seed: int, n_train: int, n_eval: int,
+               held_out_seed: int | None = None) -> tuple[list[Example], list[Example]]:
+        """(train, eval): eval drawn first from its own stream, train excludes eval prompts.
+        ``held_out_seed`` draws the eval set from that seed's stream instead of ``seed``'s: one fixed
+        benchmark for every run seed, still disjoint from each seed's train stream. The eval draw is
+        sequential, so the first m of n eval prompts are the m-prompt set (a subset, same order)."""
+        held = seed if held_out_seed is None else held_out_seed
+        eval_rng, train_rng = random.Random(f"{self.name}-eval-{held}"), random.Random(f"{self.name}-train-{seed}")
         eval_set = _unique(lambda: self._generate(eval_rng, self.params), n_eval, exclude=set())
         train_set = _unique(lambda: self._generate(train_rng, self.params), n_train, exclude={e.prompt for e in eval_set})
         return train_set, eval_set
@@ -219,7 +224,10 @@ def make_task(name: str, **params) -> Task:
         raise ConfigError(f"task.digits: must be between 1 and 12, got {merged['digits']}")
     if merged.get("min_carries", 0) > merged.get("max_carries", 99):
         raise ConfigError("task.min_carries: must not exceed task.max_carries")
-    for key in ("numbers", "length", "max_number"):
-        if key in merged and merged[key] < 1:
+    for key in ("numbers", "length", "max_number", "max_target"):   # 0 would leave nothing to draw (countdown's
+        if key in merged and merged[key] < 1:                            # generator would loop for ever)
             raise ConfigError(f"task.{key}: must be at least 1, got {merged[key]}")
+    if merged.get("min_carries", 0) > merged.get("digits", 0) and "digits" in merged:
+        raise ConfigError(f"task.min_carries: two {merged['digits']}-digit numbers make at most {merged['digits']} "
+                          f"carries, got {merged['min_carries']}; valid: 0 to {merged['digits']}")
     return Task(name, merged, rewards, max_len(merged), gen, target, score, correct)

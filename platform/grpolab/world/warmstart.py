@@ -45,6 +45,9 @@ class WarmStartConfig:
     eval_prompts: int = 64
     n_train: int = 4000
     max_completion_length: int = 0   # cap the band is checked at (the run's eval cap); 0: the task's own
+    held_out_seed: int = -1          # >= 0: the runs' fixed benchmark is the first held_out_prompts of this
+    held_out_prompts: int = 0        # seed's eval stream; SFT never sees them and the band is checked on the
+                                     # eval_prompts drawn after them (the benchmark picks nothing here)
 
 
 def check_cap(task: Task, cfg: WarmStartConfig) -> int:
@@ -62,6 +65,9 @@ def cache_key(preset: str, task: Task, seed: int, cfg: WarmStartConfig) -> str:
     cap gets a new one, so a cache checked at 44 tokens is never reused for a run at 24."""
     config = asdict(cfg)
     config.pop("max_completion_length")
+    if cfg.held_out_seed < 0:   # no benchmark to keep out: the key of every warm start made without one
+        config.pop("held_out_seed")
+        config.pop("held_out_prompts")
     cap = check_cap(task, cfg)
     payload = {
         "version": WARMSTART_VERSION, "preset": preset, "arch": PRESETS[preset], "task": task.name,
@@ -111,12 +117,20 @@ def _batches(task: Task, tokenizer, examples, batch_size: int, rng: random.Rando
         yield ids, attn, labels
 
 
+def sft_splits(task: Task, seed: int, cfg: WarmStartConfig):
+    """(SFT examples, band-check prompts), both disjoint from the runs' benchmark when there is one."""
+    if cfg.held_out_seed < 0:
+        return task.splits(seed, cfg.n_train, cfg.eval_prompts)
+    train, held = task.splits(seed, cfg.n_train, cfg.held_out_prompts + cfg.eval_prompts, held_out_seed=cfg.held_out_seed)
+    return train, held[cfg.held_out_prompts:]
+
+
 def _train_to_band(model, tokenizer, task: Task, seed: int, cfg: WarmStartConfig) -> dict:
     low, high = cfg.band
     if not 0.0 <= low < high <= 1.0:
         raise ConfigError(f"warm_start.band: need 0 <= low < high <= 1, got {list(cfg.band)}")
     cap = check_cap(task, cfg)
-    train, held_out = task.splits(seed, cfg.n_train, cfg.eval_prompts)
+    train, held_out = sft_splits(task, seed, cfg)
     rng = random.Random(seed)
     torch.manual_seed(seed)
     lr, every = cfg.learning_rate, cfg.check_every

@@ -26,12 +26,14 @@ import difflib
 import functools
 import inspect
 import math
+from typing import NamedTuple
 
 from grpolab.envs.task import check_episode_method
+from grpolab.method.requirements import filters_groups
 from grpolab.errors import GrpoLabWarning, warn_at_caller
 from grpolab.method.registry import METHODS
 from grpolab.method.spec import SPEC_FIELDS, MethodSpec, with_reward_weights
-from grpolab.tracking.naming import method_label
+from grpolab.tracking.naming import method_label, method_tags
 from grpolab.trainer.trl_fields import check_refused, override_from_trl, spec_from_trl
 from grpolab.trainer.trl_settings import apply_method_settings
 
@@ -47,11 +49,17 @@ FROM_CONFIG = _FromConfig()
 _REUSE_KEYS = ("minibatches", "num_iterations")   # method regime entries the drop-in applies to GRPOConfig
 
 
-def resolve_method(method) -> tuple[str, MethodSpec, dict]:
-    """``method=`` -> (base name, spec, rollout-reuse regime). A ``MethodSpec`` carries axes only
+class ResolvedMethod(NamedTuple):
+    name: str            # the registered base name ("custom" for a MethodSpec)
+    spec: MethodSpec
+    regime: dict         # its rollout-reuse entries the drop-in applies to GRPOConfig
+
+
+def resolve_method(method) -> ResolvedMethod:
+    """``method=`` -> its base name, spec and rollout-reuse regime. A ``MethodSpec`` carries axes only
     (no regime); a name or ``{"name": ..., **axis overrides}`` brings its method's regime."""
     if isinstance(method, MethodSpec):
-        return "custom", method, {}
+        return ResolvedMethod("custom", method, {})
     if isinstance(method, str):
         name, overrides = method, {}
     elif isinstance(method, dict):
@@ -70,7 +78,7 @@ def resolve_method(method) -> tuple[str, MethodSpec, dict]:
         raise ValueError(f"method: {', '.join(map(repr, unknown))} is not an axis; valid axes: {', '.join(SPEC_FIELDS)}")
     spec = METHODS[name].spec(overrides)
     regime = {k: v for k, v in METHODS[name].regime.items() if k in _REUSE_KEYS}
-    return name, spec, regime
+    return ResolvedMethod(name, spec, regime)
 
 
 def dropin_signature(trl_init) -> inspect.Signature:
@@ -145,7 +153,7 @@ def prepare(model, reward_funcs, args, train_dataset, method, correctness, trl_k
 def check_episode_axes(spec: MethodSpec, rollout_func) -> None:
     """GiGPO's step term and per-turn episode counting need multi-turn episodes (an
     ``EpisodeRollout``); on episodes, the length axes that cannot act are refused (envs/task.py)."""
-    if hasattr(rollout_func, "finish"):   # grpolab.envs.EpisodeRollout
+    if hasattr(rollout_func, "finish"):   # an envs.trainer_rollout.EpisodeRollout
         check_episode_method(spec, rollout_func.task.name)
     elif spec.step_omega > 0 or spec.episode_norm != "episode":
         raise ValueError(f"method step_omega={spec.step_omega:g}, episode_norm={spec.episode_norm} (GiGPO) needs "
@@ -206,7 +214,7 @@ def check_needs(method_name: str, spec: MethodSpec, has_correctness: bool) -> Me
     message = ("GrpoLabTrainer: no correctness= given: correctness curves (accuracy, length/correct, "
                "groups/all_correct, ...) are replaced by curves of completions whose reward is above their "
                "group's mean (" + ", ".join(PROXY_NAMES.values()) + ")")
-    if spec.sampling != "static" and spec.sampling_filter == "accuracy":
+    if filters_groups(spec) and spec.sampling_filter == "accuracy":
         message += (f"; method {method_name!r}: sampling={spec.sampling} filters groups on accuracy, so it keeps "
                     "groups whose total reward varies instead (sampling_filter=reward)")
         spec = dataclasses.replace(spec, sampling_filter="reward")
@@ -268,5 +276,5 @@ def overlong_reward(spec: MethodSpec, max_len: int):
 
 
 def mlflow_tags(method_name: str, spec: MethodSpec, seed: int) -> dict:
-    return {"grpolab.method": method_label(spec, method_name), "grpolab.method_base": method_name,
-            "grpolab.spec_hash": spec.spec_hash(), "grpolab.seed": str(seed), "grpolab.trainer.trl_config": "true"}
+    # "grpolab.trainer.trl_config" marks a drop-in run in stored MLflow runs; the tag keeps its name
+    return {**method_tags(method_name, spec, seed), "grpolab.trainer.trl_config": "true"}

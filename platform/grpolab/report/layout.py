@@ -1,0 +1,58 @@
+"""Dashboard layouts (dashboards/*.yaml): which panels, x-axis and seed view a page shows.
+Read and checked here without plotly or pandas, so that a bad ``--layout`` is answered at once."""
+
+from __future__ import annotations
+
+from grpolab.errors import ConfigError
+from grpolab.tracking.naming import X_AXES
+from grpolab.yaml_input import read_yaml_mapping
+
+DEFAULT_LAYOUT = {
+    "panels": [
+        {"title": "Held-out pass@1", "metric": "eval/pass_at_1"},
+        {"title": "Reward (rollout mean)", "metric": "reward/mean"},
+        {"title": "Policy entropy", "metric": "entropy"},
+        {"title": "Length of correct completions", "metric": "length/correct"},
+        {"title": "Length of incorrect completions", "metric": "length/incorrect"},
+        {"title": "Clip fraction (either bound binds)", "metric": "clip/region_fraction"},
+        {"title": "Old-policy probability of upper-clipped tokens", "metric": "clip/high_old_prob"},
+        {"title": "All-correct groups (zero variance)", "metric": "groups/all_correct"},
+        {"title": "All-wrong groups (zero variance)", "metric": "groups/all_wrong"},
+        {"title": "KL to the reference", "metric": "kl"},
+    ],
+    "ablation": True,
+    "paired_delta": True,
+    "optuna": True,
+    "x": "steps",
+    "seeds": "band",
+}
+LAYOUT_KEYS = {"title": "page title", "panels": "list of {metric, title, x}", "ablation": "ladder table chart",
+               "paired_delta": "ladder paired deltas", "optuna": "search plots",
+               "x": "steps | tokens | seconds", "seeds": "band | lines | both"}
+PANEL_KEYS = ("metric", "title", "x")
+SEED_VIEWS = ("band", "lines", "both")
+
+
+def load_layout(path: str | None) -> dict:
+    if path is None:
+        return dict(DEFAULT_LAYOUT)
+    layout = read_yaml_mapping(path, "dashboard layout (--layout)", f"valid keys: {', '.join(LAYOUT_KEYS)}")
+    unknown = set(layout) - set(LAYOUT_KEYS)
+    if unknown:
+        raise ConfigError(f"dashboard layout: unknown key {sorted(unknown)[0]!r}; valid: {', '.join(LAYOUT_KEYS)}")
+    for i, panel in enumerate(layout.get("panels") or []):
+        if not isinstance(panel, dict) or "metric" not in panel:
+            raise ConfigError(f"dashboard layout: panels[{i}] needs a metric (and optional title, x)")
+        bad = set(panel) - set(PANEL_KEYS)
+        if bad:
+            raise ConfigError(f"dashboard layout: panels[{i}].{sorted(bad)[0]}: unknown key; valid: {', '.join(PANEL_KEYS)}")
+        check_choice(f"panels[{i}].x", panel.get("x", "steps"), X_AXES)
+    merged = {**DEFAULT_LAYOUT, **layout}
+    check_choice("x", merged["x"], X_AXES)
+    check_choice("seeds", merged["seeds"], SEED_VIEWS)
+    return merged
+
+
+def check_choice(key: str, value, valid) -> None:
+    if value not in valid:
+        raise ConfigError(f"dashboard layout: {key}: {value!r} is not valid; valid: {', '.join(valid)}")

@@ -1,0 +1,70 @@
+"""Named records of what one generation batch produced, passed between TRL's override hooks.
+No TRL here: plain data, plus the per-row tensors the rollout curves are computed from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import torch
+
+
+class RolloutRow(NamedTuple):
+    """One generated completion as the curves and the correctness rules read it. A NamedTuple:
+    ``gather_object`` pickles it across processes like the plain tuple TRL gathers."""
+    correct: bool
+    length: int        # completion tokens returned
+    truncated: bool    # no EOS at the end (or empty)
+    prompt: Any        # the dataset's prompt (TRL's own where the dataset has none)
+    completion: Any
+
+
+@dataclass
+class ScoredRound:
+    """``_calculate_rewards``' result of one generation round, gathered over processes in rank
+    order: the reward components (N, K) and one RolloutRow per completion."""
+    rewards: torch.Tensor
+    rows: list[RolloutRow]
+
+
+@dataclass
+class Generated:
+    """Every completion generated for one update batch (all dynamic-sampling rounds, before any
+    filter): its reward components, rows, and ``(entropy sum, tokens)`` of pi_old (None: the
+    loss logs the entropy curve itself)."""
+    rewards: torch.Tensor
+    rows: list[RolloutRow]
+    entropy: torch.Tensor | None
+
+
+class SampledBatch(NamedTuple):
+    """What dynamic sampling hands to the advantage step: this process's rebuilt batch, the kept
+    rows' reward components and rows (global, rank order), and the generated population."""
+    local: dict
+    rewards: torch.Tensor
+    rows: list[RolloutRow]
+    generated: Generated
+
+
+def correct_of(rows: list[RolloutRow]) -> torch.Tensor:
+    return torch.tensor([bool(r.correct) for r in rows])
+
+
+def lengths_of(rows: list[RolloutRow]) -> torch.Tensor:
+    return torch.tensor([r.length for r in rows], dtype=torch.float32)
+
+
+def truncated_of(rows: list[RolloutRow]) -> torch.Tensor:
+    return torch.tensor([bool(r.truncated) for r in rows])
+
+
+def generated_mask(out: dict, rows: list[RolloutRow], start: int, model_only: bool = True) -> torch.Tensor:
+    """(n_local, T): ones over each generated completion's tokens (its length from the rollout's
+    ``rows``, this process's from ``start``), before the zero-variance filter or TRL's
+    ``mask_truncated_completions`` zero rows of the loss's mask; ``model_only``: the model's own
+    tokens (tool tokens of multi-turn episodes out)."""
+    ids = out["completion_ids"]
+    lengths = torch.tensor([r.length for r in rows[start:start + ids.size(0)]], device=ids.device)
+    attend = (torch.arange(ids.size(1), device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)).to(out["prompt_mask"].dtype)
+    return attend * out["tool_mask"] if model_only and "tool_mask" in out else attend

@@ -1,0 +1,49 @@
+"""Held-out evaluation through TRL's vLLM engine (``experiment/vllm_eval.py``): the current
+weights pushed once per step, and completions under the trainer's sampling settings. A mixin of
+``GrpoLabTrainer``; it reads TRL's ``vllm_generation``.
+"""
+
+from __future__ import annotations
+
+
+class VllmEngineAccess:
+    """``GrpoLabTrainer``'s access to TRL's vLLM engine for held-out evaluation."""
+
+    def sync_generation_weights(self) -> None:
+        """Push the current weights into TRL's vLLM engine unless this step's are there already.
+        TRL's own tag (``_last_loaded_step``) is updated, so the next training generation does not
+        push them again. Every process calls it: TRL gathers sharded parameters collectively."""
+        vllm = getattr(self, "vllm_generation", None) if self.use_vllm else None
+        if vllm is None:
+            return
+        if self.state.global_step != self._last_loaded_step or getattr(vllm, "_llm_weights_sleeping", False):
+            vllm.sync_weights()
+            self._last_loaded_step = self.state.global_step
+
+    def vllm_completions(self, prompt_ids: list[list[int]], n: int, max_tokens: int, greedy: bool) -> list[list[int]]:
+        """n completion token rows per prompt (prompt-major) from the vLLM engine training samples
+        with, under the trainer's sampling settings (temperature, top_p, top_k, min_p, repetition
+        penalty, generation_kwargs) and without log-probs; greedy sets temperature 0 (vLLM's
+        argmax). Main process only: colocate uses this process's ``llm``, server mode the client
+        TRL holds on the main process (TRL's own ``generate`` gathers over every process)."""
+        vllm = self.vllm_generation
+        params = {"n": n, "repetition_penalty": vllm.repetition_penalty, "temperature": vllm.temperature,
+                  "top_p": vllm.top_p, "top_k": vllm.top_k, "min_p": vllm.min_p or 0.0, "max_tokens": max_tokens,
+                  "logprobs": None}
+        greedy_override = {"temperature": 0.0} if greedy else {}
+        if vllm.mode == "server":
+            out = vllm.vllm_client.generate(prompts=prompt_ids, structured_outputs_regex=vllm.structured_outputs_regex,
+                                            generation_kwargs={**vllm.generation_kwargs, **greedy_override}, **params)
+            return [list(ids) for ids in out["completion_ids"]]
+        from trl.generation import vllm_generation  # the SamplingParams TRL builds its own requests with
+        if vllm.structured_outputs_regex is not None:
+            raise NotImplementedError("held-out eval through vLLM with structured_outputs_regex")
+        sampling = vllm_generation.SamplingParams(**{**params, **vllm.generation_kwargs, **greedy_override})
+        if vllm.enable_sleep_mode:
+            vllm.llm.wake_up(tags=["kv_cache"])
+        outputs = vllm.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], sampling_params=sampling,
+                                    use_tqdm=False)
+        if vllm.enable_sleep_mode:   # as TRL's generate leaves it: weights dropped, re-pushed before next use
+            vllm.llm.sleep(level=2)
+            vllm._llm_weights_sleeping = True
+        return [list(c.token_ids) for request in outputs for c in request.outputs]

@@ -1,0 +1,471 @@
+"""Bad-input corpus: every command (run, study, table, dashboard, verdicts, bench, methods) given
+files that are not what they claim, paths it cannot write to, override values that are not plain
+YAML, requests its task cannot satisfy and studies whose settings cannot act.
+
+Each case runs ``python -m grpolab.cli`` in its own folder (own cwd, own $HOME, own copy of a
+state folder that already holds a recorded 2-row study) and must: exit 2; print exactly one
+``error:`` line (``warning:`` lines aside) naming the key or path and what is valid; print no
+traceback; create no MLflow run; write no file (state copy, cwd and $HOME byte-identical after,
+so nothing recorded is lost either); and, where the answer needs no model, never import torch.
+The cases run concurrently once per module; each test then reads its own outcome.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import sqlite3
+import struct
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, run_study_data
+from fault_helpers import BASE
+from grpolab.tracking.recorder import relocate_artifacts, tracking_uri
+
+AS_ROOT = os.geteuid() == 0   # chmod 000 does not stop root from reading: those cases are skipped there
+# Run as ``python -m grpolab.cli`` does (runpy), then record whether torch was imported on the way out.
+LAUNCH = ("import atexit, os, runpy, sys\n"
+          "atexit.register(lambda: open(os.environ['CORPUS_MODULES'], 'w').write(str('torch' in sys.modules)))\n"
+          "runpy.run_module('grpolab.cli', run_name='__main__')")
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    args: tuple            # {name} placeholders: paths of the inputs (see make_inputs), {state}, {study}
+    needles: tuple         # each must be in the error line (after the same formatting)
+    unreadable: bool = False   # relies on chmod 000: skipped when the tests run as root
+    torch_ok: bool = False     # the answer needs the model (none today: every case fails before torch)
+
+
+def C(id, args, *needles, **kw):
+    return Case(id, tuple(shlex.split(args)), needles, **kw)
+
+
+CASES = [
+    # -- run: the experiment file itself -------------------------------------------------------
+    C("run-exp-missing", "run {d}/nope.yaml", "{d}/nope.yaml", "does not exist"),
+    C("run-exp-folder", "run {d}", "{d}", "is a folder"),
+    C("run-exp-empty", "run {empty}", "{empty}", "is empty", "give at least method and task"),
+    C("run-exp-comments-only", "run {comments}", "{comments}", "is empty"),
+    C("run-exp-unreadable", "run {unreadable_yaml}", "{unreadable_yaml}", "cannot be read", unreadable=True),
+    C("run-exp-truncated", "run {truncated_yaml}", "{truncated_yaml}", "not valid YAML", "line"),
+    C("run-exp-binary", "run {binary}", "{binary}", "not a UTF-8 text file"),
+    C("run-exp-list", "run {list_yaml}", "{list_yaml}", "expected a mapping"),
+    C("run-exp-python-tag", "run {tagged_yaml}", "{tagged_yaml}", "not valid YAML", "python/object"),
+    C("run-exp-duplicate-key", "run {dup_key}", "{dup_key}", "seed: key given twice"),
+    # -- run: overrides that are not plain YAML scalars ----------------------------------------
+    C("override-python-object", "run {exp} seed=!!python/object/apply:os.system", "seed=!!python/object/apply:os.system", "YAML tags", "plain value"),
+    C("override-python-name", "run {exp} train.steps=!!python/name:os.getcwd", "train.steps=", "YAML tags"),
+    C("override-std-tag", "run {exp} seed=!!int 3", "seed=!!int", "YAML tags"),
+    C("override-local-tag", "run {exp} train.steps=!env 3", "train.steps=!env", "YAML tags"),
+    C("override-unclosed-list", "run {exp} train.steps=[1", "train.steps=[1", "not a valid YAML value", "plain value"),
+    C("override-no-equals", "run {exp} train.steps", "train.steps", "expected key.path=value"),
+    C("override-unknown-key", "run {exp} train.stepz=3", "train.stepz: unknown key", "did you mean 'steps'"),
+    C("override-into-scalar", "run {exp} train.steps.x=1", "train.steps.x=1", "steps is not a mapping"),
+    C("override-wrong-type", "run {exp} train.steps=many", "train.steps", "expected int"),
+    # -- run: model files and folders that are not what they claim ------------------------------
+    C("model-gguf-missing", "run {exp} model.path={d}/none.gguf", "model.path", "{d}/none.gguf", "does not exist"),
+    C("model-gguf-folder", "run {exp} model.path={gguf_folder}", "model.path", "{gguf_folder}", "is a folder"),
+    C("model-gguf-empty", "run {exp} model.path={gguf_empty}", "{gguf_empty}", "is empty", "complete .gguf"),
+    C("model-gguf-not-gguf", "run {exp} model.path={gguf_junk}", "{gguf_junk}", "is not a GGUF file"),
+    C("model-gguf-header-cut", "run {exp} model.path={gguf_cut_header}", "{gguf_cut_header}", "is truncated"),
+    C("model-gguf-data-cut", "run {exp} model.path={gguf_cut_data}", "{gguf_cut_data}", "is truncated", "needs"),
+    C("model-gguf-unreadable", "run {exp} model.path={gguf_unreadable}", "{gguf_unreadable}", "cannot be read", unreadable=True),
+    C("model-dir-no-config", "run {exp} model.path={d}", "model.path", "{d}", "no config.json"),
+    C("model-config-not-json", "run {exp} model.path={model_bad_config}", "{model_bad_config}/config.json", "not valid JSON"),
+    C("model-config-empty", "run {exp} model.path={model_empty_config}", "{model_empty_config}/config.json", "not valid JSON"),
+    C("model-config-no-type", "run {exp} model.path={model_no_type}", "config.json", "no model_type"),
+    C("model-no-weights", "run {exp} model.path={model_no_weights}", "{model_no_weights}", "holds no weights", "*.safetensors"),
+    C("model-safetensors-cut", "run {exp} model.path={model_cut}", "{model_cut}/model.safetensors", "is truncated"),
+    C("model-safetensors-empty", "run {exp} model.path={model_empty_weights}", "model.safetensors", "is empty"),
+    C("model-safetensors-junk", "run {exp} model.path={model_junk_weights}", "model.safetensors", "truncated"),
+    C("model-index-missing-shard", "run {exp} model.path={model_missing_shard}", "model-00002-of-00002.safetensors",
+      "is not in"),
+    # -- run: datasets ----------------------------------------------------------------------------
+    C("data-missing", "run {data_exp} task.path={d}/none.jsonl", "task.path", "{d}/none.jsonl", "no such file"),
+    C("data-jsonl-empty", "run {data_exp} task.path={jsonl_empty}", "task.path", "{jsonl_empty}", "0 examples", "at least 4"),
+    C("data-jsonl-truncated", "run {data_exp} task.path={jsonl_cut}", "task.path", "{jsonl_cut}", "line 6", "not JSON"),
+    C("data-jsonl-wrong-columns", "run {data_exp} task.path={jsonl_columns}", "task.prompt_field", "'prompt'", "columns: question"),
+    C("data-jsonl-too-few", "run {data_exp} task.path={jsonl_three}", "{jsonl_three}", "3 examples", "at least 4"),
+    C("data-jsonl-unreadable", "run {data_exp} task.path={jsonl_unreadable}", "{jsonl_unreadable}", "cannot read", unreadable=True),
+    C("data-csv-empty", "run {data_exp} task.path={csv_empty}", "task.path", "{csv_empty}"),
+    C("data-csv-wrong-columns", "run {data_exp} task.path={csv_columns}", "task.prompt_field", "columns: q, a"),
+    C("data-parquet-truncated", "run {data_exp} task.path={parquet_cut}", "task.path", "{parquet_cut}"),
+    C("data-parquet-junk", "run {data_exp} task.path={parquet_junk}", "task.path", "{parquet_junk}"),
+    C("data-folder-empty", "run {data_exp} task.path={empty_folder}", "task.path", "{empty_folder}", "save_to_disk"),
+    C("data-folder-truncated", "run {data_exp} task.path={dataset_cut}", "task.path", "{dataset_cut}"),
+    C("data-unknown-extension", "run {data_exp} task.path={data_txt}", "task.path", "{data_txt}", "unknown extension"),
+    C("data-held-out-missing", "run {data_exp} task.held_out={d}/none.jsonl", "task.held_out.path", "{d}/none.jsonl"),
+    # -- run: requests the task cannot satisfy ------------------------------------------------------
+    C("capacity-eval-addition", "run {exp} task.digits=1 eval.prompts=150", "eval.prompts", "at most 100", "valid: 1 to 100"),
+    C("capacity-train-addition", "run {exp} task.digits=1 eval.prompts=4 train.n_train_prompts=99",
+      "train.n_train_prompts", "at most 96"),
+    C("capacity-eval-dataset", "run {data_exp} eval.prompts=20", "eval.prompts", "{jsonl_good}", "at most 4"),
+    C("capacity-train-dataset", "run {data_exp} eval.prompts=4 train.n_train_prompts=100",
+      "train.n_train_prompts", "at most 36"),
+    C("capacity-eval-sorting", "run {exp} 'task={{name: sorting, length: 1, max_number: 3}}' eval.prompts=5",
+      "eval.prompts", "'sorting'", "at most 4"),
+    C("capacity-eval-gridworld", "run {exp} 'task={{name: gridworld, size: 2}}' eval.prompts=13",
+      "eval.prompts", "'gridworld'", "at most 12"),
+    C("capacity-carries", "run {exp} task.digits=1 task.min_carries=2", "task.min_carries", "valid: 0 to 1"),
+    C("capacity-countdown-target", "run {exp} 'task={{name: countdown, max_target: 0}}'", "task.max_target", "at least 1"),
+    # -- paths the command must write to ------------------------------------------------------------
+    C("state-is-file-run", "--state {file_state} run {exp}", "--state", "{file_state}", "is a file, not a folder"),
+    C("state-is-file-study", "--state {file_state} study {study}", "--state", "{file_state}", "is a file"),
+    C("state-is-file-table", "table {study} --state {file_state}", "--state", "{file_state}", "is a file"),
+    C("state-is-file-dashboard", "--state {file_state} dashboard {study}", "--state", "is a file"),
+    C("state-is-file-verdicts", "--state {file_state} verdicts {claim_good}", "--state", "is a file"),
+    C("state-is-file-bench", "--state {file_state} bench --what cli", "--state", "is a file"),
+    C("state-under-file", "--state {file_state}/sub run {exp}", "--state", "{file_state}", "is a file"),
+    C("state-unwritable", "--state {readonly_folder}/state run {exp}", "--state", "{readonly_folder}", "not writable",
+      unreadable=True),
+    C("dashboard-out-missing-folder", "dashboard {study} --out {d}/no/such/page.html", "--out", "{d}/no/such/page.html",
+      "does not exist"),
+    C("dashboard-out-folder", "dashboard {study} --out {d}", "--out", "{d}", "is a folder"),
+    C("dashboard-layout-missing", "dashboard {study} --layout {d}/none.yaml", "--layout", "{d}/none.yaml", "does not exist"),
+    C("dashboard-layout-folder", "dashboard {study} --layout {d}", "--layout", "is a folder"),
+    C("dashboard-layout-empty", "dashboard {study} --layout {empty}", "--layout", "{empty}", "is empty", "valid keys"),
+    C("dashboard-layout-truncated", "dashboard {study} --layout {truncated_yaml}", "--layout", "not valid YAML"),
+    C("dashboard-layout-unknown-key", "dashboard {study} --layout {layout_bad_key}", "dashboard layout", "'colour'", "valid:"),
+    C("dashboard-layout-bad-x", "dashboard {study} --layout {layout_bad_x}", "dashboard layout", "x: 'minutes'", "steps"),
+    C("dashboard-study-missing", "dashboard {d}/none.yaml", "study file", "{d}/none.yaml", "does not exist"),
+    C("dashboard-unknown-run", "dashboard --runs 0123456789abcdef0123456789abcdef", "--runs", "0123456789abcdef"),
+    C("dashboard-bad-x-flag", "dashboard {study} --x minutes", "--x", "'minutes'", "steps"),
+    # -- study files --------------------------------------------------------------------------------
+    C("study-missing", "study {d}/none.yaml", "study file", "{d}/none.yaml", "does not exist"),
+    C("study-folder", "study {d}", "study file", "is a folder"),
+    C("study-empty", "study {empty}", "study file", "{empty}", "is empty"),
+    C("study-truncated", "study {truncated_yaml}", "study file", "not valid YAML"),
+    C("study-python-tag", "study {tagged_yaml}", "study file", "python/object"),
+    C("study-unreadable", "study {unreadable_yaml}", "study file", "cannot be read", unreadable=True),
+    C("study-base-missing", "study {study_base_missing}", "base: experiment file", "nowhere.yaml", "does not exist"),
+    C("study-space-unknown-key", "study {search_unknown_key}", "space.train.learning_rat", "unknown key", "learning_rate"),
+    C("study-space-bad-choice", "study {search_bad_choice}", "space.method.surrogate='nope'", "surrogate"),
+    C("study-space-bad-range", "study {search_bad_range}", "space.train.group_size=1", "train.group_size", ">= 2"),
+    C("study-rung-no-op", "study {ladder_no_op}", "rungs[1] (same lr)", "train.learning_rate=0.0002", "already has"),
+    C("study-rung-no-op-default", "study {ladder_default}", "rungs[1] (eps 0.2)", "method.eps_high=0.2", "already has"),
+    C("study-rung-identical", "study {ladder_identical}", "rungs[2] (back to 0.2)", "same experiment as rungs[0] (base)"),
+    C("study-rung-unknown-key", "study {ladder_unknown_key}", "rungs[1]", "method.eps_hihg", "unknown"),
+    C("study-plan-no-op", "study {ladder_no_op} --plan", "rungs[1] (same lr)", "already has"),
+    C("study-workers-zero", "study {study} --workers 0", "--workers", ">= 1"),
+    # -- table ----------------------------------------------------------------------------------------
+    C("table-missing", "table {d}/none.yaml", "study file", "{d}/none.yaml", "does not exist"),
+    C("table-empty", "table {empty}", "study file", "is empty"),
+    C("table-unknown-metric", "table {study} --metric final:eval/nope", "final:eval/nope", "eval/pass_at_1"),
+    C("table-bad-format", "table {study} --format xlsx", "--format", "'xlsx'", "markdown"),
+    # -- verdicts (claims) ----------------------------------------------------------------------------
+    C("verdicts-unknown-name", "verdicts no_such_claim", "no_such_claim", "shipped claims"),
+    C("verdicts-claim-missing", "verdicts {d}/none.yaml", "{d}/none.yaml", "shipped claims"),
+    C("verdicts-claim-empty", "verdicts {claim_empty}", "claim file", "{claim_empty}", "is empty"),
+    C("verdicts-claim-truncated", "verdicts {claim_cut}", "claim file", "not valid YAML"),
+    C("verdicts-claim-unknown-study", "verdicts {claim_no_study}", "study", "nowhere.yaml", "not found"),
+    C("verdicts-claim-unknown-rung", "verdicts {claim_no_rung}", "treatment.rung", "'+ nothing'", "valid: base, + clip higher"),
+    C("verdicts-claim-unknown-metric", "verdicts {claim_bad_metric}", "metric", "final:eval/nope"),
+    C("verdicts-workers-zero", "verdicts {claim_good} --workers 0", "--workers", ">= 1"),
+    # -- bench ------------------------------------------------------------------------------------------
+    C("bench-throughput-missing", "bench --what throughput {d}/none.yaml", "bench file", "{d}/none.yaml", "does not exist"),
+    C("bench-throughput-empty", "bench --what throughput {empty}", "bench file", "is empty"),
+    C("bench-throughput-no-file", "bench --what throughput", "throughput", "give the experiment or study file"),
+    C("bench-throughput-bad-study", "bench --what throughput {ladder_no_op}", "rungs[1]", "already has"),
+    C("bench-file-not-read", "bench --what cli {exp}", "{exp}", "only read with --what throughput"),
+    C("bench-steps-zero", "bench --what tracking --steps 0", "--steps", ">= 1"),
+    C("bench-bad-what", "bench --what everything", "--what", "'everything'", "throughput"),
+    # -- methods and the command line itself -------------------------------------------------------------
+    C("methods-unknown-flag", "methods --html", "--html", "--help"),
+    C("methods-extra-argument", "methods grpo", "arguments: grpo", "--help"),
+    C("unknown-command", "stduy {study}", "'stduy'", "run"),
+]
+
+
+# -- inputs ------------------------------------------------------------------------------------------
+
+def _experiment(model_dir: Path, **sections) -> dict:
+    base = {**BASE, "model": {"path": str(model_dir)}, "train": {**BASE["train"], "steps": 1}}
+    base.update(sections)
+    return base
+
+
+def _write(path: Path, content) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
+    return path
+
+
+def _gguf(tensor_elements: int, data: bytes) -> bytes:
+    """A GGUF v3 file with no metadata and one f32 tensor of ``tensor_elements`` values, followed
+    by ``data`` (short of the tensor's bytes: a truncated file)."""
+    name = b"w"
+    head = b"GGUF" + struct.pack("<IQQ", 3, 1, 0)
+    head += struct.pack("<Q", len(name)) + name + struct.pack("<IQIQ", 1, tensor_elements, 0, 0)
+    return head + b"\0" * (-len(head) % 32) + data
+
+
+def _model_copy(root: Path, name: str, model_dir: Path) -> Path:
+    folder = root / name
+    shutil.copytree(model_dir, folder)
+    return folder
+
+
+def _models(d: Path, model_dir: Path) -> dict:
+    p = {}
+    p["model_bad_config"] = _model_copy(d, "model_bad_config", model_dir)
+    _write(p["model_bad_config"] / "config.json", "{\"model_type\": \"llama\", ")
+    p["model_empty_config"] = _model_copy(d, "model_empty_config", model_dir)
+    _write(p["model_empty_config"] / "config.json", "")
+    p["model_no_type"] = _model_copy(d, "model_no_type", model_dir)
+    _write(p["model_no_type"] / "config.json", "{}")
+    p["model_no_weights"] = _model_copy(d, "model_no_weights", model_dir)
+    (p["model_no_weights"] / "model.safetensors").unlink()
+    p["model_cut"] = _model_copy(d, "model_cut", model_dir)
+    weights = (model_dir / "model.safetensors").read_bytes()
+    _write(p["model_cut"] / "model.safetensors", weights[: len(weights) * 2 // 3])
+    p["model_empty_weights"] = _model_copy(d, "model_empty_weights", model_dir)
+    _write(p["model_empty_weights"] / "model.safetensors", b"")
+    p["model_junk_weights"] = _model_copy(d, "model_junk_weights", model_dir)
+    _write(p["model_junk_weights"] / "model.safetensors", b"\xff" * 64)
+    p["model_missing_shard"] = _model_copy(d, "model_missing_shard", model_dir)
+    (p["model_missing_shard"] / "model.safetensors").rename(p["model_missing_shard"] / "model-00001-of-00002.safetensors")
+    _write(p["model_missing_shard"] / "model.safetensors.index.json", json.dumps(
+        {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    p["gguf_folder"] = d / "folder.gguf"
+    p["gguf_folder"].mkdir()
+    p["gguf_empty"] = _write(d / "empty.gguf", b"")
+    p["gguf_junk"] = _write(d / "junk.gguf", b"PK\x03\x04" + b"\0" * 100)
+    p["gguf_cut_header"] = _write(d / "cut_header.gguf", _gguf(1000, b"")[:20])
+    p["gguf_cut_data"] = _write(d / "cut_data.gguf", _gguf(1000, b"\0" * 10))
+    p["gguf_unreadable"] = _write(d / "unreadable.gguf", _gguf(1, b"\0" * 4))
+    return p
+
+
+def _datasets(d: Path) -> dict:
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    rows = [{"prompt": f"{i}+{i}=", "answer": str(2 * i)} for i in range(40)]
+    lines = [json.dumps(r) for r in rows]
+    p = {"jsonl_good": _write(d / "sums.jsonl", "\n".join(lines) + "\n")}
+    p["jsonl_empty"] = _write(d / "empty.jsonl", "")
+    p["jsonl_cut"] = _write(d / "cut.jsonl", "\n".join(lines[:5]) + "\n" + lines[5][:12])
+    p["jsonl_columns"] = _write(d / "columns.jsonl", "\n".join(json.dumps({"question": r["prompt"], "solution": r["answer"]})
+                                                               for r in rows))
+    p["jsonl_three"] = _write(d / "three.jsonl", "\n".join(lines[:3]))
+    p["jsonl_unreadable"] = _write(d / "unreadable.jsonl", "\n".join(lines))
+    p["csv_empty"] = _write(d / "empty.csv", "")
+    p["csv_columns"] = _write(d / "columns.csv", "q,a\n" + "".join(f"{i}+{i}=,{2 * i}\n" for i in range(40)))
+    pq.write_table(pa.Table.from_pylist(rows), d / "good.parquet")
+    whole = (d / "good.parquet").read_bytes()
+    p["parquet_cut"] = _write(d / "cut.parquet", whole[: len(whole) // 2])
+    p["parquet_junk"] = _write(d / "junk.parquet", b"not parquet at all\n" * 20)
+    p["empty_folder"] = d / "empty_folder"
+    p["empty_folder"].mkdir()
+    p["dataset_cut"] = d / "dataset_cut"
+    datasets.Dataset.from_list(rows).save_to_disk(str(p["dataset_cut"]))
+    for arrow in p["dataset_cut"].glob("*.arrow"):
+        arrow.write_bytes(arrow.read_bytes()[:200])
+    p["data_txt"] = _write(d / "sums.txt", "\n".join(lines))
+    return p
+
+
+def _studies(d: Path, model_dir: Path, recorded: Path) -> dict:
+    exp = _experiment(model_dir)
+    ladder = {"kind": "ladder", "base": exp, "seeds": [0], "rungs": [{"name": "base"}]}
+    search = {"kind": "search", "base": exp, "seeds": [0], "n_trials": 2}
+    p = {"study_base_missing": _write(d / "base_missing.yaml", {**ladder, "base": "nowhere.yaml"})}
+    p["search_unknown_key"] = _write(d / "search_key.yaml", {**search, "space": {
+        "train.learning_rat": {"type": "float", "low": 1e-4, "high": 1e-3}}})
+    p["search_bad_choice"] = _write(d / "search_choice.yaml", {**search, "space": {
+        "method.surrogate": {"type": "categorical", "choices": ["clip", "nope"]}}})
+    p["search_bad_range"] = _write(d / "search_range.yaml", {**search, "space": {
+        "train.group_size": {"type": "int", "low": 1, "high": 8}}})
+    p["ladder_no_op"] = _write(d / "no_op.yaml", {**ladder, "rungs": [
+        {"name": "base"}, {"name": "same lr", "changes": {"train.learning_rate": 2e-4}}]})
+    p["ladder_default"] = _write(d / "default.yaml", {**ladder, "rungs": [   # grpo's own eps_high is 0.2
+        {"name": "base"}, {"name": "eps 0.2", "changes": {"method.eps_high": 0.2}}]})
+    p["ladder_identical"] = _write(d / "identical.yaml", {**ladder, "rungs": [
+        {"name": "base"}, {"name": "eps 0.28", "changes": {"method.eps_high": 0.28}},
+        {"name": "back to 0.2", "changes": {"method.eps_high": 0.2}}]})
+    p["ladder_unknown_key"] = _write(d / "unknown_key.yaml", {**ladder, "rungs": [
+        {"name": "base"}, {"name": "typo", "changes": {"method.eps_hihg": 0.28}}]})
+    claim = {"source": "corpus", "statement": "clip higher changes nothing here", "study": recorded.name,
+             "treatment": {"rung": "+ clip higher"}, "control": {"rung": "base"}, "metric": "final:eval/pass_at_1",
+             "direction": "increase", "smallest_effect": 0.1}
+    claims = d / "claims"
+    p["claim_good"] = _write(claims / "good.yaml", claim)
+    p["claim_empty"] = _write(claims / "empty.yaml", "")
+    p["claim_cut"] = _write(claims / "cut.yaml", yaml.safe_dump(claim)[:60] + "{unclosed: [")
+    p["claim_no_study"] = _write(claims / "no_study.yaml", {**claim, "study": "nowhere.yaml"})
+    p["claim_no_rung"] = _write(claims / "no_rung.yaml", {**claim, "treatment": {"rung": "+ nothing"}})
+    p["claim_bad_metric"] = _write(claims / "bad_metric.yaml", {**claim, "metric": "final:eval/nope"})
+    p["layout_bad_key"] = _write(d / "layout_key.yaml", {"title": "x", "colour": "red"})
+    p["layout_bad_x"] = _write(d / "layout_x.yaml", {"x": "minutes"})
+    return p
+
+
+def make_inputs(d: Path, model_dir: Path, recorded: Path) -> dict:
+    p = {"d": d, "study": recorded}
+    p["exp"] = _write(d / "exp.yaml", _experiment(model_dir))
+    p["empty"] = _write(d / "empty.yaml", "")
+    p["comments"] = _write(d / "comments.yaml", "# nothing yet\n")
+    p["unreadable_yaml"] = _write(d / "unreadable.yaml", yaml.safe_dump(_experiment(model_dir)))
+    p["truncated_yaml"] = _write(d / "truncated.yaml", yaml.safe_dump(_experiment(model_dir), default_flow_style=True)[:90])
+    p["binary"] = _write(d / "binary.yaml", bytes(range(256)) * 4)
+    p["list_yaml"] = _write(d / "list.yaml", "- method: grpo\n- task: addition\n")
+    p["tagged_yaml"] = _write(d / "tagged.yaml", "method: !!python/object/apply:os.system ['touch pwned']\n")
+    p["dup_key"] = _write(d / "dup.yaml", "seed: 1\nmethod: grpo\nseed: 2\n")
+    p["file_state"] = _write(d / "state_file", "not a folder\n")
+    p["readonly_folder"] = d / "readonly"
+    p["readonly_folder"].mkdir()
+    p.update(_models(d, model_dir))
+    p.update(_datasets(d))
+    p["data_exp"] = _write(d / "data_exp.yaml", _experiment(model_dir, task={
+        "name": "local_dataset", "path": str(p["jsonl_good"]), "extract": "last_number", "grade": "numeric"},
+        eval={"prompts": 4, "k": 2, "every": 0}, train={**BASE["train"], "steps": 1, "n_train_prompts": 32}))
+    assert "digits" not in yaml.safe_load(p["data_exp"].read_text())["task"]
+    p.update(_studies(d, model_dir, recorded))
+    for key in ("unreadable_yaml", "gguf_unreadable", "jsonl_unreadable"):
+        p[key].chmod(0)
+    p["readonly_folder"].chmod(0o555)
+    return p
+
+
+# -- running and snapshots -----------------------------------------------------------------------------
+
+def snapshot(*roots: Path) -> dict:
+    """{path: sha1 of its bytes, or 'dir'} for everything under the roots (read as this user can)."""
+    out = {}
+    for root in roots:
+        for path in sorted([root, *root.rglob("*")]) if root.exists() else []:
+            if path.is_dir():
+                out[str(path)] = "dir"
+            else:
+                try:
+                    out[str(path)] = hashlib.sha1(path.read_bytes()).hexdigest()
+                except PermissionError:
+                    out[str(path)] = f"unreadable {path.stat().st_size}"
+    return out
+
+
+def mlflow_runs(state: Path) -> list:
+    db = state / "mlflow.db"
+    if not db.exists():
+        return []
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        return sorted(conn.execute("select run_uuid, status from runs").fetchall())
+
+
+@dataclass
+class Outcome:
+    code: int
+    stderr: str
+    stdout: str
+    torch: bool | None
+    before: dict
+    after: dict
+    runs_before: list
+    runs_after: list
+    seconds: float
+
+
+def run_case(case: Case, inputs: dict, recorded_state: Path, root: Path) -> Outcome:
+    folder = root / case.id
+    state, cwd, home = folder / "state", folder / "cwd", folder / "home"
+    shutil.copytree(recorded_state, state)
+    relocate_artifacts(tracking_uri(state), state)   # a moved state folder is re-pointed once, by design: done here
+    cwd.mkdir()
+    home.mkdir()
+    args = [a.format(**inputs, state=state) for a in case.args]
+    if not any(a == "--state" for a in args):
+        args = ["--state", str(state), *args]
+    marker = folder / "modules"
+    before, runs_before = snapshot(state, cwd, home), mlflow_runs(state)
+    env = {**os.environ, "HOME": str(home), "CORPUS_MODULES": str(marker)}
+    env.pop("GRPOLAB_STATE", None)
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", LAUNCH, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+    seconds = time.perf_counter() - started
+    torch = marker.read_text() == "True" if marker.exists() else None
+    return Outcome(proc.returncode, proc.stderr, proc.stdout, torch, before, snapshot(state, cwd, home), runs_before,
+                   mlflow_runs(state), seconds)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, tiny_model_dir):
+    """Every runnable case's outcome, run 3 at a time, plus the inputs and what they held before."""
+    root = tmp_path_factory.mktemp("corpus")
+    recorded_state = root / "recorded-state"
+    (root / "inputs").mkdir()
+    run_study_data(root / "inputs", {
+        "kind": "ladder", "name": "corpus_recorded", "base": _experiment(tiny_model_dir), "seeds": [0],
+        "rungs": [{"name": "base"}, {"name": "+ clip higher", "changes": {"method.eps_high": 0.28}}]},
+        recorded_state, "recorded.yaml")
+    assert len(mlflow_runs(recorded_state)) == 3   # the study's parent run and its two rows
+    inputs = make_inputs(root / "inputs", tiny_model_dir, root / "inputs" / "recorded.yaml")
+    inputs_before = snapshot(root / "inputs")
+    runnable = [c for c in CASES if not (c.unreadable and AS_ROOT)]
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        outcomes = dict(zip([c.id for c in runnable],
+                            pool.map(lambda c: run_case(c, inputs, recorded_state, root / "cases"), runnable)))
+    wall = time.perf_counter() - started
+    slow = sorted(outcomes.items(), key=lambda kv: -kv[1].seconds)[:8]
+    print("\nCORPUS slowest: " + ", ".join(f"{k} {o.seconds:.1f}s torch={o.torch}" for k, o in slow))
+    print(f"CORPUS cases={len(runnable)} (skipped as root: {len(CASES) - len(runnable)}) wall_seconds={wall:.1f} "
+          f"slowest={max(o.seconds for o in outcomes.values()):.1f}s")
+    if os.environ.get("CORPUS_ANSWERS"):   # a table of every case's command and answer, for notes
+        with open(os.environ["CORPUS_ANSWERS"], "w") as out:
+            for case in runnable:
+                args = " ".join(shlex.quote(a.format(**inputs, state="STATE")) for a in case.args).replace(str(root), "…")
+                answer = [l for l in outcomes[case.id].stderr.splitlines() if l.startswith("error:")]
+                out.write(f"{case.id}\t`grpolab {args}`\t{(answer or ['?'])[0].replace(str(root), '…')}\n")
+    yield {"inputs": inputs, "outcomes": outcomes, "root": root, "inputs_before": inputs_before,
+           "recorded_state": recorded_state, "recorded_runs": mlflow_runs(recorded_state)}
+    for key in ("unreadable_yaml", "gguf_unreadable", "jsonl_unreadable"):
+        inputs[key].chmod(0o644)
+    inputs["readonly_folder"].chmod(0o755)
+
+
+def test_the_corpus_covers_every_command_and_class():
+    commands = {next(a for a in c.args if not a.startswith(("-", "{"))) for c in CASES}
+    assert {"run", "study", "table", "dashboard", "verdicts", "bench", "methods"} <= commands
+    assert len(CASES) >= 60 and len({c.id for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, corpus):
+    if case.unreadable and AS_ROOT:
+        pytest.skip("runs as root: chmod 000 does not stop root from reading, so this input is readable here")
+    out = corpus["outcomes"][case.id]
+    assert out.code == 2, (out.code, out.stderr[-3000:])
+    assert "Traceback" not in out.stderr + out.stdout, out.stderr[-3000:]
+    lines = [line for line in out.stderr.splitlines() if line.strip() and not line.startswith("warning: ")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), out.stderr
+    for needle in case.needles:
+        needle = needle.format(**corpus["inputs"])
+        assert needle in lines[0], f"{needle!r} not in {lines[0]!r}"
+    assert out.stdout == ""
+    assert out.runs_after == out.runs_before          # no MLflow run created, none changed
+    assert out.after == out.before                    # nothing written in the state copy, cwd or $HOME; nothing lost
+    if not case.torch_ok:
+        assert out.torch is False, "torch was imported before the answer"
+
+
+def test_the_corpus_left_its_inputs_and_the_recorded_state_intact(corpus):
+    assert snapshot(corpus["root"] / "inputs") == corpus["inputs_before"]   # e.g. no 'pwned' from a python tag
+    assert not list(corpus["root"].rglob("pwned"))
+    assert mlflow_runs(corpus["recorded_state"]) == corpus["recorded_runs"]

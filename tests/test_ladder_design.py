@@ -1,0 +1,111 @@
+"""The shipped ladder's design: one fixed benchmark shared by every seed and rung, disjoint from
+every train stream (the warm start's SFT data included), seeds on demand, and each design choice
+recorded as a deviation of the study file."""
+
+from pathlib import Path
+
+import pytest
+
+from grpolab.errors import ConfigError
+from grpolab.experiment.config import build_config
+from grpolab.experiment.runner import run_splits, warm_start_config
+from grpolab.studies.definition import load_study
+from grpolab.world.tasks import make_task
+from grpolab.world.warmstart import cache_key, sft_splits
+
+REPO = Path(__file__).resolve().parents[1]
+LADDER = REPO / "studies" / "dapo_table1.yaml"
+
+
+def _prompts(examples) -> list[str]:
+    return [e.prompt for e in examples]
+
+
+def test_final_benchmark_is_one_set_for_every_seed_and_rung_and_disjoint_from_training():
+    study = load_study(LADDER)
+    benchmarks, warm_starts = set(), set()
+    for rung in range(len(study.rungs)):
+        for seed in (0, 1, study.on_demand.cap - 1):
+            cfg = build_config(study.rung_experiment(rung, seed))
+            task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
+            train, held_out = run_splits(cfg, task)
+            assert len(held_out) == cfg.eval.final_prompts == 1024 and cfg.eval.final_k == 8
+            assert not set(_prompts(train)) & set(_prompts(held_out))       # this seed's train stream
+            assert len(train) == cfg.train.n_train_prompts
+            benchmarks.add(tuple(_prompts(held_out)))
+            ws = warm_start_config(cfg)
+            warm_starts.add(cache_key(cfg.model.preset, task, cfg.warm_start.seed, ws))
+    assert len(benchmarks) == 1 and len(warm_starts) == 1                   # one benchmark, one base model
+    held = set(next(iter(benchmarks)))
+    sft, band_check = sft_splits(task, cfg.warm_start.seed, ws)
+    assert not set(_prompts(sft)) & held and not set(_prompts(band_check)) & held   # nor the warm start's
+    assert len(band_check) == ws.eval_prompts
+    # the curves' evaluations use the benchmark's first eval.prompts prompts
+    _, small = task.splits(5, 10, cfg.eval.prompts, held_out_seed=cfg.eval.seed)
+    assert _prompts(small) == list(next(iter(benchmarks)))[:cfg.eval.prompts]
+
+
+def test_per_seed_held_out_sets_differ_without_a_fixed_seed():
+    task = make_task("addition_scratchpad", digits=2)
+    assert _prompts(task.splits(0, 10, 64)[1]) != _prompts(task.splits(1, 10, 64)[1])
+    assert _prompts(task.splits(0, 10, 64)[1]) == _prompts(task.splits(1, 10, 64, held_out_seed=0)[1])
+
+
+def test_design_choices_are_recorded_as_deviations():
+    study = load_study(LADDER)
+    assert study.name == "dapo_table1_v2" and study.seeds == tuple(range(16)) and tuple(study.on_demand) == (16, 48)
+    changes = " ".join(d.change for d in study.deviations if d.date == "2026-11-26")
+    for part in ("benchmark", "warm start", "seeds on demand"):
+        assert part in changes
+
+
+@pytest.mark.parametrize("seeds, message", [
+    ({"first": 16, "batch": 16}, "exactly first, batch, cap"),
+    ({"first": 16, "batch": 0, "cap": 48}, "batch >= 1"),
+    ({"first": 50, "batch": 16, "cap": 48}, "first <= cap"),
+])
+def test_bad_seeds_design_is_refused(tmp_path, seeds, message):
+    text = LADDER.read_text().replace("seeds: {first: 16, batch: 16, cap: 48}", f"seeds: {seeds}")
+    path = tmp_path / "ladder.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_study(path)
+
+
+@pytest.mark.parametrize("eval_keys, message", [
+    ({"final_prompts": 32}, "must be >= eval.prompts"),
+    ({"seed": -2}, "eval.seed"),
+    ({"final_k": -1}, "final_k"),
+])
+def test_bad_final_eval_is_refused(eval_keys, message):
+    with pytest.raises(ConfigError, match=message):
+        build_config({"task": {"name": "addition"}, "eval": {"prompts": 64, **eval_keys}})
+
+
+def test_study_adds_seeds_on_demand_by_default_and_fixed_seeds_runs_the_first_only(tmp_path, shared_state, capsys):
+    """`grpolab study FILE` follows the file's seeds: {first, batch, cap} design (the looks at 2 and
+    3 seeds are planned and kept with the study); --fixed-seeds runs seeds 0..first-1 and adds none."""
+    import yaml
+
+    from grpolab.analysis.ablation import load_results
+    from grpolab.cli import main
+    from grpolab.studies.storage import SEQUENTIAL_ATTR
+    study = {"kind": "ladder", "seeds": {"first": 2, "batch": 1, "cap": 3}, "metric": "final:eval/pass_at_1",
+             "smallest_effect": 0.05,
+             "base": {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
+                      "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
+                      "train": {"group_size": 4, "prompts_per_rollout": 2}, "eval": {"prompts": 4, "k": 1}},
+             "budget": {"train.steps": 1, "eval.every": 0},
+             "rungs": [{"name": "a"}, {"name": "b", "changes": {"train.learning_rate": 0.003}}]}
+    for name in ("on_demand_default", "on_demand_fixed"):
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({**study, "name": name}))
+    state = ["--state", str(shared_state)]
+    assert main([*state, "study", str(tmp_path / "on_demand_default.yaml"), "--workers", "1"]) == 0
+    assert "look 1/2 at 2 seeds (per-look level 97.5 %)" in capsys.readouterr().out
+    _, default = load_results(str(tmp_path / "on_demand_default.yaml"), shared_state, None)
+    assert default.user_attrs[SEQUENTIAL_ATTR]["looks"] == [2, 3]
+    assert main([*state, "study", str(tmp_path / "on_demand_fixed.yaml"), "--workers", "1", "--fixed-seeds"]) == 0
+    _, fixed = load_results(str(tmp_path / "on_demand_fixed.yaml"), shared_state, None)
+    assert SEQUENTIAL_ATTR not in fixed.user_attrs and len([t for t in fixed.trials if t.state.name == "COMPLETE"]) == 4
+    assert main([*state, "study", str(tmp_path / "on_demand_fixed.yaml"), "--fixed-seeds", "--until-decided"]) == 2
+    assert "--fixed-seeds: not with --until-decided" in capsys.readouterr().err
