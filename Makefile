@@ -52,5 +52,7 @@ bench: install
 
 # One command that checks a GPU machine (GPU, versions, vLLM, a micro-ladder, stock TRL vs grpolab
 # step times) into one JSON report; on a machine without CUDA it says what it could not check.
+# vLLM and the other GPU extras too; exits 1 when a check fails on a machine with CUDA
 gpu-check: install
+	$(PIP) install -q -e '.[gpu]'
 	$(PYTHON) -m grpolab.cli --state $(STATE) doctor --gpu

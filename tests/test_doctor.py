@@ -50,3 +50,32 @@ def test_the_gpu_path_through_the_vllm_stand_in(tmp_path, shared_state, monkeypa
     assert timing["stock_trl_s_per_step"] > 0 and timing["grpolab_s_per_step"] > 0
     generated = [c for c in vllm_double.ENGINE_LOG if c["kind"] == "generate"]
     assert generated   # the ladder and the timing sampled from the (stand-in) engine
+
+
+def test_a_failed_check_on_a_cuda_machine_exits_1(tmp_path, monkeypatch, capsys):
+    """A faked GPU and no vLLM installed here: vllm_import fails, so `make gpu-check` must fail."""
+    from grpolab.bench import gpu_check
+    monkeypatch.setattr(gpu_check, "probe_cuda", lambda: GpuProbe(1, ("Fake GPU",), (80.0,), use_cpu=True))
+    out = tmp_path / "report.json"
+    assert cli.main(["--state", str(tmp_path / "state"), "doctor", "--gpu", "--out", str(out)]) == 1
+    report = json.loads(out.read_text())
+    assert report["vllm_import"]["status"].startswith("failed: RuntimeError: TRL does not find vLLM")
+    assert report["micro_ladder"]["status"].startswith("not checked")
+    assert "vllm_import: failed" in capsys.readouterr().out
+
+
+def test_the_doctors_model_has_heads_of_64_and_vllm_is_loaded_with_trls_colocate_keywords(tmp_path):
+    import inspect
+    import re
+    from trl.generation import vllm_generation
+    from grpolab.bench.gpu_check import _model, colocate_llm_kwargs
+    model = _model(tmp_path, None)
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert model == {"path": str(tmp_path / "model")}
+    assert config["hidden_size"] // config["num_attention_heads"] == config["head_dim"] == 64
+    source = inspect.getsource(vllm_generation)
+    call = source[source.index("self.llm = LLM("):]
+    call = call[:call.index("\n            )")]
+    trl_keywords = set(re.findall(r"^\s+(\w+)=", call, re.M)) - {"model"}
+    assert set(colocate_llm_kwargs()) == trl_keywords
+    assert colocate_llm_kwargs()["distributed_executor_backend"] == "external_launcher"

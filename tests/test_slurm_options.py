@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from grpolab import cli
 from grpolab.errors import ConfigError
 from grpolab.studies.definition import load_study
-from grpolab.studies.launch_options import parse_slurm_param
+from grpolab.studies.launch_options import parse_slurm_param, parse_slurm_params
 from grpolab.studies.slurm import SlurmLauncher
 from grpolab.studies.storage import create_or_load, open_storage
 from grpolab.tracking.recorder import tracking_uri
@@ -39,6 +39,10 @@ def study_file(folder: Path, name: str = "slurm_opts", rows: int = 1, **extra) -
     (["--slurm-param", "time=10"], "--slurm-param time: set by grpolab; use --time / launcher.slurm.time"),
     (["--slurm-param", "slurm_account=x"], "--slurm-param slurm_account: set by grpolab; use --account"),
     (["--slurm-param", "novalue"], "--slurm-param: expected key=value, got 'novalue'"),
+    (["--slurm-param", "additional_parameters={gpu-bind: closest}"],
+     "--slurm-param additional_parameters: expected a JSON mapping such as"),
+    (["--slurm-param", "cpus_per_gpu=four"], "--slurm-param cpus_per_gpu: expected an integer, got 'four'"),
+    (["--slurm-param", "srun_args=--cpu-bind=none"], "--slurm-param srun_args: expected a list of strings"),
 ])
 def test_bad_slurm_parameters_exit_2_before_anything_is_submitted(tmp_path, capsys, flags, message):
     state = tmp_path / "state"
@@ -57,6 +61,30 @@ def test_slurm_options_need_the_slurm_launcher_and_the_file_section_is_checked(t
     assert "launcher.slurm.setup: expected a list of shell lines" in capsys.readouterr().err
     assert parse_slurm_param("exclusive=true") == ("exclusive", True)
     assert parse_slurm_param("gres=gpu:a100:2") == ("gres", "gpu:a100:2")
+
+
+@pytest.mark.parametrize("key, value", [("time", "30:00"), ("time", "4:00:00"), ("mem", "64")])
+def test_unquoted_times_and_memory_in_the_file_are_refused(tmp_path, capsys, key, value):
+    """YAML reads time: 30:00 as 1800 (base 60) and Slurm reads mem: 64 as 64 MB."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({"kind": "ladder", "name": "s", "base": ROW, "rungs": [{"name": "base"}]})
+                    + f"launcher:\n  slurm:\n    {key}: {value}\n")
+    assert cli.main(["study", str(path)]) == 2
+    assert f"launcher.slurm.{key}: expected a quoted string such as" in capsys.readouterr().err
+
+
+def test_slurm_param_values_stay_as_written_except_booleans_and_decimal_integers(tmp_path):
+    params = parse_slurm_params(["wckey=007", "comment=10:30", "mail_user=0x1F", "cpus_per_gpu=4", "exclusive=true",
+                                 "additional_parameters.gpu-bind=closest",
+                                 'additional_parameters={"hint": "nomultithread"}'])
+    assert params == {"wckey": "007", "comment": "10:30", "mail_user": "0x1F", "cpus_per_gpu": 4, "exclusive": True,
+                      "additional_parameters": {"gpu-bind": "closest", "hint": "nomultithread"}}
+    launcher = SlurmLauncher(params={**params, "comment": 10})   # an integer for a string parameter: written as is
+    launcher.check(load_study(study_file(tmp_path)), "postgresql://u@h/db")
+    text = _script(launcher, load_study(study_file(tmp_path)), tmp_path / "state").splitlines()
+    for line in ("#SBATCH --wckey=007", "#SBATCH --comment=10", "#SBATCH --cpus-per-gpu=4", "#SBATCH --exclusive",
+                 "#SBATCH --gpu-bind=closest", "#SBATCH --hint=nomultithread"):
+        assert line in text, (line, text)
 
 
 def _script(launcher: SlurmLauncher, cfg, state: Path) -> str:
@@ -131,3 +159,17 @@ def test_a_study_runs_on_slurm_with_either_shared_storage_and_the_jobs_options(
                               "tags.`grpolab.study` = 'slurm_opts'")
     assert sorted(r.info.status for r in runs if "optuna.trial_number" in r.data.tags) == ["FINISHED"] * 2
     assert os.environ.get("SLURM_JOB_ID") is None   # the coordinator itself is no job
+
+
+def test_a_worker_that_does_not_see_the_journal_says_so_and_creates_nothing(tmp_path, capsys):
+    """A job on a node where the coordinator's journal folder is not mounted: no new empty journal."""
+    journal = tmp_path / "not-mounted" / "optuna.journal"
+    path = study_file(tmp_path)
+    assert cli.main(["--state", str(tmp_path / "state"), "study-worker", str(path), "--storage", f"journal:{journal}"]) == 2
+    assert (f"study slurm_opts is not in journal {journal} — is its folder on a file system every node mounts?"
+            in capsys.readouterr().err)
+    assert not journal.parent.exists()
+    other = tmp_path / "shared" / "optuna.journal"   # a journal the coordinator made for another study
+    create_or_load(load_study(study_file(tmp_path, name="another")), f"journal:{other}")
+    assert cli.main(["--state", str(tmp_path / "state"), "study-worker", str(path), "--storage", f"journal:{other}"]) == 2
+    assert f"study slurm_opts is not in journal {other}" in capsys.readouterr().err

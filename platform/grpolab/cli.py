@@ -443,12 +443,12 @@ def _study_launcher(args):
         return None
     if args.until_decided:
         raise ConfigError("--launcher slurm: not with --until-decided yet")
-    from grpolab.studies.launch_options import parse_slurm_param
+    from grpolab.studies.launch_options import parse_slurm_params
     from grpolab.studies.slurm import SlurmLauncher
     return SlurmLauncher(jobs=args.jobs, partition=args.partition, gpus_per_row=args.gpus_per_row, time=args.time,
                          folder=args.slurm_folder, cpus_per_job=args.cpus_per_job, account=args.account, qos=args.qos,
                          mem=args.mem, constraint=args.constraint, exclude=args.exclude, setup=tuple(args.setup or ()),
-                         params=dict(parse_slurm_param(p) for p in args.slurm_param or ()))
+                         params=parse_slurm_params(args.slurm_param or ()))
 
 
 def _add_study_worker(sub) -> None:
@@ -541,16 +541,17 @@ def _cmd_doctor(args) -> int:
         raise ConfigError(f"--steps: must be >= 1, got {args.steps}")
     if args.model is not None and not Path(args.model).is_dir():
         raise ConfigError(f"--model: {args.model} is not a folder (a local Hugging Face model directory)")
-    from grpolab.bench.gpu_check import gpu_report, summary_lines, versions
+    from grpolab.bench.gpu_check import any_failed, gpu_report, summary_lines, versions
     if not args.gpu:
         print("versions: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in versions().items()))
         print("give --gpu for the GPU checks (GPU, vLLM load, micro-ladder, stock TRL vs grpolab timing)")
         return 0
     state = state_dir(args.state)
     out = Path(args.out) if args.out else state / "doctor" / f"gpu-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    for line in summary_lines(gpu_report(out, state, args.model, args.steps)):
+    report = gpu_report(out, state, args.model, args.steps)
+    for line in summary_lines(report):
         print(line)
-    return 0
+    return 1 if any_failed(report) else 0   # a GPU machine that cannot run grpolab fails `make gpu-check`
 
 
 def _add_methods(sub) -> None:

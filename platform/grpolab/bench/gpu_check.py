@@ -84,14 +84,28 @@ def _vllm_import() -> dict:
 
 def _vllm_load(model_dir: Path) -> dict:
     """An engine built with the keywords TRL's colocate mode passes, and one prompt's tokens."""
+    import os
     from transformers import AutoTokenizer
     from trl.generation import vllm_generation
     ids = AutoTokenizer.from_pretrained(str(model_dir))("12+34=")["input_ids"]
-    llm = vllm_generation.LLM(model=str(model_dir), gpu_memory_utilization=0.3, max_model_len=256, seed=0)
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):   # as TRL sets them
+        os.environ.setdefault(key, value)
+    vllm_generation.ensure_master_addr_port()
+    llm = vllm_generation.LLM(model=str(model_dir), **colocate_llm_kwargs())
     outputs = llm.generate([{"prompt_token_ids": ids}], vllm_generation.SamplingParams(max_tokens=8), use_tqdm=False)
     tokens = len(outputs[0].outputs[0].token_ids)
     del llm
     return {"model": str(model_dir), "generated_tokens": tokens}
+
+
+def colocate_llm_kwargs(gpu_memory_utilization: float = 0.3) -> dict:
+    """The keywords TRL 1.16's colocate mode builds its ``LLM`` with (trl/generation/
+    vllm_generation.py, one process, no tensor parallelism, no quantization), so the check loads
+    vLLM the way a run will (max_num_seqs: TRL passes the rollout batch; 16 is the micro-ladder's)."""
+    return {"tensor_parallel_size": 1, "gpu_memory_utilization": gpu_memory_utilization, "max_model_len": 256,
+            "max_num_seqs": 16, "enable_sleep_mode": False, "model_impl": "vllm",
+            "distributed_executor_backend": "external_launcher", "seed": 0, "max_num_batched_tokens": 4096,
+            "logprobs_mode": "processed_logprobs", "quantization": None, "trust_remote_code": False}
 
 
 def micro_ladder_file(folder: Path, model: dict, steps: int) -> Path:
@@ -145,7 +159,7 @@ def gpu_report(out: Path, state: Path, model_dir: str | None = None, steps: int 
         folder = Path(tempfile.mkdtemp(prefix="grpolab-doctor-"))
         model = _model(folder, model_dir)
         loads = _check(report, "vllm_import", _vllm_import) and _check(
-            report, "vllm_load", lambda: _vllm_load(Path(model.get("path") or folder / "model")))
+            report, "vllm_load", lambda: _vllm_load(Path(model["path"])))
         if loads:
             _check(report, "micro_ladder", lambda: _micro_ladder(folder, state, model, steps))
             _check(report, "trainer_timing", lambda: _timing(steps, repeats, probe.use_cpu))
@@ -159,13 +173,28 @@ def gpu_report(out: Path, state: Path, model_dir: str | None = None, steps: int 
 
 
 def _model(folder: Path, model_dir: str | None) -> dict:
-    """The model the checks use: ``--model DIR`` (a local chat model), else the tiny preset,
-    saved to ``folder/model`` for vLLM to load."""
+    """The model the checks use: ``--model DIR`` (a local chat model), else a tiny Llama with
+    attention heads of 64 (vLLM's FlashAttention kernels take head sizes 64 and up in steps of 32,
+    not the tiny preset's 16), saved to ``folder/model`` for vLLM and the micro-ladder to load."""
     if model_dir:
         return {"path": str(Path(model_dir).resolve())}
-    from grpolab.world.models import build_model, save_model
-    save_model(*build_model("tiny", 0), folder / "model")
-    return {"preset": "tiny"}
+    import torch
+    from transformers import AutoModelForCausalLM
+    from grpolab.world.models import preset_config, save_model
+    from grpolab.world.tokenizer import build_char_tokenizer
+    tokenizer = build_char_tokenizer()
+    config = preset_config("tiny", len(tokenizer))
+    config.hidden_size, config.num_attention_heads, config.num_key_value_heads = 128, 2, 2   # head size 64
+    config.head_dim, config.intermediate_size = 64, 256
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.generation_config.pad_token_id, model.generation_config.eos_token_id = tokenizer.pad_token_id, tokenizer.eos_token_id
+    return {"path": str(save_model(model, tokenizer, folder / "model"))}
+
+
+def any_failed(report: dict) -> bool:
+    """A check that ran and failed (a CPU machine's "not checked" is no failure)."""
+    return any(isinstance(v, dict) and str(v.get("status", "")).startswith("failed") for v in report.values())
 
 
 def summary_lines(report: dict) -> list[str]:

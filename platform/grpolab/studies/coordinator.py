@@ -37,7 +37,7 @@ from grpolab.signals import raise_if_signalled, signals_raise
 from grpolab.studies.definition import StudyConfig, ladder_notes, load_study
 from grpolab.studies.devices import placement_for
 from grpolab.studies.hand_back import reap_logged, reap_stale_trials, watchdog
-from grpolab.studies.launch_options import row_accelerate_config
+from grpolab.studies.launch_options import check_rows_fit, row_accelerate_config
 from grpolab.studies.processes import release, run_workers, start_workers
 from grpolab.studies.registration import (
     definition_hash,  # noqa: F401  (re-exported: tests, check_definition)
@@ -148,6 +148,8 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int | No
         placement = placement_for(cfg.devices, gpus_per_row, devices, workers)
     per_row = placement.per_row if placement else launcher.gpus_per_row if launcher else gpus_per_row
     accelerate = row_accelerate_config(accelerate_config, cfg.launcher, per_row)
+    if accelerate:
+        check_rows_fit(accelerate, cfg, "--accelerate-config" if accelerate_config else "launcher.accelerate_config")
     if launcher is not None:
         launcher.accelerate_config = accelerate
     workers = placement.workers if placement else launcher.jobs if launcher else (workers or 1)

@@ -23,6 +23,8 @@ submitit's Slurm parameters are checked by slurm.py, before anything is submitte
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,22 +80,48 @@ def parse_slurm(raw) -> dict:
             raise ConfigError(f"{where}: expected a mapping of submitit Slurm parameters, got {value!r}")
         elif key in ("jobs", "cpus_per_job") and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ConfigError(f"{where}: expected an integer >= 1, got {value!r}")
+        elif key in ("time", "mem") and not isinstance(value, str):
+            # YAML reads unquoted 30:00 as base-60 (1800) and a bare 64 means 64 MB to Slurm
+            example = '"4:00:00"' if key == "time" else '"64G"'
+            raise ConfigError(f"{where}: expected a quoted string such as {example}, got {value!r}; quote it in the file"
+                              + (" (YAML reads unquoted H:MM:SS as a base-60 number)" if key == "time" else
+                                 " (a bare number is megabytes to Slurm)"))
         elif key not in ("setup", "params", "jobs", "cpus_per_job") and not isinstance(value, (str, int)):
             raise ConfigError(f"{where}: expected a string, got {value!r}")
     return {k: (str(v) if k not in ("setup", "params", "jobs", "cpus_per_job") else v) for k, v in raw.items()}
 
 
 def parse_slurm_param(text: str) -> tuple[str, object]:
-    """``--slurm-param key=value``: the value read as YAML (``exclusive=true`` is a boolean, ``mem=64G`` a string)."""
+    """``--slurm-param key=value``: ``true``/``false`` become booleans and plain decimal integers
+    integers; everything else stays the string written (``wckey=007``, ``comment=10:30``)."""
     key, sep, value = str(text).partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--slurm-param: expected key=value, got {text!r}")
-    try:
-        parsed = yaml.safe_load(value) if value.strip() else ""
-    except yaml.YAMLError:
-        parsed = value
-    # a scalar comes typed; what YAML reads as a mapping, list or null is no Slurm value: kept as written
-    return key.strip(), parsed if isinstance(parsed, (str, int, float, bool)) else value
+    if value in ("true", "false"):
+        return key.strip(), value == "true"
+    return key.strip(), int(value) if re.fullmatch(r"-?(0|[1-9][0-9]*)", value) else value
+
+
+def parse_slurm_params(texts) -> dict:
+    """Every ``--slurm-param``: ``additional_parameters.KEY=V`` (one sbatch option each) or
+    ``additional_parameters={"KEY": "V", ...}`` (a JSON mapping) gather into one mapping."""
+    params: dict = {}
+    for text in texts:
+        key, value = parse_slurm_param(text)
+        if key.startswith("additional_parameters."):
+            params.setdefault("additional_parameters", {})[key.split(".", 1)[1]] = value
+        elif key == "additional_parameters":
+            try:
+                extra = json.loads(value) if isinstance(value, str) else None
+            except ValueError:
+                extra = None
+            if not isinstance(extra, dict):
+                raise ConfigError(f"--slurm-param additional_parameters: expected a JSON mapping such as "
+                                  f'{{"gpu-bind": "closest"}} (or additional_parameters.KEY=VALUE), got {value!r}')
+            params["additional_parameters"] = {**params.get("additional_parameters", {}), **extra}
+        else:
+            params[key] = value
+    return params
 
 
 def read_accelerate_config(path: str, where: str) -> dict:
@@ -110,11 +138,69 @@ def read_accelerate_config(path: str, where: str) -> dict:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: {path} is not an accelerate config (expected a mapping such as "
                           "distributed_type: DEEPSPEED, num_processes: 2)")
-    ds_file = (data.get("deepspeed_config") or {}).get("deepspeed_config_file") \
-        if isinstance(data.get("deepspeed_config"), dict) else None
+    ds_file = _deepspeed(data).get("deepspeed_config_file")
     if ds_file and not (file.parent / ds_file).exists() and not Path(ds_file).exists():
         raise ConfigError(f"{where}: {path} names deepspeed_config_file {ds_file}, which does not exist")
+    _check_what_grpolab_decides(data, f"{where}: {path}")
     return data
+
+
+def deepspeed_config_file(path: str) -> str | None:
+    """The DeepSpeed JSON an accelerate file names, as an absolute path: relative to the accelerate
+    file when it is there, else to the current folder (accelerate itself reads it relative to the
+    folder it is launched in, which for a worker is not the study's)."""
+    data = yaml.safe_load(Path(path).read_text())   # checked already (check_accelerate_config)
+    named = _deepspeed(data if isinstance(data, dict) else {}).get("deepspeed_config_file")
+    if not named:
+        return None
+    beside = Path(path).parent / named
+    return str((beside if beside.exists() else Path(named)).resolve())
+
+
+def _deepspeed(data: dict) -> dict:
+    return data["deepspeed_config"] if isinstance(data.get("deepspeed_config"), dict) else {}
+
+
+def _check_what_grpolab_decides(data: dict, where: str) -> None:
+    """Keys a row's launch sets itself (ranks.accelerate_command passes them as flags, which beat
+    the file): in the file they would be silently overridden, so they are refused."""
+    if data.get("mixed_precision") is not None:
+        raise ConfigError(f"{where} sets mixed_precision: {data['mixed_precision']}; each row's train.dtype decides "
+                          "it (fp32 -> no, bf16, fp16: passed as --mixed_precision), so remove it from the file")
+    if data.get("gpu_ids") is not None and str(data["gpu_ids"]).strip() != "all":
+        raise ConfigError(f"{where} sets gpu_ids: {data['gpu_ids']}; a row runs on its worker's devices "
+                          "(CUDA_VISIBLE_DEVICES from --devices), so use gpu_ids: all or remove it")
+    kind = data.get("distributed_type")
+    if kind is not None and kind not in ("MULTI_GPU", "DEEPSPEED"):
+        raise ConfigError(f"{where} says distributed_type: {kind}; a row on K processes runs with MULTI_GPU "
+                          "(gloo on CPU, NCCL on GPUs) or DEEPSPEED")
+    if data.get("use_cpu") or (data.get("num_machines") or 1) != 1:
+        raise ConfigError(f"{where} says use_cpu: {data.get('use_cpu')}, num_machines: {data.get('num_machines')}; "
+                          "a row runs on its worker's node and devices: use_cpu: false, num_machines: 1")
+
+
+def row_generation_backends(study) -> set[str]:
+    """The generation backends a study's rows may use (every rung of a ladder; a search's base and
+    the choices of a searched generation.backend)."""
+    experiments = ([study.rung_experiment(i, study.seeds[0]) for i in range(len(study.rungs))]
+                   if study.kind == "ladder" else [study.base])
+    backends = {(e.get("generation") or {}).get("backend", "transformers") for e in experiments}
+    searched = (study.space or {}).get("generation.backend")
+    return backends | set(searched.get("choices") or []) if isinstance(searched, dict) else backends
+
+
+def check_rows_fit(path: str, study, where: str) -> None:
+    """What the file's ZeRO stage asks of the study's rows: under ZeRO-3 every rank holds a shard
+    of the weights, so ``model.generate`` must run on all ranks; grpolab's mid-run evaluation
+    generates on rank 0 alone, which waits for ever for the others' shards unless vLLM
+    (its own full copy of the weights) generates."""
+    if _deepspeed(read_accelerate_config(path, where)).get("zero_stage") != 3:
+        return
+    plain = sorted(row_generation_backends(study) - {"vllm"})
+    if plain:
+        raise ConfigError(f"{where}: {path} is DeepSpeed ZeRO-3, which needs generation.backend: vllm in every row "
+                          f"(rows here use {', '.join(plain)}: the evaluation on rank 0 alone would wait for ever "
+                          "for the other ranks' weight shards); use a ZeRO-2 file or generation.backend: vllm")
 
 
 def check_accelerate_config(path: str, per_row: int | None, where: str) -> str:

@@ -34,7 +34,7 @@ from grpolab.errors import ConfigError
 from grpolab.planning import planning
 from grpolab.experiment.config import build_config
 from grpolab.studies.definition import ladder_notes, load_study
-from grpolab.studies.launch_options import check_accelerate_config
+from grpolab.studies.launch_options import check_accelerate_config, check_rows_fit
 from grpolab.tasks import make_task
 
 
@@ -119,6 +119,7 @@ def plan_study(path: str, gpus_per_row: int | None = None) -> StudyPlan:
         if study.launcher.accelerate_config:   # its num_processes must agree with the row's devices
             accelerate = check_accelerate_config(study.launcher.accelerate_config, devices,
                                                  f"launcher.accelerate_config (with {source} {devices})")
+            check_rows_fit(accelerate, study, "launcher.accelerate_config")
             source += f"; launched by accelerate with {accelerate}"
         seed = study.seeds[0]
         if study.kind == "ladder":

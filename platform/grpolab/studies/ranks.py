@@ -44,6 +44,7 @@ import threading
 import time
 from pathlib import Path
 
+from grpolab.studies.launch_options import deepspeed_config_file
 from grpolab.studies.processes import stop
 from grpolab.studies.worker_exit import wait_any
 
@@ -51,6 +52,8 @@ PARENT_ENV = "GRPOLAB_RANK_PARENT"      # the worker's pid: a rank dies with it
 VIA_LAUNCHER = "launcher"               # PARENT_ENV's value when accelerate's launcher is the rank's parent
 PROGRESS, RUN_ID, RESULT, SPEC = "progress", "run_id", "result.json", "spec.json"
 STOP_GRACE_S = 5.0                      # SIGTERM -> SIGKILL for ranks being stopped
+MIXED_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}   # train.dtype -> accelerate's --mixed_precision
+RESULT_TO_EXIT_S = 10.0                 # rank 0 exits this soon after writing why it stopped (pruned, failed)
 AFTER_RANK0_S = 60.0                    # other ranks may take this long to exit after rank 0 finished
 
 
@@ -65,6 +68,11 @@ class RankProcesses(list):
     @property
     def port(self) -> int:
         return self.store.port
+
+
+class LaunchedRanks(list):
+    """The one accelerate launcher that starts a row's ranks: the ranks are its children, so the
+    worker learns that rank 0 is done from its result file, not from its exit."""
 
 
 def rendezvous_store(world: int):
@@ -83,7 +91,8 @@ def rank_env(rank: int, world: int, port: int, threads: str) -> dict:
             PARENT_ENV: str(os.getpid())}
 
 
-def start_ranks(world: int, row_dir: Path, accelerate_config: str | None = None) -> list[subprocess.Popen]:
+def start_ranks(world: int, row_dir: Path, accelerate_config: str | None = None,
+                dtype: str = "fp32") -> list[subprocess.Popen]:
     """Start ``world`` rank processes of the row described by ``row_dir/spec.json``, each with its
     share of this worker's threads (or one accelerate launcher that starts them). They stay in the
     worker's process group (a terminal's Ctrl-C reaches them as it reaches the worker)."""
@@ -94,8 +103,9 @@ def start_ranks(world: int, row_dir: Path, accelerate_config: str | None = None)
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads,
            "GRPOLAB_WORKER_THREADS": threads, PARENT_ENV: VIA_LAUNCHER}
     # accelerate's launcher binds its own store on the port it is given: that port is picked free
-    return [subprocess.Popen(accelerate_command(accelerate_config, world, free_port(), cmd[1:]), env=env,
-                             preexec_fn=_die_with_parent)]
+    return LaunchedRanks([subprocess.Popen(accelerate_command(accelerate_config, world, free_port(), cmd[1:], dtype),
+                                           env=env,
+                                           preexec_fn=_die_with_parent)])
 
 
 def start_processes(world: int, cmd: list[str]) -> RankProcesses:
@@ -116,12 +126,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def accelerate_command(config: str, world: int, port: int, module_args: list[str]) -> list[str]:
+def accelerate_command(config: str, world: int, port: int, module_args: list[str], dtype: str = "fp32") -> list[str]:
     """``accelerate launch`` of ``python -m <module_args>`` on ``world`` processes on this node;
-    the file decides the rest (DeepSpeed ZeRO stage, mixed precision, ...)."""
+    the file decides the rest (DeepSpeed ZeRO stage, ...). Flags beat the file: ``--gpu_ids all``
+    keeps the worker's CUDA_VISIBLE_DEVICES (accelerate would overwrite it with a file's ids), and
+    ``--mixed_precision`` comes from the row's train.dtype (transformers reads accelerate's
+    setting over its own bf16/fp16 arguments), and a DeepSpeed JSON the file names is passed by
+    its absolute path (the worker is not launched from the study's folder)."""
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", config, "--num_processes",
             str(world), "--num_machines", "1", "--machine_rank", "0", "--main_process_ip", "127.0.0.1",
-            "--main_process_port", str(port), *module_args]
+            "--main_process_port", str(port), "--gpu_ids", "all", "--mixed_precision", MIXED_PRECISION[dtype],
+            *(["--deepspeed_config_file", ds_file] if (ds_file := deepspeed_config_file(config)) else []), *module_args]
 
 
 def _die_with_parent() -> None:
@@ -168,9 +183,12 @@ def watch_ranks(procs: list[subprocess.Popen], row_dir: Path, check, progressed,
                 progressed()
             if any(p.returncode not in (None, 0) for p in procs):
                 break   # a rank failed: the others would wait in a collective for ever
-            if procs[0].returncode is not None:
+            result = _rank0_result(procs, row_dir)
+            if result is not None:
                 rank0_done = rank0_done or time.monotonic()
-                if "values" not in read_result(row_dir) or time.monotonic() - rank0_done > AFTER_RANK0_S:
+                waited = time.monotonic() - rank0_done
+                if ("values" not in result and (not isinstance(procs, LaunchedRanks) or waited > RESULT_TO_EXIT_S)
+                        or waited > AFTER_RANK0_S):
                     break   # pruned or failed (the others are stuck in the next step), or they hang in teardown
             wait_any(procs, poll)
         progressed()
@@ -179,6 +197,14 @@ def watch_ranks(procs: list[subprocess.Popen], row_dir: Path, check, progressed,
         raise
     stop_ranks(procs)
     return [p.returncode for p in procs]
+
+
+def _rank0_result(procs: list[subprocess.Popen], row_dir: Path) -> dict | None:
+    """Rank 0's result once it is done, else None: its exit when the worker started it, its result
+    file when accelerate's launcher did (procs[0] is then the launcher, which waits for every rank)."""
+    if isinstance(procs, LaunchedRanks):
+        return read_result(row_dir) or None
+    return read_result(row_dir) if procs[0].returncode is not None else None
 
 
 def read_result(row_dir: Path) -> dict:

@@ -23,7 +23,8 @@ from grpolab.studies.storage import create_or_load
 from grpolab.tracking.held_out import RunHistory
 
 
-def run_on_ranks(world: int, spec: dict, heartbeat, on_run, accelerate_config: str | None = None) -> RunHistory:
+def run_on_ranks(world: int, spec: dict, heartbeat, on_run, accelerate_config: str | None = None,
+                 dtype: str = "fp32") -> RunHistory:
     """The worker's side of a row on ``world`` processes (ranks.py): start them, watch them with
     the heartbeat (a reaped row or a signal stops them), record rank 0's run on the trial."""
     row_dir = Path(tempfile.mkdtemp(prefix="grpolab-row-"))
@@ -37,7 +38,7 @@ def run_on_ranks(world: int, spec: dict, heartbeat, on_run, accelerate_config: s
             on_run(run_id)
     try:
         ranks.write_atomic(row_dir / ranks.SPEC, json.dumps({**spec, "row_dir": str(row_dir)}))
-        procs = ranks.start_ranks(world, row_dir, accelerate_config)
+        procs = ranks.start_ranks(world, row_dir, accelerate_config, dtype)
         codes = ranks.watch_ranks(procs, row_dir, lambda: abort_if_lost(heartbeat), progressed)
         result = ranks.read_result(row_dir)
     finally:
@@ -49,7 +50,8 @@ def run_on_ranks(world: int, spec: dict, heartbeat, on_run, accelerate_config: s
         raise PrunedRun(result["pruned"])
     if "values" not in result or any(codes):
         why = result.get("error") or "no result"
-        failed = ", ".join(f"rank {r} " + (f"killed by signal {-c}" if c < 0 else f"exit code {c}")
+        who = (lambda r: "the accelerate launcher") if accelerate_config else (lambda r: f"rank {r}")
+        failed = ", ".join(f"{who(r)} " + (f"killed by signal {-c}" if c < 0 else f"exit code {c}")
                            for r, c in enumerate(codes) if c)
         raise RuntimeError(f"the row's {world} processes did not finish ({failed or 'all exited 0'}): {why}")
     evals = {int(step): metrics for step, metrics in result["values"]["evals"].items()}

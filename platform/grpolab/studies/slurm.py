@@ -28,6 +28,7 @@ CUDA_VISIBLE_DEVICES, and with K > 1 each row runs as K processes (ranks.py).
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import importlib.util
 import logging
@@ -36,6 +37,7 @@ import shutil
 import subprocess
 import sys
 import time
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -69,18 +71,51 @@ def is_postgres(url: str | None) -> bool:
     return bool(url) and re.match(r"postgres(ql)?(\+\w+)?://", url) is not None
 
 
-def check_params(params: dict) -> None:
-    """``--slurm-param`` / ``launcher.slurm.params`` names: submitit's SlurmExecutor parameters
-    (``slurm_`` prefixed, as AutoExecutor spells them, is accepted), not those grpolab sets."""
-    from submitit.slurm.slurm import SlurmExecutor
+def check_params(params: dict) -> dict:
+    """``--slurm-param`` / ``launcher.slurm.params``: submitit's SlurmExecutor parameters (``slurm_``
+    prefixed, as AutoExecutor spells them, is accepted), not those grpolab sets, each of the type
+    submitit's sbatch writer declares for it. Returns them with integers given for string
+    parameters written as strings (``--slurm-param comment=10``)."""
+    import inspect
+    from submitit.slurm.slurm import SlurmExecutor, _make_sbatch_string
     valid = sorted(SlurmExecutor._valid_parameters() - set(OWNED_PARAMS))
-    for name in params:
+    declared = inspect.signature(_make_sbatch_string).parameters
+    checked = {}
+    for name, value in params.items():
         key = name[len("slurm_"):] if name.startswith("slurm_") else name
         if key in OWNED_PARAMS:
             raise ConfigError(f"--slurm-param {name}: set by grpolab; use {OWNED_PARAMS[key]}")
         if key not in valid:
             raise ConfigError(f"--slurm-param {name}: not a submitit Slurm parameter{did_you_mean(key, valid)}; "
                               f"valid: {', '.join(valid)} (any sbatch option: additional_parameters)")
+        checked[name] = _typed(name, value, declared[key].annotation) if key in declared else value
+    return checked
+
+
+_TYPE_NAMES = {str: "a string", int: "an integer", bool: "true or false", list: "a list of strings",
+               dict: "a mapping of sbatch options (additional_parameters.KEY=VALUE)"}
+
+
+def _typed(name: str, value, annotation):
+    """``value`` as the declared type allows, or a ConfigError naming what is expected."""
+    options = [o for o in (typing.get_args(annotation) if typing.get_origin(annotation) is typing.Union
+                           else (annotation,)) if o is not type(None)]
+    kinds = [typing.get_origin(o) or o for o in options]
+    kinds = [list if k is collections.abc.Iterable else k for k in kinds]
+    if bool in kinds and isinstance(value, bool):
+        return value
+    if int in kinds and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if str in kinds and isinstance(value, (str, int)) and not isinstance(value, bool):
+        return str(value)
+    if list in kinds and isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    if dict in kinds and isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return value
+    if not any(k in _TYPE_NAMES for k in kinds):
+        return value
+    expected = " or ".join(_TYPE_NAMES[k] for k in kinds if k in _TYPE_NAMES)
+    raise ConfigError(f"--slurm-param {name}: expected {expected}, got {value!r}")
 
 
 def parse_time(text: str) -> int:
@@ -186,7 +221,7 @@ class SlurmLauncher:
         if importlib.util.find_spec("submitit") is None:
             raise ConfigError(f"--launcher slurm needs submitit: pip install submitit=={SUBMITIT_VERSION} "
                               "(scripts/install_slurm.sh installs it with Slurm's client tools)")
-        check_params(self.params)
+        self.params = check_params(self.params)
         if not shutil.which("sbatch"):
             raise ConfigError("--launcher slurm: sbatch is not on PATH; run the coordinator where jobs can be "
                               "submitted (a Slurm login node)")

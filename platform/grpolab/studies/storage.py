@@ -73,6 +73,24 @@ def load_existing(cfg: StudyConfig, storage_url: str) -> optuna.Study | None:
     return optuna.load_study(study_name=cfg.name, storage=storage, sampler=_sampler(cfg) if cfg.kind == "search" else None)
 
 
+def load_for_worker(cfg: StudyConfig, storage_url: str) -> optuna.Study:
+    """A worker's study, which its coordinator created before starting it: only loaded here, so a
+    worker on a node that does not see the coordinator's journal (a folder not shared) stops with
+    a clear error instead of working on a new, empty journal of its own."""
+    where = f"journal {storage_url[len('journal:'):]}" if storage_url.startswith("journal:") else "its storage"
+    missing = ConfigError(f"study {cfg.name} is not in {where}"
+                          + (" — is its folder on a file system every node mounts?" if where != "its storage" else
+                             f" ({storage_url}); a worker only joins a study its coordinator created"))
+    if storage_url.startswith("journal:") and not Path(storage_url[len("journal:"):]).is_file():
+        raise missing   # (opening it would create it)
+    storage = open_storage(storage_url)
+    if cfg.name not in {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}:
+        raise missing
+    return optuna.load_study(study_name=cfg.name, storage=storage,
+                             sampler=_sampler(cfg) if cfg.kind == "search" else None,
+                             pruner=_pruner(cfg) if cfg.kind == "search" else None)
+
+
 SEEDS_ADDED_ATTR = "grpolab_seeds_added"
 
 

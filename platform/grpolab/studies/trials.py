@@ -31,7 +31,7 @@ from grpolab.studies.rows import (OUTCOME_ATTR, PARENT_RUN_ATTR, PASS_AT_1_ATTR,
                                   study_run_identity)
 from grpolab.studies.run_closing import end_trial_runs, link_restart
 from grpolab.studies.search_space import suggest
-from grpolab.studies.storage import create_or_load, with_added_seeds
+from grpolab.studies.storage import load_for_worker, with_added_seeds
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +168,8 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
                 "resume_run_id": resume_run_id, "metric": cfg.objectives[0].metric,
                 "prune": {"study": cfg.path, "storage": storage_url, "trial_id": trial._trial_id}
                 if prunes else None}
-        result = run_on_ranks(procs_per_row, spec, heartbeat, on_run, cfg.launcher.accelerate_config)
+        result = run_on_ranks(procs_per_row, spec, heartbeat, on_run, cfg.launcher.accelerate_config,
+                              exp.train.dtype)
     else:
         result = run_row(exp, state, parent_run_id, tags, run_name, resume_run_id, heartbeat, on_run,
                           trial if prunes else None, cfg.objectives[0].metric)
@@ -212,7 +213,7 @@ def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=Non
         cfg = dataclasses.replace(cfg, launcher=dataclasses.replace(cfg.launcher, accelerate_config=accelerate_config))
     if procs_per_row == 1:   # (several: each rank pins its own share; this process does not train)
         pin_worker_threads()
-    study = create_or_load(cfg, storage_url)
+    study = load_for_worker(cfg, storage_url)   # created by the coordinator; a worker never creates one
     cfg = with_added_seeds(cfg, study)
     parent = study.user_attrs[PARENT_RUN_ATTR]
     with signals_raise(), timeouts_interrupt(), job_end_raises():
