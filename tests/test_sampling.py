@@ -147,8 +147,8 @@ def test_two_processes_make_identical_decisions_and_do_not_hang(tiny_model_dir, 
 def _opo_by_hand(t, out):
     """OPO's advantages from the rollout's generated lengths (rows), whatever the loss's mask."""
     from grpolab.algorithms import baselines, combine_rewards
-    lengths = torch.tensor([float(r[1]) for r in t._stash["rows"]])
-    return baselines.opo(combine_rewards(t._stash["rewards"], None), lengths, t.num_generations)
+    lengths = torch.tensor([float(r.length) for r in t._scored.rows])
+    return baselines.opo(combine_rewards(t._scored.rewards, None), lengths, t.num_generations)
 
 
 def test_opo_weighs_generated_lengths_when_the_zero_variance_filter_masks_a_group(tiny_model_dir, tmp_path):
@@ -165,7 +165,7 @@ def test_opo_counts_truncated_completions_in_full_under_the_overlong_filter(tiny
     t, train = _trainer(tiny_model_dir, tmp_path, build_spec({"advantage": "opo", "overlong_filter": True}),
                         _even_informative, mask_truncated_completions=True)
     out = t._generate_and_score_completions([{"prompt": train[i].prompt, "idx": i} for i in (0, 2) for _ in range(4)])
-    truncated = [bool(r[2]) for r in t._stash["rows"]]
+    truncated = [bool(r.truncated) for r in t._scored.rows]
     assert any(truncated) and out["completion_mask"][torch.tensor(truncated)].sum() == 0
     assert torch.isfinite(out["advantages"]).all()
     torch.testing.assert_close(out["advantages"], _opo_by_hand(t, out))
