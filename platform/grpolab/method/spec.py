@@ -151,7 +151,8 @@ def _coerce(key: str, value, type_name: str):
         return float(value)
     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
         raise ConfigError(f"method.{key}: expected {type_name}, got {type(value).__name__} {value!r}")
-    if expected is float and not math.isfinite(value):   # inf/nan pass every range check below
+    unbounded_ok = value == math.inf and MethodSpec.__dataclass_fields__[key].default == math.inf   # "no bound"
+    if expected is float and not math.isfinite(value) and not unbounded_ok:   # inf/nan pass every range check below
         raise ConfigError(f"method.{key}: expected a finite number, got {value!r}")
     return value
 
