@@ -60,7 +60,7 @@ def test_smollm2_two_grpo_steps_on_reasoning_gym(smollm2_dir, shared_state, tmp_
                  "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
                  "extract": "last_number", "max_completion_length": 6,
                  "rewards": ["correctness", {"name": "smol_rewards:distinct_characters", "weight": 0.5}]},
-        "train": {"steps": 2, "group_size": 2, "prompts_per_rollout": 2, "learning_rate": 1e-4, "n_train_prompts": 16},
+        "train": {"steps": 2, "group_size": 2, "prompts_per_rollout": 2, "learning_rate": 1e-4},
         "eval": {"every": 0, "prompts": 2, "k": 1},
     })
     before = {}

@@ -99,8 +99,8 @@ def _vllm_load(model_dir: Path) -> dict:
 
 
 def colocate_llm_kwargs(gpu_memory_utilization: float = 0.3) -> dict:
-    """The keywords TRL 1.16's colocate mode builds its ``LLM`` with (trl/generation/
-    vllm_generation.py, one process, no tensor parallelism, no quantization), so the check loads
+    """The keywords TRL 1.16's colocate mode builds its ``LLM`` with (TRL's vLLM
+    generation module, one process, no tensor parallelism, no quantization), so the check loads
     vLLM the way a run will (max_num_seqs: TRL passes the rollout batch; 16 is the micro-ladder's)."""
     return {"tensor_parallel_size": 1, "gpu_memory_utilization": gpu_memory_utilization, "max_model_len": 256,
             "max_num_seqs": 16, "enable_sleep_mode": False, "model_impl": "vllm",

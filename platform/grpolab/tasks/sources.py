@@ -337,9 +337,8 @@ class ReasoningGymSource:
     def splits(self, seed: int, n_train: int, n_eval: int) -> tuple[list[Example], list[Example]]:
         held_out = self._draw(2 * seed + 1, n_eval)       # odd generator seeds: held out; even: training
         held_prompts = {e.prompt for e in held_out}
-        # drawn long enough that n_train remain once prompts that are also held out are left out
-        train = [e for e in self._draw(2 * seed, n_train + len(held_prompts)) if e.prompt not in held_prompts]
-        return train[:n_train], held_out
+        train = [e for e in self._draw(2 * seed, n_train) if e.prompt not in held_prompts]
+        return train, held_out
 
     def score(self, example: Example, answer: str) -> float:
         return float(self.scorer.score_answer(answer, example.meta["entry"]))
