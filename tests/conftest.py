@@ -46,6 +46,17 @@ def shared_state(tmp_path_factory):
     return path
 
 
+def tiny_two_rung_ladder(**fields) -> dict:
+    """A ladder of two 1-step rungs on the tiny preset without a warm start (seconds a row):
+    rung b changes the learning rate. ``fields`` add or replace top-level keys (name, seeds, ...)."""
+    return {"kind": "ladder", "metric": "final:eval/pass_at_1", "smallest_effect": 0.05,
+            "base": {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
+                     "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
+                     "train": {"group_size": 4, "prompts_per_rollout": 2}, "eval": {"prompts": 4, "k": 1}},
+            "budget": {"train.steps": 1, "eval.every": 0},
+            "rungs": [{"name": "a"}, {"name": "b", "changes": {"train.learning_rate": 0.003}}], **fields}
+
+
 def run_study_data(folder, data: dict, state, file_name: str = "study.yaml"):
     """Write ``data`` as a study file in ``folder``, run it with one in-process worker (it must
     exit 0) and return (config, study) as the tables read them."""

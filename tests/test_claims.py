@@ -7,7 +7,7 @@ import re
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, tiny_two_rung_ladder
 from grpolab.analysis.claims import CLAIMS_DIR, claim_files, load_claim
 from grpolab.errors import ConfigError
 from grpolab.analysis.verdicts import DECIDED, LABELS
@@ -152,13 +152,7 @@ def test_a_ladder_until_decided_keeps_its_level_in_the_table(tmp_path, shared_st
 
     from grpolab.analysis.until_decided import run_until_decided
     from grpolab.report.tables import study_table
-    study = {"kind": "ladder", "name": "ladder_seq", "seeds": [0, 1, 2, 3, 4], "metric": "final:eval/pass_at_1",
-             "smallest_effect": 0.05,
-             "base": {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
-                      "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
-                      "train": {"group_size": 4, "prompts_per_rollout": 2}, "eval": {"prompts": 4, "k": 1}},
-             "budget": {"train.steps": 1, "eval.every": 0},
-             "rungs": [{"name": "a"}, {"name": "b", "changes": {"train.learning_rate": 0.003}}]}
+    study = tiny_two_rung_ladder(name="ladder_seq", seeds=[0, 1, 2, 3, 4])
     path = tmp_path / "ladder_seq.yaml"
     path.write_text(yaml.safe_dump(study))
     lines = []

@@ -90,13 +90,8 @@ def test_study_adds_seeds_on_demand_by_default_and_fixed_seeds_runs_the_first_on
     from grpolab.analysis.ablation import load_results
     from grpolab.cli import main
     from grpolab.studies.storage import SEQUENTIAL_ATTR
-    study = {"kind": "ladder", "seeds": {"first": 2, "batch": 1, "cap": 3}, "metric": "final:eval/pass_at_1",
-             "smallest_effect": 0.05,
-             "base": {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
-                      "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
-                      "train": {"group_size": 4, "prompts_per_rollout": 2}, "eval": {"prompts": 4, "k": 1}},
-             "budget": {"train.steps": 1, "eval.every": 0},
-             "rungs": [{"name": "a"}, {"name": "b", "changes": {"train.learning_rate": 0.003}}]}
+    from conftest import tiny_two_rung_ladder
+    study = tiny_two_rung_ladder(seeds={"first": 2, "batch": 1, "cap": 3})
     for name in ("on_demand_default", "on_demand_fixed"):
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({**study, "name": name}))
     state = ["--state", str(shared_state)]
