@@ -42,6 +42,11 @@ DISTINGUISHING = {
     "dppo_tv": ("policy/old_kl", lambda v: v != 0),
     "dppo_kl": ("policy/old_kl", lambda v: v != 0),
     "dro": ("policy/old_kl", lambda v: v != 0),
+    # ReMax's greedy completion is scored by the task's coin (0 or 1): the mean over 4 prompts is k / 4
+    "remax": ("remax/greedy_reward_mean", lambda v: v in (0.0, 0.25, 0.5, 0.75, 1.0)),
+    # the optimal token baselines' sum_v pi_old^2: a probability mass in (0, 1], below 1 for a non-one-hot policy
+    "optimal_token_baseline": ("otb/sum_pi_squared_mean", lambda v: 0 < v < 1),
+    "tir_optimal_token_baseline": ("otb/sum_pi_squared_mean", lambda v: 0 < v < 1),
 }
 TASK_FOR = {"gdpo": {"name": "addition_format"}, "gigpo": {"name": "gridworld"}}
 
