@@ -84,7 +84,7 @@ def test_optimal_token_baseline_reads_pi_old_and_its_vocabulary_sum(tiny_model_d
         return original(self, out)
     monkeypatch.setattr(GrpoLabTrainer, "_policy_token_stats", stats_spy)
     t = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=calls.reward, args=_args(tmp_path, temperature=0.7),
-                       train_dataset=_dataset(), method="optimal_token_baseline")
+                       train_dataset=_dataset(), method="otb")
     t.train()
     [out], [call] = seen, calls.advantages
     mask = call["mask"]

@@ -204,19 +204,19 @@ METHODS: dict[str, Method] = {m.key: m for m in [
                 "trainer generates one greedy completion per prompt per rollout and scores it with the run's reward "
                 "functions (remax/greedy_reward_mean); on-policy the clip never binds, so the update is the paper's "
                 "REINFORCE with the greedy baseline; verl's default clip and token-mean loss"),
-    Method("optimal_token_baseline", "Optimal token baseline", "verl 0.9.1 adv_estimator=optimal_token_baseline "
+    Method("otb", "Optimal token baseline", "verl 0.9.1 adv_estimator=optimal_token_baseline "
                                                                "(verl's own derivation; no paper cited there)",
            dict(advantage="optimal_token_baseline", **_GRPO_CLIP_TOKEN_MEAN),
            note="per-token A_t = G_t - B_t, B_t = sum_i G_it W_it / sum_i W_it over the group, W_t the cumulative "
                 "1 - 2 pi_old(y_t) + sum_v pi_old(v)^2 of the sampling policy (the trainer computes the vocabulary "
                 "sum only for this estimator: otb/sum_pi_squared_mean); B = group mean when W is equal across the "
                 "group; verl's default clip and token-mean loss"),
-    Method("tir_optimal_token_baseline", "Optimal token baseline (tool turns)",
+    Method("tir_otb", "Optimal token baseline (tool turns)",
            "verl 0.9.1 adv_estimator=tir_optimal_token_baseline (verl's own derivation; no paper cited there)",
            dict(advantage="tir_optimal_token_baseline", **_GRPO_CLIP_TOKEN_MEAN),
-           note="as optimal_token_baseline, with positions counted over the model's own tokens (tool tokens of "
+           note="as otb, with positions counted over the model's own tokens (tool tokens of "
                 "multi-turn episodes skipped), so rows align by how many tokens the policy produced; on single-turn "
-                "tasks it equals optimal_token_baseline"),
+                "tasks it equals otb"),
     *(Method(f"dppo_{d}", f"DPPO-Binary-{d.upper()}", "DPPO, arXiv:2602.04879; verl 0.9.1 policy_loss "
                                                        f"loss_mode=dppo_{d}",
              dict(advantage="group_std", ratio="token", surrogate=f"dppo_{d}", eps_low=0.2, eps_high=0.2,
