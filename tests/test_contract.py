@@ -48,7 +48,8 @@ DISTINGUISHING = {
     "otb": ("otb/sum_pi_squared_mean", lambda v: 0 < v < 1),
     "tir_otb": ("otb/sum_pi_squared_mean", lambda v: 0 < v < 1),
 }
-TASK_FOR = {"gdpo": {"name": "addition_format"}, "gigpo": {"name": "gridworld"}}
+TASK_FOR = {"gdpo": {"name": "addition_format"}, "gigpo": {"name": "gridworld"},
+            "tir_otb": {"name": "gridworld"}}   # tool-turn OTB: environment tokens leave holes in the mask
 
 
 class Capture(TrainerCallback):

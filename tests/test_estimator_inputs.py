@@ -62,6 +62,7 @@ def test_remax_baseline_is_the_reward_of_the_prompts_greedy_completion(tiny_mode
     assert len(sampled["completions"]) == 8 and greedy["prompts"] == sampled["prompts"][::G]
     # greedy: the policy (unchanged, lr 0) decodes the same text again without sampling
     tok = t.processing_class
+    t.model.eval()
     for prompt, text in zip(greedy["prompts"], greedy["completions"]):
         ids = tok(prompt, return_tensors="pt")
         again = t.model.generate(**ids, do_sample=False, max_new_tokens=8, pad_token_id=tok.pad_token_id,

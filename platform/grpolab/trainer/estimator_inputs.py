@@ -87,9 +87,14 @@ class EstimatorInputs:
         tokenizer = self.processing_class
         eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
         model = self.accelerator.unwrap_model(self.model)
-        generated = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=False,
-                                   max_new_tokens=self.max_completion_length, pad_token_id=pad, eos_token_id=eos,
-                                   temperature=None, top_p=None, top_k=None)
+        training = model.training
+        model.eval()   # greedy means the policy's argmax: no dropout noise
+        try:
+            generated = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=False,
+                                       max_new_tokens=self.max_completion_length, pad_token_id=pad, eos_token_id=eos,
+                                       temperature=None, top_p=None, top_k=None)
+        finally:
+            model.train(training)
         ids = [_until_eos(row, eos) for row in generated[:, prompt_ids.size(1):].tolist()]
         texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
         prompted = [inputs[i] for i in firsts]
