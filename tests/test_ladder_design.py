@@ -104,3 +104,37 @@ def test_study_adds_seeds_on_demand_by_default_and_fixed_seeds_runs_the_first_on
     assert SEQUENTIAL_ATTR not in fixed.user_attrs and len([t for t in fixed.trials if t.state.name == "COMPLETE"]) == 4
     assert main([*state, "study", str(tmp_path / "on_demand_fixed.yaml"), "--fixed-seeds", "--until-decided"]) == 2
     assert "--fixed-seeds: not with --until-decided" in capsys.readouterr().err
+
+
+def test_seeds_on_demand_run_only_the_rows_undecided_rungs_need(tmp_path, shared_state, capsys):
+    """A rung settled at a look gets no more pairs unless a neighbour needs its rows: here rung b
+    raises the upper clip of a 1-step on-policy run, where the ratio is exactly 1, so its
+    mechanism (clipped fraction above a floor) did not act and it is settled at look 1; rung c is
+    underpowered at 2 seeds, so the added seed runs rungs b and c only, and the table's answer
+    line counts b's pairs at the look that settled it."""
+    import yaml
+
+    from grpolab.analysis.ablation import ladder_table, ladder_rows, load_results
+    from grpolab.analysis.until_decided import rows_needed
+    from grpolab.cli import main
+    from grpolab.report.tables import answer_lines
+    from conftest import tiny_two_rung_ladder
+    assert rows_needed([2, 4]) == (1, 2, 3, 4) and rows_needed([1]) == (0, 1)
+    study = tiny_two_rung_ladder(name="stop_per_rung", seeds={"first": 2, "batch": 1, "cap": 3})
+    study["base"]["eval"] = {"prompts": 32, "k": 2}
+    study["rungs"] = [{"name": "a"}, {"name": "b", "changes": {"method.eps_high": 0.28},
+                       "mechanism": {"metric": "tail:clip/high_fraction", "at_least": 0.5}},
+                      {"name": "c", "changes": {"train.learning_rate": 0.003}}]
+    path = tmp_path / "stop_per_rung.yaml"
+    path.write_text(yaml.safe_dump(study))
+    assert main(["--state", str(shared_state), "study", str(path), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    cfg, optuna_study = load_results(str(path), shared_state, None)
+    rows = ladder_rows(optuna_study, cfg)
+    done = rows[rows.state == "COMPLETE"]
+    assert "look 2/2 runs rungs 1, 2 (the paired differences of undecided rungs 2)" in out
+    assert sorted(map(tuple, done[["rung", "seed"]].values.tolist())) == [
+        (0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
+    frame = ladder_table(rows, cfg, 0, shared_state)
+    assert list(frame.pairs.iloc[1:]) == [2, 3]
+    assert answer_lines(frame)[1].endswith("(2 paired seeds)")

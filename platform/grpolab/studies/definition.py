@@ -72,6 +72,7 @@ class StudyConfig:
     published_source: str = ""
     deviations: tuple = ()          # preregistration.Deviation entries: changes made after seeing results
     added_seeds: tuple = ()         # seeds added on demand (studies.add_seeds), also in ``seeds``
+    seed_rungs: dict = field(default_factory=dict)   # added seed -> the rungs it runs, where not all (add_seeds)
     on_demand: SeedsOnDemand | None = None   # seeds: {first, batch, cap}: `grpolab study` adds seeds until decided
     description: str = ""
     space: dict = field(default_factory=dict)
@@ -84,8 +85,10 @@ class StudyConfig:
     launcher: LaunchOptions = LaunchOptions()  # how rows are launched (launch_options.py); not in the definition hash
 
     def rows(self) -> list[tuple[int, int]]:
-        """(rung index, seed) for every row of a ladder."""
-        return [(r, s) for r in range(len(self.rungs)) for s in self.seeds]
+        """(rung index, seed) for every row of a ladder: every rung for the file's seeds; a seed
+        added on demand runs only the rungs its look still needed (``seed_rungs``)."""
+        every = range(len(self.rungs))
+        return [(r, s) for r in every for s in self.seeds if r in self.seed_rungs.get(s, every)]
 
     def rung_experiment(self, rung: int, seed: int) -> dict:
         """The experiment dict of one ladder row: base + changes of rungs 0..rung, cumulative."""
