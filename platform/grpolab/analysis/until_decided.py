@@ -15,10 +15,13 @@ from grpolab.tracking.stores import init_tracking_store
 
 
 def run_until_decided(path: str, state: Path, storage_url: str | None, workers: int, max_seeds: int, batch: int,
-                      echo=print, retry_failed: bool = False, accept_changed: bool = False, publish=None) -> int:
+                      echo=print, retry_failed: bool = False, accept_changed: bool = False, publish=None,
+                      max_rows: int | None = None) -> int:
     """``grpolab study LADDER --until-decided --max-seeds N``: run the ladder, then add ``batch``
     paired seeds at a time until every judged rung is decided (or its mechanism did not act) or N
-    seeds ran; the seeds of a later look run only the rungs undecided rungs need (``rows_needed``); each of the K planned looks is judged at level 1 - 0.05/K (``inference``), which the
+    seeds ran; the seeds of a later look run only the rungs undecided rungs need (``rows_needed``),
+    and a look whose rows would take the study past ``max_rows`` is not started (fewer looks than
+    planned keep every interval's level: each look is judged at 1 - 0.05/K whatever follows); each of the K planned looks is judged at level 1 - 0.05/K (``inference``), which the
     study keeps, so its table and dashboard state the same level. Returns run_study's exit code."""
     from grpolab.studies.coordinator import run_study
     from grpolab.studies.storage import add_seeds, default_storage, record_sequential
@@ -53,9 +56,15 @@ def run_until_decided(path: str, state: Path, storage_url: str | None, workers: 
         if not open_rungs:
             break
         needed = rows_needed(open_rungs)
-        if j < len(looks):
-            echo(f"look {j + 1}/{len(looks)} runs rungs {', '.join(str(r) for r in needed)} "
-                 f"(the paired differences of undecided rungs {', '.join(str(r) for r in open_rungs)})")
+        if j == len(looks):
+            break
+        more = len(needed) * (looks[j] - n)
+        if max_rows is not None and len(rows) + more > max_rows:
+            echo(f"look {j + 1}/{len(looks)} not run: its {more} rows would take the study past max_rows {max_rows} "
+                 f"({len(rows)} rows ran); the undecided rungs say how many seeds they need")
+            break
+        echo(f"look {j + 1}/{len(looks)} runs rungs {', '.join(str(r) for r in needed)} "
+             f"(the paired differences of undecided rungs {', '.join(str(r) for r in open_rungs)})")
     return code
 
 

@@ -153,28 +153,35 @@ _SEARCH_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objec
 
 
 class SeedsOnDemand(NamedTuple):
-    """``seeds: {first, batch, cap}``: run seeds 0..first-1, then add ``batch`` paired seeds per look
-    until every judged rung is decided or ``cap`` seeds ran (analysis/until_decided.py)."""
+    """``seeds: {first, batch, cap[, max_rows]}``: run seeds 0..first-1, then add ``batch`` paired
+    seeds per look until every judged rung is decided or ``cap`` seeds ran; ``max_rows``: a look
+    is not started when the rows it needs would take the study past that many rows (its time
+    bound; analysis/until_decided.py)."""
     batch: int
     cap: int
+    max_rows: int | None = None
 
 
 SEEDS_ON_DEMAND_KEYS = ("first", "batch", "cap")
+SEEDS_ON_DEMAND_OPTIONAL = ("max_rows",)
 
 
 def _seeds(raw, kind: str) -> tuple[tuple[int, ...], SeedsOnDemand | None]:
-    """A list of paired seeds, or a ladder's ``{first, batch, cap}`` design (seeds 0..first-1 first)."""
+    """A list of paired seeds, or a ladder's ``{first, batch, cap[, max_rows]}`` design (seeds
+    0..first-1 first)."""
     if isinstance(raw, dict) and kind == "ladder":
-        unknown = set(raw) - set(SEEDS_ON_DEMAND_KEYS)
-        if unknown or set(raw) != set(SEEDS_ON_DEMAND_KEYS):
+        if not set(SEEDS_ON_DEMAND_KEYS) <= set(raw) <= set(SEEDS_ON_DEMAND_KEYS + SEEDS_ON_DEMAND_OPTIONAL):
             raise ConfigError(f"seeds: a seeds-on-demand design needs exactly {', '.join(SEEDS_ON_DEMAND_KEYS)} "
-                              f"(positive integers), got {sorted(raw)}")
+                              f"(positive integers), and optionally max_rows, got {sorted(raw)}")
         first, batch, cap = (raw[k] for k in SEEDS_ON_DEMAND_KEYS)
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (first, batch, cap)) or not (
                 2 <= first <= cap and batch >= 1):
             raise ConfigError(f"seeds: need integers 2 <= first <= cap and batch >= 1, got first={first!r}, "
                               f"batch={batch!r}, cap={cap!r}")
-        return tuple(range(first)), SeedsOnDemand(batch, cap)
+        max_rows = raw.get("max_rows")
+        if max_rows is not None and (not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 1):
+            raise ConfigError(f"seeds.max_rows: need a positive integer (the most rows the study may run), got {max_rows!r}")
+        return tuple(range(first)), SeedsOnDemand(batch, cap, max_rows)
     if (not isinstance(raw, list) or not raw or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                         for s in raw) or len(set(raw)) != len(raw)):
         raise ConfigError(f"seeds: expected a non-empty list of distinct non-negative integers"
