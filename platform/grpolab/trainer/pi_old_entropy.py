@@ -19,6 +19,13 @@ import torch
 from grpolab.trainer.rollouts import generated_mask
 
 
+class TrlForward(NamedTuple):
+    """What TRL's ``_get_per_token_logps_and_entropies`` returns (its callers unpack three values)."""
+    logps: torch.Tensor
+    entropies: torch.Tensor | None
+    aux_loss: torch.Tensor | None
+
+
 class CapturedPass(NamedTuple):
     completion_mask: torch.Tensor   # (n, T): the attention TRL's forward gave the completion tokens
     entropies: torch.Tensor         # (n, T): pi_old's entropy at each completion position
@@ -40,7 +47,7 @@ class PiOldEntropy:
         logps, entropies, aux = super()._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, logits_to_keep, **{**kwargs, "compute_entropy": True})
         self._captured = CapturedPass(attention_mask[:, -logits_to_keep:], entropies)
-        return logps, None, aux
+        return TrlForward(logps, None, aux)   # as TRL's own pass: it asked for no entropies
 
     def _trl_round(self, inputs) -> dict:
         """TRL's generation and scoring of one round, keeping its old-log-prob pass's entropies.
