@@ -16,6 +16,7 @@ from typing import Callable
 
 from grpolab.method.advantages import ADVANTAGES, SHARED_PARAMS, advantage_params, estimators
 from grpolab.method.advantages import readers as advantage_readers
+from grpolab.method.ratios import RATIOS
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES, readers
 
@@ -100,7 +101,7 @@ REQUIREMENTS: dict[tuple[str, object], Requirement] = {
     # the surrogate axis and its parameters, from its registry (method/surrogates.py)
     **{("surrogate", s.name): _surrogate_reuse(s.on_policy) for s in SURROGATES.values() if s.on_policy is not None},
     **{(param, None): _surrogate_param(param) for param in SURROGATE_PARAMS},
-    ("ratio", "geometric"): REUSE,
+    **{("ratio", r.name): REUSE for r in RATIOS.values() if r.on_policy is not None},
     ("kl_estimator", None): KL_ON, ("kl_placement", None): KL_ON,
     ("kl_ratio_correction", True): KL_IN_LOSS,
     ("max_sampling_rounds", None): DYNAMIC, ("sampling_cap_policy", None): DYNAMIC,

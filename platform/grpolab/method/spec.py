@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from grpolab.errors import ConfigError
 from grpolab.method.advantages import ADVANTAGES, estimators
 from grpolab.method.aggregations import AGGREGATIONS, TOKEN_LEVEL
+from grpolab.method.ratios import RATIOS, TOKEN
 from grpolab.method.surrogates import SURROGATES
 
 
@@ -40,8 +41,8 @@ AXIS_CHOICES: Mapping[str, tuple[str, ...]] = _AxisChoices({
     "advantage": ADVANTAGES,          # one entry per value: method/advantages.py
     "surrogate": SURROGATES,          # one entry per value: method/surrogates.py
     "aggregation": AGGREGATIONS,      # one entry per value: method/aggregations.py
+    "ratio": RATIOS,                  # one entry per value: method/ratios.py
 }, {
-    "ratio": ("token", "sequence", "sequence_token", "geometric"),
     "kl_estimator": ("k1", "k2", "k3"),
     "kl_placement": ("loss", "reward"),
     "sampling": ("static", "dynamic", "zero_variance_filter", "gfpo"),
@@ -182,7 +183,7 @@ def validate_spec(spec: MethodSpec) -> None:
     clip = SURROGATES[spec.surrogate].clip
     _check(spec.eps_high >= 0 or (clip == "truncate" and spec.eps_high > -1),   # cispo: TRL's bound may be < 1
            f"method.eps_high: must be >= 0 (cispo: > -1, an upper bound 1 + eps_high > 0), got {spec.eps_high}")
-    if clip in ("ppo", "dual") and spec.ratio != "geometric":
+    if clip in ("ppo", "dual") and not RATIOS[spec.ratio].log_space_clip:
         _check(spec.eps_high >= spec.eps_low,
                f"method.eps_high ({spec.eps_high}) < method.eps_low ({spec.eps_low}): Clip-Higher needs eps_high >= eps_low")
     _check(spec.dual_clip_c > 1, f"method.dual_clip_c: must be > 1, got {spec.dual_clip_c}")
@@ -210,10 +211,10 @@ def validate_spec(spec: MethodSpec) -> None:
            f"use advantage {' or '.join(estimators(unscorable=True))}, got {spec.advantage!r}")
     _check(spec.dpo_beta > 0, f"method.dpo_beta: must be > 0, got {spec.dpo_beta}")
     _check(spec.dro_beta > 0, f"method.dro_beta: must be > 0, got {spec.dro_beta}")
-    if spec.ratio == "geometric":
-        _check(spec.surrogate == "clip", "method.ratio=geometric (GMPO) clips in log space itself: use surrogate=clip")
+    own_loss = RATIOS[spec.ratio].replaces_surrogate
+    _check(own_loss is None or spec.surrogate == "clip", f"method.ratio={spec.ratio} {own_loss}: use surrogate=clip")
     own_ratio = SURROGATES[spec.surrogate].own_ratio
-    _check(own_ratio is None or spec.ratio == "token", f"method.surrogate={spec.surrogate} {own_ratio}: use ratio=token")
+    _check(own_ratio is None or spec.ratio == TOKEN, f"method.surrogate={spec.surrogate} {own_ratio}: use ratio={TOKEN}")
     if spec.surrogate == "vespo":
         _check(min(spec.vespo_k_pos, spec.vespo_k_neg) >= 0 and min(spec.vespo_lambda_pos, spec.vespo_lambda_neg) > 0,
                "method.vespo_k_pos/vespo_k_neg must be >= 0 and vespo_lambda_pos/vespo_lambda_neg > 0 (the kernel "

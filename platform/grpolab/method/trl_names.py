@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.ratios import RATIOS
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATES
 
@@ -46,11 +47,12 @@ def trl_recipe(spec: MethodSpec) -> dict | None:
     loss = next((name for name, axes in TRL_LOSS_TYPES.items()
                  if all((surrogate if k == "surrogate" else getattr(spec, k)) == v for k, v in axes.items())), None)
     advantage = ADVANTAGES[spec.advantage].trl   # the estimator's GRPOConfig settings (method/advantages.py)
-    if loss is None or advantage is None or spec.ratio not in ("token", "sequence"):
+    level = RATIOS[spec.ratio].trl   # TRL's importance_sampling_level (method/ratios.py)
+    if loss is None or advantage is None or level is None:
         return None
     if spec.entropy_mode != "static":
         return None
-    out = {"loss_type": loss, **advantage, "importance_sampling_level": spec.ratio,
+    out = {"loss_type": loss, **advantage, "importance_sampling_level": level,
            "mask_truncated_completions": spec.overlong_filter, "top_entropy_quantile": spec.top_entropy_quantile,
            "entropy_coef": spec.entropy_coef}
     explained = {"surrogate", "aggregation", "advantage", "ratio", "overlong_filter", "top_entropy_quantile",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from grpolab.method.advantages import ADVANTAGES, trl_advantage
+from grpolab.method.ratios import trl_ratio
 from grpolab.method.spec import AXIS_CHOICES, MethodSpec, build_spec
 from grpolab.method.surrogates import SURROGATES, trl_target
 from grpolab.method.trl_names import TRL_LOSS_TYPES
@@ -100,7 +101,9 @@ def _bias_correction_kl(value, args, spec) -> dict:
 
 
 def _ratio(value, args, spec) -> dict:
-    return {} if SURROGATES[spec.surrogate].own_ratio else {"ratio": value}   # VESPO builds its own sequence weight
+    if SURROGATES[spec.surrogate].own_ratio:   # VESPO builds its own sequence weight
+        return {}
+    return {"ratio": trl_ratio(value) or value}   # a level TRL lacks: build_spec names the valid ones
 
 
 # TRL's scale_rewards values and the estimators they mean, from the advantage registry
