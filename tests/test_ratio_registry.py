@@ -17,6 +17,7 @@ from grpolab.method.ratios import RATIOS, TOKEN, trl_ratio
 from grpolab.method.requirements import requirement
 from grpolab.method.spec import AXIS_CHOICES, build_spec
 from grpolab.method.trl_names import trl_recipe
+from grpolab.trainer.trl_fields import TRL_FIELDS
 from grpolab.trainer.trl_settings import _NoEquivalent, trl_settings
 from registry_grep import PACKAGE, lists_naming
 
@@ -45,7 +46,9 @@ def test_every_entry_is_complete(name):
     if entry.trl is None:
         assert isinstance(level, _NoEquivalent) and trl_recipe(spec) is None
     else:
-        assert level == entry.trl and trl_ratio(entry.trl) == name   # the drop-in reads it back to this entry
+        assert level == entry.trl and trl_ratio(entry.trl) == name
+        # the drop-in reads GRPOConfig(importance_sampling_level=...) back to this entry
+        assert TRL_FIELDS["importance_sampling_level"].to_axes(entry.trl, None, spec) == {"ratio": name}
         assert trl_recipe(spec).get("importance_sampling_level", "token") == entry.trl
 
 

@@ -1,4 +1,4 @@
-"""Surrogates and the KL regulariser (the importance ratios: ``algorithms/ratios.py``). Pure torch, no TRL.
+"""Surrogates (the importance ratios: ``algorithms/ratios.py``; the KL estimators: ``algorithms/kl.py``). Pure torch, no TRL.
 
 Notation: l_t = log pi_theta(o_t) - log pi_old(o_t), rho_t = exp(l_t), mask m, A advantage
 (broadcast (B, 1) or per token (B, T)). Every function returns per-token losses (B, T) or
@@ -185,17 +185,3 @@ def group_dpo_loss(logp, ref_logp, mask, rewards, group_ids, beta: float):
     if not losses:
         return (logp * 0).sum(), 0
     return torch.stack(losses).mean(), len(losses)
-
-
-# --- KL ------------------------------------------------------------------------------------
-
-def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
-    """x = log pi_theta - log pi_ref;  k1 = x;  k2 = x^2 / 2;  k3 = exp(-x) - 1 + x."""
-    x = logp - ref_logp
-    if estimator == "k1":
-        return x
-    if estimator == "k2":
-        return 0.5 * x * x
-    if estimator == "k3":
-        return torch.exp(-x) - 1 + x
-    raise ValueError(f"unknown KL estimator {estimator!r}")

@@ -17,6 +17,7 @@ from grpolab.envs.base import checked_reset, checked_step
 from grpolab.envs.gridworld import GridWorld
 from grpolab.errors import ConfigError
 from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.kl import kl_in_reward
 from grpolab.world.tasks import Example
 
 OUTCOMES_KEPT = 200_000   # recorded (prompt, episode text) outcomes before the store is cleared
@@ -199,7 +200,7 @@ def check_episode_method(s, name: str) -> None:
                           f"action of an episode of task {name!r}: it would drop a whole episode whose final action hit "
                           "task.action_tokens and never one cut at task.max_turns; set overlong_filter: false "
                           "(truncations are counted in episode/truncated)")
-    if s.episode_norm == "step" and ((s.kl_coef > 0 and s.kl_placement == "reward") or s.reward_weights is not None):
+    if s.episode_norm == "step" and (kl_in_reward(s) or s.reward_weights is not None):
         raise ConfigError("method.episode_norm=step normalises the episode returns themselves: a reward-side KL "
                           "(kl_placement=reward) or reward_weights would be left out; use kl_placement=loss and no "
                           "reward_weights")

@@ -16,6 +16,7 @@ from typing import Callable
 
 from grpolab.method.advantages import ADVANTAGES, SHARED_PARAMS, advantage_params, estimators
 from grpolab.method.advantages import readers as advantage_readers
+from grpolab.method.kl import kl_in_loss
 from grpolab.method.ratios import RATIOS
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES, readers
@@ -33,7 +34,7 @@ REUSE = Requirement("rollout reuse (off-policy updates)", lambda c: c.reuses_rol
                     "set train.minibatches > 1 or train.num_iterations > 1")
 KL_ON = Requirement("a KL term (method.kl_coef > 0)", lambda c: c.spec.kl_coef > 0, "set method.kl_coef > 0")
 # on-policy the correction factor pi/pi_old is 1 but still carries d log pi, so it acts without reuse
-KL_IN_LOSS = Requirement("an in-loss KL", lambda c: c.spec.kl_coef > 0 and c.spec.kl_placement == "loss",
+KL_IN_LOSS = Requirement("an in-loss KL", lambda c: kl_in_loss(c.spec),
                          "set method.kl_coef > 0 and kl_placement=loss")
 
 

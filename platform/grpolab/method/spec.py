@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 from grpolab.errors import ConfigError
 from grpolab.method.advantages import ADVANTAGES, estimators
 from grpolab.method.aggregations import AGGREGATIONS, TOKEN_LEVEL
+from grpolab.method.kl import KL_ESTIMATORS, KL_PLACEMENTS, kl_in_reward
 from grpolab.method.ratios import RATIOS, TOKEN
 from grpolab.method.surrogates import SURROGATES
 
@@ -42,9 +43,9 @@ AXIS_CHOICES: Mapping[str, tuple[str, ...]] = _AxisChoices({
     "surrogate": SURROGATES,          # one entry per value: method/surrogates.py
     "aggregation": AGGREGATIONS,      # one entry per value: method/aggregations.py
     "ratio": RATIOS,                  # one entry per value: method/ratios.py
+    "kl_estimator": KL_ESTIMATORS,    # one entry per value: method/kl.py
+    "kl_placement": KL_PLACEMENTS,    # one entry per value: method/kl.py
 }, {
-    "kl_estimator": ("k1", "k2", "k3"),
-    "kl_placement": ("loss", "reward"),
     "sampling": ("static", "dynamic", "zero_variance_filter", "gfpo"),
     "gfpo_metric": ("length", "token_efficiency"),
     "entropy_mode": ("static", "adaptive", "adaptive_gated"),
@@ -233,9 +234,9 @@ def validate_spec(spec: MethodSpec) -> None:
 def _validate_advantage(spec: MethodSpec, entry) -> None:
     """The estimator's entry against the rest of the spec (method/advantages.py)."""
     _check(entry.missing is None, f"method.advantage={entry.name}: grpolab cannot train with it yet: {entry.missing}")
-    reward_kl = spec.kl_coef > 0 and spec.kl_placement == "reward"
+    reward_kl = kl_in_reward(spec)
     if entry.kl_reward_only and spec.kl_coef > 0:
-        _check(spec.kl_placement == "reward", f"method.advantage={entry.name} folds the KL into the reward: "
+        _check(reward_kl, f"method.advantage={entry.name} folds the KL into the reward: "
                                               "set kl_placement=reward (or kl_coef=0)")
     _check(entry.no_reward_kl is None or not reward_kl,
            f"method.advantage={entry.name}: {entry.no_reward_kl}; use kl_placement=loss")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.kl import KL_ESTIMATORS, KL_PLACEMENTS
 from grpolab.method.ratios import RATIOS
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATES
@@ -63,7 +64,7 @@ def trl_recipe(spec: MethodSpec) -> dict | None:
     if out.get("delta", math.inf) < 1.0 + spec.eps_high:
         return None   # TRL's delta caps rho for A < 0 exactly like dual-clip only when delta >= 1 + eps_high
     if spec.kl_coef > 0:
-        if spec.kl_estimator != "k3" or spec.kl_placement != "loss":
+        if not (KL_ESTIMATORS[spec.kl_estimator].trl and KL_PLACEMENTS[spec.kl_placement].trl):   # method/kl.py
             return None
         out.update(beta=spec.kl_coef, use_bias_correction_kl=spec.kl_ratio_correction)
         explained |= {"kl_coef", "kl_estimator", "kl_placement", "kl_ratio_correction"}

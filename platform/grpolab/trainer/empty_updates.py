@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from grpolab.errors import EmptyUpdatesError, EmptyUpdateWarning, warn_at_caller
+from grpolab.method.kl import kl_in_loss
 from grpolab.trainer import sampling
 from grpolab.trainer.rollouts import Generated, RolloutRow
 
@@ -18,7 +19,7 @@ class EmptyUpdateChecks:
     def _other_gradient_terms(self) -> list[str]:
         """Loss terms that give the policy a gradient when every advantage is 0."""
         spec, terms = self.spec, []
-        if spec.kl_coef > 0 and spec.kl_placement == "loss":
+        if kl_in_loss(spec):
             terms.append("in-loss KL")
         if self.entropy_coef_now or spec.entropy_mode != "static":
             terms.append("entropy bonus")

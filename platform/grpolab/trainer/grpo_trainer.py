@@ -21,9 +21,10 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from grpolab import algorithms
-from grpolab.algorithms.losses import kl_estimate
+from grpolab.algorithms.kl import kl_estimate
 from grpolab.errors import NonFiniteLossError
 from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.kl import kl_in_reward
 from grpolab.trainer import mlflow_report
 from grpolab.trainer import dropin
 from grpolab.trainer.correctness import CorrectnessRules
@@ -184,7 +185,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
 
     @property
     def _kl_in_reward(self) -> bool:
-        return self.spec.kl_coef > 0 and self.spec.kl_placement == "reward"
+        return kl_in_reward(self.spec)
 
     def _token_kl_penalty(self, out, mask):
         """beta * KL_t(pi_old || pi_ref) per token, detached: the reward-side KL (REINFORCE++, RLOO)."""

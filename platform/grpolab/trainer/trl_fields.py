@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from grpolab.method.advantages import ADVANTAGES, trl_advantage
+from grpolab.method.kl import TRL_KL, kl_in_loss
 from grpolab.method.ratios import trl_ratio
 from grpolab.method.spec import AXIS_CHOICES, MethodSpec, build_spec
 from grpolab.method.surrogates import SURROGATES, trl_target
@@ -93,11 +94,11 @@ def _surrogate_field(trl_field: str):
 
 
 def _beta(value, args, spec) -> dict:
-    return {"kl_coef": float(value), "kl_estimator": "k3", "kl_placement": "loss"} if value else {"kl_coef": 0.0}
+    return {"kl_coef": float(value), **TRL_KL} if value else {"kl_coef": 0.0}   # TRL_KL: method/kl.py
 
 
 def _bias_correction_kl(value, args, spec) -> dict:
-    return {"kl_ratio_correction": bool(value)} if spec.kl_coef > 0 and spec.kl_placement == "loss" else {}
+    return {"kl_ratio_correction": bool(value)} if kl_in_loss(spec) else {}
 
 
 def _ratio(value, args, spec) -> dict:
