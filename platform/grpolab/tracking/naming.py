@@ -15,6 +15,7 @@ import getpass
 from grpolab.method.advantages import SHARED_PARAMS, advantage_params
 from grpolab.method.advantages import readers as advantage_readers
 from grpolab.method.registry import METHODS
+from grpolab.method.sampler_corrections import logged
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES
 
@@ -88,10 +89,12 @@ def run_params(cfg) -> dict:
     model = {"path": cfg.model.path} if cfg.model.path is not None else {"preset": cfg.model.preset}
     if getattr(cfg.model, "revision", None) is not None:   # a hub id's revision (the commit is the grpolab.hub.model tag)
         model["revision"] = cfg.model.revision
+    g = cfg.generation   # a vLLM sampler: its correction and the bounds it reads (method/sampler_corrections.py)
+    sampler = {"generation": logged(g.is_correction, g.is_min, g.is_max)} if g.backend == "vllm" else {}
     return {"method": {"name": cfg.method_name, **method_params(cfg.spec)},
             "task": dict(cfg.task), "model": model, "warm_start": warm,
             "train": _core_or_changed(cfg.train, CORE_TRAIN), "eval": _core_or_changed(cfg.eval, CORE_EVAL),
-            "seed": cfg.seed}
+            **sampler, "seed": cfg.seed}
 
 
 def _core_or_changed(section, core: tuple[str, ...]) -> dict:
