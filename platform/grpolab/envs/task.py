@@ -18,6 +18,7 @@ from grpolab.envs.gridworld import GridWorld
 from grpolab.errors import ConfigError
 from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.kl import kl_in_reward
+from grpolab.method.sampling_modes import SAMPLING_MODES, sampling_modes
 from grpolab.world.tasks import Example
 
 OUTCOMES_KEPT = 200_000   # recorded (prompt, episode text) outcomes before the store is cleared
@@ -175,9 +176,9 @@ def check_episode_config(cfg, task) -> None:
             raise ConfigError(f"{section}.max_completion_length: episodes of task {name!r} are capped by task.max_turns "
                               f"and task.action_tokens ({task.max_completion_length} tokens now), not by a completion "
                               "cap; leave it 0")
-    if s.sampling != "static":
+    if SAMPLING_MODES[s.sampling].multi_turn is not None:
         raise ConfigError(f"method.sampling={s.sampling}: task {name!r} runs episodes through TRL's rollout_func; "
-                          "only sampling=static is supported")
+                          f"only sampling={' or '.join(sampling_modes(multi_turn=None))} is supported")
     why_not = ADVANTAGES[s.advantage].multi_turn
     if why_not is not None:
         usable = [e.name for e in ADVANTAGES.values() if e.multi_turn is None and e.missing is None]

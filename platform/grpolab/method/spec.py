@@ -17,8 +17,10 @@ from dataclasses import dataclass, fields
 from grpolab.errors import ConfigError
 from grpolab.method.advantages import ADVANTAGES, estimators
 from grpolab.method.aggregations import AGGREGATIONS, TOKEN_LEVEL
+from grpolab.method.entropy_modes import ENTROPY_MODES
 from grpolab.method.kl import KL_ESTIMATORS, KL_PLACEMENTS, kl_in_reward
 from grpolab.method.ratios import RATIOS, TOKEN
+from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.method.surrogates import SURROGATES
 
 
@@ -45,10 +47,10 @@ AXIS_CHOICES: Mapping[str, tuple[str, ...]] = _AxisChoices({
     "ratio": RATIOS,                  # one entry per value: method/ratios.py
     "kl_estimator": KL_ESTIMATORS,    # one entry per value: method/kl.py
     "kl_placement": KL_PLACEMENTS,    # one entry per value: method/kl.py
+    "sampling": SAMPLING_MODES,       # one entry per value: method/sampling_modes.py
+    "entropy_mode": ENTROPY_MODES,    # one entry per value: method/entropy_modes.py
 }, {
-    "sampling": ("static", "dynamic", "zero_variance_filter", "gfpo"),
     "gfpo_metric": ("length", "token_efficiency"),
-    "entropy_mode": ("static", "adaptive", "adaptive_gated"),
     "sampling_cap_policy": ("fill", "fail"),
     "sampling_filter": ("accuracy", "reward"),
     "episode_norm": ("episode", "step"),
@@ -198,17 +200,18 @@ def validate_spec(spec: MethodSpec) -> None:
     _check(0 < spec.tracker_decay <= 1, f"method.tracker_decay: must be in (0, 1], got {spec.tracker_decay}")
     _check(spec.overlong_buffer >= 0, f"method.overlong_buffer: must be >= 0 (0 = 20% of the cap), got {spec.overlong_buffer}")
     _check(spec.max_sampling_rounds >= 1, f"method.max_sampling_rounds: must be >= 1, got {spec.max_sampling_rounds}")
-    if spec.sampling in ("zero_variance_filter", "gfpo"):
+    sampling = SAMPLING_MODES[spec.sampling]
+    if sampling.drops_rows:
         _check(spec.aggregation in TOKEN_LEVEL,
                f"method.sampling={spec.sampling} drops completions from the token normaliser: use aggregation "
                + " or ".join(TOKEN_LEVEL))
     _check(spec.gfpo_keep >= 2, f"method.gfpo_keep: must be >= 2 (one retained completion is its own "
            f"baseline: A = 0 for every estimator, nothing trains), got {spec.gfpo_keep}")
-    _check(spec.sampling != "gfpo" or spec.surrogate != "group_dpo",
-           "method.sampling=gfpo with surrogate=group_dpo: the DPO pair is chosen on every completion's reward, "
+    _check(not sampling.retains or spec.surrogate != "group_dpo",
+           f"method.sampling={spec.sampling} with surrogate=group_dpo: the DPO pair is chosen on every completion's reward, "
            "so a rejected (loss-masked) completion could be the pair's best or worst: use another surrogate")
-    _check(spec.sampling != "gfpo" or spec.advantage in estimators(unscorable=True),
-           f"method.sampling=gfpo leaves the rejected completions out of the baselines (as rows without a reward): "
+    _check(not sampling.retains or spec.advantage in estimators(unscorable=True),
+           f"method.sampling={spec.sampling} leaves the rejected completions out of the baselines (as rows without a reward): "
            f"use advantage {' or '.join(estimators(unscorable=True))}, got {spec.advantage!r}")
     _check(spec.dpo_beta > 0, f"method.dpo_beta: must be > 0, got {spec.dpo_beta}")
     _check(spec.dro_beta > 0, f"method.dro_beta: must be > 0, got {spec.dro_beta}")

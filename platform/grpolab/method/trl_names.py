@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 
 from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.entropy_modes import ENTROPY_MODES
 from grpolab.method.kl import KL_ESTIMATORS, KL_PLACEMENTS
 from grpolab.method.ratios import RATIOS
 from grpolab.method.spec import MethodSpec
@@ -51,7 +52,7 @@ def trl_recipe(spec: MethodSpec) -> dict | None:
     level = RATIOS[spec.ratio].trl   # TRL's importance_sampling_level (method/ratios.py)
     if loss is None or advantage is None or level is None:
         return None
-    if spec.entropy_mode != "static":
+    if ENTROPY_MODES[spec.entropy_mode].adaptive:   # TRL's controller is not a recipe field here
         return None
     out = {"loss_type": loss, **advantage, "importance_sampling_level": level,
            "mask_truncated_completions": spec.overlong_filter, "top_entropy_quantile": spec.top_entropy_quantile,

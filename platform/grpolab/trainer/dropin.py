@@ -32,6 +32,7 @@ from grpolab.envs.task import check_episode_method
 from grpolab.method.requirements import filters_groups
 from grpolab.errors import GrpoLabWarning, warn_at_caller
 from grpolab.method.registry import METHODS
+from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.method.sampler_corrections import SAMPLER_CORRECTIONS, trl_sampler_correction
 from grpolab.method.spec import SPEC_FIELDS, MethodSpec, with_reward_weights
 from grpolab.tracking.naming import method_label, method_tags
@@ -147,7 +148,7 @@ def prepare(model, reward_funcs, args, train_dataset, method, correctness, trl_k
     kind, key = resolve_correctness(correctness, reward_func_names(funcs), train_dataset)
     spec = check_needs(method_name, spec, kind != "none")
     check_episode_axes(spec, trl_kwargs.get("rollout_func"))
-    if spec.sampling == "gfpo" and spec.gfpo_keep >= args.num_generations:
+    if SAMPLING_MODES[spec.sampling].retains and spec.gfpo_keep >= args.num_generations:
         raise ValueError(f"method {method_name!r}: gfpo_keep={spec.gfpo_keep} must be < GRPOConfig.num_generations "
                          f"({args.num_generations}): GFPO retains fewer completions per group than it samples")
     changed = [] if from_config else apply_method_settings(args, method_name, spec, regime, overridden)

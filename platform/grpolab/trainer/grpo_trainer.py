@@ -24,7 +24,9 @@ from grpolab import algorithms
 from grpolab.algorithms.kl import kl_estimate
 from grpolab.errors import NonFiniteLossError
 from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.entropy_modes import ENTROPY_MODES
 from grpolab.method.kl import kl_in_reward
+from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.trainer import mlflow_report
 from grpolab.trainer import dropin
 from grpolab.trainer.correctness import CorrectnessRules
@@ -128,7 +130,8 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:
             return super()._generate_and_score_completions(inputs)
-        if self.spec.sampling == "dynamic":
+        sampling = SAMPLING_MODES[self.spec.sampling]   # method/sampling_modes.py
+        if sampling.regenerates:
             batch = self._dynamic_sampling(inputs)
             out, rewards_k, rows, generated = batch.local, batch.rewards, batch.rows, batch.generated
         else:
@@ -136,7 +139,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
             rewards_k, rows = self._scored.rewards, self._scored.rows
             self._entropy_in_loss = self._loss_sees_pi_old_on_every_token(out)
             generated = Generated(rewards_k, rows, None if self._entropy_in_loss else self._entropy_sums(out))
-            if self.spec.sampling == "zero_variance_filter":
+            if sampling.drops_flat_groups:
                 self._filter_zero_variance(out, rewards_k, rows)
         G, device = self.num_generations, rewards_k.device
         n_local = out["completion_ids"].size(0)
@@ -151,7 +154,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
             if not ADVANTAGES[self.spec.advantage].kl_per_token:   # those fold it in per token
                 rewards_adj = total - seq_pen   # (N,): the weights are already in ``total``, never applied twice
         retained = None   # GFPO: the rows in the baselines; the group curves and the zero-advantage cause read them
-        if self.spec.sampling == "gfpo":
+        if sampling.retains:
             kept = self._gfpo(out, rewards_adj, start)
             rewards_adj, retained = kept.rewards, kept.retained
         reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.accelerator.num_processes > 1 else None
@@ -206,7 +209,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         no environment tokens) and no optimizer step before the last micro-batch (one pass, one
         optimizer step per generation). Then the loss's own token-weighted entropy is that curve,
         and ``_entropy_sums``' extra forward (13 % of a small-model fp32 step) is skipped."""
-        return (self.spec.sampling == "static" and not self.args.mask_truncated_completions
+        return (SAMPLING_MODES[self.spec.sampling].trains_every_row and not self.args.mask_truncated_completions
                 and "tool_mask" not in out and self.num_iterations == 1
                 and self.args.steps_per_generation == self.args.gradient_accumulation_steps)
 
@@ -350,7 +353,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         reduce_sum = self._reduce_sum if self.accelerator.num_processes > 1 else None
         if self.accelerator.sync_gradients:
             self._update_entropy_coef(self._step_entropy.emit(reduce_sum).get("trained/entropy"))
-            if self.spec.entropy_mode == "static" and self.entropy_coef_now:   # as TRL logs a static bonus
+            if not ENTROPY_MODES[self.spec.entropy_mode].adaptive and self.entropy_coef_now:   # as TRL logs a static bonus
                 self._metrics["train"]["entropy_coef"].append(self.entropy_coef_now)
         if (self._step + 1) % (self.args.steps_per_generation * self.num_iterations) == 0:
             for key, value in self._window.emit(reduce_sum).items():
@@ -388,7 +391,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         run trains as stock TRL's does."""
         super()._load_optimizer_and_scheduler(checkpoint)
         restored = checkpoint is not None and os.path.exists(os.path.join(checkpoint, "entropy_ctrl_state.json"))
-        if self.spec.entropy_mode == "adaptive_gated" and getattr(self, "use_adaptive_entropy", False) and restored:
+        if ENTROPY_MODES[self.spec.entropy_mode].gated and getattr(self, "use_adaptive_entropy", False) and restored:
             self.entropy_coef_now, self._last_entropy = float(self.entropy_coef), float(self._last_world_entropy)
 
     # -- logging ----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from grpolab.method.advantages import ADVANTAGES, trl_advantage
+from grpolab.method.entropy_modes import trl_entropy_mode
 from grpolab.method.kl import TRL_KL, kl_in_loss
 from grpolab.method.ratios import trl_ratio
 from grpolab.method.spec import AXIS_CHOICES, MethodSpec, build_spec
@@ -168,7 +169,7 @@ def _adaptive_entropy(value, args, spec) -> dict:
         raise NotImplementedError("GRPOConfig.use_adaptive_entropy=True with top_entropy_quantile < 1: TRL's "
                                   "controller measures the entropy of the selected tokens, grpolab's of every "
                                   "trained token; not implemented yet")
-    return {"entropy_mode": "adaptive_gated", "entropy_coef_step": float(args.entropy_coef_delta),
+    return {"entropy_mode": trl_entropy_mode(True), "entropy_coef_step": float(args.entropy_coef_delta),
             "entropy_target": float(args.entropy_target), "entropy_coef_min": float(args.entropy_coef_min),
             "entropy_coef_max": float(args.entropy_coef_max)}
 

@@ -10,6 +10,7 @@ the caller's announcement. Loss types and clip bounds come from the surrogate re
 from __future__ import annotations
 
 from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.entropy_modes import ENTROPY_MODES
 from grpolab.method.ratios import RATIOS
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATES
@@ -60,7 +61,8 @@ def trl_settings(spec: MethodSpec) -> dict:
         "importance_sampling_level": RATIOS[spec.ratio].trl or _NoEquivalent(f"ratio={spec.ratio}"),
         "top_entropy_quantile": spec.top_entropy_quantile,
         "use_bias_correction_kl": spec.kl_ratio_correction,
-        "entropy_coef": spec.entropy_coef if spec.entropy_mode == "static" else _NoEquivalent("adaptive entropy bonus"),
+        "entropy_coef": (_NoEquivalent("adaptive entropy bonus") if ENTROPY_MODES[spec.entropy_mode].adaptive
+                         else spec.entropy_coef),
     }
 
 
