@@ -276,7 +276,7 @@ def test_ladder_table_and_dashboard_open_with_one_answer_line_per_rung(ladder, s
     delta, half = frame.delta_vs_prev.iloc[1], frame.delta_ci95.iloc[1]
     assert lines[1] == f"- GRPO: reference, mean {frame['mean'].iloc[0]:.3f} (2 seeds)"
     interval = "[interval not measured]" if math.isnan(half) else f"[{delta - half:+.3f}, {delta + half:+.3f}]"
-    assert lines[2] == f"- + Clip-Higher: {frame.verdict_vs_prev.iloc[1]}, {delta:+.3f} {interval} (2 seeds)"
+    assert lines[2] == f"- + Clip-Higher: {frame.verdict_vs_prev.iloc[1]}, {delta:+.3f} {interval} (2 paired seeds)"
     assert lines[3] == "" and lines[4].startswith("dash_ladder: final:eval/pass_at_1")   # then the caption
     page = build_dashboard(shared_state, tmp_path / "answer.html", str(ladder)).read_text()
     body = page.split("<body>", 1)[1]

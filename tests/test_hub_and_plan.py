@@ -196,7 +196,7 @@ def test_plan_of_a_small_study_is_computed_by_hand_without_torch(tmp_path):
 
 
 def test_plan_counts_the_final_benchmark_and_the_seeds_on_demand_by_hand(tmp_path):
-    study = {**SMALL, "seeds": {"first": 3, "batch": 3, "cap": 9}, "smallest_effect": 0.02,
+    study = {**SMALL, "seeds": {"first": 3, "batch": 3, "cap": 9, "max_rows": 14}, "smallest_effect": 0.02,
              "base": {**SMALL["base"], "eval": {**SMALL["base"]["eval"], "final_prompts": 20, "final_k": 5}}}
     path = tmp_path / "plan_final.yaml"
     path.write_text(yaml.safe_dump(study))
@@ -206,7 +206,8 @@ def test_plan_counts_the_final_benchmark_and_the_seeds_on_demand_by_hand(tmp_pat
     rows = {line.split()[0]: line.split() for line in out.splitlines() if line.startswith("r")}
     assert rows["r0"][-4:] == ["4", "2,400", "2", "1.11"]
     assert ("seeds on demand: first batch 3 seeds = 6 rows, 24,000 tokens, 6.67 GPU-hours; then 3 more per look "
-            "until every rung is decided, at most 9 seeds = 18 rows, 72,000 tokens, 20.00 GPU-hours") in out
+            "until every rung is decided, at most 9 seeds = 18 rows, 72,000 tokens, 20.00 GPU-hours; no look past 14 rows "
+            "(7 seeds of every rung)") in out
 
 
 @pytest.mark.parametrize("study", ["dapo_table1_qwen", "dr_grpo_length_qwen"])

@@ -29,7 +29,7 @@ def test_final_benchmark_is_one_set_for_every_seed_and_rung_and_disjoint_from_tr
             cfg = build_config(study.rung_experiment(rung, seed))
             task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
             train, held_out = run_splits(cfg, task)
-            assert len(held_out) == cfg.eval.final_prompts == 1024 and cfg.eval.final_k == 8
+            assert len(held_out) == cfg.eval.final_prompts == 1024 and cfg.eval.final_k == 4
             assert not set(_prompts(train)) & set(_prompts(held_out))       # this seed's train stream
             assert len(train) == cfg.train.n_train_prompts
             benchmarks.add(tuple(_prompts(held_out)))
@@ -53,9 +53,10 @@ def test_per_seed_held_out_sets_differ_without_a_fixed_seed():
 
 def test_design_choices_are_recorded_as_deviations():
     study = load_study(LADDER)
-    assert study.name == "dapo_table1_v2" and study.seeds == tuple(range(16)) and tuple(study.on_demand) == (16, 48)
-    changes = " ".join(d.change for d in study.deviations if d.date == "2026-11-26")
-    for part in ("benchmark", "warm start", "seeds on demand"):
+    assert study.name == "dapo_table1_v3" and study.seeds == tuple(range(16))
+    assert tuple(study.on_demand) == (16, 64, 320)
+    changes = " ".join(d.change for d in study.deviations if d.date in ("2026-11-26", "2026-11-27"))
+    for part in ("benchmark", "warm start", "seeds on demand", "avg@4", "max_rows 320", "cap 48 -> 64"):
         assert part in changes
 
 
@@ -63,9 +64,12 @@ def test_design_choices_are_recorded_as_deviations():
     ({"first": 16, "batch": 16}, "exactly first, batch, cap"),
     ({"first": 16, "batch": 0, "cap": 48}, "batch >= 1"),
     ({"first": 50, "batch": 16, "cap": 48}, "first <= cap"),
+    ({"first": 16, "batch": 16, "cap": 48, "max_rows": 0}, "seeds.max_rows: need a positive integer"),
+    ({"first": 16, "batch": 16, "cap": 48, "max_row": 300}, "optionally max_rows"),
 ])
 def test_bad_seeds_design_is_refused(tmp_path, seeds, message):
-    text = LADDER.read_text().replace("seeds: {first: 16, batch: 16, cap: 48}", f"seeds: {seeds}")
+    text = LADDER.read_text().replace("seeds: {first: 16, batch: 16, cap: 64, max_rows: 320}", f"seeds: {seeds}")
+    assert text != LADDER.read_text()
     path = tmp_path / "ladder.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=message):
@@ -104,3 +108,39 @@ def test_study_adds_seeds_on_demand_by_default_and_fixed_seeds_runs_the_first_on
     assert SEQUENTIAL_ATTR not in fixed.user_attrs and len([t for t in fixed.trials if t.state.name == "COMPLETE"]) == 4
     assert main([*state, "study", str(tmp_path / "on_demand_fixed.yaml"), "--fixed-seeds", "--until-decided"]) == 2
     assert "--fixed-seeds: not with --until-decided" in capsys.readouterr().err
+
+
+def test_seeds_on_demand_run_only_the_rows_undecided_rungs_need(tmp_path, shared_state, capsys):
+    """A rung settled at a look gets no more pairs unless a neighbour needs its rows: here rung b
+    raises the upper clip of a 1-step on-policy run, where the ratio is exactly 1, so its
+    mechanism (clipped fraction above a floor) did not act and it is settled at look 1; rung c is
+    underpowered at 2 seeds, so the added seed runs rungs b and c only, and the table's answer
+    line counts b's pairs at the look that settled it. The third look would pass the design's
+    max_rows, so it is not started."""
+    import yaml
+
+    from grpolab.analysis.ablation import ladder_table, ladder_rows, load_results
+    from grpolab.analysis.until_decided import rows_needed
+    from grpolab.cli import main
+    from grpolab.report.tables import answer_lines
+    from conftest import tiny_two_rung_ladder
+    assert rows_needed([2, 4]) == (1, 2, 3, 4) and rows_needed([1]) == (0, 1)
+    study = tiny_two_rung_ladder(name="stop_per_rung", seeds={"first": 2, "batch": 1, "cap": 4, "max_rows": 8})
+    study["base"]["eval"] = {"prompts": 32, "k": 2}
+    study["rungs"] = [{"name": "a"}, {"name": "b", "changes": {"method.eps_high": 0.28},
+                       "mechanism": {"metric": "tail:clip/high_fraction", "at_least": 0.5}},
+                      {"name": "c", "changes": {"train.learning_rate": 0.003}}]
+    path = tmp_path / "stop_per_rung.yaml"
+    path.write_text(yaml.safe_dump(study))
+    assert main(["--state", str(shared_state), "study", str(path), "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    cfg, optuna_study = load_results(str(path), shared_state, None)
+    rows = ladder_rows(optuna_study, cfg)
+    done = rows[rows.state == "COMPLETE"]
+    assert "look 2/3 runs rungs 1, 2 (the paired differences of undecided rungs 2)" in out
+    assert "look 3/3 not run: its 2 rows would take the study past max_rows 8 (8 rows ran)" in out
+    assert sorted(map(tuple, done[["rung", "seed"]].values.tolist())) == [
+        (0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
+    frame = ladder_table(rows, cfg, 0, shared_state)
+    assert list(frame.pairs.iloc[1:]) == [2, 3]
+    assert answer_lines(frame)[1].endswith("(2 paired seeds)")

@@ -455,6 +455,44 @@ def test_entropy_curve_is_the_same_whether_or_not_the_loss_forward_supplies_it(t
             [v for _, v in curves[True]["trained/entropy"]], rel=1e-6)
 
 
+@pytest.mark.parametrize("overlong_filter", [False, True])
+def test_entropy_curve_from_trls_old_log_prob_pass_equals_its_own_forward(tiny_model_dir, tmp_path, overlong_filter):
+    """With rollout reuse TRL forwards pi_old for the old log-probs; the entropy curve takes its
+    values from that pass instead of a second forward. Truncated rows, whose attention TRL zeroes
+    under the overlong filter, are forwarded again alone: the curve must equal the one from a
+    whole second forward, and the captured pass must have been used (fewer forwarded rows)."""
+    from trl import GRPOTrainer
+
+    from grpolab.method.spec import build_spec
+
+    def coin(prompts, completions, idx, **kw):
+        return [float((len(c) + j) % 2) for j, c in enumerate(completions)]
+    curves, forwarded = {}, {}
+    for captured in (True, False):
+        spec = build_spec({"kl_coef": 0.0, "overlong_filter": overlong_filter})
+        t, _ = _trainer(str(tiny_model_dir), tmp_path / str(captured), spec, [coin], max_steps=4, logging_steps=1,
+                        learning_rate=0.05, num_iterations=2)
+        rows = forwarded[captured] = []
+        original = t._get_per_token_logps_and_entropies
+
+        def counted(model, input_ids, *args, original=original, rows=rows, **kwargs):
+            if kwargs.get("compute_entropy") and not torch.is_grad_enabled():   # the curve's own forward
+                rows.append(input_ids.size(0))
+            return original(model, input_ids, *args, **kwargs)
+        t._get_per_token_logps_and_entropies = counted
+        if not captured:
+            t._trl_round = lambda inputs, t=t: GRPOTrainer._generate_and_score_completions(t, inputs)
+        t.train()
+        curves[captured] = [(h["step"], h["entropy"]) for h in t.state.log_history if "entropy" in h]
+    assert len(curves[True]) >= 2 and [s for s, _ in curves[True]] == [s for s, _ in curves[False]]
+    assert [v for _, v in curves[True]] == pytest.approx([v for _, v in curves[False]], rel=1e-5)
+    assert forwarded[False] == [8, 8] and sum(forwarded[True]) < 16   # 2 generations of 8 rows
+    if overlong_filter:   # the truncated rows only, in the rounds that had any
+        assert forwarded[True] and all(0 < n <= 8 for n in forwarded[True])
+    else:
+        assert forwarded[True] == []
+
+
 def undefined_keys(keys) -> list[str]:
     """Logged metric names (as MLflow stores them) that no definition covers; ``<...>`` in a
     definition's name stands for one path segment."""

@@ -192,7 +192,7 @@ def _cmd_study(args) -> int:
         from grpolab.analysis.until_decided import run_until_decided
         code = run_until_decided(args.study, state_path(args.state), args.storage, args.workers or 1, on_demand.cap,
                                  on_demand.batch, retry_failed=args.retry_failed, accept_changed=args.accept_changed,
-                                 publish=record_study_tables)
+                                 publish=record_study_tables, max_rows=on_demand.max_rows)
     else:
         code = run_study(args.study, state_path(args.state), args.storage, args.workers, args.retry_failed,
                          accept_changed=args.accept_changed, publish=record_study_tables,
@@ -233,7 +233,7 @@ def _seeds_on_demand(args):
     cap = args.max_seeds if args.max_seeds is not None else (design.cap if design else None)
     if cap is None:
         raise ConfigError("--until-decided needs --max-seeds N (or a study file with seeds: {first, batch, cap})")
-    return SeedsOnDemand(args.batch or (design.batch if design else 2), cap)
+    return SeedsOnDemand(args.batch or (design.batch if design else 2), cap, design.max_rows if design else None)
 
 
 def _print_study_location(args) -> None:

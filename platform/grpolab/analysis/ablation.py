@@ -49,7 +49,7 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
         done = rows[(rows.rung == i) & (rows.state == "COMPLETE")]
         mean, half = mean_ci(list(done.value))
         entry = {"rung": rung.name, "n": len(done), "censored": int(done.censored.sum()), "mean": mean, "ci95": half,
-                 "delta_vs_prev": math.nan, "delta_ci95": math.nan, "published": rung.published, "verdict_vs_prev": "",
+                 "pairs": math.nan, "delta_vs_prev": math.nan, "delta_ci95": math.nan, "published": rung.published, "verdict_vs_prev": "",
                  "why": "", "tests": "", "familywise": "", "mechanism": "",
                  "missing_or_failed": ", ".join(f"s{s}:{st}" for s, st in
                                                 rows[(rows.rung == i) & (rows.state != "COMPLETE")][["seed", "state"]].values)}
@@ -59,6 +59,7 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
             mine = done.set_index("seed").value
             deltas = [mine[s] - prev[s] for s in sorted(set(mine.index) & set(prev.index))]
             entry["delta_vs_prev"], entry["delta_ci95"] = mean_ci(deltas, level)   # = the verdict's t-interval
+            entry["pairs"] = len(deltas)   # below n where seeds on demand stopped adding this rung's pairs
             if rv.verdict is None:
                 entry["verdict_vs_prev"] = f"not judged: no smallest_effect for {cfg.objectives[objective].metric}"
             else:

@@ -76,19 +76,19 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
     out = []
     for i in range(1, len(cfg.rungs)):
         direction = rung_direction(cfg, i, objective)
+        value, mech = None, cfg.rungs[i].mechanism
+        if mech is not None:   # measured even where nothing is judged: the table shows it either way
+            on = i if mech.rows == "this" else i - 1
+            value = mean_window(mech.metric, [histories(r) for r in done[done.rung == on].run_id])
         if obj.smallest_effect is None:
-            out.append(RungVerdict(i, direction, None))
+            out.append(RungVerdict(i, direction, None, value))
             continue
         mine, before = (done[done.rung == r].set_index("seed") for r in (i, i - 1))
         common = sorted(set(mine.index) & set(before.index))
         diffs = {int(s): float(mine.value[s] - before.value[s]) for s in common}
         v = paired_verdict(diffs, direction, obj.smallest_effect, level, looks)
         v = with_censoring(v, int(mine.censored[common].sum()), int(before.censored[common].sum()), obj.metric)
-        value = None
-        mech = cfg.rungs[i].mechanism
         if mech is not None:
-            on = i if mech.rows == "this" else i - 1
-            value = mean_window(mech.metric, [histories(r) for r in done[done.rung == on].run_id])
             v = with_mechanism(v, mech.metric, value, mech.at_least, f"{cfg.rungs[on].name!r} rows")
         out.append(RungVerdict(i, direction, v, value))
     judged = [r for r in out if r.verdict is not None]

@@ -15,10 +15,13 @@ from grpolab.tracking.stores import init_tracking_store
 
 
 def run_until_decided(path: str, state: Path, storage_url: str | None, workers: int, max_seeds: int, batch: int,
-                      echo=print, retry_failed: bool = False, accept_changed: bool = False, publish=None) -> int:
+                      echo=print, retry_failed: bool = False, accept_changed: bool = False, publish=None,
+                      max_rows: int | None = None) -> int:
     """``grpolab study LADDER --until-decided --max-seeds N``: run the ladder, then add ``batch``
     paired seeds at a time until every judged rung is decided (or its mechanism did not act) or N
-    seeds ran; each of the K planned looks is judged at level 1 - 0.05/K (``inference``), which the
+    seeds ran; the seeds of a later look run only the rungs undecided rungs need (``rows_needed``),
+    and a look whose rows would take the study past ``max_rows`` is not started (fewer looks than
+    planned keep every interval's level: each look is judged at 1 - 0.05/K whatever follows); each of the K planned looks is judged at level 1 - 0.05/K (``inference``), which the
     study keeps, so its table and dashboard state the same level. Returns run_study's exit code."""
     from grpolab.studies.coordinator import run_study
     from grpolab.studies.storage import add_seeds, default_storage, record_sequential
@@ -36,9 +39,9 @@ def run_until_decided(path: str, state: Path, storage_url: str | None, workers: 
     Path(state).mkdir(parents=True, exist_ok=True)
     init_tracking_store(state)
     record_sequential(cfg, storage, looks, level)
-    code = 0
+    code, needed = 0, None
     for j, n in enumerate(looks, 1):
-        add_seeds(cfg, storage, n)
+        add_seeds(cfg, storage, n, needed)
         code = run_study(path, state, storage_url, workers, retry_failed, echo=echo, accept_changed=accept_changed,
                          publish=publish)
         if code:
@@ -49,6 +52,26 @@ def run_until_decided(path: str, state: Path, storage_url: str | None, workers: 
         verdicts = [r.verdict for r in rung_verdicts(rows, cfg_now, 0, state, level, len(looks))[1]]
         echo(f"look {j}/{len(looks)} at {n} seeds (per-look level {100 * level:.4g} %): "
              + ", ".join(v.verdict for v in verdicts if v is not None))
-        if all(v is None or v.verdict in (*DECIDED, NO_MECHANISM) for v in verdicts):
+        open_rungs = [i for i, v in enumerate(verdicts, 1) if v is not None and v.verdict not in (*DECIDED, NO_MECHANISM)]
+        if not open_rungs:
             break
+        needed = rows_needed(open_rungs)
+        if j == len(looks):
+            break
+        more = len(needed) * (looks[j] - n)
+        if max_rows is not None and len(rows) + more > max_rows:
+            echo(f"look {j + 1}/{len(looks)} not run: its {more} rows would take the study past max_rows {max_rows} "
+                 f"({len(rows)} rows ran); the undecided rungs say how many seeds they need")
+            break
+        echo(f"look {j + 1}/{len(looks)} runs rungs {', '.join(str(r) for r in needed)} "
+             f"(the paired differences of undecided rungs {', '.join(str(r) for r in open_rungs)})")
     return code
+
+
+def rows_needed(open_rungs: list[int]) -> tuple[int, ...]:
+    """The rungs a new seed must run so that every undecided rung i gets one more paired
+    difference (rung i minus rung i - 1); a decided rung keeps the seeds of the look that decided
+    it, unless a neighbour's difference needs its rows. Stopping a rung once it is decided spends
+    no error rate: under the Bonferroni plan every look's interval holds at once, so the
+    interval at whichever look a rung last ran is valid at the plan's level."""
+    return tuple(sorted({r for i in open_rungs for r in (i - 1, i)}))

@@ -107,14 +107,16 @@ def bench_workers(state: Path, rows: int = 8, steps: int = 20, repeats: int = 1)
     from grpolab.experiment.runner import run_experiment
     folder = Path(tempfile.mkdtemp(prefix="grpolab-bench-workers-"))
     load_before = os.getloadavg()[0]
-    # the seeds' warm starts, trained (or found in the cache) outside the timing
+    # the seeds' warm starts, trained (or found in the cache) outside the timing; the shortest run
+    # the ladder's settings allow is one rollout's updates
     ladder = _ladder()
+    one_rollout = ladder["base"]["train"].get("minibatches", 1) * ladder["base"]["train"].get("num_iterations", 1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # the ladder's own regime notes: irrelevant to a throughput benchmark
         for seed in SEEDS:
             warm = build_config({**ladder["base"], "name": "bench-warm", "seed": seed,
                                  "tracking": {"experiment": "grpolab-bench"},
-                                 "train": {**ladder["base"]["train"], "steps": 1},
+                                 "train": {**ladder["base"]["train"], "steps": one_rollout},
                                  "eval": {**ladder["base"].get("eval", {}), "every": 0, "prompts": 4, "k": 1}})
             run_experiment(warm, state)
     measured: dict[str, dict[str, list[float]]] = {name: {"wall": [], "cpu": [], "span": []} for name in CONFIGS}

@@ -31,7 +31,7 @@ from grpolab.report.verdict_page import (  # rung verdicts: effect + paired t CI
 from grpolab.report.layout import SEED_VIEWS, check_choice, load_layout  # noqa: F401 (load_layout re-exported)
 from grpolab.studies.definition import load_study
 
-COUNT_COLUMNS = ("n", "censored", "seeds", "seeds_needed", "seeds_for_power", "seeds for 80% power")   # integers on the page
+COUNT_COLUMNS = ("n", "pairs", "censored", "seeds", "seeds_needed", "seeds_for_power", "seeds for 80% power")   # integers on the page
 
 
 def optuna_figures(study) -> tuple[list[tuple[str, go.Figure]], list[str]]:

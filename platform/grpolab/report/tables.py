@@ -47,13 +47,13 @@ def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: 
 
 def answer_lines(frame: pd.DataFrame) -> list[str]:
     """One line per rung, the answer first: its label, its paired effect on the previous rung with
-    the interval the label was judged on, and the seeds used. The first rung is the reference."""
+    the interval the label was judged on, and the paired seeds it used. The first rung is the reference."""
     lines = []
     for row in frame.itertuples(index=False):
-        seeds = f"{int(row.n)} seed{'s' if row.n != 1 else ''}"
         if pd.isna(row.delta_vs_prev):
-            lines.append(f"{row.rung}: reference, mean {row.mean:.3f} ({seeds})")
+            lines.append(f"{row.rung}: reference, mean {row.mean:.3f} ({int(row.n)} seed{'s' if row.n != 1 else ''})")
             continue
+        seeds = f"{int(row.pairs)} paired seed{'s' if row.pairs != 1 else ''}"
         low, high = row.delta_vs_prev - row.delta_ci95, row.delta_vs_prev + row.delta_ci95
         interval = f"[{low:+.3f}, {high:+.3f}]" if not pd.isna(row.delta_ci95) else "[interval not measured]"
         lines.append(f"{row.rung}: {row.verdict_vs_prev or 'not judged'}, {row.delta_vs_prev:+.3f} {interval} ({seeds})")

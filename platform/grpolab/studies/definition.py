@@ -72,6 +72,7 @@ class StudyConfig:
     published_source: str = ""
     deviations: tuple = ()          # preregistration.Deviation entries: changes made after seeing results
     added_seeds: tuple = ()         # seeds added on demand (studies.add_seeds), also in ``seeds``
+    seed_rungs: dict = field(default_factory=dict)   # added seed -> the rungs it runs, where not all (add_seeds)
     on_demand: SeedsOnDemand | None = None   # seeds: {first, batch, cap}: `grpolab study` adds seeds until decided
     description: str = ""
     space: dict = field(default_factory=dict)
@@ -84,8 +85,10 @@ class StudyConfig:
     launcher: LaunchOptions = LaunchOptions()  # how rows are launched (launch_options.py); not in the definition hash
 
     def rows(self) -> list[tuple[int, int]]:
-        """(rung index, seed) for every row of a ladder."""
-        return [(r, s) for r in range(len(self.rungs)) for s in self.seeds]
+        """(rung index, seed) for every row of a ladder: every rung for the file's seeds; a seed
+        added on demand runs only the rungs its look still needed (``seed_rungs``)."""
+        every = range(len(self.rungs))
+        return [(r, s) for r in every for s in self.seeds if r in self.seed_rungs.get(s, every)]
 
     def rung_experiment(self, rung: int, seed: int) -> dict:
         """The experiment dict of one ladder row: base + changes of rungs 0..rung, cumulative."""
@@ -150,28 +153,35 @@ _SEARCH_KEYS = {"kind", "name", "description", "base", "seeds", "metric", "objec
 
 
 class SeedsOnDemand(NamedTuple):
-    """``seeds: {first, batch, cap}``: run seeds 0..first-1, then add ``batch`` paired seeds per look
-    until every judged rung is decided or ``cap`` seeds ran (analysis/until_decided.py)."""
+    """``seeds: {first, batch, cap[, max_rows]}``: run seeds 0..first-1, then add ``batch`` paired
+    seeds per look until every judged rung is decided or ``cap`` seeds ran; ``max_rows``: a look
+    is not started when the rows it needs would take the study past that many rows (its time
+    bound; analysis/until_decided.py)."""
     batch: int
     cap: int
+    max_rows: int | None = None
 
 
 SEEDS_ON_DEMAND_KEYS = ("first", "batch", "cap")
+SEEDS_ON_DEMAND_OPTIONAL = ("max_rows",)
 
 
 def _seeds(raw, kind: str) -> tuple[tuple[int, ...], SeedsOnDemand | None]:
-    """A list of paired seeds, or a ladder's ``{first, batch, cap}`` design (seeds 0..first-1 first)."""
+    """A list of paired seeds, or a ladder's ``{first, batch, cap[, max_rows]}`` design (seeds
+    0..first-1 first)."""
     if isinstance(raw, dict) and kind == "ladder":
-        unknown = set(raw) - set(SEEDS_ON_DEMAND_KEYS)
-        if unknown or set(raw) != set(SEEDS_ON_DEMAND_KEYS):
+        if not set(SEEDS_ON_DEMAND_KEYS) <= set(raw) <= set(SEEDS_ON_DEMAND_KEYS + SEEDS_ON_DEMAND_OPTIONAL):
             raise ConfigError(f"seeds: a seeds-on-demand design needs exactly {', '.join(SEEDS_ON_DEMAND_KEYS)} "
-                              f"(positive integers), got {sorted(raw)}")
+                              f"(positive integers), and optionally max_rows, got {sorted(raw)}")
         first, batch, cap = (raw[k] for k in SEEDS_ON_DEMAND_KEYS)
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (first, batch, cap)) or not (
                 2 <= first <= cap and batch >= 1):
             raise ConfigError(f"seeds: need integers 2 <= first <= cap and batch >= 1, got first={first!r}, "
                               f"batch={batch!r}, cap={cap!r}")
-        return tuple(range(first)), SeedsOnDemand(batch, cap)
+        max_rows = raw.get("max_rows")
+        if max_rows is not None and (not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 1):
+            raise ConfigError(f"seeds.max_rows: need a positive integer (the most rows the study may run), got {max_rows!r}")
+        return tuple(range(first)), SeedsOnDemand(batch, cap, max_rows)
     if (not isinstance(raw, list) or not raw or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                         for s in raw) or len(set(raw)) != len(raw)):
         raise ConfigError(f"seeds: expected a non-empty list of distinct non-negative integers"

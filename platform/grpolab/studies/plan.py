@@ -83,7 +83,7 @@ class StudyPlan:
     rows: list[RowPlan]
     expected: int | None          # plan.expected_completion_tokens
     devices_source: str
-    on_demand: tuple | None = None                     # (batch, cap) of a ladder's seeds: {first, batch, cap}
+    on_demand: tuple | None = None                     # (batch, cap, max_rows) of a ladder's seeds: {first, batch, cap}
     needs: list[str] = field(default_factory=list)     # what the running machine needs (grpolab.planning)
     notes: list[str] = field(default_factory=list)     # ladder checks, search caveats
 
@@ -159,14 +159,15 @@ def _task_cap(cfg) -> int:
 
 def _on_demand_line(plan: StudyPlan, tokens_per_second: float | None) -> str:
     """What the first batch of seeds costs and what the cap would: rows, tokens, GPU-hours."""
-    batch, cap = plan.on_demand
+    batch, cap, max_rows = plan.on_demand
 
     def cost(seeds: int) -> str:
         share = seeds / plan.seeds
         text = f"{seeds} seeds = {round(plan.total_rows * share)} rows, {plan.total_tokens * share:,.0f} tokens"
         return text + (f", {plan.gpu_hours(tokens_per_second) * share:,.2f} GPU-hours" if tokens_per_second else "")
+    bound = f"; no look past {max_rows} rows ({max_rows / len(plan.rows):.4g} seeds of every rung)" if max_rows else ""
     return (f"seeds on demand: first batch {cost(plan.seeds)}; then {batch} more per look until every rung is decided, "
-            f"at most {cost(cap)}")
+            f"at most {cost(cap)}{bound}")
 
 
 def render_plan(plan: StudyPlan, tokens_per_second: float | None = None) -> str:

@@ -118,7 +118,7 @@ def definition_hash(cfg) -> str:
     payload = {"base": cfg.base, "rungs": [(r.name, r.changes) for r in cfg.rungs], "space": cfg.space,
                "seeds": list(cfg.seeds), "objectives": [(o.metric, o.direction) for o in cfg.objectives]}
     if getattr(cfg, "on_demand", None) is not None:   # the seeds-on-demand design is registered too
-        payload["seeds_on_demand"] = list(cfg.on_demand)
+        payload["seeds_on_demand"] = [d for d in cfg.on_demand if d is not None]   # max_rows only where set
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 

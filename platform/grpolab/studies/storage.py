@@ -94,23 +94,38 @@ def load_for_worker(cfg: StudyConfig, storage_url: str) -> optuna.Study:
 SEEDS_ADDED_ATTR = "grpolab_seeds_added"
 
 
+SEED_RUNGS_ATTR = "grpolab_seed_rungs"
+
+
 def with_added_seeds(cfg: StudyConfig, study: optuna.Study) -> StudyConfig:
     """The study's seeds: the file's, then those added on demand (``verdicts --until-decided``),
-    which the Optuna study keeps, so every worker, table and verdict sees the same rows."""
+    which the Optuna study keeps, so every worker, table and verdict sees the same rows; an added
+    seed that runs only some rungs carries them (``StudyConfig.seed_rungs``)."""
     added = tuple(s for s in study.user_attrs.get(SEEDS_ADDED_ATTR, []) if s not in cfg.seeds)
-    return dataclasses.replace(cfg, seeds=cfg.seeds + added, added_seeds=cfg.added_seeds + added) if added else cfg
+    if not added:
+        return cfg
+    rungs = {int(s): tuple(r) for s, r in study.user_attrs.get(SEED_RUNGS_ATTR, {}).items()}
+    return dataclasses.replace(cfg, seeds=cfg.seeds + added, added_seeds=cfg.added_seeds + added,
+                               seed_rungs={**cfg.seed_rungs, **rungs})
 
 
-def add_seeds(cfg: StudyConfig, storage_url: str, count: int) -> StudyConfig:
+def add_seeds(cfg: StudyConfig, storage_url: str, count: int, rungs: tuple[int, ...] | None = None) -> StudyConfig:
     """Make the study's paired seeds at least ``count``: new seeds are max(seed) + 1, + 2, ... (a
-    seed's rows, warm start and eval set depend on the seed only, so earlier rows stay valid)."""
+    seed's rows, warm start and eval set depend on the seed only, so earlier rows stay valid).
+    ``rungs``: the only rungs the new seeds run (the rows the undecided rungs' paired differences
+    need); None: every rung."""
     study = create_or_load(cfg, storage_url)
     cfg = with_added_seeds(cfg, study)
     if len(cfg.seeds) >= count:
         return cfg
     new = tuple(range(max(cfg.seeds) + 1, max(cfg.seeds) + 1 + count - len(cfg.seeds)))
+    if rungs is not None:   # written before the seeds, so no worker sees a new seed without its rungs
+        study.set_user_attr(SEED_RUNGS_ATTR, {**study.user_attrs.get(SEED_RUNGS_ATTR, {}),
+                                              **{str(s): sorted(rungs) for s in new}})
     study.set_user_attr(SEEDS_ADDED_ATTR, [*study.user_attrs.get(SEEDS_ADDED_ATTR, []), *new])
-    return dataclasses.replace(cfg, seeds=cfg.seeds + new, added_seeds=cfg.added_seeds + new)
+    only = {s: tuple(sorted(rungs)) for s in new} if rungs is not None else {}
+    return dataclasses.replace(cfg, seeds=cfg.seeds + new, added_seeds=cfg.added_seeds + new,
+                               seed_rungs={**cfg.seed_rungs, **only})
 
 
 SEQUENTIAL_ATTR = "grpolab_sequential"

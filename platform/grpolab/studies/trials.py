@@ -216,8 +216,11 @@ def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=Non
     study = load_for_worker(cfg, storage_url)   # created by the coordinator; a worker never creates one
     cfg = with_added_seeds(cfg, study)
     parent = study.user_attrs[PARENT_RUN_ATTR]
+    rows_run = 0
     with signals_raise(), timeouts_interrupt(), job_end_raises():
         while True:
+            if rows_run == 1:
+                freeze_long_lived_objects()
             if after_trial is not None:
                 after_trial()
             if cfg.kind == "search":
@@ -228,5 +231,16 @@ def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=Non
             raise_if_signalled()   # a SIGTERM swallowed outside a trial still stops the worker
             if not run_one_trial(study, cfg, state, parent, procs_per_row, storage_url):
                 return
+            rows_run += 1
+
+
+def freeze_long_lived_objects() -> None:
+    """After a worker's first row: what survives it (torch, transformers, TRL, MLflow and their
+    caches, ~10^6 objects) is moved out of the collector's reach (``gc.freeze``), so the full
+    collection the trainer runs at the end of every row (accelerate's ``free_memory``) walks only
+    a row's own objects: 0.36 s of a ~6 s toy row before, ~0 after (measured on 2 cores)."""
+    import gc
+    gc.collect()
+    gc.freeze()
 
 

@@ -35,7 +35,7 @@ class GroupSampling:
         pool, rewards, rows, round_inputs = [], [], [], inputs
         entropy = torch.zeros(2, dtype=torch.float64)
         for round_no in range(1, self.spec.max_sampling_rounds + 1):
-            out = super()._generate_and_score_completions(round_inputs)
+            out = self._trl_round(round_inputs)
             entropy += self._entropy_sums(out)
             pool.append(self._gather_rows(out))
             rewards.append(self._scored.rewards)

@@ -36,12 +36,14 @@ from grpolab.trainer.entropy_control import EntropyController
 from grpolab.trainer.loss_stats import WindowStats, weighted
 from grpolab.trainer.metrics import rollout_metrics, trained_metrics
 from grpolab.trainer.group_sampling import GroupSampling
+from grpolab.trainer.pi_old_entropy import PiOldEntropy
 from grpolab.trainer.rollouts import (Generated, RolloutRow, ScoredRound, correct_of, generated_mask, lengths_of,
                                       truncated_of)
 from grpolab.trainer.vllm_engine import VllmEngineAccess
 
 
-class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSampling, VllmEngineAccess, GRPOTrainer):
+class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSampling, PiOldEntropy, VllmEngineAccess,
+                     GRPOTrainer):
     """``trl.GRPOTrainer`` running a grpolab method: TRL's own arguments, plus ``method=`` (a
     registered name such as ``"dapo"``, ``{"name": "dapo", **axis overrides}`` or a ``MethodSpec``)
     and ``correctness=`` (a reward function's name, a dataset column or a callable; ``trainer/dropin.py``
@@ -135,7 +137,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
             batch = self._dynamic_sampling(inputs)
             out, rewards_k, rows, generated = batch.local, batch.rewards, batch.rows, batch.generated
         else:
-            out = super()._generate_and_score_completions(inputs)
+            out = self._trl_round(inputs)
             rewards_k, rows = self._scored.rewards, self._scored.rows
             self._entropy_in_loss = self._loss_sees_pi_old_on_every_token(out)
             generated = Generated(rewards_k, rows, None if self._entropy_in_loss else self._entropy_sums(out))
@@ -202,32 +204,6 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
 
     def _gather(self, t: torch.Tensor) -> torch.Tensor:
         return self.accelerator.gather(t) if self.accelerator.num_processes > 1 else t
-
-    def _loss_sees_pi_old_on_every_token(self, out: dict) -> bool:
-        """Whether the loss forwards of this generation batch see exactly the ``entropy`` curve's
-        population under pi_old: every generated row trained (static sampling, no truncation mask,
-        no environment tokens) and no optimizer step before the last micro-batch (one pass, one
-        optimizer step per generation). Then the loss's own token-weighted entropy is that curve,
-        and ``_entropy_sums``' extra forward (13 % of a small-model fp32 step) is skipped."""
-        return (SAMPLING_MODES[self.spec.sampling].trains_every_row and not self.args.mask_truncated_completions
-                and "tool_mask" not in out and self.num_iterations == 1
-                and self.args.steps_per_generation == self.args.gradient_accumulation_steps)
-
-    @torch.no_grad()
-    def _entropy_sums(self, out: dict) -> torch.Tensor:
-        """(sum of per-token entropy, tokens) of pi_old over every generated completion token of
-        this process's rows (one no-grad forward per generation round): the ``entropy`` curve.
-        Its tokens are the loss's: TRL's ``completion_mask``, ones over each returned id list (an EOS
-        inside a rollout_func's completion does not end it; padding after a vLLM stop string or to
-        ``pad_to_multiple_of`` is out), before ``mask_truncated_completions`` zeroes truncated rows
-        (lengths: ``self._scored``, this round's rows)."""
-        ids, T, n = out["completion_ids"], out["completion_ids"].size(1), out["completion_ids"].size(0)
-        attend = generated_mask(out, self._scored.rows, self.accelerator.process_index * n, model_only=False)
-        valid = attend * out["tool_mask"] if "tool_mask" in out else attend   # multi-turn: the model's own tokens
-        _, ent, _ = self._get_per_token_logps_and_entropies(
-            self.model, torch.cat([out["prompt_ids"], ids], 1), torch.cat([out["prompt_mask"], attend], 1), T,
-            compute_entropy=True)
-        return torch.stack([(ent.double() * valid).sum(), valid.double().sum()]).cpu()
 
     def _record_rollout(self, total: torch.Tensor, rows: list[RolloutRow], trained_rows: torch.Tensor,
                         generated: Generated, G: int, retained: torch.Tensor | None = None) -> None:
