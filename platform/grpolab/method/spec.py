@@ -208,11 +208,11 @@ def validate_spec(spec: MethodSpec) -> None:
     _check(spec.gfpo_keep >= 2, f"method.gfpo_keep: must be >= 2 (one retained completion is its own "
            f"baseline: A = 0 for every estimator, nothing trains), got {spec.gfpo_keep}")
     _check(not sampling.retains or spec.surrogate != "group_dpo",
-           f"method.sampling={spec.sampling} with surrogate=group_dpo: the DPO pair is chosen on every completion's reward, "
-           "so a rejected (loss-masked) completion could be the pair's best or worst: use another surrogate")
+           f"method.sampling={spec.sampling} with surrogate=group_dpo: the DPO pair is chosen on every "
+           "completion's reward, so a rejected (loss-masked) completion could be the pair's best or worst: use another surrogate")
     _check(not sampling.retains or spec.advantage in estimators(unscorable=True),
-           f"method.sampling={spec.sampling} leaves the rejected completions out of the baselines (as rows without a reward): "
-           f"use advantage {' or '.join(estimators(unscorable=True))}, got {spec.advantage!r}")
+           f"method.sampling={spec.sampling} leaves the rejected completions out of the baselines (as rows without "
+           f"a reward): use advantage {' or '.join(estimators(unscorable=True))}, got {spec.advantage!r}")
     _check(spec.dpo_beta > 0, f"method.dpo_beta: must be > 0, got {spec.dpo_beta}")
     _check(spec.dro_beta > 0, f"method.dro_beta: must be > 0, got {spec.dro_beta}")
     own_loss = RATIOS[spec.ratio].replaces_surrogate
