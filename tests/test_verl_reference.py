@@ -58,7 +58,7 @@ def _fn_inputs(mask, **given) -> AdvantageInputs:
 def test_remax_matches_verl_given_the_greedy_rewards():
     a = ESTIMATORS["remax"].fn(MethodSpec(advantage="remax"), _fn_inputs(X["mask"], greedy_rewards=X["reward_baselines"]))
     torch.testing.assert_close(_per_token(a, X["mask"]), _expected("remax"), **TOL)
-    with pytest.raises(ValueError, match="greedy completion"):   # the trainer cannot supply them: the entry says why
+    with pytest.raises(ValueError, match="greedy completion"):   # the trainer supplies them where the entry asks
         ESTIMATORS["remax"].fn(MethodSpec(advantage="remax"), _fn_inputs(X["mask"]))
 
 

@@ -147,28 +147,39 @@ def maxrl(spec, x: AdvantageInputs) -> torch.Tensor:
     return baselines.mean_scaled(x.rewards, x.group_size, x.adv_eps)
 
 
-def _given(name: str, value):
-    """An input only the trainer could supply for an entry it cannot train yet (its ``missing``)."""
+def _given(name: str, field: str, value):
+    """An input the trainer computes only for the estimators whose entry asks for it."""
     if value is None:
-        raise ValueError(f"advantage={name}: {ADVANTAGES[name].missing}")
+        raise ValueError(f"advantage={name} needs {field} (the trainer supplies it when the estimator's entry asks "
+                         f"for it: greedy_baseline / sum_pi_squared)")
     return value
 
 
 @register("remax")
 def remax(spec, x: AdvantageInputs) -> torch.Tensor:
-    return baselines.remax(x.rewards, _given("remax", x.greedy_rewards))
+    return baselines.remax(x.rewards, _given("remax", "the reward of a greedy completion per row", x.greedy_rewards))
+
+
+def _token_baseline(name: str, fn: Callable, x: AdvantageInputs) -> torch.Tensor:
+    """This process's rows: their groups must be whole (groups contiguous), since the per-position
+    baseline is over a group's tokens, which only the rows' own process holds."""
+    r = _local(x, x.rewards)
+    mask = _needs_mask(name, x)
+    if r.shape[0] != mask.shape[0] or r.shape[0] % x.group_size:
+        raise ValueError(f"advantage={name} needs whole groups on each process ({mask.shape[0]} rows, group size "
+                         f"{x.group_size})")
+    return fn(r, mask, _given(name, "log pi_old of each token", x.old_logp),
+              _given(name, "sum_v pi_old(v)^2 at each token", x.sum_pi_squared), x.group_size)
 
 
 @register("optimal_token_baseline")
 def optimal_token_baseline(spec, x: AdvantageInputs) -> torch.Tensor:
-    return baselines.optimal_token_baseline(x.rewards, _needs_mask("optimal_token_baseline", x), x.old_logp,
-                                            _given("optimal_token_baseline", x.sum_pi_squared), x.group_size)
+    return _token_baseline("optimal_token_baseline", baselines.optimal_token_baseline, x)
 
 
 @register("tir_optimal_token_baseline")
 def tir_optimal_token_baseline(spec, x: AdvantageInputs) -> torch.Tensor:
-    return baselines.tir_optimal_token_baseline(x.rewards, _needs_mask("tir_optimal_token_baseline", x), x.old_logp,
-                                                _given("tir_optimal_token_baseline", x.sum_pi_squared), x.group_size)
+    return _token_baseline("tir_optimal_token_baseline", baselines.tir_optimal_token_baseline, x)
 
 
 def refuse_unscorable(name: str) -> None:

@@ -49,10 +49,12 @@ class EpisodeRollout:
     def finish(self, spec, episode_adv: torch.Tensor, width: int) -> tuple[torch.Tensor, dict]:
         """(advantages, episode curves) for the batch just scored. ``episode_adv`` (N,) is the
         method's episode-level advantage of the episode returns; with ``spec.step_omega`` > 0 the
-        result is (N, width) per token, A^E + omega * A^S by turn (Eq. 8), else ``episode_adv``."""
+        result is (N, width) per token, A^E + omega * A^S by turn (Eq. 8), else ``episode_adv``. A per-token
+        estimator's (N, width) advantages (the tool-turn optimal token baseline) pass through as they are:
+        its entry has no step-level term, so neither GiGPO's term nor step-row normalisation applies."""
         episodes = self.episodes
-        if episode_adv.dim() != 1 or episode_adv.numel() != len(episodes):
-            raise ValueError(f"{episode_adv.numel()} advantages for {len(episodes)} episodes")
+        if episode_adv.dim() not in (1, 2) or episode_adv.shape[0] != len(episodes):
+            raise ValueError(f"{episode_adv.shape[0]} advantages for {len(episodes)} episodes")
         if spec.episode_norm == "step":   # verl-agent's population: every step row (check_episode_config guards the reward)
             episode_adv = gigpo.step_row_episode_advantages(
                 [e.total_reward for e in episodes], [e.turns for e in episodes], self.group_size,
@@ -60,7 +62,7 @@ class EpisodeRollout:
             ).to(episode_adv.device)
         group_ids = gigpo.anchor_groups([e.state_keys for e in episodes], self.group_size, spec.anchor_similarity)
         stats = {**self.task.metrics(episodes), **gigpo.anchor_metrics(group_ids)}
-        if spec.step_omega == 0:
+        if spec.step_omega == 0 or episode_adv.dim() == 2:   # a per-token estimator has no step term (spec.py)
             return episode_adv, stats
         returns = [gigpo.discounted_returns(e.rewards, spec.step_gamma) for e in episodes]
         step_adv = gigpo.step_advantages(returns, group_ids, std_norm=ADVANTAGES[spec.advantage].step_norm == "std",

@@ -39,6 +39,10 @@ class Estimator:
     trl: dict | None = None           # GRPOConfig settings under which TRL 1.16 computes exactly it
     no_trl: str | None = None         # why TRL has none (None when ``trl`` is set)
     missing: str | None = None        # why grpolab cannot train with it yet (its function exists and is tested)
+    greedy_baseline: bool = False     # the trainer generates one greedy completion per prompt and scores it with
+                                      # the run's reward functions (its reward is the baseline: ReMax)
+    sum_pi_squared: bool = False      # the trainer computes sum_v pi_old(v)^2 at every completion token
+                                      # (a full-vocabulary softmax, only for the estimators that read it)
     cite: str = ""                    # where its formula comes from, when a reference implementation has it
 
 
@@ -77,16 +81,13 @@ _ENTRIES += [   # verl 0.9.1's further estimators (core_algos.py, register_adv_e
     Estimator("gpg", no_trl="TRL 1.16.0 has no GPG advantage (no GRPOConfig field, no experimental GPG trainer)",
               cite="GPG, Chu et al. 2025, arXiv:2504.02546; verl compute_gpg_outcome_advantage (alpha = N / "
                    "#non-zero rewards, F_norm = 1: verl's version, not checked against the paper's estimator)"),
-    Estimator("remax", no_trl="TRL 1.16 generates no greedy baseline",
-              missing="its baseline is the reward of one greedy completion per prompt, a generation grpolab's "
-                      "trainer does not run (TRL samples every completion of a group alike)",
+    Estimator("remax", no_trl="TRL 1.16 generates no greedy baseline", greedy_baseline=True,
+              multi_turn="its baseline is one single-turn greedy completion per prompt, not an episode",
+              no_reward_kl="its greedy baseline's reward carries no KL penalty; the difference would not cancel it",
               cite="ReMax, Li et al. 2023, arXiv:2310.10505; verl compute_remax_outcome_advantage"),
-    Estimator("optimal_token_baseline", per_token=True, no_trl=_NO_TRL_PER_TOKEN,
-              missing="its weights need sum_v pi_old(v)^2 at every completion token, a full-vocabulary quantity "
-                      "of the sampling policy that TRL's log-prob pass does not return",
+    Estimator("optimal_token_baseline", per_token=True, no_trl=_NO_TRL_PER_TOKEN, sum_pi_squared=True,
               cite="verl compute_optimal_token_baseline_advantage"),
-    Estimator("tir_optimal_token_baseline", per_token=True, no_trl=_NO_TRL_PER_TOKEN,
-              missing="as optimal_token_baseline: it needs sum_v pi_old(v)^2 at every model token",
+    Estimator("tir_optimal_token_baseline", per_token=True, no_trl=_NO_TRL_PER_TOKEN, sum_pi_squared=True,
               cite="verl compute_multi_turn_optimal_token_baseline_advantage"),
 ]
 _ENTRIES += [

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from grpolab.errors import ConfigError, NotImplementedMethodError, did_you_mean
-from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.spec import MethodSpec, build_spec
 
 
@@ -197,13 +196,27 @@ METHODS: dict[str, Method] = {m.key: m for m in [
                 "checked against the paper's estimator (which rescales by the share of samples with a non-zero "
                 "gradient and has an F_norm = std option); verl's gpg policy loss -A log pi is surrogate reinforce "
                 "(no ratio, no clip, no reference); alpha = 1 when no reward is 0"),
-    Method("remax", "ReMax", "Li et al. 2023, ReMax, arXiv:2310.10505; verl 0.9.1 adv_estimator=remax",
-           dict(advantage="remax"), missing=ADVANTAGES["remax"].missing),
-    Method("optimal_token_baseline", "Optimal token baseline", "verl 0.9.1 adv_estimator=optimal_token_baseline",
-           dict(advantage="optimal_token_baseline"), missing=ADVANTAGES["optimal_token_baseline"].missing),
-    Method("tir_optimal_token_baseline", "Optimal token baseline (tool turns)",
-           "verl 0.9.1 adv_estimator=tir_optimal_token_baseline",
-           dict(advantage="tir_optimal_token_baseline"), missing=ADVANTAGES["tir_optimal_token_baseline"].missing),
+    Method("remax", "ReMax", "Li et al. 2023, ReMax: A Simple, Effective, and Efficient Reinforcement Learning "
+                             "Method for Aligning Large Language Models, arXiv:2310.10505; verl 0.9.1 "
+                             "adv_estimator=remax",
+           dict(advantage="remax", **_GRPO_CLIP_TOKEN_MEAN),
+           note="A_i = R_i - R(greedy completion of the prompt), broadcast over the completion's tokens as verl's; the "
+                "trainer generates one greedy completion per prompt per rollout and scores it with the run's reward "
+                "functions (remax/greedy_reward_mean); on-policy the clip never binds, so the update is the paper's "
+                "REINFORCE with the greedy baseline; verl's default clip and token-mean loss"),
+    Method("otb", "Optimal token baseline", "verl 0.9.1 adv_estimator=optimal_token_baseline "
+                                                               "(verl's own derivation; no paper cited there)",
+           dict(advantage="optimal_token_baseline", **_GRPO_CLIP_TOKEN_MEAN),
+           note="per-token A_t = G_t - B_t, B_t = sum_i G_it W_it / sum_i W_it over the group, W_t the cumulative "
+                "1 - 2 pi_old(y_t) + sum_v pi_old(v)^2 of the sampling policy (the trainer computes the vocabulary "
+                "sum only for this estimator: otb/sum_pi_squared_mean); B = group mean when W is equal across the "
+                "group; verl's default clip and token-mean loss"),
+    Method("tir_otb", "Optimal token baseline (tool turns)",
+           "verl 0.9.1 adv_estimator=tir_optimal_token_baseline (verl's own derivation; no paper cited there)",
+           dict(advantage="tir_optimal_token_baseline", **_GRPO_CLIP_TOKEN_MEAN),
+           note="as otb, with positions counted over the model's own tokens (tool tokens of "
+                "multi-turn episodes skipped), so rows align by how many tokens the policy produced; on single-turn "
+                "tasks it equals otb"),
     *(Method(f"dppo_{d}", f"DPPO-Binary-{d.upper()}", "DPPO, arXiv:2602.04879; verl 0.9.1 policy_loss "
                                                        f"loss_mode=dppo_{d}",
              dict(advantage="group_std", ratio="token", surrogate=f"dppo_{d}", eps_low=0.2, eps_high=0.2,

@@ -238,6 +238,9 @@ def _validate_advantage(spec: MethodSpec, entry) -> None:
     """The estimator's entry against the rest of the spec (method/advantages.py)."""
     _check(entry.missing is None, f"method.advantage={entry.name}: grpolab cannot train with it yet: {entry.missing}")
     reward_kl = kl_in_reward(spec)
+    _check(not entry.greedy_baseline or not SAMPLING_MODES[spec.sampling].regenerates,
+           f"method.advantage={entry.name} scores one greedy completion per prompt of the update batch, which "
+           f"dynamic sampling assembles from several rounds of prompts: use sampling=static or zero_variance_filter")
     if entry.kl_reward_only and spec.kl_coef > 0:
         _check(reward_kl, f"method.advantage={entry.name} folds the KL into the reward: "
                                               "set kl_placement=reward (or kl_coef=0)")

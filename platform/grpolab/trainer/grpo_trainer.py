@@ -33,6 +33,7 @@ from grpolab.trainer.correctness import CorrectnessRules
 from grpolab.trainer.critic import CriticMixin
 from grpolab.trainer.empty_updates import EmptyUpdateChecks
 from grpolab.trainer.entropy_control import EntropyController
+from grpolab.trainer.estimator_inputs import EstimatorInputs
 from grpolab.trainer.loss_stats import WindowStats, weighted
 from grpolab.trainer.metrics import rollout_metrics, trained_metrics
 from grpolab.trainer.group_sampling import GroupSampling
@@ -42,8 +43,8 @@ from grpolab.trainer.rollouts import (Generated, RolloutRow, ScoredRound, correc
 from grpolab.trainer.vllm_engine import VllmEngineAccess
 
 
-class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSampling, PiOldEntropy, VllmEngineAccess,
-                     GRPOTrainer):
+class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSampling, EstimatorInputs, PiOldEntropy,
+                     VllmEngineAccess, GRPOTrainer):
     """``trl.GRPOTrainer`` running a grpolab method: TRL's own arguments, plus ``method=`` (a
     registered name such as ``"dapo"``, ``{"name": "dapo", **axis overrides}`` or a ``MethodSpec``)
     and ``correctness=`` (a reward function's name, a dataset column or a callable; ``trainer/dropin.py``
@@ -128,6 +129,10 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         self._scored = ScoredRound(rewards, rows)
         return rewards
 
+    def _score_greedy(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's rewards for ReMax's greedy completions (``EstimatorInputs``), recording no rollout rows."""
+        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
     # -- advantages ---------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:
@@ -160,6 +165,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
             kept = self._gfpo(out, rewards_adj, start)
             rewards_adj, retained = kept.rewards, kept.retained
         reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.accelerator.num_processes > 1 else None
+        extra = self._estimator_extras(inputs, out, mask)
         if self.critic is not None:
             out["old_values"] = self._critic_values(out, grad=False)
             advantages, out["returns"] = algorithms.gae_advantages(
@@ -169,7 +175,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
                 self.spec, rewards_adj, G, mask=mask, token_penalty=penalty, prompt_keys=[r.prompt for r in rows],
                 tracker=self.tracker, local_rows=slice(start, start + n_local), reduce=reduce,
                 lengths=self._gather(generated_mask(out, rows, start).sum(1)),   # before any filter's masking
-            )
+                **extra)
         if self.tracker is not None:
             self._metrics["train"]["tracker/prompts"].append(float(len(self.tracker.state)))
         if advantages.dim() == 1:

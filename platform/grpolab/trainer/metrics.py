@@ -174,6 +174,10 @@ DEFINITIONS: dict[str, str] = {
                      "on-policy)",
     "dpo/pairs": "trained: Group-DPO: (best, worst) pairs per micro-step over all processes (groups with unequal rewards)",
     "tracker/prompts": "SPO: prompts the value tracker has seen",
+    "remax/greedy_reward_mean": "ReMax (advantage remax): mean total reward of the greedy completions, one per "
+                                "prompt of the update batch, whose reward is each prompt's baseline",
+    "otb/sum_pi_squared_mean": "optimal token baselines: mean over the batch's model tokens of sum_v pi_old(v)^2, "
+                               "the vocabulary sum in their path-variance weights (1 where pi_old is one-hot)",
     "entropy/kept_fraction": "trained: top-entropy tokens: fraction of trained tokens that carry the policy gradient",
     "off_policy/kept_fraction": "trained: GRPOConfig.off_policy_mask_threshold (TRL's off-policy sequence mask): "
                                 "fraction of trained tokens whose surrogate term the mask keeps",
