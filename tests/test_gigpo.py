@@ -13,7 +13,7 @@ from transformers import TrainerCallback
 
 from grpolab import algorithms
 from grpolab.algorithms import gigpo
-from grpolab.algorithms.losses import kl_estimate
+from grpolab.algorithms.kl import kl_estimate
 from grpolab.experiment.config import build_config
 from grpolab.envs import EnvContractError, checked_step
 from grpolab.envs.base import Episode

@@ -13,10 +13,12 @@ import torch
 from grpolab.algorithms import advantages as adv
 from grpolab.algorithms import losses as L
 from grpolab.algorithms.advantages import ValueTracker
+from grpolab.algorithms.kl import kl_estimate
 from grpolab.algorithms.estimators import ESTIMATORS, AdvantageInputs, refuse_unscorable
 from grpolab.algorithms.shaping import overlong_buffer, soft_overlong_penalty
 from grpolab.algorithms.surrogates import SURROGATE_LOSSES, Batch, clip_stats, masked_mean, surrogate_loss
 from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.kl import kl_in_loss
 from grpolab.method.spec import MethodSpec
 
 __all__ = ["compute_advantages", "gae_advantages", "policy_loss", "entropy_mask", "ValueTracker",
@@ -146,7 +148,7 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
         coef = torch.exp(log_ratio)
         loss = surrogate.fn(spec, Batch(logp, log_ratio, coef, A, eff_mask, generator, None, ref_logp, rewards,
                                         group_ids), stats)
-        stats["kl"] = masked_mean(L.kl_estimate(logp.detach(), ref_logp, spec.kl_estimator), mask)
+        stats["kl"] = masked_mean(kl_estimate(logp.detach(), ref_logp, spec.kl_estimator), mask)
     else:
         per_token, coef = surrogate_loss(spec, logp, log_ratio, A, mask, stats, generator, sampling_weights)
         if keep is not None:   # the policy term only, as TRL masks it (the KL below stays)
@@ -157,8 +159,8 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
         if sampling_weights is not None and not surrogate.own_sampler_weight:   # VESPO folds it into its weight w
             # the policy term only, before the KL is added: TRL 1.16 and verl weight the KL by no sampler ratio
             per_token = per_token * sampling_weights.to(per_token.dtype)
-        kl = L.kl_estimate(logp, ref_logp, spec.kl_estimator) if ref_logp is not None else None
-        if kl is not None and spec.kl_coef > 0 and spec.kl_placement == "loss":
+        kl = kl_estimate(logp, ref_logp, spec.kl_estimator) if ref_logp is not None else None
+        if kl is not None and kl_in_loss(spec):
             # on every valid token, also when top-entropy selection masks the policy gradient (as TRL);
             # the ratio correction gives the unbiased reverse-KL gradient off-policy; it changes it on-policy too
             per_token = per_token + spec.kl_coef * (kl * coef if spec.kl_ratio_correction else kl)

@@ -1,4 +1,4 @@
-"""Ratios, surrogates and the KL regulariser. Pure torch, no TRL.
+"""Surrogates (the importance ratios: ``algorithms/ratios.py``; the KL estimators: ``algorithms/kl.py``). Pure torch, no TRL.
 
 Notation: l_t = log pi_theta(o_t) - log pi_old(o_t), rho_t = exp(l_t), mask m, A advantage
 (broadcast (B, 1) or per token (B, T)). Every function returns per-token losses (B, T) or
@@ -14,23 +14,6 @@ from typing import NamedTuple
 import torch
 
 from grpolab.algorithms.aggregations import aggregate  # noqa: F401  (the per-token losses' one reduction)
-
-# --- importance ratio granularity ----------------------------------------------------------
-
-def log_importance_weights(log_ratio: torch.Tensor, mask: torch.Tensor, granularity: str) -> torch.Tensor:
-    """token: l_t, shape (B, T).
-    sequence (GSPO): log s_i = mean_t l_t over valid tokens, shape (B, 1).
-    sequence_token (GSPO-token): value log s_i at every token, gradient per token:
-        log s_i,t = sg(log s_i) + log pi_t - sg(log pi_t), so exp() equals s_i, shape (B, T)."""
-    if granularity == "token":
-        return log_ratio
-    seq = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
-    if granularity == "sequence":
-        return seq
-    if granularity == "sequence_token":
-        return seq.detach() + log_ratio - log_ratio.detach()
-    raise ValueError(f"unknown ratio granularity {granularity!r}")
-
 
 # --- surrogates ----------------------------------------------------------------------------
 
@@ -202,17 +185,3 @@ def group_dpo_loss(logp, ref_logp, mask, rewards, group_ids, beta: float):
     if not losses:
         return (logp * 0).sum(), 0
     return torch.stack(losses).mean(), len(losses)
-
-
-# --- KL ------------------------------------------------------------------------------------
-
-def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
-    """x = log pi_theta - log pi_ref;  k1 = x;  k2 = x^2 / 2;  k3 = exp(-x) - 1 + x."""
-    x = logp - ref_logp
-    if estimator == "k1":
-        return x
-    if estimator == "k2":
-        return 0.5 * x * x
-    if estimator == "k3":
-        return torch.exp(-x) - 1 + x
-    raise ValueError(f"unknown KL estimator {estimator!r}")

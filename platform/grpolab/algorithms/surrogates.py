@@ -16,6 +16,8 @@ from typing import Callable
 import torch
 
 from grpolab.algorithms import losses as L
+from grpolab.algorithms.ratios import RATIO_FUNCTIONS
+from grpolab.method.ratios import RATIOS
 from grpolab.method.surrogates import SURROGATES
 
 
@@ -161,11 +163,12 @@ def group_dpo(spec, b: Batch, stats) -> torch.Tensor:
 
 
 def surrogate_loss(spec, logp, log_ratio, A, mask, stats, generator, sampling_weights=None):
-    """Per-token (or per-sequence) surrogate loss and the ratio it used. The geometric ratio
-    (GMPO) clips in log space itself, so it replaces the surrogate (validation: surrogate clip)."""
-    if spec.ratio == "geometric":
-        return L.geometric_mean_loss(log_ratio, A, mask, spec.eps_low, spec.eps_high), torch.exp(log_ratio)
-    coef = torch.exp(L.log_importance_weights(log_ratio, mask, spec.ratio))
+    """Per-token (or per-sequence) surrogate loss and the ratio it used. A ratio whose entry
+    ``replaces_surrogate`` (GMPO clips in log space itself) brings its own loss (validation: surrogate clip)."""
+    ratio = RATIO_FUNCTIONS[spec.ratio]
+    coef = torch.exp(ratio.log_weights(log_ratio, mask))
+    if ratio.loss is not None:
+        return ratio.loss(spec, log_ratio, A, mask), coef
     batch = Batch(logp, log_ratio, coef, A, mask, generator, sampling_weights)
     return SURROGATE_LOSSES[spec.surrogate].fn(spec, batch, stats), coef
 
@@ -185,7 +188,7 @@ def clip_stats(spec, coef, A, old_logp, mask, stats) -> None:
         return
     coef = coef.expand_as(mask) if coef.shape != mask.shape else coef
     A_full = A.expand_as(mask)
-    if spec.ratio == "geometric":
+    if RATIOS[spec.ratio].log_space_clip:
         low_b, high_b = math.exp(-spec.eps_low), math.exp(spec.eps_high)
     else:
         low_b, high_b = 1 - spec.eps_low, 1 + spec.eps_high

@@ -17,6 +17,8 @@ from grpolab.envs.base import checked_reset, checked_step
 from grpolab.envs.gridworld import GridWorld
 from grpolab.errors import ConfigError
 from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.kl import kl_in_reward
+from grpolab.method.sampling_modes import SAMPLING_MODES, sampling_modes
 from grpolab.world.tasks import Example
 
 OUTCOMES_KEPT = 200_000   # recorded (prompt, episode text) outcomes before the store is cleared
@@ -174,9 +176,9 @@ def check_episode_config(cfg, task) -> None:
             raise ConfigError(f"{section}.max_completion_length: episodes of task {name!r} are capped by task.max_turns "
                               f"and task.action_tokens ({task.max_completion_length} tokens now), not by a completion "
                               "cap; leave it 0")
-    if s.sampling != "static":
+    if SAMPLING_MODES[s.sampling].multi_turn is not None:
         raise ConfigError(f"method.sampling={s.sampling}: task {name!r} runs episodes through TRL's rollout_func; "
-                          "only sampling=static is supported")
+                          f"only sampling={' or '.join(sampling_modes(multi_turn=None))} is supported")
     why_not = ADVANTAGES[s.advantage].multi_turn
     if why_not is not None:
         usable = [e.name for e in ADVANTAGES.values() if e.multi_turn is None and e.missing is None]
@@ -199,7 +201,7 @@ def check_episode_method(s, name: str) -> None:
                           f"action of an episode of task {name!r}: it would drop a whole episode whose final action hit "
                           "task.action_tokens and never one cut at task.max_turns; set overlong_filter: false "
                           "(truncations are counted in episode/truncated)")
-    if s.episode_norm == "step" and ((s.kl_coef > 0 and s.kl_placement == "reward") or s.reward_weights is not None):
+    if s.episode_norm == "step" and (kl_in_reward(s) or s.reward_weights is not None):
         raise ConfigError("method.episode_norm=step normalises the episode returns themselves: a reward-side KL "
                           "(kl_placement=reward) or reward_weights would be left out; use kl_placement=loss and no "
                           "reward_weights")

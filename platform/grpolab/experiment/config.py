@@ -35,6 +35,7 @@ from grpolab.experiment.pretrained import PRETRAINED, check_model_path, preset_f
 from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.registry import METHODS, get_method
 from grpolab.method.requirements import inert_notes
+from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.method.spec import MethodSpec, build_spec
 from grpolab.tasks import TASK_NAMES as TASKS
 from grpolab.tasks import make_task, spec_with_task_weights
@@ -277,7 +278,7 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
         raise ConfigError(f"train.max_completion_length: must be >= 0 (0 = task default), got {t.max_completion_length}")
     if t.max_empty_updates < 0:
         raise ConfigError(f"train.max_empty_updates: must be >= 0 (0 = never fail), got {t.max_empty_updates}")
-    if s.sampling == "gfpo" and s.gfpo_keep >= t.group_size:
+    if SAMPLING_MODES[s.sampling].retains and s.gfpo_keep >= t.group_size:
         raise ConfigError(f"method.gfpo_keep={s.gfpo_keep}: GFPO retains fewer completions than it samples; set "
                           f"method.gfpo_keep < train.group_size ({t.group_size})")
     rollout = t.prompts_per_rollout * t.group_size

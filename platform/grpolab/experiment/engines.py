@@ -27,13 +27,15 @@ from grpolab.errors import ConfigError
 from grpolab.planning import is_planning, plan_note, unmet_here
 from grpolab.hub import cached as cached_hub
 from grpolab.hub import looks_like_hub_id
+from grpolab.method.sampler_corrections import NONE, SAMPLER_CORRECTIONS
+from grpolab.method.sampler_corrections import trl_settings as sampler_trl_settings
 from grpolab.world.models import PRESETS, preset_config
 from grpolab.world.tokenizer import build_char_tokenizer
 
 DTYPES = ("fp32", "bf16", "fp16")
 BACKENDS = ("transformers", "vllm")
 VLLM_MODES = ("colocate", "server")
-IS_MODES = ("sequence_mask", "sequence_truncate", "token_mask", "token_truncate", "none")
+IS_MODES = tuple(SAMPLER_CORRECTIONS)   # one entry per value: method/sampler_corrections.py
 LORA_KEYS = {"r": int, "alpha": (int, float), "target_modules": list, "dropout": (int, float)}
 
 
@@ -104,7 +106,7 @@ def check_engines(cfg) -> list[str]:
     if not 0 < g.gpu_memory_utilization <= 1 or g.tensor_parallel_size < 1:
         raise ConfigError("generation: gpu_memory_utilization must be in (0, 1] and tensor_parallel_size >= 1")
     if g.backend == "vllm":
-        if cfg.spec.surrogate == "group_dpo" and g.is_correction != "none":
+        if cfg.spec.surrogate == "group_dpo" and g.is_correction != NONE:
             raise ConfigError("generation.is_correction: method.surrogate=group_dpo has no per-token loss to "
                               "re-weight; set generation.is_correction=none")
         if not vllm_installed():
@@ -194,10 +196,7 @@ def grpo_kwargs(cfg) -> dict:
         out.update(use_vllm=True, vllm_mode=g.mode, vllm_gpu_memory_utilization=g.gpu_memory_utilization,
                    vllm_tensor_parallel_size=g.tensor_parallel_size, vllm_server_base_url=g.server_base_url,
                    vllm_enable_sleep_mode=g.enable_sleep_mode,
-                   vllm_importance_sampling_correction=g.is_correction != "none",
-                   vllm_importance_sampling_mode=g.is_correction if g.is_correction != "none" else "sequence_mask",
-                   vllm_importance_sampling_clip_max=g.is_max,
-                   vllm_importance_sampling_clip_min=g.is_min or None)
+                   **sampler_trl_settings(g.is_correction, g.is_min, g.is_max))
     return out
 
 

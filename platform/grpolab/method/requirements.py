@@ -16,6 +16,11 @@ from typing import Callable
 
 from grpolab.method.advantages import ADVANTAGES, SHARED_PARAMS, advantage_params, estimators
 from grpolab.method.advantages import readers as advantage_readers
+from grpolab.method.entropy_modes import ADAPTIVE_PARAMS, ENTROPY_MODES, entropy_modes
+from grpolab.method.kl import kl_in_loss
+from grpolab.method.ratios import RATIOS
+from grpolab.method.sampling_modes import SAMPLING_MODES, sampling_params
+from grpolab.method.sampling_modes import readers as sampling_readers
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES, readers
 
@@ -32,7 +37,7 @@ REUSE = Requirement("rollout reuse (off-policy updates)", lambda c: c.reuses_rol
                     "set train.minibatches > 1 or train.num_iterations > 1")
 KL_ON = Requirement("a KL term (method.kl_coef > 0)", lambda c: c.spec.kl_coef > 0, "set method.kl_coef > 0")
 # on-policy the correction factor pi/pi_old is 1 but still carries d log pi, so it acts without reuse
-KL_IN_LOSS = Requirement("an in-loss KL", lambda c: c.spec.kl_coef > 0 and c.spec.kl_placement == "loss",
+KL_IN_LOSS = Requirement("an in-loss KL", lambda c: kl_in_loss(c.spec),
                          "set method.kl_coef > 0 and kl_placement=loss")
 
 
@@ -45,17 +50,21 @@ def _either(names: list[str]) -> str:
 
 
 SOFT_OVERLONG = _axis("soft overlong punishment", lambda s: s.soft_overlong, "set method.soft_overlong: true")
-DYNAMIC = _axis("dynamic sampling", lambda s: s.sampling == "dynamic", "set method.sampling: dynamic")
 def filters_groups(spec: MethodSpec) -> bool:
     """The sampling values that keep or drop whole groups on method.sampling_filter (accuracy or reward)."""
-    return spec.sampling in ("dynamic", "zero_variance_filter")
+    return SAMPLING_MODES[spec.sampling].filters_groups
 
 
-FILTERING = _axis("a group filter", filters_groups,
-                  "set method.sampling: dynamic or zero_variance_filter")
-GFPO = _axis("GFPO's group filter", lambda s: s.sampling == "gfpo", "set method.sampling: gfpo")
-ADAPTIVE = _axis("the adaptive entropy bonus", lambda s: s.entropy_mode in ("adaptive", "adaptive_gated"),
-                 "set method.entropy_mode: adaptive or adaptive_gated")
+def _sampling_param(param: str) -> Requirement:
+    """A sampling mode's parameter (method/sampling_modes.py) acts when the run's mode reads it."""
+    names = sampling_readers(param)
+    name = SAMPLING_MODES[names[0]].label if len(names) == 1 else "a group filter"
+    return _axis(name, lambda s: s.sampling in names, f"set method.sampling: {' or '.join(names)}")
+
+
+_ADAPTIVE_MODES = entropy_modes(adaptive=True)
+ADAPTIVE = _axis("the adaptive entropy bonus", lambda s: ENTROPY_MODES[s.entropy_mode].adaptive,
+                 f"set method.entropy_mode: {' or '.join(_ADAPTIVE_MODES)}")
 CRITIC = _axis(f"the critic (advantage {_either(list(estimators(critic=True)))})",
                lambda s: ADVANTAGES[s.advantage].critic, f"set method.advantage: {'/'.join(estimators(critic=True))}")
 STEP = _axis("GiGPO's step-level advantage (method.step_omega > 0)", lambda s: s.step_omega > 0,
@@ -100,15 +109,13 @@ REQUIREMENTS: dict[tuple[str, object], Requirement] = {
     # the surrogate axis and its parameters, from its registry (method/surrogates.py)
     **{("surrogate", s.name): _surrogate_reuse(s.on_policy) for s in SURROGATES.values() if s.on_policy is not None},
     **{(param, None): _surrogate_param(param) for param in SURROGATE_PARAMS},
-    ("ratio", "geometric"): REUSE,
+    **{("ratio", r.name): REUSE for r in RATIOS.values() if r.on_policy is not None},
     ("kl_estimator", None): KL_ON, ("kl_placement", None): KL_ON,
     ("kl_ratio_correction", True): KL_IN_LOSS,
-    ("max_sampling_rounds", None): DYNAMIC, ("sampling_cap_policy", None): DYNAMIC,
-    ("sampling_filter", None): FILTERING,
-    ("gfpo_keep", None): GFPO, ("gfpo_metric", None): GFPO,
+    # the sampling modes' parameters, from its registry (method/sampling_modes.py)
+    **{(param, None): _sampling_param(param) for param in sampling_params()},
     ("overlong_buffer", None): SOFT_OVERLONG, ("overlong_penalty", None): SOFT_OVERLONG,
-    ("entropy_target", None): ADAPTIVE, ("entropy_coef_step", None): ADAPTIVE,
-    ("entropy_coef_min", None): ADAPTIVE, ("entropy_coef_max", None): ADAPTIVE,
+    **{(param, None): ADAPTIVE for param in ADAPTIVE_PARAMS},
     # the advantage axis's parameters, from its registry (method/advantages.py)
     **{(param, None): _advantage_param(param) for param in (*advantage_params(), *SHARED_PARAMS)},
     ("value_clip", None): CRITIC, ("whiten_advantages", None): CRITIC,

@@ -17,6 +17,10 @@ from dataclasses import dataclass, fields
 from grpolab.errors import ConfigError
 from grpolab.method.advantages import ADVANTAGES, estimators
 from grpolab.method.aggregations import AGGREGATIONS, TOKEN_LEVEL
+from grpolab.method.entropy_modes import ENTROPY_MODES
+from grpolab.method.kl import KL_ESTIMATORS, KL_PLACEMENTS, kl_in_reward
+from grpolab.method.ratios import RATIOS, TOKEN
+from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.method.surrogates import SURROGATES
 
 
@@ -40,13 +44,13 @@ AXIS_CHOICES: Mapping[str, tuple[str, ...]] = _AxisChoices({
     "advantage": ADVANTAGES,          # one entry per value: method/advantages.py
     "surrogate": SURROGATES,          # one entry per value: method/surrogates.py
     "aggregation": AGGREGATIONS,      # one entry per value: method/aggregations.py
+    "ratio": RATIOS,                  # one entry per value: method/ratios.py
+    "kl_estimator": KL_ESTIMATORS,    # one entry per value: method/kl.py
+    "kl_placement": KL_PLACEMENTS,    # one entry per value: method/kl.py
+    "sampling": SAMPLING_MODES,       # one entry per value: method/sampling_modes.py
+    "entropy_mode": ENTROPY_MODES,    # one entry per value: method/entropy_modes.py
 }, {
-    "ratio": ("token", "sequence", "sequence_token", "geometric"),
-    "kl_estimator": ("k1", "k2", "k3"),
-    "kl_placement": ("loss", "reward"),
-    "sampling": ("static", "dynamic", "zero_variance_filter", "gfpo"),
     "gfpo_metric": ("length", "token_efficiency"),
-    "entropy_mode": ("static", "adaptive", "adaptive_gated"),
     "sampling_cap_policy": ("fill", "fail"),
     "sampling_filter": ("accuracy", "reward"),
     "episode_norm": ("episode", "step"),
@@ -182,7 +186,7 @@ def validate_spec(spec: MethodSpec) -> None:
     clip = SURROGATES[spec.surrogate].clip
     _check(spec.eps_high >= 0 or (clip == "truncate" and spec.eps_high > -1),   # cispo: TRL's bound may be < 1
            f"method.eps_high: must be >= 0 (cispo: > -1, an upper bound 1 + eps_high > 0), got {spec.eps_high}")
-    if clip in ("ppo", "dual") and spec.ratio != "geometric":
+    if clip in ("ppo", "dual") and not RATIOS[spec.ratio].log_space_clip:
         _check(spec.eps_high >= spec.eps_low,
                f"method.eps_high ({spec.eps_high}) < method.eps_low ({spec.eps_low}): Clip-Higher needs eps_high >= eps_low")
     _check(spec.dual_clip_c > 1, f"method.dual_clip_c: must be > 1, got {spec.dual_clip_c}")
@@ -196,24 +200,25 @@ def validate_spec(spec: MethodSpec) -> None:
     _check(0 < spec.tracker_decay <= 1, f"method.tracker_decay: must be in (0, 1], got {spec.tracker_decay}")
     _check(spec.overlong_buffer >= 0, f"method.overlong_buffer: must be >= 0 (0 = 20% of the cap), got {spec.overlong_buffer}")
     _check(spec.max_sampling_rounds >= 1, f"method.max_sampling_rounds: must be >= 1, got {spec.max_sampling_rounds}")
-    if spec.sampling in ("zero_variance_filter", "gfpo"):
+    sampling = SAMPLING_MODES[spec.sampling]
+    if sampling.drops_rows:
         _check(spec.aggregation in TOKEN_LEVEL,
                f"method.sampling={spec.sampling} drops completions from the token normaliser: use aggregation "
                + " or ".join(TOKEN_LEVEL))
     _check(spec.gfpo_keep >= 2, f"method.gfpo_keep: must be >= 2 (one retained completion is its own "
            f"baseline: A = 0 for every estimator, nothing trains), got {spec.gfpo_keep}")
-    _check(spec.sampling != "gfpo" or spec.surrogate != "group_dpo",
-           "method.sampling=gfpo with surrogate=group_dpo: the DPO pair is chosen on every completion's reward, "
-           "so a rejected (loss-masked) completion could be the pair's best or worst: use another surrogate")
-    _check(spec.sampling != "gfpo" or spec.advantage in estimators(unscorable=True),
-           f"method.sampling=gfpo leaves the rejected completions out of the baselines (as rows without a reward): "
-           f"use advantage {' or '.join(estimators(unscorable=True))}, got {spec.advantage!r}")
+    _check(not sampling.retains or spec.surrogate != "group_dpo",
+           f"method.sampling={spec.sampling} with surrogate=group_dpo: the DPO pair is chosen on every "
+           "completion's reward, so a rejected (loss-masked) completion could be the pair's best or worst: use another surrogate")
+    _check(not sampling.retains or spec.advantage in estimators(unscorable=True),
+           f"method.sampling={spec.sampling} leaves the rejected completions out of the baselines (as rows without "
+           f"a reward): use advantage {' or '.join(estimators(unscorable=True))}, got {spec.advantage!r}")
     _check(spec.dpo_beta > 0, f"method.dpo_beta: must be > 0, got {spec.dpo_beta}")
     _check(spec.dro_beta > 0, f"method.dro_beta: must be > 0, got {spec.dro_beta}")
-    if spec.ratio == "geometric":
-        _check(spec.surrogate == "clip", "method.ratio=geometric (GMPO) clips in log space itself: use surrogate=clip")
+    own_loss = RATIOS[spec.ratio].replaces_surrogate
+    _check(own_loss is None or spec.surrogate == "clip", f"method.ratio={spec.ratio} {own_loss}: use surrogate=clip")
     own_ratio = SURROGATES[spec.surrogate].own_ratio
-    _check(own_ratio is None or spec.ratio == "token", f"method.surrogate={spec.surrogate} {own_ratio}: use ratio=token")
+    _check(own_ratio is None or spec.ratio == TOKEN, f"method.surrogate={spec.surrogate} {own_ratio}: use ratio={TOKEN}")
     if spec.surrogate == "vespo":
         _check(min(spec.vespo_k_pos, spec.vespo_k_neg) >= 0 and min(spec.vespo_lambda_pos, spec.vespo_lambda_neg) > 0,
                "method.vespo_k_pos/vespo_k_neg must be >= 0 and vespo_lambda_pos/vespo_lambda_neg > 0 (the kernel "
@@ -232,12 +237,12 @@ def validate_spec(spec: MethodSpec) -> None:
 def _validate_advantage(spec: MethodSpec, entry) -> None:
     """The estimator's entry against the rest of the spec (method/advantages.py)."""
     _check(entry.missing is None, f"method.advantage={entry.name}: grpolab cannot train with it yet: {entry.missing}")
-    reward_kl = spec.kl_coef > 0 and spec.kl_placement == "reward"
-    _check(not entry.greedy_baseline or spec.sampling != "dynamic",
+    reward_kl = kl_in_reward(spec)
+    _check(not entry.greedy_baseline or not SAMPLING_MODES[spec.sampling].regenerates,
            f"method.advantage={entry.name} scores one greedy completion per prompt of the update batch, which "
            f"dynamic sampling assembles from several rounds of prompts: use sampling=static or zero_variance_filter")
     if entry.kl_reward_only and spec.kl_coef > 0:
-        _check(spec.kl_placement == "reward", f"method.advantage={entry.name} folds the KL into the reward: "
+        _check(reward_kl, f"method.advantage={entry.name} folds the KL into the reward: "
                                               "set kl_placement=reward (or kl_coef=0)")
     _check(entry.no_reward_kl is None or not reward_kl,
            f"method.advantage={entry.name}: {entry.no_reward_kl}; use kl_placement=loss")

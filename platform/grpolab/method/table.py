@@ -7,7 +7,12 @@ import textwrap
 import pandas as pd
 
 from grpolab.method.aggregations import AGGREGATIONS
+from grpolab.method.entropy_modes import ENTROPY_MODES
+from grpolab.method.kl import KL_ESTIMATORS, KL_PLACEMENTS
+from grpolab.method.ratios import RATIOS
 from grpolab.method.registry import METHODS
+from grpolab.method.sampler_corrections import SAMPLER_CORRECTIONS, trl_names
+from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.method.surrogates import SURROGATES
 from grpolab.method.trl_names import TRL_LOSS_MEANING, TRL_LOSS_TYPES, format_recipe, trl_recipe
 
@@ -42,6 +47,10 @@ UPDATE_RULE = ["method", "advantage", "ratio", "surrogate", "aggregation"]
 REGULARISERS = ["method", "KL", "sampling", "length", "regime"]
 
 
+def _wrapped(text: str) -> list[str]:
+    return textwrap.wrap(text, width=WIDTH, initial_indent="  ", subsequent_indent="      ")
+
+
 def methods_table(markdown: bool = False) -> str:
     """Markdown: one wide table (for docs). Plain text: fits ~110 columns: the update rule, then
     KL / sampling / length / regime, then each method's title, citation and spec hash."""
@@ -62,6 +71,21 @@ def methods_table(markdown: bool = False) -> str:
         trl = f"TRL loss_type={a.trl!r}" if a.trl else f"no TRL loss type: {a.no_trl}"
         lines.extend(textwrap.wrap(f"{a.name}: {a.formula}; {a.source}; {trl}", width=WIDTH, initial_indent="  ",
                                    subsequent_indent="      "))
+    lines.extend(["", "Ratios (method.ratio; TRL's importance_sampling_level)"])
+    for r in RATIOS.values():
+        trl = f"TRL importance_sampling_level={r.trl!r}" if r.trl else f"no TRL level: {r.no_trl}"
+        lines.extend(_wrapped(f"{r.name}: {r.formula}; {r.source}; {trl}"))
+    lines.extend(["", "KL (method.kl_estimator, method.kl_placement; TRL's beta is k3 in the loss)"])
+    for k in (*KL_ESTIMATORS.values(), *KL_PLACEMENTS.values()):
+        lines.extend(_wrapped(f"{k.name}: {k.formula}; {k.source}" + (f"; {k.no_trl}" if k.no_trl else "")))
+    lines.extend(["", "Sampling (method.sampling) and the entropy bonus (method.entropy_mode)"])
+    described = ([("sampling", m, m.label) for m in SAMPLING_MODES.values()]
+                 + [("entropy_mode", m, m.rule) for m in ENTROPY_MODES.values()])
+    for axis, m, what in described:
+        lines.extend(_wrapped(f"{axis}={m.name}: {what}; {m.source}" + (f"; {m.no_trl}" if m.no_trl else "")))
+    lines.extend(["", "vLLM sampler corrections (generation.is_correction; TRL's vllm_importance_sampling_*)"])
+    for c in SAMPLER_CORRECTIONS.values():
+        lines.extend(_wrapped(f"{c.name}: {c.formula}; {c.source}; TRL {format_recipe(trl_names(c.name))}"))
     lines.extend(["", "TRL's loss_type names (GrpoLabTrainer without method= trains the GRPOConfig as these axes)"])
     for name, axes in TRL_LOSS_TYPES.items():
         text = f"{name}: {', '.join(f'{k}={v}' for k, v in axes.items())}: {TRL_LOSS_MEANING[name]}"

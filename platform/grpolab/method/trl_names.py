@@ -14,6 +14,9 @@ from __future__ import annotations
 import math
 
 from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.entropy_modes import ENTROPY_MODES
+from grpolab.method.kl import KL_ESTIMATORS, KL_PLACEMENTS
+from grpolab.method.ratios import RATIOS
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATES
 
@@ -46,11 +49,12 @@ def trl_recipe(spec: MethodSpec) -> dict | None:
     loss = next((name for name, axes in TRL_LOSS_TYPES.items()
                  if all((surrogate if k == "surrogate" else getattr(spec, k)) == v for k, v in axes.items())), None)
     advantage = ADVANTAGES[spec.advantage].trl   # the estimator's GRPOConfig settings (method/advantages.py)
-    if loss is None or advantage is None or spec.ratio not in ("token", "sequence"):
+    level = RATIOS[spec.ratio].trl   # TRL's importance_sampling_level (method/ratios.py)
+    if loss is None or advantage is None or level is None:
         return None
-    if spec.entropy_mode != "static":
+    if ENTROPY_MODES[spec.entropy_mode].adaptive:   # TRL's controller is not a recipe field here
         return None
-    out = {"loss_type": loss, **advantage, "importance_sampling_level": spec.ratio,
+    out = {"loss_type": loss, **advantage, "importance_sampling_level": level,
            "mask_truncated_completions": spec.overlong_filter, "top_entropy_quantile": spec.top_entropy_quantile,
            "entropy_coef": spec.entropy_coef}
     explained = {"surrogate", "aggregation", "advantage", "ratio", "overlong_filter", "top_entropy_quantile",
@@ -61,7 +65,7 @@ def trl_recipe(spec: MethodSpec) -> dict | None:
     if out.get("delta", math.inf) < 1.0 + spec.eps_high:
         return None   # TRL's delta caps rho for A < 0 exactly like dual-clip only when delta >= 1 + eps_high
     if spec.kl_coef > 0:
-        if spec.kl_estimator != "k3" or spec.kl_placement != "loss":
+        if not (KL_ESTIMATORS[spec.kl_estimator].trl and KL_PLACEMENTS[spec.kl_placement].trl):   # method/kl.py
             return None
         out.update(beta=spec.kl_coef, use_bias_correction_kl=spec.kl_ratio_correction)
         explained |= {"kl_coef", "kl_estimator", "kl_placement", "kl_ratio_correction"}

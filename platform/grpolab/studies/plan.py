@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from grpolab.errors import ConfigError
 from grpolab.planning import planning
 from grpolab.experiment.config import build_config
+from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.studies.definition import ladder_notes, load_study
 from grpolab.studies.launch_options import check_accelerate_config, check_rows_fit
 from grpolab.tasks import make_task
@@ -148,7 +149,7 @@ def _row(name: str, rows: int, cfg, expected: int | None, devices: int) -> RowPl
                    min(expected, cap) if expected else cap, cap, evals, e.prompts, e.k,
                    min(expected, eval_cap) if expected else eval_cap, devices, e.final_prompts or e.prompts,
                    e.final_k or e.k,
-                   cfg.spec.max_sampling_rounds if cfg.spec.sampling == "dynamic" else 1)
+                   cfg.spec.max_sampling_rounds if SAMPLING_MODES[cfg.spec.sampling].regenerates else 1)
 
 
 def _task_cap(cfg) -> int:

@@ -14,7 +14,10 @@ import getpass
 
 from grpolab.method.advantages import SHARED_PARAMS, advantage_params
 from grpolab.method.advantages import readers as advantage_readers
+from grpolab.method.entropy_modes import ADAPTIVE_PARAMS, adaptive_params_act, entropy_mode_acts
 from grpolab.method.registry import METHODS
+from grpolab.method.sampler_corrections import logged
+from grpolab.method.sampling_modes import FILTER_PARAMS, SAMPLING_MODES, sampling_params
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES
 
@@ -29,16 +32,13 @@ CONDITIONAL_AXES = {
     "kl_estimator": lambda s: s.kl_coef > 0,
     "kl_placement": lambda s: s.kl_coef > 0,
     "kl_ratio_correction": lambda s: s.kl_coef > 0,
-    "max_sampling_rounds": lambda s: s.sampling == "dynamic",
-    "sampling_cap_policy": lambda s: s.sampling == "dynamic",
-    "gfpo_keep": lambda s: s.sampling == "gfpo",
-    "gfpo_metric": lambda s: s.sampling == "gfpo",
+    # a sampling mode's own parameters, under the modes that read them (method/sampling_modes.py)
+    **{p: (lambda s, p=p: p in SAMPLING_MODES[s.sampling].params) for p in sampling_params() if p not in FILTER_PARAMS},
     "overlong_buffer": lambda s: s.soft_overlong,
     "overlong_penalty": lambda s: s.soft_overlong,
-    # TRL's gated controller acts from a zero start coefficient too
-    "entropy_mode": lambda s: s.entropy_coef > 0 or s.entropy_mode == "adaptive_gated",
-    **{k: (lambda s: (s.entropy_coef > 0 and s.entropy_mode == "adaptive") or s.entropy_mode == "adaptive_gated")
-       for k in ("entropy_target", "entropy_coef_step", "entropy_coef_min", "entropy_coef_max")},
+    # a gated controller (TRL's) acts from a zero start coefficient too (method/entropy_modes.py)
+    "entropy_mode": entropy_mode_acts,
+    **{k: adaptive_params_act for k in ADAPTIVE_PARAMS},
     # an estimator's own parameters, under the estimators that read them (method/advantages.py)
     **{p: (lambda s, p=p: s.advantage in advantage_readers(p)) for p in advantage_params()},
 }
@@ -88,10 +88,12 @@ def run_params(cfg) -> dict:
     model = {"path": cfg.model.path} if cfg.model.path is not None else {"preset": cfg.model.preset}
     if getattr(cfg.model, "revision", None) is not None:   # a hub id's revision (the commit is the grpolab.hub.model tag)
         model["revision"] = cfg.model.revision
+    g = cfg.generation   # a vLLM sampler: its correction and the bounds it reads (method/sampler_corrections.py)
+    sampler = {"generation": logged(g.is_correction, g.is_min, g.is_max)} if g.backend == "vllm" else {}
     return {"method": {"name": cfg.method_name, **method_params(cfg.spec)},
             "task": dict(cfg.task), "model": model, "warm_start": warm,
             "train": _core_or_changed(cfg.train, CORE_TRAIN), "eval": _core_or_changed(cfg.eval, CORE_EVAL),
-            "seed": cfg.seed}
+            **sampler, "seed": cfg.seed}
 
 
 def _core_or_changed(section, core: tuple[str, ...]) -> dict:

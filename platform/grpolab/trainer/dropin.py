@@ -32,6 +32,8 @@ from grpolab.envs.task import check_episode_method
 from grpolab.method.requirements import filters_groups
 from grpolab.errors import GrpoLabWarning, warn_at_caller
 from grpolab.method.registry import METHODS
+from grpolab.method.sampling_modes import SAMPLING_MODES
+from grpolab.method.sampler_corrections import SAMPLER_CORRECTIONS, trl_sampler_correction
 from grpolab.method.spec import SPEC_FIELDS, MethodSpec, with_reward_weights
 from grpolab.tracking.naming import method_label, method_tags
 from grpolab.trainer.trl_fields import check_refused, override_from_trl, spec_from_trl
@@ -53,6 +55,15 @@ class ResolvedMethod(NamedTuple):
     name: str            # the registered base name ("custom" for a MethodSpec)
     spec: MethodSpec
     regime: dict         # its rollout-reuse entries the drop-in applies to GRPOConfig
+
+
+def check_sampler_correction(args) -> None:
+    """TRL's vLLM sampler correction must be one of the registry's entries (method/sampler_corrections.py)."""
+    if args.use_vllm and trl_sampler_correction(args.vllm_importance_sampling_correction,
+                                                args.vllm_importance_sampling_mode) is None:
+        valid = [c.trl_mode for c in SAMPLER_CORRECTIONS.values() if c.trl_mode]
+        raise ValueError(f"GRPOConfig.vllm_importance_sampling_mode={args.vllm_importance_sampling_mode!r}: not a "
+                         f"TRL 1.16 mode; valid: {', '.join(valid)}")
 
 
 def resolve_method(method) -> ResolvedMethod:
@@ -117,6 +128,7 @@ def prepare(model, reward_funcs, args, train_dataset, method, correctness, trl_k
     else:
         args = copy.deepcopy(args)
     check_refused(args)
+    check_sampler_correction(args)
     from_config = method is None or method is FROM_CONFIG
     if from_config:
         method_name, spec, regime, overridden = *spec_from_trl(args), {}, []
@@ -136,7 +148,7 @@ def prepare(model, reward_funcs, args, train_dataset, method, correctness, trl_k
     kind, key = resolve_correctness(correctness, reward_func_names(funcs), train_dataset)
     spec = check_needs(method_name, spec, kind != "none")
     check_episode_axes(spec, trl_kwargs.get("rollout_func"))
-    if spec.sampling == "gfpo" and spec.gfpo_keep >= args.num_generations:
+    if SAMPLING_MODES[spec.sampling].retains and spec.gfpo_keep >= args.num_generations:
         raise ValueError(f"method {method_name!r}: gfpo_keep={spec.gfpo_keep} must be < GRPOConfig.num_generations "
                          f"({args.num_generations}): GFPO retains fewer completions per group than it samples")
     changed = [] if from_config else apply_method_settings(args, method_name, spec, regime, overridden)

@@ -8,6 +8,9 @@ from __future__ import annotations
 import torch
 
 from grpolab.errors import EmptyUpdatesError, EmptyUpdateWarning, warn_at_caller
+from grpolab.method.entropy_modes import ENTROPY_MODES
+from grpolab.method.kl import kl_in_loss
+from grpolab.method.sampling_modes import SAMPLING_MODES, on_flat_groups
 from grpolab.trainer import sampling
 from grpolab.trainer.rollouts import Generated, RolloutRow
 
@@ -18,9 +21,9 @@ class EmptyUpdateChecks:
     def _other_gradient_terms(self) -> list[str]:
         """Loss terms that give the policy a gradient when every advantage is 0."""
         spec, terms = self.spec, []
-        if spec.kl_coef > 0 and spec.kl_placement == "loss":
+        if kl_in_loss(spec):
             terms.append("in-loss KL")
-        if self.entropy_coef_now or spec.entropy_mode != "static":
+        if self.entropy_coef_now or ENTROPY_MODES[spec.entropy_mode].adaptive:
             terms.append("entropy bonus")
         if spec.positive_lm_coef > 0:
             terms.append("positive-example LM loss")
@@ -65,8 +68,8 @@ class EmptyUpdateChecks:
             parts.append(f"{truncated} of {n} completions hit max_completion_length={self.max_completion_length} "
                          "without EOS and the overlong filter (method.overlong_filter, GRPOConfig."
                          "mask_truncated_completions) masks truncated completions out of the loss")
-        if self.spec.sampling == "zero_variance_filter":
-            parts.append(f"method.sampling=zero_variance_filter dropped every group whose "
+        if SAMPLING_MODES[self.spec.sampling].drops_flat_groups:
+            parts.append(f"method.sampling={self.spec.sampling} dropped every group whose "
                          f"{self.spec.sampling_filter} does not vary")
         return ("every row of the update batch is masked out of the loss: " + "; ".join(parts or [
             "no completion token is left in the loss mask"]))
@@ -74,11 +77,7 @@ class EmptyUpdateChecks:
     def _zero_advantage_cause(self, total: torch.Tensor, rows: list[RolloutRow], G: int) -> str:
         flat = (sampling.group_spread(total.float().cpu(), G) <= sampling.ZERO_VARIANCE_TOL)
         zero, groups = int(flat.sum()), flat.numel()
-        where = {"static": "method.sampling=static trains them as they come",
-                 "dynamic": f"method.sampling=dynamic hit its round cap (max_sampling_rounds="
-                            f"{self.spec.max_sampling_rounds}) and filled the batch with them",
-                 "zero_variance_filter": "method.sampling=zero_variance_filter",
-                 "gfpo": "method.sampling=gfpo trains the retained completions as they come"}[self.spec.sampling]
+        where = on_flat_groups(self.spec)   # method/sampling_modes.py
         masked = sum(bool(r.truncated) for r in rows) if self.args.mask_truncated_completions else 0
         extra = (f"; the overlong filter (method.overlong_filter) masked {masked} truncated completions"
                  if masked else "")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+from grpolab.method.entropy_modes import ENTROPY_MODES
+
 
 class EntropyController:
     """The entropy-bonus coefficient of a method's ``entropy_mode``.
@@ -18,22 +20,22 @@ class EntropyController:
 
     def __init__(self, spec):
         self.spec = spec
+        self.mode = ENTROPY_MODES[spec.entropy_mode]   # its facts: method/entropy_modes.py
         self.coef = spec.entropy_coef
         self.last_entropy = math.inf   # the last optimizer step's entropy (none yet: no gated bonus)
 
     def applied(self) -> float:
         """The coefficient this micro-batch's loss uses."""
-        if self.spec.entropy_mode == "adaptive_gated" and not self.last_entropy <= self.spec.entropy_target:
+        if self.mode.gated and not self.last_entropy <= self.spec.entropy_target:
             return 0.0
         return self.coef
 
     def update(self, entropy: float | None) -> bool:
         """Move the coefficient from one optimizer step's entropy; whether it moved."""
         spec = self.spec
-        if spec.entropy_mode == "static" or entropy is None:
+        if not self.mode.adaptive or entropy is None:
             return False
-        gated = spec.entropy_mode == "adaptive_gated"
-        below = entropy <= spec.entropy_target if gated else entropy < spec.entropy_target
+        below = entropy <= spec.entropy_target if self.mode.gated else entropy < spec.entropy_target
         if below:
             self.coef = min(self.coef + spec.entropy_coef_step, spec.entropy_coef_max)
         else:

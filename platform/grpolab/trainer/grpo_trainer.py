@@ -21,9 +21,12 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from grpolab import algorithms
-from grpolab.algorithms.losses import kl_estimate
+from grpolab.algorithms.kl import kl_estimate
 from grpolab.errors import NonFiniteLossError
 from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.entropy_modes import ENTROPY_MODES
+from grpolab.method.kl import kl_in_reward
+from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.trainer import mlflow_report
 from grpolab.trainer import dropin
 from grpolab.trainer.correctness import CorrectnessRules
@@ -134,7 +137,8 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:
             return super()._generate_and_score_completions(inputs)
-        if self.spec.sampling == "dynamic":
+        sampling = SAMPLING_MODES[self.spec.sampling]   # method/sampling_modes.py
+        if sampling.regenerates:
             batch = self._dynamic_sampling(inputs)
             out, rewards_k, rows, generated = batch.local, batch.rewards, batch.rows, batch.generated
         else:
@@ -142,7 +146,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
             rewards_k, rows = self._scored.rewards, self._scored.rows
             self._entropy_in_loss = self._loss_sees_pi_old_on_every_token(out)
             generated = Generated(rewards_k, rows, None if self._entropy_in_loss else self._entropy_sums(out))
-            if self.spec.sampling == "zero_variance_filter":
+            if sampling.drops_flat_groups:
                 self._filter_zero_variance(out, rewards_k, rows)
         G, device = self.num_generations, rewards_k.device
         n_local = out["completion_ids"].size(0)
@@ -157,7 +161,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
             if not ADVANTAGES[self.spec.advantage].kl_per_token:   # those fold it in per token
                 rewards_adj = total - seq_pen   # (N,): the weights are already in ``total``, never applied twice
         retained = None   # GFPO: the rows in the baselines; the group curves and the zero-advantage cause read them
-        if self.spec.sampling == "gfpo":
+        if sampling.retains:
             kept = self._gfpo(out, rewards_adj, start)
             rewards_adj, retained = kept.rewards, kept.retained
         reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.accelerator.num_processes > 1 else None
@@ -192,7 +196,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
 
     @property
     def _kl_in_reward(self) -> bool:
-        return self.spec.kl_coef > 0 and self.spec.kl_placement == "reward"
+        return kl_in_reward(self.spec)
 
     def _token_kl_penalty(self, out, mask):
         """beta * KL_t(pi_old || pi_ref) per token, detached: the reward-side KL (REINFORCE++, RLOO)."""
@@ -331,7 +335,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         reduce_sum = self._reduce_sum if self.accelerator.num_processes > 1 else None
         if self.accelerator.sync_gradients:
             self._update_entropy_coef(self._step_entropy.emit(reduce_sum).get("trained/entropy"))
-            if self.spec.entropy_mode == "static" and self.entropy_coef_now:   # as TRL logs a static bonus
+            if not ENTROPY_MODES[self.spec.entropy_mode].adaptive and self.entropy_coef_now:   # as TRL logs a static bonus
                 self._metrics["train"]["entropy_coef"].append(self.entropy_coef_now)
         if (self._step + 1) % (self.args.steps_per_generation * self.num_iterations) == 0:
             for key, value in self._window.emit(reduce_sum).items():
@@ -369,7 +373,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         run trains as stock TRL's does."""
         super()._load_optimizer_and_scheduler(checkpoint)
         restored = checkpoint is not None and os.path.exists(os.path.join(checkpoint, "entropy_ctrl_state.json"))
-        if self.spec.entropy_mode == "adaptive_gated" and getattr(self, "use_adaptive_entropy", False) and restored:
+        if ENTROPY_MODES[self.spec.entropy_mode].gated and getattr(self, "use_adaptive_entropy", False) and restored:
             self.entropy_coef_now, self._last_entropy = float(self.entropy_coef), float(self._last_world_entropy)
 
     # -- logging ----------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from transformers.integrations import MLflowCallback
 from transformers.utils import ENV_VARS_TRUE_VALUES
 
 from grpolab.errors import warn_at_caller
+from grpolab.method.sampler_corrections import logged, trl_sampler_correction
 from grpolab.method.spec import MethodSpec
 from grpolab.tracking.naming import flat_keys, method_label, method_params
 
@@ -47,6 +48,10 @@ def dropin_params(method_name: str, spec: MethodSpec, args, steps: int, model_pa
              "max_completion_length": args.max_completion_length}
     nested = {"method": {"name": method_name, **method_params(spec)}, "train": train, "model": {"path": model_path},
               "task": {"reward_funcs": list(reward_funcs), "correctness": correctness}, "seed": args.seed}
+    if args.use_vllm:   # TRL's sampler correction, under the entry name an experiment file gives it
+        name = trl_sampler_correction(args.vllm_importance_sampling_correction, args.vllm_importance_sampling_mode)
+        nested["generation"] = logged(name, args.vllm_importance_sampling_clip_min or 0.0,
+                                      args.vllm_importance_sampling_clip_max)
     return flat_keys(nested)
 
 

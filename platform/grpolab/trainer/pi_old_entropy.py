@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 import torch
 
+from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.trainer.rollouts import generated_mask
 
 
@@ -70,7 +71,7 @@ class PiOldEntropy:
         no environment tokens) and no optimizer step before the last micro-batch (one pass, one
         optimizer step per generation). Then the loss's own token-weighted entropy is that curve,
         and no forward is needed here."""
-        return (self.spec.sampling == "static" and not self.args.mask_truncated_completions
+        return (SAMPLING_MODES[self.spec.sampling].trains_every_row and not self.args.mask_truncated_completions
                 and "tool_mask" not in out and self.num_iterations == 1
                 and self.args.steps_per_generation == self.args.gradient_accumulation_steps)
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 import dataclasses
 
 from grpolab.method.advantages import ADVANTAGES, trl_advantage
+from grpolab.method.entropy_modes import trl_entropy_mode
+from grpolab.method.kl import TRL_KL, kl_in_loss
+from grpolab.method.ratios import trl_ratio
 from grpolab.method.spec import AXIS_CHOICES, MethodSpec, build_spec
 from grpolab.method.surrogates import SURROGATES, trl_target
 from grpolab.method.trl_names import TRL_LOSS_TYPES
@@ -92,15 +95,17 @@ def _surrogate_field(trl_field: str):
 
 
 def _beta(value, args, spec) -> dict:
-    return {"kl_coef": float(value), "kl_estimator": "k3", "kl_placement": "loss"} if value else {"kl_coef": 0.0}
+    return {"kl_coef": float(value), **TRL_KL} if value else {"kl_coef": 0.0}   # TRL_KL: method/kl.py
 
 
 def _bias_correction_kl(value, args, spec) -> dict:
-    return {"kl_ratio_correction": bool(value)} if spec.kl_coef > 0 and spec.kl_placement == "loss" else {}
+    return {"kl_ratio_correction": bool(value)} if kl_in_loss(spec) else {}
 
 
 def _ratio(value, args, spec) -> dict:
-    return {} if SURROGATES[spec.surrogate].own_ratio else {"ratio": value}   # VESPO builds its own sequence weight
+    if SURROGATES[spec.surrogate].own_ratio:   # VESPO builds its own sequence weight
+        return {}
+    return {"ratio": trl_ratio(value) or value}   # a level TRL lacks: build_spec names the valid ones
 
 
 # TRL's scale_rewards values and the estimators they mean, from the advantage registry
@@ -164,7 +169,7 @@ def _adaptive_entropy(value, args, spec) -> dict:
         raise NotImplementedError("GRPOConfig.use_adaptive_entropy=True with top_entropy_quantile < 1: TRL's "
                                   "controller measures the entropy of the selected tokens, grpolab's of every "
                                   "trained token; not implemented yet")
-    return {"entropy_mode": "adaptive_gated", "entropy_coef_step": float(args.entropy_coef_delta),
+    return {"entropy_mode": trl_entropy_mode(True), "entropy_coef_step": float(args.entropy_coef_delta),
             "entropy_target": float(args.entropy_target), "entropy_coef_min": float(args.entropy_coef_min),
             "entropy_coef_max": float(args.entropy_coef_max)}
 

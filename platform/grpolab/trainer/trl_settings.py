@@ -10,6 +10,8 @@ the caller's announcement. Loss types and clip bounds come from the surrogate re
 from __future__ import annotations
 
 from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.entropy_modes import ENTROPY_MODES
+from grpolab.method.ratios import RATIOS
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATES
 from grpolab.method.trl_names import TRL_LOSS_PAIRS
@@ -28,14 +30,14 @@ class _NoEquivalent:
 
 def _loss_type(spec: MethodSpec):
     loss = TRL_LOSS_PAIRS.get((spec.surrogate, spec.aggregation))
-    if spec.ratio in ("token", "sequence") and loss is not None:
+    if RATIOS[spec.ratio].trl is not None and loss is not None:
         return loss
     return _NoEquivalent(f"surrogate={spec.surrogate}, aggregation={spec.aggregation}, ratio={spec.ratio}")
 
 
 def _clip_bounds(spec: MethodSpec) -> tuple:
     entry = SURROGATES[spec.surrogate]
-    if entry.clip in ("ppo", "dual") and spec.ratio in ("token", "sequence"):
+    if entry.clip in ("ppo", "dual") and RATIOS[spec.ratio].trl is not None:
         return spec.eps_low, spec.eps_high
     if entry.clip == "truncate":   # TRL's cispo truncates the IS weight at epsilon_high itself
         axis, shift = entry.trl_fields["epsilon_high"]
@@ -49,7 +51,6 @@ def trl_settings(spec: MethodSpec) -> dict:
     only switches the reference model on (grpolab's loss applies the KL itself)."""
     eps_low, eps_high = _clip_bounds(spec)
     advantage = ADVANTAGES[spec.advantage].trl or {}   # the estimator's GRPOConfig settings (method/advantages.py)
-    level = {"token": "token", "sequence": "sequence"}
     return {
         "loss_type": _loss_type(spec),
         "beta": spec.kl_coef if spec.kl_coef > 0 else (1.0 if spec.needs_reference else 0.0),
@@ -57,10 +58,11 @@ def trl_settings(spec: MethodSpec) -> dict:
         "mask_truncated_completions": spec.overlong_filter,
         "scale_rewards": advantage.get("scale_rewards", _NoEquivalent(f"advantage={spec.advantage}")),
         "multi_objective_aggregation": advantage.get("multi_objective_aggregation", "sum_then_normalize"),
-        "importance_sampling_level": level.get(spec.ratio, _NoEquivalent(f"ratio={spec.ratio}")),
+        "importance_sampling_level": RATIOS[spec.ratio].trl or _NoEquivalent(f"ratio={spec.ratio}"),
         "top_entropy_quantile": spec.top_entropy_quantile,
         "use_bias_correction_kl": spec.kl_ratio_correction,
-        "entropy_coef": spec.entropy_coef if spec.entropy_mode == "static" else _NoEquivalent("adaptive entropy bonus"),
+        "entropy_coef": (_NoEquivalent("adaptive entropy bonus") if ENTROPY_MODES[spec.entropy_mode].adaptive
+                         else spec.entropy_coef),
     }
 
 
