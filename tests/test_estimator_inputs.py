@@ -42,9 +42,10 @@ class _Calls:
             return out
         monkeypatch.setattr(algorithms, "compute_advantages", spy)
 
-    def reward(self, prompts, completions, **kwargs):
+    def reward(self, prompts, completions, completion_ids=None, **kwargs):
         values = [float(len(set(c))) for c in completions]   # unique characters, as TRL's quickstart
-        self.rewards.append({"prompts": list(prompts), "completions": list(completions), "values": values})
+        self.rewards.append({"prompts": list(prompts), "completions": list(completions), "values": values,
+                             "ids": [list(i) for i in completion_ids]})
         return values
 
 
@@ -117,3 +118,130 @@ def test_remax_refuses_dynamic_sampling():
         build_spec({"advantage": "remax", "sampling": "dynamic", "aggregation": "token_mean"})
     kept = build_spec({"advantage": "remax", "sampling": "zero_variance_filter", "aggregation": "token_mean"})
     assert kept.sampling == "zero_variance_filter"
+
+
+def _model_with_end_tokens(tiny_model_dir, tmp_path, ends: list[int]):
+    """The tiny model, its generation config declaring ``ends`` as end tokens after the tokenizer's EOS."""
+    import shutil
+
+    from transformers import AutoTokenizer, GenerationConfig
+    path = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, path)
+    config = GenerationConfig.from_pretrained(path)
+    config.eos_token_id = [AutoTokenizer.from_pretrained(path).eos_token_id, *ends]
+    config.save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("advantage", ["optimal_token_baseline", "tir_optimal_token_baseline"])
+def test_optimal_token_baselines_refuse_a_reward_side_kl(advantage):
+    from grpolab.errors import ConfigError
+    base = {"advantage": advantage, "aggregation": "token_mean"}
+    with pytest.raises(ConfigError, match=f"advantage={advantage}: grpolab does not implement .*reward-to-go.*"
+                                          r"kl_placement=loss \(or kl_coef=0\)"):
+        build_spec({**base, "kl_coef": 0.01, "kl_estimator": "k1", "kl_placement": "reward"})
+    assert build_spec({**base, "kl_coef": 0.01, "kl_placement": "loss"}).kl_coef == 0.01
+    assert build_spec({**base, "kl_coef": 0.0, "kl_placement": "reward"}).kl_coef == 0.0
+
+
+def test_remax_says_what_grpolab_does_not_implement():
+    from grpolab.errors import ConfigError
+    with pytest.raises(ConfigError, match="grpolab does not implement ReMax with a reward-side KL"):
+        build_spec({"advantage": "remax", "aggregation": "token_mean", "kl_coef": 0.01, "kl_placement": "reward"})
+    assert "does not implement" in ADVANTAGES["remax"].multi_turn
+
+
+@pytest.mark.parametrize("method", [{"name": "grpo", "kl_coef": 0.0}, "remax"])
+def test_greedy_scoring_leaves_trls_logs_and_the_reward_counters_to_the_rollout(method, tiny_model_dir, tmp_path):
+    """What a remax step logs (reward functions' log_metric / log_extra, a task reward's counters)
+    is over the rollout's completions only, as a grpo step's: the greedy completions stay out."""
+    import json
+
+    import datasets
+    from grpolab.tasks import make_task
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(json.dumps({"q": f"{i}+{i}=", "a": str(2 * i)}) for i in range(32)))
+    task = make_task("local_dataset", path=str(rows), prompt_field="q", answer_field="a", extract="last_number",
+                     grade="numeric", rewards=["correctness"])
+    train = task.splits(0, 1000, 1000)[0]
+    [correctness] = task.reward_funcs(train, max_len=8)
+    dataset = datasets.Dataset.from_dict({"prompt": [e.prompt for e in train], "idx": list(range(len(train)))})
+
+    def logging_reward(prompts, completions, log_metric, log_extra, **kwargs):
+        log_metric("scored_rows", float(len(completions)))
+        log_extra("scored_completion", list(completions))
+        return [0.0] * len(completions)
+    t = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=[correctness, logging_reward],
+                       args=_args(tmp_path, max_steps=2), train_dataset=dataset, method=method)
+    t.train()
+    logs = [e for e in t.state.log_history if "loss" in e]
+    assert [e["scored_rows"] for e in logs] == [8.0, 8.0]
+    assert not t._pending_metrics and not t._pending_extra_logs
+    assert list(t._logs["extra"]["scored_completion"]) == list(t._logs["completion"])
+    assert (correctness.reward.calls, correctness.reward.failures) == (16, 0)
+
+
+def test_whole_groups_are_checked_when_the_trainer_is_built(tiny_model_dir, tmp_path):
+    from grpolab.trainer.estimator_inputs import check_whole_groups
+    args = _args(tmp_path)
+    args.per_device_train_batch_size = 6   # as GRPOConfig accepts it on 2 processes (a generation batch of 12)
+    for method in ("remax", "otb"):
+        with pytest.raises(ValueError, match=r"whole groups on each process: per_device_train_batch_size \(6\) x "
+                                             r"steps_per_generation \(1\) = 6 rows .* num_generations \(4\)"):
+            GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=lambda completions, **kw: [0.0] * len(completions),
+                           args=args, train_dataset=_dataset(), method=method)
+    assert check_whole_groups("group_std", args) is None   # its baseline is over the gathered batch
+
+
+def test_greedy_completion_keeps_trls_settings_and_stops_at_every_end_token(tiny_model_dir, tmp_path, monkeypatch):
+    import datasets
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    prompt = _dataset()["prompt"][0]
+    ids = tok(prompt, return_tensors="pt")
+    with torch.no_grad():   # TRL's settings (repetition penalty 1.3) with the tokenizer's EOS only
+        free = model.generate(**ids, do_sample=False, max_new_tokens=8, repetition_penalty=1.3, temperature=None,
+                              top_p=None, top_k=None, pad_token_id=tok.pad_token_id,
+                              eos_token_id=tok.eos_token_id)[0, ids["input_ids"].size(1):].tolist()
+    # a second end token: the first greedy token after the first that is new to the completion
+    k = next(i for i in range(1, len(free)) if free[i] not in free[:i] and free[i] != tok.eos_token_id)
+    assert tok.eos_token_id not in free[:k] and len(free) > k + 1
+    calls = _Calls(monkeypatch)
+    t = GrpoLabTrainer(model=str(_model_with_end_tokens(tiny_model_dir, tmp_path, [free[k]])),
+                       reward_funcs=calls.reward, args=_args(tmp_path, repetition_penalty=1.3),
+                       train_dataset=datasets.Dataset.from_dict({"prompt": [prompt] * 32}), method="remax")
+    assert t.eos_token_ids == [tok.eos_token_id, free[k]]
+    t.train()
+    greedy = calls.rewards[1]
+    assert greedy["ids"] == [free[:k + 1]] * 2   # cut at the second end token, one per prompt
+    assert greedy["completions"] == [tok.decode(free[:k + 1], skip_special_tokens=True)] * 2
+
+
+def test_optimal_token_baseline_is_over_generated_tokens_truncated_rows_included(tiny_model_dir, tmp_path,
+                                                                                monkeypatch):
+    """TRL's mask_truncated_completions (the overlong filter) empties truncated rows of the loss;
+    the baselines and their metric still count their tokens, as verl's."""
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    calls, seen = _Calls(monkeypatch), []
+    original = GrpoLabTrainer._policy_token_stats
+
+    def stats_spy(self, out):
+        seen.append(out["completion_mask"].clone())
+        return original(self, out)
+    monkeypatch.setattr(GrpoLabTrainer, "_policy_token_stats", stats_spy)
+    model = _model_with_end_tokens(tiny_model_dir, tmp_path, tok.convert_tokens_to_ids(list("0123456789")))
+    t = GrpoLabTrainer(model=str(model), reward_funcs=calls.reward, args=_args(tmp_path, max_completion_length=4),
+                       train_dataset=_dataset(), method={"name": "otb", "overlong_filter": True})
+    t.train()
+    [trained], [call], [sampled] = seen, calls.advantages, calls.rewards
+    lengths = torch.tensor([len(i) for i in sampled["ids"]])
+    generated = (torch.arange(trained.size(1)).unsqueeze(0) < lengths.unsqueeze(1)).float()
+    truncated = trained.sum(1) == 0
+    assert truncated.any() and not truncated.all()   # the filter acted on some rows only
+    torch.testing.assert_close(call["mask"].cpu(), generated)
+    expected = baselines.optimal_token_baseline(call["rewards"], generated, call["old_logp"], call["sum_pi_squared"], G)
+    torch.testing.assert_close(call["out"], expected)
+    on = generated.bool()
+    assert _last_log(t)["otb/sum_pi_squared_mean"] == pytest.approx(float(call["sum_pi_squared"][on].mean()), abs=1e-5)

@@ -27,6 +27,11 @@ def test_behaviours_the_trainer_relies_on():
     for needle in ('"num_items_in_batch": num_items_in_batch', "self._calculate_rewards(", "mask_truncated_completions",
                    'output["old_per_token_logps"]', 'output["ref_per_token_logps"]'):
         assert needle in src, needle
+    # EstimatorInputs: greedy scoring swaps the reward-log buffers TRL flushes here; the greedy completion starts
+    # from TRL's generation settings and end tokens
+    assert "self._pending_extra_logs.clear()" in src and "self._pending_metrics.clear()" in src
+    init = inspect.getsource(GRPOTrainer.__init__)
+    assert "self.eos_token_ids = eos_token_ids" in init and "self.generation_kwargs = generation_kwargs" in init
     prep = inspect.getsource(GRPOTrainer._prepare_inputs)
     assert "shuffle_sequence_dict" in prep and "split_tensor_dict" in prep  # rows are shuffled, then split
     assert GRPOTrainer.loss_is_scaled_for_ga is True  # so grpolab divides by gradient accumulation itself

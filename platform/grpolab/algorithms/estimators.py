@@ -34,8 +34,8 @@ class AdvantageInputs:
     reduce: Callable | None = None              # sums a tensor over processes
     lengths: torch.Tensor | None = None         # (N,): valid tokens per completion, the whole batch
     greedy_rewards: torch.Tensor | None = None  # (N,): the reward of a greedy completion of each row's prompt
-    old_logp: torch.Tensor | None = None        # (N, T): log pi_old of each sampled token
-    sum_pi_squared: torch.Tensor | None = None  # (N, T): sum over the vocabulary of pi_old^2 at each token
+    old_logp: torch.Tensor | None = None        # (n_local, T), as mask: log pi_old of each sampled token
+    sum_pi_squared: torch.Tensor | None = None  # (n_local, T), as mask: sum over the vocabulary of pi_old^2 per token
 
     def completion_lengths(self) -> torch.Tensor:
         if self.lengths is not None:

@@ -49,6 +49,9 @@ class Estimator:
 SHARED_PARAMS = ("adv_eps", "std_unbiased")   # the eps added to a std or mean before dividing; std with N-1 or N
 _STD = SHARED_PARAMS                          # estimators that divide by a std read both
 _NO_TRL_PER_TOKEN = "TRL 1.16 computes one advantage per completion from the group's rewards"
+_NO_OTB_REWARD_KL = ("grpolab does not implement the optimal token baseline with a reward-side KL (verl's returns are "
+                     "the reward-to-go of the score minus beta KL_t at every token; grpolab's outcome returns would "
+                     "subtract the whole sequence's KL at every token)")
 
 _ENTRIES = [
     Estimator("group_std", reads=_STD, unscorable=True, step_norm="std", trl={"scale_rewards": "group"}),
@@ -82,13 +85,15 @@ _ENTRIES += [   # verl 0.9.1's further estimators (core_algos.py, register_adv_e
               cite="GPG, Chu et al. 2025, arXiv:2504.02546; verl compute_gpg_outcome_advantage (alpha = N / "
                    "#non-zero rewards, F_norm = 1: verl's version, not checked against the paper's estimator)"),
     Estimator("remax", no_trl="TRL 1.16 generates no greedy baseline", greedy_baseline=True,
-              multi_turn="its baseline is one single-turn greedy completion per prompt, not an episode",
-              no_reward_kl="its greedy baseline's reward carries no KL penalty; the difference would not cancel it",
+              multi_turn="grpolab generates the greedy baseline as one single-turn completion per prompt and does not "
+                         "implement a greedy episode",
+              no_reward_kl="grpolab does not implement ReMax with a reward-side KL (verl subtracts the greedy reward "
+                           "from a per-token reward-to-go that carries the KL)",
               cite="ReMax, Li et al. 2023, arXiv:2310.10505; verl compute_remax_outcome_advantage"),
     Estimator("optimal_token_baseline", per_token=True, no_trl=_NO_TRL_PER_TOKEN, sum_pi_squared=True,
-              cite="verl compute_optimal_token_baseline_advantage"),
+              no_reward_kl=_NO_OTB_REWARD_KL, cite="verl compute_optimal_token_baseline_advantage"),
     Estimator("tir_optimal_token_baseline", per_token=True, no_trl=_NO_TRL_PER_TOKEN, sum_pi_squared=True,
-              cite="verl compute_multi_turn_optimal_token_baseline_advantage"),
+              no_reward_kl=_NO_OTB_REWARD_KL, cite="verl compute_multi_turn_optimal_token_baseline_advantage"),
 ]
 _ENTRIES += [
     Estimator("maxrl", reads=("adv_eps",), bounded="it divides by the group's mean reward, a success rate only for rewards in [0, 1]",

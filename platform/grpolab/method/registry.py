@@ -210,7 +210,9 @@ METHODS: dict[str, Method] = {m.key: m for m in [
            note="per-token A_t = G_t - B_t, B_t = sum_i G_it W_it / sum_i W_it over the group, W_t the cumulative "
                 "1 - 2 pi_old(y_t) + sum_v pi_old(v)^2 of the sampling policy (the trainer computes the vocabulary "
                 "sum only for this estimator: otb/sum_pi_squared_mean); B = group mean when W is equal across the "
-                "group; verl's default clip and token-mean loss"),
+                "group; G, W and B over every generated model token (truncated completions included, as verl's); "
+                "verl's default clip and token-mean loss; with vLLM, TRL's importance-sampling correction reweights "
+                "the loss only (verl also scales W by the squared truncated IS weight; grpolab does not)"),
     Method("tir_otb", "Optimal token baseline (tool turns)",
            "verl 0.9.1 adv_estimator=tir_optimal_token_baseline (verl's own derivation; no paper cited there)",
            dict(advantage="tir_optimal_token_baseline", **_GRPO_CLIP_TOKEN_MEAN),

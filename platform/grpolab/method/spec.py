@@ -245,7 +245,7 @@ def _validate_advantage(spec: MethodSpec, entry) -> None:
         _check(reward_kl, f"method.advantage={entry.name} folds the KL into the reward: "
                                               "set kl_placement=reward (or kl_coef=0)")
     _check(entry.no_reward_kl is None or not reward_kl,
-           f"method.advantage={entry.name}: {entry.no_reward_kl}; use kl_placement=loss")
+           f"method.advantage={entry.name}: {entry.no_reward_kl}; use kl_placement=loss (or kl_coef=0)")
     stepped = " or ".join(estimators(step_norm="std") + estimators(step_norm="mean"))
     _check(spec.step_omega == 0 or entry.step_norm is not None,
            f"method.step_omega > 0 (GiGPO) adds step-level group advantages to a group estimator: use advantage "

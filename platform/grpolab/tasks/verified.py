@@ -107,6 +107,7 @@ class VerifiedTask:
                                         f"last error: {type(last_error).__name__}: {last_error}")
             return values
         reward_function.__name__ = reward.label
+        reward_function.reward = reward   # its run counters: the trainer restores them around scoring that is not a rollout's
         return reward_function
 
     # -- prompting -----------------------------------------------------------------------

@@ -7,12 +7,17 @@ runs TRL's own reward computation.
 
 from __future__ import annotations
 
+import contextlib
+from collections import defaultdict
 from typing import NamedTuple
 
 import torch
 
 from grpolab import algorithms
 from grpolab.method.advantages import ADVANTAGES
+
+#: the generation settings that sample (``transformers.GenerationConfig``); greedy decoding leaves them unset
+SAMPLING_SETTINGS = ("temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")
 
 
 class PolicyTokenStats(NamedTuple):
@@ -21,16 +26,32 @@ class PolicyTokenStats(NamedTuple):
     sum_pi_squared: torch.Tensor   # sum_v pi_old(v | context)^2
 
 
-def _until_eos(ids: list[int], eos: int | None) -> list[int]:
-    """A generated id list cut after its first EOS (TRL's completions end there)."""
-    return ids[: ids.index(eos) + 1] if eos is not None and eos in ids else ids
+def check_whole_groups(advantage: str, args) -> None:
+    """The estimators whose entry asks for a greedy baseline or sum_pi_squared compute them over each
+    group on the process that holds it, so every process's rows of a generation batch
+    (per_device_train_batch_size x steps_per_generation, groups contiguous) must be whole groups."""
+    entry = ADVANTAGES[advantage]
+    if not (entry.greedy_baseline or entry.sum_pi_squared):
+        return
+    rows = args.per_device_train_batch_size * args.steps_per_generation
+    if rows % args.num_generations:
+        raise ValueError(f"advantage={advantage} needs whole groups on each process: per_device_train_batch_size "
+                         f"({args.per_device_train_batch_size}) x steps_per_generation ({args.steps_per_generation}) "
+                         f"= {rows} rows per process, not a multiple of num_generations ({args.num_generations})")
+
+
+def _until_end(ids: list[int], ends: list[int]) -> list[int]:
+    """A generated id list cut after its first end token (TRL's completions end there)."""
+    cut = next((i for i, t in enumerate(ids) if t in ends), None)
+    return ids if cut is None else ids[: cut + 1]
 
 
 class EstimatorInputs:
     """ReMax's greedy baseline and the optimal token baselines' vocabulary statistics."""
 
     def _estimator_extras(self, inputs: list[dict], out: dict, mask: torch.Tensor) -> dict:
-        """The ``compute_advantages`` keywords the run's estimator entry asks for (none for most)."""
+        """The ``compute_advantages`` keywords the run's estimator entry asks for (none for most);
+        ``mask`` (n_local, T): the model tokens the estimator's baselines are over."""
         entry, extra = ADVANTAGES[self.spec.advantage], {}
         if entry.greedy_baseline:
             extra["greedy_rewards"] = self._greedy_baseline(inputs, out)
@@ -64,39 +85,67 @@ class EstimatorInputs:
         return PolicyTokenStats(torch.cat(logps), torch.cat(squares))
 
     def _log_sum_pi_squared(self, stats: PolicyTokenStats, mask: torch.Tensor) -> None:
-        """``otb/sum_pi_squared_mean``: the mean over model tokens, all processes."""
+        """``otb/sum_pi_squared_mean``: the mean over the tokens of ``mask`` (every model token
+        generated for the update batch), all processes."""
         pair = torch.stack([(stats.sum_pi_squared * mask).sum(), mask.sum()]).double()
         if self.accelerator.num_processes > 1:
             pair = self.accelerator.reduce(pair, reduction="sum")
         if pair[1] > 0:
             self._metrics["train"]["otb/sum_pi_squared_mean"].append(float(pair[0] / pair[1]))
 
+    @contextlib.contextmanager
+    def _outside_the_rollout(self):
+        """Reward scoring that is not a rollout's (the greedy completions): what reward functions
+        log through TRL's ``log_extra`` / ``log_metric`` goes to throwaway buffers (TRL flushed the
+        round's already; greedy rows would join the next round's completions table and curves), and
+        the run counters of a task's reward functions (``reward_function.reward``: calls, failures)
+        are left as they were."""
+        counters = [(r, r.calls, r.failures) for r in (getattr(f, "reward", None) for f in self.reward_funcs)
+                    if hasattr(r, "calls") and hasattr(r, "failures")]
+        pending = self._pending_extra_logs, self._pending_metrics
+        self._pending_extra_logs, self._pending_metrics = defaultdict(list), defaultdict(list)
+        try:
+            yield
+        finally:
+            self._pending_extra_logs, self._pending_metrics = pending
+            for reward, calls, failures in counters:
+                reward.calls, reward.failures = calls, failures
+
+    def _greedy_generation_kwargs(self) -> dict:
+        """TRL's generation settings (its end tokens ``eos_token_ids``, repetition penalty,
+        ``GRPOConfig.generation_kwargs``, ...) with the sampling ones unset: the policy's argmax.
+        With vLLM, TRL's generation_kwargs are vLLM sampling parameters, so only the settings that
+        transformers shares with them are kept (the greedy completion is generated by transformers)."""
+        kwargs = getattr(self, "generation_kwargs", None)   # TRL sets it only when transformers generates
+        if kwargs is None:
+            tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)   # a processor's own
+            kwargs = {"max_new_tokens": self.max_completion_length, "pad_token_id": tokenizer.pad_token_id,
+                      "bos_token_id": tokenizer.bos_token_id, "eos_token_id": self.eos_token_ids,
+                      "repetition_penalty": self.repetition_penalty}
+        return {**kwargs, **dict.fromkeys(SAMPLING_SETTINGS), "do_sample": False}
+
     @torch.no_grad()
     def _greedy_baseline(self, inputs: list[dict], out: dict) -> torch.Tensor:
         """(N,) for the whole batch: the total reward (the method's reward weights) of one greedy
         completion of each row's prompt, generated by the current policy from the prompt ids TRL
-        sampled from (up to ``max_completion_length`` tokens) and scored by the run's reward
-        functions, so A_i = R_i - R_greedy(prompt) is ReMax's. Groups must be whole on each process
-        (one prompt per G contiguous rows)."""
+        sampled from, with TRL's generation settings less the sampling ones (up to
+        ``max_completion_length`` tokens, ending at any of TRL's end tokens) and scored by the run's
+        reward functions, so A_i = R_i - R_greedy(prompt) is ReMax's. Groups are whole on each
+        process (``check_whole_groups``: one prompt per G contiguous rows)."""
+        from transformers import GenerationConfig
         G, n_local = self.num_generations, out["prompt_ids"].size(0)
-        if n_local % G:
-            raise NotImplementedError(f"advantage={self.spec.advantage}: the greedy baseline needs whole groups on each "
-                                      f"process ({n_local} rows per process, group size {G})")
         firsts = list(range(0, n_local, G))
         prompt_ids, prompt_mask = out["prompt_ids"][firsts], out["prompt_mask"][firsts]
-        tokenizer = self.processing_class
-        eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+        config = GenerationConfig(**self._greedy_generation_kwargs(), disable_compile=True)
         model = self.accelerator.unwrap_model(self.model)
         training = model.training
         model.eval()   # greedy means the policy's argmax: no dropout noise
         try:
-            generated = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, do_sample=False,
-                                       max_new_tokens=self.max_completion_length, pad_token_id=pad, eos_token_id=eos,
-                                       temperature=None, top_p=None, top_k=None)
+            generated = model.generate(input_ids=prompt_ids, attention_mask=prompt_mask, generation_config=config)
         finally:
             model.train(training)
-        ids = [_until_eos(row, eos) for row in generated[:, prompt_ids.size(1):].tolist()]
-        texts = tokenizer.batch_decode(ids, skip_special_tokens=True)
+        ids = [_until_end(row, self.eos_token_ids) for row in generated[:, prompt_ids.size(1):].tolist()]
+        texts = self.processing_class.batch_decode(ids, skip_special_tokens=True)
         prompted = [inputs[i] for i in firsts]
         prompts = [x["prompt"] for x in prompted]
         conversational = isinstance(prompts[0], list)

@@ -33,7 +33,7 @@ from grpolab.trainer.correctness import CorrectnessRules
 from grpolab.trainer.critic import CriticMixin
 from grpolab.trainer.empty_updates import EmptyUpdateChecks
 from grpolab.trainer.entropy_control import EntropyController
-from grpolab.trainer.estimator_inputs import EstimatorInputs
+from grpolab.trainer.estimator_inputs import EstimatorInputs, check_whole_groups
 from grpolab.trainer.loss_stats import WindowStats, weighted
 from grpolab.trainer.metrics import rollout_metrics, trained_metrics
 from grpolab.trainer.group_sampling import GroupSampling
@@ -63,6 +63,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         n_user = len(reward_funcs) if isinstance(reward_funcs, list) else int(reward_funcs is not None)
         setup = dropin.prepare(model, reward_funcs, args, train_dataset, method, correctness, trl_kwargs)
         self.method_name, spec, args, funcs = setup.method_name, setup.spec, setup.args, setup.reward_funcs
+        check_whole_groups(spec.advantage, args)
         # grpolab's own reward functions (DAPO's ``overlong``) come after the user's. TRL's "No reward source
         # provided" check must see only the user's: without any, they are added after TRL's __init__ (behind an
         # environment's own ``get_reward``, if it has one), so a run with no reward source raises as in TRL.
@@ -117,10 +118,9 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         order like the rewards (``self._scored``)."""
         rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         self._warn_unscorable(rewards, prompts, completions)
-        eos = self.processing_class.eos_token_id
         correct = self._local_correctness(inputs, prompts, completions, completion_ids_list)
         local = [   # environment datasets may have no prompt column: TRL's own prompt (reset() supplies it)
-            RolloutRow(ok, len(ids), (not ids) or ids[-1] != eos, x.get("prompt", p), c)
+            RolloutRow(ok, len(ids), (not ids) or ids[-1] not in self.eos_token_ids, x.get("prompt", p), c)
             for ok, x, p, c, ids in zip(correct, inputs, prompts, completions, completion_ids_list)
         ]
         rows = gather_object(local) if self.accelerator.num_processes > 1 else local
@@ -130,8 +130,10 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         return rewards
 
     def _score_greedy(self, inputs, prompts, completions, completion_ids_list):
-        """TRL's rewards for ReMax's greedy completions (``EstimatorInputs``), recording no rollout rows."""
-        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        """TRL's rewards for ReMax's greedy completions (``EstimatorInputs``), recording no rollout
+        rows, and nothing in TRL's logs or a task's reward counters (``_outside_the_rollout``)."""
+        with self._outside_the_rollout():
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
     # -- advantages ---------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):
@@ -165,17 +167,20 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
             kept = self._gfpo(out, rewards_adj, start)
             rewards_adj, retained = kept.rewards, kept.retained
         reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.accelerator.num_processes > 1 else None
-        extra = self._estimator_extras(inputs, out, mask)
+        generated_tokens = generated_mask(out, rows, start)   # model tokens, before any filter's masking
+        # the optimal token baselines are over every generated model token (truncated rows included), as verl's;
+        # the loss applies the trained mask
+        baseline_mask = generated_tokens.float() if ADVANTAGES[self.spec.advantage].sum_pi_squared else mask
+        extra = self._estimator_extras(inputs, out, baseline_mask)
         if self.critic is not None:
             out["old_values"] = self._critic_values(out, grad=False)
             advantages, out["returns"] = algorithms.gae_advantages(
                 self.spec, rewards_adj[start:start + n_local], out["old_values"], mask, penalty, reduce=reduce)
         else:
             advantages = algorithms.compute_advantages(
-                self.spec, rewards_adj, G, mask=mask, token_penalty=penalty, prompt_keys=[r.prompt for r in rows],
-                tracker=self.tracker, local_rows=slice(start, start + n_local), reduce=reduce,
-                lengths=self._gather(generated_mask(out, rows, start).sum(1)),   # before any filter's masking
-                **extra)
+                self.spec, rewards_adj, G, mask=baseline_mask, token_penalty=penalty,
+                prompt_keys=[r.prompt for r in rows], tracker=self.tracker, local_rows=slice(start, start + n_local),
+                reduce=reduce, lengths=self._gather(generated_tokens.sum(1)), **extra)
         if self.tracker is not None:
             self._metrics["train"]["tracker/prompts"].append(float(len(self.tracker.state)))
         if advantages.dim() == 1:

@@ -176,7 +176,10 @@ DEFINITIONS: dict[str, str] = {
     "tracker/prompts": "SPO: prompts the value tracker has seen",
     "remax/greedy_reward_mean": "ReMax (advantage remax): mean total reward of the greedy completions, one per "
                                 "prompt of the update batch, whose reward is each prompt's baseline",
-    "otb/sum_pi_squared_mean": "optimal token baselines: mean over the batch's model tokens of sum_v pi_old(v)^2, "
+    "otb/sum_pi_squared_mean": "optimal token baselines: mean of sum_v pi_old(v)^2 over every model token of the "
+                               "update batch's completions on all processes, the tokens their baselines are over "
+                               "(truncated completions and rows the zero-variance filter masks included; tool tokens "
+                               "of episodes excluded; with dynamic sampling, only the rows assembled into the batch), "
                                "the vocabulary sum in their path-variance weights (1 where pi_old is one-hot)",
     "entropy/kept_fraction": "trained: top-entropy tokens: fraction of trained tokens that carry the policy gradient",
     "off_policy/kept_fraction": "trained: GRPOConfig.off_policy_mask_threshold (TRL's off-policy sequence mask): "
