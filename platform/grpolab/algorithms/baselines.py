@@ -96,8 +96,10 @@ def optimal_token_baseline(r: torch.Tensor, mask: torch.Tensor, old_logp: torch.
                            sum_pi_squared: torch.Tensor, G: int, eps: float = 1e-8) -> torch.Tensor:
     """Optimal token baseline (verl's ``optimal_token_baseline``): A_it = G_it - B_t with one
     baseline per token position, B_t = E[G_t W_t] / E[W_t] over the group (see
-    ``_group_token_baselines``), W_t the cumulative path variance of the sampling policy pi_old
-    (``sum_pi_squared``: sum over the vocabulary of pi_old^2 at each token). Returns (N, T)."""
+    ``_group_token_baselines``), W_t the cumulative path variance of pi_old, the policy that
+    generated the batch (``sum_pi_squared``: sum over the vocabulary of pi_old^2 at each token). r, mask
+    and the token statistics are the same rows (the trainer's: one process's, whole groups). Returns
+    (rows, T)."""
     m = mask.to(r.dtype)
     returns = _outcome_returns(r, m)
     groups = [list(range(s, s + G)) for s in range(0, r.numel(), G)]

@@ -21,7 +21,8 @@ SAMPLING_SETTINGS = ("temperature", "top_p", "top_k", "min_p", "typical_p", "eps
 
 
 class PolicyTokenStats(NamedTuple):
-    """Per completion token (n_local, T), under the sampling policy pi_old."""
+    """Per completion token (n_local, T), under pi_old: the training model's policy when the batch was
+    generated (with vLLM, not the sampler's own probabilities)."""
     logp: torch.Tensor             # log pi_old(y_t)
     sum_pi_squared: torch.Tensor   # sum_v pi_old(v | context)^2
 
