@@ -245,3 +245,20 @@ def test_optimal_token_baseline_is_over_generated_tokens_truncated_rows_included
     torch.testing.assert_close(call["out"], expected)
     on = generated.bool()
     assert _last_log(t)["otb/sum_pi_squared_mean"] == pytest.approx(float(call["sum_pi_squared"][on].mean()), abs=1e-5)
+
+
+def test_a_run_config_splits_prompts_into_whole_groups_per_process(tmp_path, monkeypatch):
+    from grpolab.errors import ConfigError
+    from grpolab.experiment.config import build_config
+    from grpolab.experiment import runner
+    from grpolab.world.tasks import make_task
+
+    def config(method, prompts):
+        return build_config({"name": "whole", "method": method, "task": {"name": "addition", "digits": 2},
+                             "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
+                             "train": {"steps": 1, "group_size": 4, "prompts_per_rollout": prompts}})
+    monkeypatch.setattr(runner, "_world", lambda: 2)   # 2 processes as the run sees them (GRPOConfig sees one)
+    with pytest.raises(ConfigError, match=r"train.prompts_per_rollout \(3\): method.advantage=remax needs whole "
+                                          r"groups on each process, so a multiple of the 2 processes"):
+        runner._grpo_args(config("remax", 3), make_task("addition", digits=2), tmp_path)
+    assert runner._grpo_args(config("remax", 4), make_task("addition", digits=2), tmp_path).per_device_train_batch_size == 8

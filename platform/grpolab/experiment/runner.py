@@ -19,6 +19,7 @@ from grpolab.errors import ConfigError
 from grpolab.experiment import checkpoints, engines, vllm_eval
 from grpolab.experiment.config import RunConfig, final_prompts, rollout_steps
 from grpolab.experiment.pretrained import model_directory, resolve_pretrained
+from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.requirements import inert_settings
 from grpolab.signals import raise_if_signalled, signals_raise
 from grpolab.state import state_dir as default_state_dir
@@ -155,6 +156,10 @@ def _grpo_args(cfg: RunConfig, task, output_dir: Path):
         raise ConfigError(f"train: prompts_per_rollout x group_size must split evenly into minibatches x grad_accum x "
                           f"{world} processes")
     micro = t.prompts_per_rollout * t.group_size // (t.minibatches * t.grad_accum * world)   # the same global batch
+    entry = ADVANTAGES[cfg.spec.advantage]
+    if (entry.greedy_baseline or entry.sum_pi_squared) and t.prompts_per_rollout % world:
+        raise ConfigError(f"train.prompts_per_rollout ({t.prompts_per_rollout}): method.advantage={entry.name} needs "
+                          f"whole groups on each process, so a multiple of the {world} processes")
     # Defaults grpolab chooses but does not own (a constant schedule, no warm-up, no top-k cut):
     # train.trl replaces them; the fields grpolab owns are refused at parse time (trl_passthrough.py).
     overridable = {"lr_scheduler_type": "constant", "warmup_steps": 0, "top_k": 0, "disable_tqdm": True,

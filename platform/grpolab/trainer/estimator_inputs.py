@@ -17,7 +17,7 @@ from grpolab import algorithms
 from grpolab.method.advantages import ADVANTAGES
 
 #: the generation settings that sample (``transformers.GenerationConfig``); greedy decoding leaves them unset
-SAMPLING_SETTINGS = ("temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff")
+SAMPLING_SETTINGS = ("temperature", "top_p", "top_k", "min_p", "top_h", "typical_p", "epsilon_cutoff", "eta_cutoff")
 
 
 class PolicyTokenStats(NamedTuple):
