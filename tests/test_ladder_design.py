@@ -25,11 +25,11 @@ def test_final_benchmark_is_one_set_for_every_seed_and_rung_and_disjoint_from_tr
     study = load_study(LADDER)
     benchmarks, warm_starts = set(), set()
     for rung in range(len(study.rungs)):
-        for seed in (0, 1, study.on_demand.cap - 1):
+        for seed in (study.seeds[0], study.seeds[1], study.seeds[0] + study.on_demand.cap - 1):
             cfg = build_config(study.rung_experiment(rung, seed))
             task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
             train, held_out = run_splits(cfg, task)
-            assert len(held_out) == cfg.eval.final_prompts == 1024 and cfg.eval.final_k == 4
+            assert len(held_out) == cfg.eval.final_prompts == 1024 and cfg.eval.final_k == 2
             assert not set(_prompts(train)) & set(_prompts(held_out))       # this seed's train stream
             assert len(train) == cfg.train.n_train_prompts
             benchmarks.add(tuple(_prompts(held_out)))
@@ -53,10 +53,11 @@ def test_per_seed_held_out_sets_differ_without_a_fixed_seed():
 
 def test_design_choices_are_recorded_as_deviations():
     study = load_study(LADDER)
-    assert study.name == "dapo_table1_v3" and study.seeds == tuple(range(16))
-    assert tuple(study.on_demand) == (16, 64, 320)
+    assert study.name == "dapo_table1_v4" and study.seeds == tuple(range(100, 116))   # fresh seeds
+    assert tuple(study.on_demand) == (16, 64, 340)
     changes = " ".join(d.change for d in study.deviations if d.date in ("2026-11-26", "2026-11-27"))
-    for part in ("benchmark", "warm start", "seeds on demand", "avg@4", "max_rows 320", "cap 48 -> 64"):
+    for part in ("benchmark", "warm start", "seeds on demand", "avg@2", "max_rows 320 -> 340", "cap 48 -> 64",
+                 "fresh seeds"):
         assert part in changes
 
 
@@ -66,9 +67,10 @@ def test_design_choices_are_recorded_as_deviations():
     ({"first": 50, "batch": 16, "cap": 48}, "first <= cap"),
     ({"first": 16, "batch": 16, "cap": 48, "max_rows": 0}, "seeds.max_rows: need a positive integer"),
     ({"first": 16, "batch": 16, "cap": 48, "max_row": 300}, "optionally max_rows"),
+    ({"first": 16, "batch": 16, "cap": 48, "start": -1}, "seeds.start: need an integer >= 0"),
 ])
 def test_bad_seeds_design_is_refused(tmp_path, seeds, message):
-    text = LADDER.read_text().replace("seeds: {first: 16, batch: 16, cap: 64, max_rows: 320}", f"seeds: {seeds}")
+    text = LADDER.read_text().replace("seeds: {first: 16, batch: 16, cap: 64, max_rows: 340, start: 100}", f"seeds: {seeds}")
     assert text != LADDER.read_text()
     path = tmp_path / "ladder.yaml"
     path.write_text(text)
@@ -138,7 +140,7 @@ def test_seeds_on_demand_run_only_the_rows_undecided_rungs_need(tmp_path, shared
     rows = ladder_rows(optuna_study, cfg)
     done = rows[rows.state == "COMPLETE"]
     assert "look 2/3 runs rungs 1, 2 (the paired differences of undecided rungs 2)" in out
-    assert "look 3/3 not run: its 2 rows would take the study past max_rows 8 (8 rows ran)" in out
+    assert "stopped after look 2/3 at 3 seeds: look 3's 2 rows would pass max_rows 8 (8 rows ran)" in out
     assert sorted(map(tuple, done[["rung", "seed"]].values.tolist())) == [
         (0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
     frame = ladder_table(rows, cfg, 0, shared_state)

@@ -19,12 +19,13 @@ def run_until_decided(path: str, state: Path, storage_url: str | None, workers: 
                       max_rows: int | None = None) -> int:
     """``grpolab study LADDER --until-decided --max-seeds N``: run the ladder, then add ``batch``
     paired seeds at a time until every judged rung is decided (or its mechanism did not act) or N
-    seeds ran; the seeds of a later look run only the rungs undecided rungs need (``rows_needed``),
-    and a look whose rows would take the study past ``max_rows`` is not started (fewer looks than
-    planned keep every interval's level: each look is judged at 1 - 0.05/K whatever follows); each of the K planned looks is judged at level 1 - 0.05/K (``inference``), which the
-    study keeps, so its table and dashboard state the same level. Returns run_study's exit code."""
+    seeds ran. Each of the K planned looks is judged at level 1 - 0.05/K (``inference``), which the
+    study keeps, so its table and dashboard state the same level. The seeds of a later look run
+    only the rungs undecided rungs need (``rows_needed``); a look whose rows would take the study
+    past ``max_rows`` is not started (fewer looks than planned stay valid, conservatively); why the
+    looks ended is kept with the plan (``record_stop``). Returns run_study's exit code."""
     from grpolab.studies.coordinator import run_study
-    from grpolab.studies.storage import add_seeds, default_storage, record_sequential
+    from grpolab.studies.storage import add_seeds, default_storage, record_sequential, record_stop
     cfg = load_study(path)
     if cfg.kind != "ladder":  # noqa: SIM102
         raise ConfigError(f"--until-decided: {cfg.name} is a search; only ladders have rung verdicts")
@@ -39,7 +40,7 @@ def run_until_decided(path: str, state: Path, storage_url: str | None, workers: 
     Path(state).mkdir(parents=True, exist_ok=True)
     init_tracking_store(state)
     record_sequential(cfg, storage, looks, level)
-    code, needed = 0, None
+    code, needed, stopped = 0, None, ""
     for j, n in enumerate(looks, 1):
         add_seeds(cfg, storage, n, needed)
         code = run_study(path, state, storage_url, workers, retry_failed, echo=echo, accept_changed=accept_changed,
@@ -53,18 +54,24 @@ def run_until_decided(path: str, state: Path, storage_url: str | None, workers: 
         echo(f"look {j}/{len(looks)} at {n} seeds (per-look level {100 * level:.4g} %): "
              + ", ".join(v.verdict for v in verdicts if v is not None))
         open_rungs = [i for i, v in enumerate(verdicts, 1) if v is not None and v.verdict not in (*DECIDED, NO_MECHANISM)]
+        stopped = f"stopped after look {j}/{len(looks)} at {n} seeds: "
         if not open_rungs:
+            stopped += "every judged rung decided"
             break
         needed = rows_needed(open_rungs)
         if j == len(looks):
+            stopped += "the cap; more seeds need a new plan on fresh seeds"
             break
         more = len(needed) * (looks[j] - n)
         if max_rows is not None and len(rows) + more > max_rows:
-            echo(f"look {j + 1}/{len(looks)} not run: its {more} rows would take the study past max_rows {max_rows} "
-                 f"({len(rows)} rows ran); the undecided rungs say how many seeds they need")
+            stopped += (f"look {j + 1}'s {more} rows would pass max_rows {max_rows} ({len(rows)} rows ran); more "
+                        "seeds need a new plan on fresh seeds")
             break
         echo(f"look {j + 1}/{len(looks)} runs rungs {', '.join(str(r) for r in needed)} "
              f"(the paired differences of undecided rungs {', '.join(str(r) for r in open_rungs)})")
+    if stopped:
+        echo(stopped)
+        record_stop(cfg, storage, stopped)
     return code
 
 

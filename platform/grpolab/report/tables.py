@@ -24,7 +24,9 @@ def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: 
     pre-registration status (every output of a ladder's verdicts carries it)."""
     obj = cfg.objectives[objective]
     delta = f"{obj.smallest_effect:g}" if obj.smallest_effect is not None else "not set (no verdicts)"
-    caption = (f"{cfg.name}: {obj.metric} ({obj.direction}), mean over seeds {list(cfg.seeds)} with 95% t-interval; "
+    seeds = (f"seeds {list(cfg.seeds)}" if not cfg.seed_rungs else
+             f"the seeds each rung ran (column n; pairs: the paired seeds of its difference) of {list(cfg.seeds)}")
+    caption = (f"{cfg.name}: {obj.metric} ({obj.direction}), mean over {seeds} with 95% t-interval; "
                f"verdict_vs_prev: each rung against the previous one on paired seeds, {100 * level:.4g}% paired "
                f"t-interval of the difference (delta_ci95 its half-width"
                + ("" if level == 0.95 else "; the per-look level of seeds added until decided")
@@ -98,7 +100,8 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
         return f"{caption}\n\n{body}"
     body += scaling_section(state, path, storage_url)   # asymptote A and efficiency C_mid beside the table
     answer = "\n".join(f"- {line}" for line in answer_lines(frame))   # the answer first, the details below
-    return f"{cfg.name}: each rung's label, effect on the previous rung and interval, seeds used\n{answer}\n\n{caption}\n\n{body}"
+    return (f"{cfg.name}: each rung's label, effect on the previous rung and its {100 * level:.4g} % interval, "
+            f"paired seeds used\n{answer}\n\n{caption}\n\n{body}")
 
 
 def latex_table(frame: pd.DataFrame, caption: str = "", float_format: str = "{:.3g}") -> str:

@@ -163,16 +163,16 @@ class SeedsOnDemand(NamedTuple):
 
 
 SEEDS_ON_DEMAND_KEYS = ("first", "batch", "cap")
-SEEDS_ON_DEMAND_OPTIONAL = ("max_rows",)
+SEEDS_ON_DEMAND_OPTIONAL = ("max_rows", "start")
 
 
 def _seeds(raw, kind: str) -> tuple[tuple[int, ...], SeedsOnDemand | None]:
-    """A list of paired seeds, or a ladder's ``{first, batch, cap[, max_rows]}`` design (seeds
-    0..first-1 first)."""
+    """A list of paired seeds, or a ladder's ``{first, batch, cap[, max_rows, start]}`` design
+    (seeds start..start+first-1 first; ``start`` 0 by default: a new design on fresh seeds sets it)."""
     if isinstance(raw, dict) and kind == "ladder":
         if not set(SEEDS_ON_DEMAND_KEYS) <= set(raw) <= set(SEEDS_ON_DEMAND_KEYS + SEEDS_ON_DEMAND_OPTIONAL):
             raise ConfigError(f"seeds: a seeds-on-demand design needs exactly {', '.join(SEEDS_ON_DEMAND_KEYS)} "
-                              f"(positive integers), and optionally max_rows, got {sorted(raw)}")
+                              f"(positive integers), and optionally max_rows and start, got {sorted(raw)}")
         first, batch, cap = (raw[k] for k in SEEDS_ON_DEMAND_KEYS)
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in (first, batch, cap)) or not (
                 2 <= first <= cap and batch >= 1):
@@ -181,7 +181,10 @@ def _seeds(raw, kind: str) -> tuple[tuple[int, ...], SeedsOnDemand | None]:
         max_rows = raw.get("max_rows")
         if max_rows is not None and (not isinstance(max_rows, int) or isinstance(max_rows, bool) or max_rows < 1):
             raise ConfigError(f"seeds.max_rows: need a positive integer (the most rows the study may run), got {max_rows!r}")
-        return tuple(range(first)), SeedsOnDemand(batch, cap, max_rows)
+        start = raw.get("start", 0)
+        if not isinstance(start, int) or isinstance(start, bool) or start < 0:
+            raise ConfigError(f"seeds.start: need an integer >= 0 (the first seed), got {start!r}")
+        return tuple(range(start, start + first)), SeedsOnDemand(batch, cap, max_rows)
     if (not isinstance(raw, list) or not raw or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                         for s in raw) or len(set(raw)) != len(raw)):
         raise ConfigError(f"seeds: expected a non-empty list of distinct non-negative integers"

@@ -146,6 +146,13 @@ def record_sequential(cfg: StudyConfig, storage_url: str, looks: list[int], leve
         study.set_user_attr(SEQUENTIAL_ATTR, {"looks": list(looks), "level": level, "rows_before": done})
 
 
+def record_stop(cfg: StudyConfig, storage_url: str, why: str) -> None:
+    """Keep with the sequential plan why its looks ended (all decided, the cap, ``max_rows``), so
+    every later table and dashboard says it, not the console alone."""
+    study = create_or_load(cfg, storage_url)
+    study.set_user_attr(SEQUENTIAL_ATTR, {**study.user_attrs[SEQUENTIAL_ATTR], "stopped": why})
+
+
 def verdict_plan(study: optuna.Study) -> tuple[float, int, int]:
     """(level, planned looks, rows complete before the plan) of a study's verdicts: (0.95, 1, 0)
     without a sequential plan."""
@@ -160,6 +167,8 @@ def sequential_note(study: optuna.Study) -> str:
         return ""
     note = (f"seeds added until decided: looks planned at {plan['looks']} seeds, each at "
             f"{100 * plan['level']:.4g} % (Bonferroni over the looks)")
+    if plan.get("stopped"):
+        note += f"; {plan['stopped']}"
     if plan.get("rows_before"):
         note += (f"; the plan began after {plan['rows_before']} rows were complete, so an earlier look at them "
                  "is not covered by its error bound")
