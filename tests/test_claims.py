@@ -128,7 +128,7 @@ def test_until_decided_adds_paired_seeds_at_planned_looks_each_row_once(tmp_path
         run_claims([str(path)], shared_state, None, 1, echo=print, until_decided=True, max_seeds=3)
     lines = []
     [result] = run_claims([str(path)], shared_state, None, 1, echo=lines.append, until_decided=True, max_seeds=7, batch=1)
-    looks = [line for line in lines if line.startswith("look ")]
+    looks = [line for line in lines if re.match(r"look \d+/\d+ at ", line)]   # the judged looks
     assert looks[0].startswith("look 1/3 at 5 seeds (per-look level 98.33 %)")
     assert result.verdict.level == pytest.approx(1 - 0.05 / 3)
     decided = result.verdict.verdict in DECIDED
@@ -157,7 +157,7 @@ def test_a_ladder_until_decided_keeps_its_level_in_the_table(tmp_path, shared_st
     path.write_text(yaml.safe_dump(study))
     lines = []
     assert run_until_decided(str(path), shared_state, None, 1, 6, 1, echo=lines.append) == 0
-    looks = [line for line in lines if line.startswith("look ")]
+    looks = [line for line in lines if re.match(r"look \d+/\d+ at ", line)]   # the judged looks
     assert looks[0].startswith("look 1/2 at 5 seeds (per-look level 97.5 %)") and len(looks) in (1, 2)
     table = study_table(str(path), shared_state, None, "markdown")
     assert "97.5% paired t-interval" in table and "per-look level of seeds added until decided" in table

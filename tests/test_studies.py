@@ -73,7 +73,7 @@ def test_ladder_runs_end_to_end_and_links_mlflow_both_ways(tmp_path, shared_stat
     table = study_table(str(path), shared_state, None, "markdown")
     assert "+ clip higher" in table and re.search(r"\|\s+38(\.0+)?\s+\|", table)
     # on-policy (no rollout reuse) eps_high cannot change anything: the paired delta is exactly 0
-    assert re.search(r"\+ clip higher \|\s+2 \|\s+0 \|[^|]+\|[^|]+\|\s+0(\.0+)? \|", table)
+    assert re.search(r"\+ clip higher \|\s+2 \|\s+0 \|[^|]+\|[^|]+\|\s+2 \|\s+0(\.0+)? \|", table)   # n, censored, mean, ci95, pairs, delta
     assert "rung,n,censored,mean,ci95" in study_table(str(path), shared_state, None, "csv")
     assert "\\begin{tabular}" in study_table(str(path), shared_state, None, "latex")
 
