@@ -25,3 +25,13 @@ def lists_naming(names: set[str], homes: set[Path], extra=None) -> list[str]:
             if reason:
                 found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {reason}")
     return found
+
+
+def compares(attr: str):
+    """A check for ``lists_naming``'s extra: ``x.<attr> == "value"`` (or in a literal collection)."""
+    def check(node) -> str | None:
+        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == attr:
+            if any(isinstance(c, (ast.Constant, ast.Tuple, ast.List, ast.Set)) for c in node.comparators):
+                return f"compares .{attr}"
+        return None
+    return check

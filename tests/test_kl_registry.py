@@ -20,7 +20,7 @@ from grpolab.method.spec import AXIS_CHOICES, build_spec
 from grpolab.method.trl_names import trl_recipe
 from grpolab.tracking.naming import method_params
 from grpolab.trainer.trl_fields import TRL_FIELDS
-from registry_grep import PACKAGE, lists_naming
+from registry_grep import PACKAGE, compares, lists_naming
 
 HOMES = {PACKAGE / "method" / "kl.py", PACKAGE / "algorithms" / "kl.py"}
 
@@ -82,17 +82,8 @@ def test_unknown_kl_values_are_refused():
         build_spec({"kl_placement": "advantage"})
 
 
-def _compares(attr: str):
-    def check(node) -> str | None:
-        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == attr:
-            if any(isinstance(c, (ast.Constant, ast.Tuple, ast.List, ast.Set)) for c in node.comparators):
-                return f"compares .{attr}"
-        return None
-    return check
-
-
 def test_no_hand_written_list_of_kl_values_outside_the_registry():
     """A collection literal naming two or more estimators, or ``.kl_estimator`` / ``.kl_placement``
     compared with a value's name, would be a second home for a KL fact: read the entry instead."""
-    assert lists_naming(set(KL_ESTIMATORS), HOMES, _compares("kl_estimator")) == []
-    assert lists_naming(set(), HOMES, _compares("kl_placement")) == []
+    assert lists_naming(set(KL_ESTIMATORS), HOMES, compares("kl_estimator")) == []
+    assert lists_naming(set(), HOMES, compares("kl_placement")) == []

@@ -19,7 +19,7 @@ from grpolab.method.trl_names import trl_recipe
 from grpolab.tracking.naming import method_params
 from grpolab.trainer.entropy_control import EntropyController
 from grpolab.trainer.trl_settings import _NoEquivalent, trl_settings
-from registry_grep import PACKAGE, lists_naming
+from registry_grep import PACKAGE, compares, lists_naming
 
 SAMPLING_HOMES = {PACKAGE / "method" / "sampling_modes.py"}
 ENTROPY_HOMES = {PACKAGE / "method" / "entropy_modes.py"}
@@ -96,17 +96,8 @@ def test_every_entropy_entry_is_complete(name):
     assert ("entropy_mode" in method_params(build_spec({"entropy_mode": name}))) == entry.gated
 
 
-def _compares(attr: str):
-    def check(node) -> str | None:
-        if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == attr:
-            if any(isinstance(c, (ast.Constant, ast.Tuple, ast.List, ast.Set)) for c in node.comparators):
-                return f"compares .{attr}"
-        return None
-    return check
-
-
 def test_no_hand_written_list_of_sampling_or_entropy_modes_outside_the_registries():
     """A collection literal naming two or more modes, or ``.sampling`` / ``.entropy_mode`` compared
     with a mode's name, would be a second home for a mode's fact: read the entry instead."""
-    assert lists_naming(set(SAMPLING_MODES), SAMPLING_HOMES, _compares("sampling")) == []
-    assert lists_naming(set(ENTROPY_MODES) - {"static"}, ENTROPY_HOMES, _compares("entropy_mode")) == []
+    assert lists_naming(set(SAMPLING_MODES), SAMPLING_HOMES, compares("sampling")) == []
+    assert lists_naming(set(ENTROPY_MODES) - {"static"}, ENTROPY_HOMES, compares("entropy_mode")) == []

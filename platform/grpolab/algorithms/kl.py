@@ -11,21 +11,11 @@ from typing import Callable
 
 import torch
 
+from grpolab.algorithms.registrar import registrar
 from grpolab.method.kl import KL_ESTIMATORS
 
 KL_FUNCTIONS: dict[str, Callable] = {}
-
-
-def register(name: str):
-    """Attach the decorated function to the method-floor entry ``name`` (one function per entry)."""
-    def attach(fn):
-        if name not in KL_ESTIMATORS:
-            raise ValueError(f"KL estimator {name!r} has no entry in grpolab.method.kl.KL_ESTIMATORS")
-        if name in KL_FUNCTIONS:
-            raise ValueError(f"KL estimator {name!r} has a function already")
-        KL_FUNCTIONS[name] = fn
-        return fn
-    return attach
+register = registrar(KL_ESTIMATORS, KL_FUNCTIONS, "KL estimator", "grpolab.method.kl.KL_ESTIMATORS")
 
 
 @register("k1")

@@ -13,21 +13,11 @@ from typing import Callable
 
 import torch
 
+from grpolab.algorithms.registrar import registrar
 from grpolab.method.sampler_corrections import SAMPLER_CORRECTIONS
 
 CORRECTION_FUNCTIONS: dict[str, Callable] = {}
-
-
-def register(name: str):
-    """Attach the decorated function to the method-floor entry ``name`` (one function per entry)."""
-    def attach(fn):
-        if name not in SAMPLER_CORRECTIONS:
-            raise ValueError(f"sampler correction {name!r} has no entry in SAMPLER_CORRECTIONS")
-        if name in CORRECTION_FUNCTIONS:
-            raise ValueError(f"sampler correction {name!r} has a function already")
-        CORRECTION_FUNCTIONS[name] = fn
-        return fn
-    return attach
+register = registrar(SAMPLER_CORRECTIONS, CORRECTION_FUNCTIONS, "sampler correction", "SAMPLER_CORRECTIONS")
 
 
 def _masked(w: torch.Tensor, c_min: float | None, c_max: float | None) -> torch.Tensor:
