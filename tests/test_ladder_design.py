@@ -118,7 +118,8 @@ def test_seeds_on_demand_run_only_the_rows_undecided_rungs_need(tmp_path, shared
     mechanism (clipped fraction above a floor) did not act and it is settled at look 1; rung c is
     underpowered at 2 seeds, so the added seed runs rungs b and c only, and the table's answer
     line counts b's pairs at the look that settled it. The third look would pass the design's
-    max_rows, so it is not started."""
+    max_rows, so it is not started; the dashboard and the parent run's table, published as the
+    looks ended, say so and list the seeds of each look."""
     import yaml
 
     from grpolab.analysis.ablation import ladder_table, ladder_rows, load_results
@@ -146,3 +147,52 @@ def test_seeds_on_demand_run_only_the_rows_undecided_rungs_need(tmp_path, shared
     frame = ladder_table(rows, cfg, 0, shared_state)
     assert list(frame.pairs.iloc[1:]) == [2, 3]
     assert answer_lines(frame)[1].endswith("(2 paired seeds)")
+    stop = "stopped after look 2/3 at 3 seeds: look 3"
+    looks = "looks planned at 2, 3, 4 seeds: look 1 seeds 0-1, look 2 adds 2;"
+    page = (Path(shared_state) / "dashboards" / "stop_per_rung.html").read_text()   # published as the looks ended
+    assert stop in page and looks in page
+    from mlflow.tracking import MlflowClient
+
+    from grpolab.studies.rows import PARENT_RUN_ATTR
+    from grpolab.tracking.recorder import tracking_uri
+    table = Path(MlflowClient(tracking_uri(shared_state)).download_artifacts(
+        optuna_study.user_attrs[PARENT_RUN_ATTR], "table.md", str(tmp_path))).read_text()
+    assert stop in table and looks in table
+
+
+def _planned_ladder_rows(values: dict) -> "object":
+    import pandas as pd
+    return pd.DataFrame([{"rung": r, "seed": s, "state": "COMPLETE", "value": v, "run_id": "", "trial": 0}
+                         for (r, s), v in values.items()])
+
+
+def test_a_rung_is_judged_on_its_largest_complete_planned_look():
+    """Looks planned at 6 and 12 seeds; the second look was stopped part-way: seeds 106-108 are
+    complete for rungs a and b, not the rest. Rung b is judged on the 6 seeds of look 1 (the
+    interval of a planned look at the level it states), its 3 complete pairs beyond it counted in
+    n and mean and named in its why; rung c, whose look 2 is complete, on all 12."""
+    import numpy as np
+
+    from grpolab.analysis.ablation import ladder_table
+    from grpolab.analysis.ladder_verdicts import judged_seeds
+    from grpolab.studies.definition import Objective, Rung, StudyConfig
+    cfg = StudyConfig(name="x", kind="ladder", path="x", base={}, seeds=tuple(range(100, 112)),
+                      objectives=(Objective("final:eval/pass_at_1", smallest_effect=0.02),),
+                      rungs=(Rung("a", {}), Rung("b", {"k": 1}), Rung("c", {"k": 2})))
+    rng = np.random.default_rng(0)
+    base = {s: 0.25 + rng.normal(0, 0.03) for s in range(100, 112)}
+    values = {(0, s): base[s] for s in range(100, 109)}
+    values.update({(1, s): base[s] + 0.05 + rng.normal(0, 0.01) for s in range(100, 112)})
+    values.update({(2, s): values[(1, s)] + rng.normal(0, 0.01) for s in range(100, 112)})
+    rows = _planned_ladder_rows(values)
+    frame = ladder_table(rows, cfg, 0, None, 0.975, 2, (6, 12))
+    first = [values[(1, s)] - values[(0, s)] for s in range(100, 106)]
+    assert frame.n.tolist() == [9, 12, 12] and frame.pairs.tolist()[1:] == [6, 12]
+    assert frame.delta_vs_prev[1] == pytest.approx(np.mean(first))
+    assert "judged on the 6 seeds of look 1; 3 more paired seed(s) beyond it not judged" in frame.why[1]
+    assert "beyond it" not in frame.why[2]
+    unplanned = ladder_table(rows, cfg, 0, None, 0.975, 2)   # no plan: every complete pair
+    assert unplanned.pairs[1] == 9
+    done = rows[~((rows.rung == 0) & (rows.seed == 101))]   # look 1 itself incomplete: its complete pairs
+    assert judged_seeds(done, (0, 1), cfg.seeds, (6, 12)).look == -1
+    assert "look 1 is incomplete for this pair (5 of its 6 seeds" in ladder_table(done, cfg, 0, None, 0.975, 2, (6, 12)).why[1]

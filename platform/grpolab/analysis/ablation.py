@@ -37,13 +37,15 @@ def ladder_rows(study, cfg: StudyConfig, objective: int = 0) -> pd.DataFrame:
 
 
 def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state: Path | None = None,
-                 level: float = 0.95, looks: int = 1) -> pd.DataFrame:
+                 level: float = 0.95, looks: int = 1, plan: tuple[int, ...] = ()) -> pd.DataFrame:
     """Per rung: mean over seeds with its t-interval (censored values at their budget, counted),
     the paired delta against the previous rung with the verdict's interval, label, reason, Holm
-    p-value, familywise label and mechanism check (``ladder_verdicts``: the same numbers the dashboard shows)."""
+    p-value, familywise label and mechanism check (``ladder_verdicts``: the same numbers the dashboard shows).
+    ``plan``: a sequential plan's looks; the delta then uses the paired seeds its verdict judged
+    (n and mean count every complete row)."""
     from grpolab.analysis.ladder_verdicts import rung_verdicts
     from grpolab.analysis.verdicts import family_text, holm_text
-    rows, verdicts = rung_verdicts(rows, cfg, objective, state, level, looks)
+    rows, verdicts = rung_verdicts(rows, cfg, objective, state, level, looks, plan)
     out = []
     for i, rung in enumerate(cfg.rungs):
         done = rows[(rows.rung == i) & (rows.state == "COMPLETE")]
@@ -57,7 +59,7 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
             rv = verdicts[i - 1]
             prev = rows[(rows.rung == i - 1) & (rows.state == "COMPLETE")].set_index("seed").value
             mine = done.set_index("seed").value
-            deltas = [mine[s] - prev[s] for s in sorted(set(mine.index) & set(prev.index))]
+            deltas = [mine[s] - prev[s] for s in rv.seeds]
             entry["delta_vs_prev"], entry["delta_ci95"] = mean_ci(deltas, level)   # = the verdict's t-interval
             entry["pairs"] = len(deltas)   # below n where seeds on demand stopped adding this rung's pairs
             if rv.verdict is None:

@@ -4,13 +4,18 @@ the ladder table's verdict column and the dashboard's rung panels, so they canno
 Per rung i >= 1 and objective k: the direction is the published one when both rungs carry
 different published values and k is the study's first objective (the published values are in its
 unit), otherwise objective k's own direction; the smallest effect is objective k's own (none set:
-no verdict). Then the same checks as claims: censoring (``verdicts.with_censoring``), the
+no verdict). With a sequential plan (seeds added until decided, looks at n_1 < n_2 < ... seeds), a
+rung is judged on the first n_j seeds of the study's seed list, n_j the largest planned look whose
+seeds all have complete rows on both rungs of its pair, as ``until_decided`` judged each look:
+complete rows beyond that look (a look stopped part-way) are shown in the table, never judged, so
+every interval is one of the planned looks' at the per-look level it states. Then the same checks as claims: censoring (``verdicts.with_censoring``), the
 rung's ``mechanism`` (a floor fixed in advance, measured on this or the previous rung's rows),
 and the ladder's judged rungs as one family (``verdicts.with_family``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +34,39 @@ class RungVerdict:
     direction: str           # increase | decrease (of this rung minus the previous)
     verdict: Verdict | None  # None: the objective has no smallest effect, nothing is judged
     mechanism_value: float | None = None
+    seeds: tuple[int, ...] = ()   # the paired seeds of the rung's difference that were judged
+
+
+@dataclass(frozen=True)
+class JudgedSeeds:
+    """The seeds a rung's check may use under a sequential plan, and what that leaves out."""
+    seeds: frozenset       # the first n_j seeds of the study (every seed when there is no plan)
+    look: int              # 1-based planned look; 0: no plan; -1: not even the first look is complete
+    size: int              # n_j
+
+
+def judged_seeds(done: pd.DataFrame, rungs: tuple[int, ...], seeds: tuple[int, ...], plan: tuple[int, ...]) -> JudgedSeeds:
+    """The largest planned look n_j (of ``plan``) whose first n_j ``seeds`` all have a complete row
+    (``done``) on every rung of ``rungs``; without a plan every seed; with no complete look, the
+    first look's seeds (its complete ones only are paired)."""
+    if not plan:
+        return JudgedSeeds(frozenset(seeds), 0, len(seeds))
+    complete = set.intersection(*(set(int(s) for s in done[done.rung == r].seed) for r in rungs))
+    looks = [j for j, n in enumerate(plan, 1) if set(seeds[:n]) <= complete]
+    look = looks[-1] if looks else -1
+    size = plan[look - 1] if looks else plan[0]
+    return JudgedSeeds(frozenset(seeds[:size]), look, size)
+
+
+def look_note(judged: JudgedSeeds, paired: int, beyond: int) -> str:
+    """What a rung's ``why`` says when its complete pairs are not exactly one planned look's."""
+    if judged.look == -1:
+        return (f"look 1 is incomplete for this pair ({paired} of its {judged.size} seeds have both rows complete): "
+                f"judged on those" + (f"; {beyond} more paired seed(s) beyond it not judged" if beyond else ""))
+    if beyond:
+        return (f"judged on the {judged.size} seeds of look {judged.look}; {beyond} more paired seed(s) beyond it not "
+                "judged (a look is judged once all its seeds are complete)")
+    return ""
 
 
 def rung_direction(cfg: StudyConfig, rung: int, objective: int) -> str:
@@ -66,9 +104,10 @@ def censored_rows(rows: pd.DataFrame, metric: str, histories) -> pd.DataFrame:
 
 
 def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state: Path | None = None,
-                  level: float = 0.95, looks: int = 1) -> tuple[pd.DataFrame, list[RungVerdict]]:
+                  level: float = 0.95, looks: int = 1, plan: tuple[int, ...] = ()) -> tuple[pd.DataFrame, list[RungVerdict]]:
     """(rows with censored values at their budget, one RungVerdict per rung >= 1); ``level`` and
-    ``looks``: a sequential plan's (``studies.verdict_plan``)."""
+    ``looks``: a sequential plan's (``studies.verdict_plan``); ``plan``: its looks' seed counts
+    (``studies.plan_looks``), each rung then judged on its largest complete look."""
     obj = cfg.objectives[objective]
     histories = _Histories(state, train_keys([r.mechanism.metric for r in cfg.rungs if r.mechanism]))
     rows = censored_rows(rows, obj.metric, histories)
@@ -79,21 +118,26 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
         value, mech = None, cfg.rungs[i].mechanism
         if mech is not None:   # measured even where nothing is judged: the table shows it either way
             on = i if mech.rows == "this" else i - 1
-            value = mean_window(mech.metric, [histories(r) for r in done[done.rung == on].run_id])
-        if obj.smallest_effect is None:
-            out.append(RungVerdict(i, direction, None, value))
-            continue
+            within = judged_seeds(done, (on,), cfg.seeds, plan).seeds
+            value = mean_window(mech.metric, [histories(r) for r in done[(done.rung == on) & done.seed.isin(within)].run_id])
         mine, before = (done[done.rung == r].set_index("seed") for r in (i, i - 1))
-        common = sorted(set(mine.index) & set(before.index))
+        paired = sorted(set(mine.index) & set(before.index))
+        judged = judged_seeds(done, (i - 1, i), cfg.seeds, plan)
+        common = [s for s in paired if s in judged.seeds]
+        if obj.smallest_effect is None:
+            out.append(RungVerdict(i, direction, None, value, tuple(common)))
+            continue
         diffs = {int(s): float(mine.value[s] - before.value[s]) for s in common}
         v = paired_verdict(diffs, direction, obj.smallest_effect, level, looks)
+        note = look_note(judged, len(common), len(paired) - len(common))
+        v = dataclasses.replace(v, diagnostics=v.diagnostics + (note,)) if note else v
         v = with_censoring(v, int(mine.censored[common].sum()), int(before.censored[common].sum()), obj.metric)
         if mech is not None:
             v = with_mechanism(v, mech.metric, value, mech.at_least, f"{cfg.rungs[on].name!r} rows")
-        out.append(RungVerdict(i, direction, v, value))
+        out.append(RungVerdict(i, direction, v, value, tuple(common)))
     judged = [r for r in out if r.verdict is not None]
     for r, v in zip(judged, with_family([r.verdict for r in judged])):
-        out[out.index(r)] = RungVerdict(r.rung, r.direction, v, r.mechanism_value)
+        out[out.index(r)] = dataclasses.replace(r, verdict=v)
     return rows, out
 
 

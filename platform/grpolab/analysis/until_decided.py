@@ -23,56 +23,82 @@ def run_until_decided(path: str, state: Path, storage_url: str | None, workers: 
     study keeps, so its table and dashboard state the same level. The seeds of a later look run
     only the rungs undecided rungs need (``rows_needed``); a look whose rows would take the study
     past ``max_rows`` is not started (fewer looks than planned stay valid, conservatively); why the
-    looks ended is kept with the plan (``record_stop``). Returns run_study's exit code."""
+    looks ended is kept with the plan (``record_stop``), before the last look's tables and
+    dashboard are published (``publish``), so they say it. Returns run_study's exit code."""
     from grpolab.studies.coordinator import run_study
     from grpolab.studies.storage import add_seeds, default_storage, record_sequential, record_stop
     cfg = load_study(path)
-    if cfg.kind != "ladder":  # noqa: SIM102
+    looks = _plan(cfg, max_seeds, batch)
+    level = inference.sequential_level(0.95, len(looks))
+    storage = storage_url or default_storage(state)
+    Path(state).mkdir(parents=True, exist_ok=True)
+    init_tracking_store(state)
+    record_sequential(cfg, storage, looks, level)
+    code, needed, stopped, held = 0, None, "", _HeldPublish(publish)
+    try:
+        for j, n in enumerate(looks, 1):
+            add_seeds(cfg, storage, n, needed)
+            code = run_study(path, state, storage_url, workers, retry_failed, echo=echo, accept_changed=accept_changed,
+                             publish=held.hold if publish else None)
+            if code:
+                return code
+            cfg_now, study = load_results(path, state, storage_url)
+            rows = ladder_rows(study, cfg_now)
+            rows = rows[rows.seed.isin(cfg_now.seeds[:n])]          # look j judges its first n_j seeds
+            verdicts = [r.verdict for r in rung_verdicts(rows, cfg_now, 0, state, level, len(looks), tuple(looks))[1]]
+            echo(f"look {j}/{len(looks)} at {n} seeds (per-look level {100 * level:.4g} %): "
+                 + ", ".join(v.verdict for v in verdicts if v is not None))
+            open_rungs = [i for i, v in enumerate(verdicts, 1) if v is not None and v.verdict not in (*DECIDED, NO_MECHANISM)]
+            stopped = f"stopped after look {j}/{len(looks)} at {n} seeds: "
+            if not open_rungs:
+                stopped += "every judged rung decided"
+                break
+            needed = rows_needed(open_rungs)
+            if j == len(looks):
+                stopped += "the cap; more seeds need a new plan on fresh seeds"
+                break
+            more = len(needed) * (looks[j] - n)
+            if max_rows is not None and len(rows) + more > max_rows:
+                stopped += (f"look {j + 1}'s {more} rows would pass max_rows {max_rows} ({len(rows)} rows ran); "
+                            "more seeds need a new plan on fresh seeds")
+                break
+            held.flush()
+            echo(f"look {j + 1}/{len(looks)} runs rungs {', '.join(str(r) for r in needed)} "
+                 f"(the paired differences of undecided rungs {', '.join(str(r) for r in open_rungs)})")
+        if stopped:
+            echo(stopped)
+            record_stop(cfg, storage, stopped)
+        return code
+    finally:
+        held.flush()
+
+
+def _plan(cfg, max_seeds: int, batch: int) -> list[int]:
+    """The planned looks' seed counts, or why this study cannot add seeds until decided."""
+    if cfg.kind != "ladder":
         raise ConfigError(f"--until-decided: {cfg.name} is a search; only ladders have rung verdicts")
     if cfg.objectives[0].smallest_effect is None:
         raise ConfigError(f"--until-decided: {cfg.name} has no smallest_effect for {cfg.objectives[0].metric}: "
                           "nothing can be decided")
     if max_seeds < len(cfg.seeds) or batch < 1:
         raise ConfigError(f"--until-decided needs --max-seeds N >= the study's seeds ({len(cfg.seeds)}) and --batch >= 1")
-    looks = inference.planned_looks(len(cfg.seeds), batch, max_seeds)
-    level = inference.sequential_level(0.95, len(looks))
-    storage = storage_url or default_storage(state)
-    Path(state).mkdir(parents=True, exist_ok=True)
-    init_tracking_store(state)
-    record_sequential(cfg, storage, looks, level)
-    code, needed, stopped = 0, None, ""
-    for j, n in enumerate(looks, 1):
-        add_seeds(cfg, storage, n, needed)
-        code = run_study(path, state, storage_url, workers, retry_failed, echo=echo, accept_changed=accept_changed,
-                         publish=publish)
-        if code:
-            return code
-        cfg_now, study = load_results(path, state, storage_url)
-        rows = ladder_rows(study, cfg_now)
-        rows = rows[rows.seed.isin(cfg_now.seeds[:n])]          # look j judges its first n_j seeds
-        verdicts = [r.verdict for r in rung_verdicts(rows, cfg_now, 0, state, level, len(looks))[1]]
-        echo(f"look {j}/{len(looks)} at {n} seeds (per-look level {100 * level:.4g} %): "
-             + ", ".join(v.verdict for v in verdicts if v is not None))
-        open_rungs = [i for i, v in enumerate(verdicts, 1) if v is not None and v.verdict not in (*DECIDED, NO_MECHANISM)]
-        stopped = f"stopped after look {j}/{len(looks)} at {n} seeds: "
-        if not open_rungs:
-            stopped += "every judged rung decided"
-            break
-        needed = rows_needed(open_rungs)
-        if j == len(looks):
-            stopped += "the cap; more seeds need a new plan on fresh seeds"
-            break
-        more = len(needed) * (looks[j] - n)
-        if max_rows is not None and len(rows) + more > max_rows:
-            stopped += (f"look {j + 1}'s {more} rows would pass max_rows {max_rows} ({len(rows)} rows ran); more "
-                        "seeds need a new plan on fresh seeds")
-            break
-        echo(f"look {j + 1}/{len(looks)} runs rungs {', '.join(str(r) for r in needed)} "
-             f"(the paired differences of undecided rungs {', '.join(str(r) for r in open_rungs)})")
-    if stopped:
-        echo(stopped)
-        record_stop(cfg, storage, stopped)
-    return code
+    return inference.planned_looks(len(cfg.seeds), batch, max_seeds)
+
+
+class _HeldPublish:
+    """A look's tables and dashboard (``publish``, called by the coordinator as its rows finish),
+    held until the look is judged: the last look's are published only after why the looks ended
+    is recorded (``record_stop``), so the parent run's tables and the dashboard say it."""
+
+    def __init__(self, publish):
+        self.publish, self.held = publish, []
+
+    def hold(self, *args) -> None:
+        self.held.append(args)
+
+    def flush(self) -> None:
+        while self.held:
+            self.publish(*self.held.pop(0))
 
 
 def rows_needed(open_rungs: list[int]) -> tuple[int, ...]:

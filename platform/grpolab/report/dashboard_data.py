@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from grpolab.analysis.ablation import ladder_rows, ladder_table, load_results
+from grpolab.studies.definition import load_study
 from grpolab.errors import ConfigError
 from grpolab.tracking.naming import TOKENS_METRIC, X_AXES
 from grpolab.tracking.recorder import client_for, tracking_uri
@@ -114,12 +114,11 @@ def band_summary(curves: pd.DataFrame) -> pd.DataFrame:
 
 def ablation_frame(state: Path, study_path: str, storage_url: str | None) -> pd.DataFrame | None:
     """The ladder's results table (mean, CI, paired delta, published), or None for a search;
-    ``attrs["level"]`` is the verdicts' level, the level of its ``delta_ci95`` t-interval."""
-    cfg, study = load_results(study_path, state, storage_url)
-    if cfg.kind != "ladder":
+    ``attrs["level"]`` is the verdicts' level, the level of its ``delta_ci95`` t-interval, and
+    ``attrs["caption"]`` the caption the printed table carries (``tables.ladder_view``)."""
+    from grpolab.report.tables import ladder_view
+    if load_study(study_path).kind != "ladder":
         return None
-    from grpolab.studies.storage import verdict_plan
-    level, looks, _ = verdict_plan(study)
-    table = ladder_table(ladder_rows(study, cfg), cfg, 0, state, level, looks)
-    table.attrs["level"] = level
+    table, caption, level = ladder_view(study_path, state, storage_url)
+    table.attrs["level"], table.attrs["caption"] = level, caption
     return table

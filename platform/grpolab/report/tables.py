@@ -9,6 +9,7 @@ run's budget, a lower bound (``censored`` counts them), as in claims.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -19,13 +20,56 @@ from grpolab.studies.definition import StudyConfig, load_study
 from grpolab.studies.registration import ladder_fields, ladder_key, status
 
 
+class LadderView(NamedTuple):
+    frame: pd.DataFrame   # ladder_table
+    caption: str          # ladder_caption
+    level: float          # the verdicts' (per-look) level
+
+
+def ladder_view(path: str, state: Path, storage_url: str | None, objective: int = 0) -> LadderView:
+    """A ladder's table and caption as every output shows them (printed table, MLflow tables,
+    dashboard): the study's seeds with those added on demand, and its sequential plan."""
+    from grpolab.studies.storage import plan_looks, verdict_plan
+    cfg, study = load_results(path, state, storage_url)
+    level, looks, _ = verdict_plan(study)
+    frame = ladder_table(ladder_rows(study, cfg, objective), cfg, objective, state, level, looks, plan_looks(study))
+    return LadderView(frame, ladder_caption(cfg, objective, state, level, study), level)
+
+
+def seed_ranges(seeds) -> str:
+    """'100-163' or '0-4, 7, 9-10': the seeds as runs of consecutive integers."""
+    runs: list[list[int]] = []
+    for s in sorted(int(s) for s in seeds):
+        if runs and s == runs[-1][1] + 1:
+            runs[-1][1] = s
+        else:
+            runs.append([s, s])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def seeds_text(cfg: StudyConfig, plan: tuple[int, ...]) -> str:
+    """The seeds a ladder's table used: every seed that ran, and under a sequential plan its looks
+    (look j: the first n_j seeds of the list) and which seeds each rung is judged on."""
+    ran = f"seeds {seed_ranges(cfg.seeds)}"
+    if plan:
+        bounds = [0, *plan]
+        added = [f"look {j} {'seeds' if j == 1 else 'adds'} {seed_ranges(cfg.seeds[bounds[j - 1]:n])}"
+                 for j, n in enumerate(plan, 1) if n <= len(cfg.seeds)]
+        ran += (f" (looks planned at {', '.join(str(n) for n in plan)} seeds: {', '.join(added)}; each rung judged on "
+                "the largest look complete for both rungs of its pair; rows beyond it are counted in n and mean, "
+                "not judged)")
+    if cfg.seed_rungs:
+        ran = f"the seeds each rung ran (column n; pairs: the paired seeds of its difference) of {ran}"
+    return ran
+
+
 def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: float = 0.95, study=None) -> str:
     """What the ladder table states: its metric, intervals, family, censoring, deviations and
     pre-registration status (every output of a ladder's verdicts carries it)."""
+    from grpolab.studies.storage import plan_looks
     obj = cfg.objectives[objective]
     delta = f"{obj.smallest_effect:g}" if obj.smallest_effect is not None else "not set (no verdicts)"
-    seeds = (f"seeds {list(cfg.seeds)}" if not cfg.seed_rungs else
-             f"the seeds each rung ran (column n; pairs: the paired seeds of its difference) of {list(cfg.seeds)}")
+    seeds = seeds_text(cfg, plan_looks(study) if study is not None else ())
     caption = (f"{cfg.name}: {obj.metric} ({obj.direction}), mean over {seeds} with 95% t-interval; "
                f"verdict_vs_prev: each rung against the previous one on paired seeds, {100 * level:.4g}% paired "
                f"t-interval of the difference (delta_ci95 its half-width"
@@ -86,10 +130,7 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
     index = names.index(metric) if metric else 0
     metric = names[index]
     if cfg.kind == "ladder":
-        from grpolab.studies.storage import verdict_plan
-        level, looks, _ = verdict_plan(study)
-        frame = ladder_table(ladder_rows(study, cfg, index), cfg, index, state, level, looks)
-        caption = ladder_caption(cfg, index, state, level, study)
+        frame, caption, level = ladder_view(path, state, storage_url, index)
     else:
         frame = search_table(study, cfg)
         caption = f"{cfg.name}: {len(frame)} trials, objectives {[o.metric for o in cfg.objectives]}"

@@ -157,10 +157,11 @@ def ladder_sections(state, study_path: str, storage_url: str | None) -> list[tup
     """Rung verdict panels for a ladder dashboard: each rung vs the previous one, paired by seed
     (``ladder_verdicts``: the same numbers and labels as the table's verdict_vs_prev column)."""
     from grpolab.analysis.ladder_verdicts import rung_verdicts
-    from grpolab.studies.storage import verdict_plan
+    from grpolab.studies.storage import plan_looks, verdict_plan
     cfg, study = load_results(study_path, state, storage_url)
     level, looks, _ = verdict_plan(study)
-    steps = [r for r in rung_verdicts(ladder_rows(study, cfg), cfg, 0, state, level, looks)[1] if r.verdict is not None]
+    steps = [r for r in rung_verdicts(ladder_rows(study, cfg), cfg, 0, state, level, looks, plan_looks(study))[1]
+             if r.verdict is not None]
     if not steps:
         return []
     labels = [cfg.rungs[r.rung].name for r in steps]

@@ -160,6 +160,11 @@ def verdict_plan(study: optuna.Study) -> tuple[float, int, int]:
     return float(plan.get("level", 0.95)), len(plan.get("looks", [0])), int(plan.get("rows_before", 0))
 
 
+def plan_looks(study: optuna.Study) -> tuple[int, ...]:
+    """The seed counts of a study's planned looks; () without a sequential plan."""
+    return tuple((study.user_attrs.get(SEQUENTIAL_ATTR) or {}).get("looks", ()))
+
+
 def sequential_note(study: optuna.Study) -> str:
     """What every verdict of a sequential study says about its plan."""
     plan = study.user_attrs.get(SEQUENTIAL_ATTR)
