@@ -46,3 +46,43 @@ def test_sequential_looks_keep_the_error_rate_and_naive_looks_do_not(start, batc
     assert sequential_error(start, batch, top, reps=20_000, adjusted=False) > 0.08
     heavy = sequential_error(start, batch, top, reps=20_000, df_draw=lambda rng, shape: rng.standard_t(3, shape))
     assert heavy <= 0.05
+
+
+def test_the_ladder_simulation_labels_as_verdicts_do():
+    """``decided_labels`` is ``verdicts.rule`` for a claimed increase (0: not decided)."""
+    from grpolab.analysis.coverage import NO_EFFECT, OPPOSITE, REPRODUCED, SMALLER, decided_labels
+    from grpolab.analysis.verdicts import NO_EFFECT as NONE_, OPPOSITE as OPP, REPRODUCED as REP, SMALLER as SMA
+    names = {REPRODUCED: REP, SMALLER: SMA, NO_EFFECT: NONE_, OPPOSITE: OPP}
+    rng = np.random.default_rng(5)
+    x = rng.normal(rng.uniform(-0.04, 0.06, (400, 1)), rng.uniform(0.005, 0.03, (400, 1)), (400, 16))
+    low, high = t_bounds(x, 0.9875)
+    seen = set()
+    for row, code in zip(x, decided_labels(low, high, 0.02)):
+        label = paired_verdict(dict(enumerate(row)), "increase", 0.02, 0.9875).verdict
+        assert names.get(code, "undecided") == (label if label in names.values() else "undecided")
+        seen.add(code)
+    assert seen == {0, REPRODUCED, SMALLER, NO_EFFECT, OPPOSITE}
+
+
+@pytest.mark.parametrize("scenario", ["no rung has an effect", "every rung at the smallest effect",
+                                      "mixed: 0, 0.01, 0.02, -0.02, 0.08"])
+@pytest.mark.parametrize("rows, sd", [("normal", 0.048), ("t3", 0.048), ("skewed (gamma 2)", 0.048), ("normal", 0.035)])
+def test_the_shipped_ladder_plan_keeps_each_rungs_error_rate(scenario, rows, sd):
+    """The shipped ladder's plan (looks at 16/32/48/64 paired seeds, each at 1 - 0.05/4, per-rung
+    stopping, max_rows 340, smallest effect 0.02) at the design's paired sd 0.048 (and 0.035, the
+    spread the v4 run's intervals imply): a wrong
+    decided label on any one rung in at most 5 % of ladders, and on any rung's familywise label
+    too (2,000 ladders: SE under 0.5 points near 5 %)."""
+    from grpolab.analysis.coverage import LADDER_SCENARIOS, ladder_plan_error
+    e = ladder_plan_error(LADDER_SCENARIOS[scenario], sd, reps=2000, rows=rows, seed=1)
+    assert max(e["per_rung"]) <= 0.05 and e["any_rung_familywise"] <= 0.05, e
+
+
+def test_re_testing_the_ladder_at_95_percent_every_look_errs_more():
+    """The same ladders judged at 95 % at every look: wrong labels on some rung several times as
+    often (what the per-look level 1 - 0.05/4 prevents)."""
+    from grpolab.analysis.coverage import ladder_plan_error
+    null = (0.0,) * 5
+    adjusted = ladder_plan_error(null, reps=2000, seed=2)
+    naive = ladder_plan_error(null, reps=2000, seed=2, per_look_level=0.95)
+    assert naive["any_rung"] > 3 * adjusted["any_rung"] and max(naive["per_rung"]) > max(adjusted["per_rung"])

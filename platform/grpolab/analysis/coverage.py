@@ -18,7 +18,12 @@ generators are the shapes grpolab's paired differences really take:
 max seeds; per-look level from ``inference.sequential_level``) ever excludes a true null, against
 naive re-testing at the nominal level at every look.
 
-``python -m grpolab.analysis.coverage`` prints the table of docs/coverage.md.
+``ladder_plan_error`` runs a whole ladder's seeds on demand as ``analysis.until_decided`` does
+(per-rung stopping, ``rows_needed``, ``max_rows``) on simulated rows with known rung effects and
+counts wrong decided labels: a label whose claim the true effect contradicts.
+
+``python -m grpolab.analysis.coverage`` prints the tables of docs/coverage.md
+(``... coverage ladder``: the ladder plan's table only).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import numpy as np
 from scipy import stats
 
 from grpolab.analysis.inference import ZERO_SPREAD_RTOL, planned_looks, sequential_level, skew_threshold
+from grpolab.analysis.until_decided import rows_needed
 
 SEED_COUNTS = (5, 8, 10)
 
@@ -135,6 +141,100 @@ def sequential_error(start: int, batch: int, max_seeds: int, reps: int = 20_000,
     return float(wrong.mean())
 
 
+# Decided labels of ``verdicts.rule`` (direction: increase), coded; 0: undecided (undetermined,
+# inconclusive, underpowered: more seeds are added)
+REPRODUCED, SMALLER, NO_EFFECT, OPPOSITE = 1, 2, 3, 4
+LADDER_LOOKS = (16, 32, 48, 64)   # the shipped ladder's plan (studies/dapo_table1.yaml)
+LADDER_SCENARIOS = {   # true paired effect of each of the 5 rungs on the previous one
+    "no rung has an effect": (0.0,) * 5,
+    "every rung at the smallest effect": (0.02,) * 5,
+    "mixed: 0, 0.01, 0.02, -0.02, 0.08": (0.0, 0.01, 0.02, -0.02, 0.08),
+}
+
+
+def decided_labels(low: np.ndarray, high: np.ndarray, delta: float) -> np.ndarray:
+    """``verdicts.rule`` vectorised for a claimed increase: the decided label's code, else 0."""
+    codes = np.zeros(low.shape, int)
+    codes[(low > -delta) & (high < delta) & (low <= 0)] = NO_EFFECT
+    codes[high < 0] = OPPOSITE
+    codes[(low > 0) & (high < delta)] = SMALLER
+    codes[low >= delta] = REPRODUCED
+    return codes
+
+
+def wrong_labels(codes: np.ndarray, truth: np.ndarray, delta: float) -> np.ndarray:
+    """Decided labels the true effect contradicts: reproduced below delta, smaller than claimed
+    outside (0, delta), no effect that matters at |effect| >= delta, opposite at effect >= 0."""
+    return (((codes == REPRODUCED) & (truth < delta)) | ((codes == SMALLER) & ((truth <= 0) | (truth >= delta)))
+            | ((codes == NO_EFFECT) & (np.abs(truth) >= delta)) | ((codes == OPPOSITE) & (truth >= 0)))
+
+
+def _ladder_noise(rng, rows: str, shape) -> np.ndarray:
+    """Row noise of unit paired sd: each paired difference e[r] - e[r-1] has sd 1. The skewed rows
+    alternate their sign by rung, so that a difference adds two same-signed skews (G1 ~1.0, gamma)."""
+    if rows == "normal":
+        return rng.normal(0.0, 1.0, shape) / math.sqrt(2)
+    if rows == "t3":
+        return rng.standard_t(3, shape) / math.sqrt(3) / math.sqrt(2)
+    if rows == "skewed (gamma 2)":
+        sign = np.where(np.arange(shape[1]) % 2 == 0, 1.0, -1.0)[None, :, None]
+        return sign * (rng.gamma(2.0, 1.0, shape) - 2.0) / math.sqrt(2.0) / math.sqrt(2)
+    raise ValueError(f"rows: {rows!r}; valid: normal, t3, skewed (gamma 2)")
+
+
+def ladder_plan_error(effects, sd: float = 0.048, looks=LADDER_LOOKS, delta: float = 0.02, max_rows: int | None = 340,
+                      reps: int = 4000, seed: int = 0, rows: str = "normal", per_look_level: float | None = None) -> dict:
+    """A ladder of len(effects) + 1 rungs run as ``until_decided`` runs it: rows x[r, s] = sum of the
+    first r effects + noise (paired sd ``sd``); look j judges each rung on the seeds of the last look
+    its pair ran, at 1 - 0.05/K (or ``per_look_level``); the next look runs ``rows_needed`` of the
+    undecided rungs unless it would pass ``max_rows``. Returns the rates, over ``reps`` ladders, of
+    a wrong decided label on each rung, on any rung, and on any rung's familywise label (the
+    Bonferroni label at 1 - 0.05/(rungs x K) on the same seeds), with the mean rows run."""
+    rng, k, truth = np.random.default_rng(seed), len(effects), np.asarray(effects, float)
+    x = np.cumsum(np.concatenate([np.zeros(1), truth]))[None, :, None] + sd * _ladder_noise(rng, rows, (reps, k + 1, looks[-1]))
+    d = x[:, 1:] - x[:, :-1]                                             # (reps, k, seeds)
+    level = per_look_level or sequential_level(0.95, len(looks))
+    family = 1 - 0.05 / (k * len(looks))
+    by_look = [[decided_labels(*t_bounds(d[:, i, :n], lv), delta) for i in range(k)] for lv in (level, family)
+               for n in looks]
+    labels = np.array(by_look[:len(looks)]).transpose(2, 1, 0)          # (reps, k, looks)
+    fw = np.array(by_look[len(looks):]).transpose(2, 1, 0)
+    last = np.zeros((reps, k), int)                                     # the look each pair last ran
+    used = np.full(reps, (k + 1) * looks[0])
+    running = np.ones(reps, bool)
+    for j in range(len(looks) - 1):
+        for r in np.flatnonzero(running):
+            now = labels[r, np.arange(k), last[r]]
+            open_rungs = [i + 1 for i in range(k) if now[i] == 0]
+            need = rows_needed(open_rungs) if open_rungs else ()
+            more = len(need) * (looks[j + 1] - looks[j])
+            if not open_rungs or (max_rows is not None and used[r] + more > max_rows):
+                running[r] = False
+                continue
+            used[r] += more
+            for i in range(1, k + 1):
+                if i - 1 in need and i in need:
+                    last[r, i - 1] = j + 1
+    pick = lambda a: np.take_along_axis(a, last[..., None], 2)[..., 0]   # noqa: E731
+    wrong, wrong_fw = wrong_labels(pick(labels), truth, delta), wrong_labels(pick(fw), truth, delta)
+    return {"per_rung": wrong.mean(0).tolist(), "any_rung": float(wrong.any(1).mean()),
+            "any_rung_familywise": float(wrong_fw.any(1).mean()), "decided": float((pick(labels) > 0).mean()),
+            "rows": float(used.mean()), "reps": reps, "level": level}
+
+
+def markdown_ladder(reps: int = 4000) -> str:
+    """The ladder plan's table: each scenario at the design's paired sd 0.048 with three row shapes,
+    and normal rows at 0.035, the spread the v4 run's intervals imply."""
+    lines = ["| true effects of the 5 rungs | rows | paired sd | wrong label, worst rung | wrong label, any rung | "
+             "wrong familywise label, any rung | rungs decided | mean rows |", "|---|---|---|---|---|---|---|---|"]
+    for name, effects in LADDER_SCENARIOS.items():
+        for rows, sd in (("normal", 0.048), ("t3", 0.048), ("skewed (gamma 2)", 0.048), ("normal", 0.035)):
+            e = ladder_plan_error(effects, sd, reps=reps, rows=rows)
+            lines.append(f"| {name} | {rows} | {sd:g} | {100 * max(e['per_rung']):.2f} % | {100 * e['any_rung']:.2f} % | "
+                         f"{100 * e['any_rung_familywise']:.2f} % | {100 * e['decided']:.0f} % | {e['rows']:.0f} |")
+    return "\n".join(lines)
+
+
 def markdown(rows: list[dict]) -> str:
     lines = ["| differences | n | coverage | skew flagged | coverage when not flagged | zero spread |",
              "|---|---|---|---|---|---|"]
@@ -145,7 +245,12 @@ def markdown(rows: list[dict]) -> str:
 
 
 if __name__ == "__main__":
+    import sys
+    if sys.argv[1:] == ["ladder"]:
+        print(markdown_ladder())
+        sys.exit(0)
     print(markdown(coverage_table()))
     for start, batch, top in ((5, 1, 20), (8, 2, 16), (8, 4, 24)):
         print(f"sequential start {start} batch {batch} max {top}: adjusted "
               f"{sequential_error(start, batch, top):.4f}, naive {sequential_error(start, batch, top, adjusted=False):.4f}")
+    print(markdown_ladder())
