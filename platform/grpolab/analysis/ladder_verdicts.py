@@ -135,8 +135,8 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
         if mech is not None:
             v = with_mechanism(v, mech.metric, value, mech.at_least, f"{cfg.rungs[on].name!r} rows")
         out.append(RungVerdict(i, direction, v, value, tuple(common)))
-    judged = [r for r in out if r.verdict is not None]
-    for r, v in zip(judged, with_family([r.verdict for r in judged])):
+    scored = [r for r in out if r.verdict is not None]
+    for r, v in zip(scored, with_family([r.verdict for r in scored])):
         out[out.index(r)] = dataclasses.replace(r, verdict=v)
     return rows, out
 
