@@ -80,8 +80,8 @@ def methods_table(markdown: bool = False) -> str:
     lines.extend(["", "KL (method.kl_estimator, method.kl_placement; TRL's beta is k3 in the loss)"])
     for k in (*KL_ESTIMATORS.values(), *KL_PLACEMENTS.values()):
         lines.extend(_wrapped(f"{k.name}: {k.formula}; {k.source}" + (f"; {k.no_trl}" if k.no_trl else "")))
-    lines.extend(["", "Sampling (method.sampling and its settings), episode normalisation (method.episode_norm) "
-                      "and the entropy bonus (method.entropy_mode)"])
+    lines.extend(["", "Sampling (method.sampling, its settings), episodes (method.episode_norm), entropy "
+                      "(method.entropy_mode)"])
     described = ([("sampling", m, m.label) for m in SAMPLING_MODES.values()]
                  + [(axis, o, o.rule) for axis, options in SAMPLING_OPTIONS.items() for o in options.values()]
                  + [("episode_norm", n, n.formula) for n in EPISODE_NORMS.values()]
