@@ -22,7 +22,7 @@ from grpolab.method.requirements import requirement
 from grpolab.method.sampling_modes import SAMPLING_MODES, readers
 from grpolab.method.sampling_options import (GFPO_METRICS, REWARD, SAMPLING_FILTERS, SAMPLING_OPTIONS,
                                              SamplingOption)
-from grpolab.method.spec import AXIS_CHOICES, SPEC_FIELDS, build_spec
+from grpolab.method.spec import AXIS_CHOICES, AXIS_REGISTRIES, SPEC_FIELDS, MethodSpec, build_spec
 from grpolab.method.table import methods_table
 from grpolab.method.trl_names import trl_recipe
 from grpolab.tracking.naming import method_params
@@ -46,6 +46,15 @@ HOMES = {PACKAGE / "method" / "sampling_options.py", PACKAGE / "algorithms" / "s
 def _spec(**axes):
     extra = {"aggregation": "token_mean"} if SAMPLING_MODES[axes.get("sampling", "static")].drops_rows else {}
     return build_spec({**extra, **axes})
+
+
+def test_every_named_axis_of_the_spec_is_a_registry():
+    """Each MethodSpec field whose value is a name reads its values from a registry of entries
+    (no fixed tuple of values): its default is an entry, and each entry is keyed by its name."""
+    named = [f.name for f in SPEC_FIELDS.values() if isinstance(getattr(MethodSpec(), f.name), str)]
+    assert sorted(named) == sorted(AXIS_REGISTRIES) == sorted(AXIS_CHOICES)
+    for axis, entries in AXIS_REGISTRIES.items():
+        assert SPEC_FIELDS[axis].default in entries and all(e.name == k for k, e in entries.items()), axis
 
 
 def test_one_function_per_entry_and_one_entry_per_function():

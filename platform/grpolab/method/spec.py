@@ -42,7 +42,8 @@ class _AxisChoices(Mapping):
         return len(self._registries)
 
 
-AXIS_CHOICES: Mapping[str, tuple[str, ...]] = _AxisChoices({
+# every axis whose value is a name: its registry of entries (one per value)
+AXIS_REGISTRIES: dict[str, dict] = {
     "advantage": ADVANTAGES,          # one entry per value: method/advantages.py
     "surrogate": SURROGATES,          # one entry per value: method/surrogates.py
     "aggregation": AGGREGATIONS,      # one entry per value: method/aggregations.py
@@ -53,7 +54,8 @@ AXIS_CHOICES: Mapping[str, tuple[str, ...]] = _AxisChoices({
     "entropy_mode": ENTROPY_MODES,    # one entry per value: method/entropy_modes.py
     **SAMPLING_OPTIONS,               # sampling_filter, sampling_cap_policy, gfpo_metric: method/sampling_options.py
     "episode_norm": EPISODE_NORMS,    # one entry per value: method/episode_norms.py
-})
+}
+AXIS_CHOICES: Mapping[str, tuple[str, ...]] = _AxisChoices(AXIS_REGISTRIES)
 
 
 @dataclass(frozen=True)
