@@ -108,7 +108,8 @@ def test_a_toy_correction_needs_only_its_entry_and_its_function():
     with toy_entry(SAMPLER_CORRECTIONS, CORRECTION_FUNCTIONS, register, entry,
                    lambda d, c_min, c_max: torch.full((d.shape[0], 1), 0.5)):
         cfg = two_steps("is-toy", generation__is_correction="toy_half")
-        assert cfg.generation.is_correction == "toy_half" and logged("toy_half", 0.5, 2.0) == {"is_correction": "toy_half"}
+        assert cfg.generation.is_correction == "toy_half"
+        assert logged("toy_half", 0.5, 2.0) == {"is_correction": "toy_half"}
         w = sampler_weights(torch.zeros(2, 3), torch.ones(2, 3), torch.ones(2, 3), "toy_half", None, None)
         assert w.tolist() == [[0.5], [0.5]]
     with pytest.raises(ConfigError, match="generation.is_correction: unknown 'toy_half'"):

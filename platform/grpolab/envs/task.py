@@ -203,6 +203,6 @@ def check_episode_method(s, name: str) -> None:
                           "task.action_tokens and never one cut at task.max_turns; set overlong_filter: false "
                           "(truncations are counted in episode/truncated)")
     if EPISODE_NORMS[s.episode_norm].per_turn and (kl_in_reward(s) or s.reward_weights is not None):
-        raise ConfigError(f"method.episode_norm={s.episode_norm} normalises the episode returns themselves: a reward-side KL "
-                          "(kl_placement=reward) or reward_weights would be left out; use kl_placement=loss and no "
-                          "reward_weights")
+        raise ConfigError(f"method.episode_norm={s.episode_norm} normalises the episode returns themselves: a "
+                          "reward-side KL (kl_placement=reward) or reward_weights would be left out; use "
+                          "kl_placement=loss and no reward_weights")

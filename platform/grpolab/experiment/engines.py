@@ -98,7 +98,7 @@ def check_engines(cfg) -> list[str]:
         raise ConfigError(f"generation.backend: unknown backend {g.backend!r}; valid: {', '.join(BACKENDS)}")
     if g.mode not in VLLM_MODES:
         raise ConfigError(f"generation.mode: unknown mode {g.mode!r}; valid: {', '.join(VLLM_MODES)}")
-    if g.is_correction not in SAMPLER_CORRECTIONS:   # the registry now: an entry a test registers counts
+    if g.is_correction not in SAMPLER_CORRECTIONS:   # the registry itself: an entry a test registers counts
         raise ConfigError(f"generation.is_correction: unknown {g.is_correction!r}; "
                           f"valid: {', '.join(SAMPLER_CORRECTIONS)}")
     if not 0 <= g.is_min < g.is_max:

@@ -252,8 +252,8 @@ def _validate_advantage(spec: MethodSpec, entry) -> None:
            f"method.step_omega > 0 (GiGPO) adds step-level group advantages to a group estimator: use advantage "
            f"{stepped}, got {spec.advantage!r}")
     _check(not EPISODE_NORMS[spec.episode_norm].per_turn or entry.step_norm is not None,
-           f"method.episode_norm={spec.episode_norm} weights the episode group's mean/std by turns: use advantage {stepped}, "
-           f"got {spec.advantage!r}")
+           f"method.episode_norm={spec.episode_norm} weights the episode group's mean/std by turns: use advantage "
+           f"{stepped}, got {spec.advantage!r}")
 
 
 def with_reward_weights(spec: MethodSpec, given, source: str, names, error=ConfigError) -> MethodSpec:
