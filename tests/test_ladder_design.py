@@ -146,3 +146,52 @@ def test_seeds_on_demand_run_only_the_rows_undecided_rungs_need(tmp_path, shared
     frame = ladder_table(rows, cfg, 0, shared_state)
     assert list(frame.pairs.iloc[1:]) == [2, 3]
     assert answer_lines(frame)[1].endswith("(2 paired seeds)")
+
+
+CLAIM_STUDIES = ("clip_higher_entropy", "gspo_clipping", "dr_grpo_length", "dynamic_sampling_efficiency",
+                 "zero_variance")
+
+
+@pytest.mark.parametrize("name", CLAIM_STUDIES)
+def test_each_claim_study_has_one_held_out_set_fresh_seeds_and_its_design_as_a_deviation(name):
+    """The studies behind `grpolab verdicts`, designed as the ladder: one held-out set for every seed
+    and rung, disjoint from each train stream; one base model where there is a warm start; seeds from
+    100 (no earlier row repeated); the v2 registration recorded as a deviation."""
+    study = load_study(REPO / "studies" / f"{name}.yaml")
+    assert study.name == f"{name}_v2" and study.seeds[0] == 100
+    last = study.seeds[0] + (study.on_demand.cap if study.on_demand else len(study.seeds)) - 1
+    held_outs, warm_starts = set(), set()
+    for rung in range(len(study.rungs)):
+        for seed in (study.seeds[0], last):
+            cfg = build_config(study.rung_experiment(rung, seed))
+            task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
+            train, held_out = run_splits(cfg, task)
+            assert cfg.eval.seed == 1000 and not set(_prompts(train)) & set(_prompts(held_out))
+            held_outs.add(tuple(_prompts(held_out)))
+            if cfg.warm_start.enabled:
+                warm_starts.add(cache_key(cfg.model.preset, task, cfg.warm_start.seed, warm_start_config(cfg)))
+    assert len(held_outs) == 1 and len(warm_starts) <= 1
+    assert any(d.change.startswith(f"registered as {name}_v2: fresh seeds") for d in study.deviations)
+
+
+def test_a_claim_study_that_adds_seeds_stops_on_its_claims_own_metric_effect_and_mechanism():
+    """Where a claim study adds seeds on demand, its looks stop on what the claim judges: the same
+    metric (direction mirrored when the claim's treatment is the first rung) and smallest effect, and
+    a mechanism floor on the same curve no stricter than the claim's (a study never stops a claim
+    whose mechanism acted as 'mechanism did not act')."""
+    from grpolab.analysis.claims import claim_files, load_claim
+    checked = 0
+    for path in claim_files(None):
+        claim = load_claim(path)
+        study = load_study(claim.study_path)
+        if not study.on_demand or claim.control.rung is None or claim.metric_of(claim.treatment) != study.objectives[0].metric:
+            continue
+        objective, names = study.objectives[0], [r.name for r in study.rungs]
+        later = names.index(claim.treatment.rung) > names.index(claim.control.rung)
+        claimed = {"increase": "maximize", "decrease": "minimize"}[claim.direction]
+        mirrored = {"maximize": "minimize", "minimize": "maximize"}[claimed]
+        assert objective.direction == (claimed if later else mirrored) and objective.smallest_effect == claim.smallest_effect
+        rung = study.rungs[max(names.index(claim.treatment.rung), names.index(claim.control.rung))]
+        assert rung.mechanism.metric == claim.mechanism.metric and rung.mechanism.at_least <= claim.mechanism.at_least
+        checked += 1
+    assert checked >= 3      # clip_higher_entropy, gspo_clips_more_tokens, grpo_lengthens_incorrect (and the ladder's)
