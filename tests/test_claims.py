@@ -175,13 +175,8 @@ def test_a_claim_study_with_its_own_seeds_on_demand_plan_runs_it_and_is_judged_a
     recorded; --until-decided, whose looks would overwrite that plan, is refused naming the study."""
     from grpolab.analysis.ablation import ladder_rows, load_results
     from grpolab.analysis.claim_runs import run_claims
-    study = {"kind": "ladder", "name": "claim_own_plan", "seeds": {"first": 5, "batch": 1, "cap": 6, "start": 20},
-             "objectives": [{"metric": "final:eval/pass_at_1", "direction": "maximize", "smallest_effect": 0.05}],
-             "base": {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
-                      "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
-                      "train": {"group_size": 4, "prompts_per_rollout": 2}, "eval": {"prompts": 4, "k": 1}},
-             "budget": {"train.steps": 1, "eval.every": 0},
-             "rungs": [{"name": "a"}, {"name": "b", "changes": {"train.learning_rate": 0.002}}]}
+    from conftest import tiny_two_rung_ladder
+    study = tiny_two_rung_ladder(name="claim_own_plan", seeds={"first": 5, "batch": 1, "cap": 6, "start": 20})
     path = write_study_and_claim(tmp_path, study, "own_plan")
     with pytest.raises(ConfigError, match="claim_own_plan.yaml register their own seeds-on-demand plan"):
         run_claims([str(path)], shared_state, None, 1, echo=print, until_decided=True, max_seeds=8)
