@@ -167,3 +167,25 @@ def test_a_ladder_until_decided_keeps_its_level_in_the_table(tmp_path, shared_st
         run_until_decided(str(path), shared_state, None, 1, 8, 1, echo=lines.append)
     rows = list(csv.DictReader(io.StringIO(study_table(str(path), shared_state, None, "csv"))))
     assert int(rows[1]["n"]) == 4 + len(looks)
+
+
+def test_a_claim_study_with_its_own_seeds_on_demand_plan_runs_it_and_is_judged_at_its_level(tmp_path, shared_state):
+    """A claim study with seeds: {first, batch, cap} (as the shipped ones): plain `verdicts` runs the
+    study's registered plan, and the claim is judged on its rows at the per-look level the plan
+    recorded; --until-decided, whose looks would overwrite that plan, is refused naming the study."""
+    from grpolab.analysis.ablation import ladder_rows, load_results
+    from grpolab.analysis.claim_runs import run_claims
+    from conftest import tiny_two_rung_ladder
+    study = tiny_two_rung_ladder(name="claim_own_plan", seeds={"first": 5, "batch": 1, "cap": 6, "start": 20})
+    path = write_study_and_claim(tmp_path, study, "own_plan")
+    with pytest.raises(ConfigError, match="claim_own_plan.yaml register their own seeds-on-demand plan"):
+        run_claims([str(path)], shared_state, None, 1, echo=print, until_decided=True, max_seeds=8)
+    lines = []
+    [result] = run_claims([str(path)], shared_state, None, 1, echo=lines.append)
+    looks = [line for line in lines if re.match(r"look \d+/2 at ", line)]
+    assert looks[0].startswith("look 1/2 at 5 seeds (per-look level 97.5 %)")
+    assert result.verdict.level == pytest.approx(1 - 0.05 / 2) and result.verdict.looks == 2
+    cfg, optuna_study = load_results(str(tmp_path / "claim_own_plan.yaml"), shared_state, None)
+    rows = ladder_rows(optuna_study, cfg)
+    assert result.verdict.n == len(set(rows.seed)) == 4 + len(looks)     # seeds 20.. at the looks that ran
+    assert min(rows.seed) == 20 and "looks planned at [5, 6] seeds" in result.sequential

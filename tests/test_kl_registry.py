@@ -12,15 +12,15 @@ import pytest
 import torch
 
 from grpolab.algorithms import policy_loss
-from grpolab.algorithms.kl import KL_FUNCTIONS, kl_estimate
+from grpolab.algorithms.kl import KL_FUNCTIONS, kl_estimate, register
 from grpolab.errors import ConfigError
-from grpolab.method.kl import KL_ESTIMATORS, KL_PLACEMENTS, TRL_KL, kl_in_loss, kl_in_reward
+from grpolab.method.kl import KL_ESTIMATORS, KlEstimator, KL_PLACEMENTS, TRL_KL, kl_in_loss, kl_in_reward
 from grpolab.method.requirements import requirement
 from grpolab.method.spec import AXIS_CHOICES, build_spec
 from grpolab.method.trl_names import trl_recipe
 from grpolab.tracking.naming import method_params
 from grpolab.trainer.trl_fields import TRL_FIELDS
-from registry_grep import PACKAGE, compares, lists_naming
+from registry_grep import PACKAGE, compares, lists_naming, toy_entry
 
 HOMES = {PACKAGE / "method" / "kl.py", PACKAGE / "algorithms" / "kl.py"}
 
@@ -80,6 +80,20 @@ def test_unknown_kl_values_are_refused():
         build_spec({"kl_estimator": "k4"})
     with pytest.raises(ConfigError, match="method.kl_placement: unknown value 'advantage'"):
         build_spec({"kl_placement": "advantage"})
+
+
+def test_a_toy_kl_estimator_needs_only_its_entry_and_its_function():
+    """|x|: accepted by the config, logged, and what the in-loss KL adds (on-policy, A = 0: the loss is
+    beta * mean_t |x_t|)."""
+    entry = KlEstimator("toy_abs", "|x|", "a test", no_trl="a test's toy")
+    logp, ref = torch.zeros(1, 2), torch.tensor([[0.5, -1.0]])
+    with toy_entry(KL_ESTIMATORS, KL_FUNCTIONS, register, entry, lambda x: x.abs()):
+        spec = build_spec({"kl_coef": 0.1, "kl_estimator": "toy_abs"})
+        assert method_params(spec)["kl_estimator"] == "toy_abs" and trl_recipe(spec) is None
+        loss, stats = policy_loss(spec, logp, logp, torch.zeros(1), torch.ones(1, 2), ref)
+        assert loss.item() == pytest.approx(0.1 * 0.75) and stats["kl"] == pytest.approx(0.75)
+    with pytest.raises(ConfigError, match="method.kl_estimator: unknown value 'toy_abs'"):
+        build_spec({"kl_coef": 0.1, "kl_estimator": "toy_abs"})
 
 
 def test_no_hand_written_list_of_kl_values_outside_the_registry():

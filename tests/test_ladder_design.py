@@ -196,3 +196,65 @@ def test_a_rung_is_judged_on_its_largest_complete_planned_look():
     done = rows[~((rows.rung == 0) & (rows.seed == 101))]   # look 1 itself incomplete: its complete pairs
     assert judged_seeds(done, (0, 1), cfg.seeds, (6, 12)).look == -1
     assert "look 1 is incomplete for this pair (5 of its 6 seeds" in ladder_table(done, cfg, 0, None, 0.975, 2, (6, 12)).why[1]
+
+
+CLAIM_STUDIES = ("clip_higher_entropy", "gspo_clipping", "dr_grpo_length", "dynamic_sampling_efficiency",
+                 "zero_variance")
+
+
+@pytest.mark.parametrize("name", CLAIM_STUDIES)
+def test_each_claim_study_has_one_held_out_set_fresh_seeds_and_its_design_as_a_deviation(name):
+    """The studies behind `grpolab verdicts`, designed as the ladder: one held-out set for every seed
+    and rung, disjoint from each train stream; one base model where there is a warm start; seeds from
+    100 (no earlier row repeated); the v2 registration recorded as a deviation."""
+    study = load_study(REPO / "studies" / f"{name}.yaml")
+    assert study.name == f"{name}_v2" and study.seeds[0] == 100
+    last = study.seeds[0] + (study.on_demand.cap if study.on_demand else len(study.seeds)) - 1
+    held_outs, warm_starts = set(), set()
+    for rung in range(len(study.rungs)):
+        for seed in (study.seeds[0], last):
+            cfg = build_config(study.rung_experiment(rung, seed))
+            task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
+            train, held_out = run_splits(cfg, task)
+            assert cfg.eval.seed == 1000 and not set(_prompts(train)) & set(_prompts(held_out))
+            held_outs.add(tuple(_prompts(held_out)))
+            if cfg.warm_start.enabled:
+                warm_starts.add(cache_key(cfg.model.preset, task, cfg.warm_start.seed, warm_start_config(cfg)))
+    assert len(held_outs) == 1 and len(warm_starts) <= 1
+    assert any(d.change.startswith(f"registered as {name}_v2: fresh seeds") for d in study.deviations)
+
+
+def test_a_claim_study_that_adds_seeds_stops_on_its_claims_own_metric_effect_and_mechanism():
+    """Where a claim study adds seeds on demand, its looks stop on what the claim judges: the same
+    metric (direction mirrored when the claim's treatment is the first rung) and smallest effect, and
+    a mechanism floor on the same curve no stricter than the claim's (a study never stops a claim
+    whose mechanism acted as 'mechanism did not act')."""
+    from grpolab.analysis.claims import claim_files, load_claim
+    checked = 0
+    for path in claim_files(None):
+        claim = load_claim(path)
+        study = load_study(claim.study_path)
+        if not study.on_demand or claim.control.rung is None or claim.metric_of(claim.treatment) != study.objectives[0].metric:
+            continue
+        objective, names = study.objectives[0], [r.name for r in study.rungs]
+        later = names.index(claim.treatment.rung) > names.index(claim.control.rung)
+        claimed = {"increase": "maximize", "decrease": "minimize"}[claim.direction]
+        mirrored = {"maximize": "minimize", "minimize": "maximize"}[claimed]
+        assert objective.direction == (claimed if later else mirrored) and objective.smallest_effect == claim.smallest_effect
+        rung = study.rungs[max(names.index(claim.treatment.rung), names.index(claim.control.rung))]
+        assert rung.mechanism.metric == claim.mechanism.metric and rung.mechanism.at_least <= claim.mechanism.at_least
+        checked += 1
+    assert checked >= 3      # clip_higher_entropy, gspo_clips_more_tokens, grpo_lengthens_incorrect (and the ladder's)
+
+
+def test_the_zero_variance_claim_study_runs_past_the_empty_update_guard_and_learns_nothing(shared_state):
+    """Every batch of the cold-start study has no gradient by construction, so its rows must not be
+    stopped by the empty-update guard (20 such batches in a row): one row at 21 steps completes,
+    and its greedy accuracy is what it started at, exactly."""
+    from grpolab.experiment.runner import run_experiment
+    study = load_study(REPO / "studies" / "zero_variance.yaml")
+    experiment = study.rung_experiment(0, study.seeds[0])
+    experiment["train"] = {**experiment["train"], "steps": 21}
+    result = run_experiment(build_config(experiment), shared_state)
+    assert result.status == "FINISHED" and result.steps == 21
+    assert result.evals[21]["eval/greedy_accuracy"] == result.evals[0]["eval/greedy_accuracy"]

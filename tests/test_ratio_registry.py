@@ -5,21 +5,22 @@ test_verl_fixtures.py (GMPO); this file checks each entry against every claim it
 
 from __future__ import annotations
 
-import ast
+import math
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from grpolab.algorithms.ratios import RATIO_FUNCTIONS, log_importance_weights
+from grpolab.algorithms import policy_loss
+from grpolab.algorithms.ratios import RATIO_FUNCTIONS, log_importance_weights, register
 from grpolab.errors import ConfigError
-from grpolab.method.ratios import RATIOS, TOKEN, trl_ratio
+from grpolab.method.ratios import RATIOS, TOKEN, Ratio, trl_ratio
 from grpolab.method.requirements import requirement
 from grpolab.method.spec import AXIS_CHOICES, build_spec
 from grpolab.method.trl_names import trl_recipe
 from grpolab.trainer.trl_fields import TRL_FIELDS
 from grpolab.trainer.trl_settings import _NoEquivalent, trl_settings
-from registry_grep import PACKAGE, lists_naming
+from registry_grep import PACKAGE, compares, lists_naming, toy_entry
 
 HOMES = {PACKAGE / "method" / "ratios.py", PACKAGE / "algorithms" / "ratios.py"}
 
@@ -74,14 +75,22 @@ def test_unknown_ratio_is_refused():
         build_spec({"ratio": "tokens"})
 
 
-def _compares_ratio(node) -> str | None:
-    if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "ratio":
-        if any(isinstance(c, (ast.Constant, ast.Tuple, ast.List, ast.Set)) for c in node.comparators):
-            return "compares .ratio"
-    return None
+def test_a_toy_ratio_needs_only_its_entry_and_its_function():
+    """log rho = l / 2 (a damped token ratio): accepted by the config, its function is what the loss reads."""
+    entry = Ratio("toy_half", "rho_t = sqrt(pi / pi_old)", "a test", no_trl="a test's toy")
+    logp, old = torch.tensor([[0.2, -0.4]]), torch.zeros(1, 2)
+    with toy_entry(RATIOS, RATIO_FUNCTIONS, register, entry, lambda log_ratio, mask: log_ratio / 2):
+        spec = build_spec({"ratio": "toy_half"})
+        assert isinstance(trl_settings(spec)["importance_sampling_level"], _NoEquivalent)
+        loss, _ = policy_loss(spec, logp, old, torch.tensor([1.0]), torch.ones(1, 2))
+        # inside the clip [0.8, 1.2]: loss = -mean_t rho_t A = -(e^0.1 + e^-0.2) / 2
+        assert loss.item() == pytest.approx(-(math.exp(0.1) + math.exp(-0.2)) / 2)
+    assert "toy_half" not in RATIO_FUNCTIONS
+    with pytest.raises(ConfigError, match="method.ratio: unknown value 'toy_half'"):
+        build_spec({"ratio": "toy_half"})
 
 
 def test_no_hand_written_list_of_ratios_outside_the_registry():
     """A collection literal naming two or more ratios, or ``.ratio`` compared with a ratio's name,
     would be a second home for a ratio fact: read the entry instead."""
-    assert lists_naming(set(RATIOS), HOMES, _compares_ratio) == []
+    assert lists_naming(set(RATIOS), HOMES, compares("ratio")) == []

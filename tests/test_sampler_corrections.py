@@ -12,14 +12,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpolab.algorithms.sampler_corrections import CORRECTION_FUNCTIONS, sampler_weights
+from grpolab.algorithms.sampler_corrections import CORRECTION_FUNCTIONS, register, sampler_weights
+from grpolab.errors import ConfigError
 from grpolab.experiment import engines
-from grpolab.method.sampler_corrections import (NONE, SAMPLER_CORRECTIONS, logged, trl_names, trl_sampler_correction,
-                                                trl_settings)
+from grpolab.method.sampler_corrections import (NONE, SAMPLER_CORRECTIONS, SamplerCorrection, logged, trl_names,
+                                                trl_sampler_correction, trl_settings)
 from grpolab.method.table import methods_table
 from grpolab.trainer.dropin import check_sampler_correction
 from grpolab.trainer.mlflow_report import dropin_params
-from registry_grep import PACKAGE, lists_naming
+from registry_grep import PACKAGE, lists_naming, toy_entry
 from test_engines import two_steps
 
 HOMES = {PACKAGE / "method" / "sampler_corrections.py", PACKAGE / "algorithms" / "sampler_corrections.py"}
@@ -27,7 +28,7 @@ HOMES = {PACKAGE / "method" / "sampler_corrections.py", PACKAGE / "algorithms" /
 
 def test_one_function_per_entry_and_one_entry_per_function():
     assert sorted(CORRECTION_FUNCTIONS) == sorted(SAMPLER_CORRECTIONS)
-    assert engines.IS_MODES == tuple(SAMPLER_CORRECTIONS)
+    assert engines.GenerationCfg().is_correction in SAMPLER_CORRECTIONS
 
 
 def test_trls_default_mode_and_modes_are_the_entries():
@@ -99,6 +100,20 @@ def test_weights_match_the_formula_by_hand(name):
     assert torch.allclose(w, _by_hand(name, train - sampler, mask, 0.8, 1.3), atol=1e-6)
     if SAMPLER_CORRECTIONS[name].bound is not None:   # the bounds act: some weight is clipped or zeroed
         assert not torch.allclose(w, sampler_weights(train, sampler, mask, name, 0.0, 100.0))
+
+
+def test_a_toy_correction_needs_only_its_entry_and_its_function():
+    """w = 1/2 everywhere: accepted as generation.is_correction, its function is what sampler_weights gives."""
+    entry = SamplerCorrection("toy_half", "w = 1/2", "a test")
+    with toy_entry(SAMPLER_CORRECTIONS, CORRECTION_FUNCTIONS, register, entry,
+                   lambda d, c_min, c_max: torch.full((d.shape[0], 1), 0.5)):
+        cfg = two_steps("is-toy", generation__is_correction="toy_half")
+        assert cfg.generation.is_correction == "toy_half"
+        assert logged("toy_half", 0.5, 2.0) == {"is_correction": "toy_half"}
+        w = sampler_weights(torch.zeros(2, 3), torch.ones(2, 3), torch.ones(2, 3), "toy_half", None, None)
+        assert w.tolist() == [[0.5], [0.5]]
+    with pytest.raises(ConfigError, match="generation.is_correction: unknown 'toy_half'"):
+        two_steps("is-toy", generation__is_correction="toy_half")
 
 
 def test_no_hand_written_list_of_corrections_outside_the_registry():

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import REPO, tiny_dataset
+from grpolab.algorithms.sampling_options import SamplingCapError
 from grpolab.trainer import sampling
 from grpolab.trainer.rollouts import RolloutRow
 from grpolab.method.registry import get_method
@@ -22,7 +23,7 @@ def test_select_groups_informative_first_then_cap_policies():
     assert groups.tolist() == [0, 3] and filled == 0
     groups, filled = sampling.select_groups(r, 2, 3, "fill")
     assert groups.tolist() == [0, 3, 1] and filled == 1
-    with pytest.raises(sampling.SamplingCapError, match="found 2 informative groups of 3"):
+    with pytest.raises(SamplingCapError, match="found 2 informative groups of 3"):
         sampling.select_groups(r, 2, 3, "fail")
     assert sampling.rows_of_groups(torch.tensor([0, 3]), 2).tolist() == [0, 1, 6, 7]
 
@@ -84,7 +85,7 @@ def test_cap_policy_fail_raises_and_fill_warns(tiny_model_dir, tmp_path):
     spec = get_method("dapo").spec({"soft_overlong": False, "max_sampling_rounds": 2, "sampling_cap_policy": "fail",
                                     "sampling_filter": "reward"})
     t, train = _trainer(tiny_model_dir, tmp_path / "a", spec, constant)
-    with pytest.raises(sampling.SamplingCapError):
+    with pytest.raises(SamplingCapError):
         t._generate_and_score_completions(batch_rows(train))
     spec = get_method("dapo").spec({"soft_overlong": False, "max_sampling_rounds": 2, "sampling_filter": "reward"})
     t, train = _trainer(tiny_model_dir, tmp_path / "b", spec, constant)

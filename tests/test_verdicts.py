@@ -262,3 +262,18 @@ def test_the_readme_defines_every_label_in_one_table():
     readme = (REPO / "README.md").read_text()
     for label, meaning in LABELS.items():
         assert f"| `{label}` | {meaning} |" in readme, label
+
+
+def test_a_construction_check_holds_exactly_only_when_every_difference_is_zero():
+    from grpolab.analysis.verdicts import HOLDS_EXACTLY, with_construction
+    zeros = paired_verdict({s: 0.0 for s in range(8)}, "none", 0.02)
+    assert zeros.verdict == INCONCLUSIVE                       # a t-interval says nothing at zero spread
+    held = with_construction(zeros)
+    assert held.verdict == HOLDS_EXACTLY and held.face_value == INCONCLUSIVE and "all 8 paired differences" in held.reason
+    assert HOLDS_EXACTLY in DECIDED
+    [in_family] = with_family([held])
+    assert in_family.family_label == HOLDS_EXACTLY           # set outside the interval: it stands in the family
+    one_moved = paired_verdict({**{s: 0.0 for s in range(7)}, 7: 0.001}, "none", 0.02)
+    assert with_construction(one_moved).verdict == one_moved.verdict != HOLDS_EXACTLY
+    assert with_construction(paired_verdict({s: 0.0 for s in range(4)}, "none", 0.02)).verdict == UNDERPOWERED
+    assert with_construction(paired_verdict({s: 0.0 for s in range(8)}, "increase", 0.02)).verdict == INCONCLUSIVE

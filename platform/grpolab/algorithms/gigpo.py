@@ -38,8 +38,12 @@ from __future__ import annotations
 
 from collections import Counter
 from difflib import SequenceMatcher
+from typing import Callable, NamedTuple
 
 import torch
+
+from grpolab.algorithms.registrar import registrar
+from grpolab.method.episode_norms import EPISODE_NORMS
 
 # anchor-group size buckets for the size-distribution curves: (label, smallest, largest)
 SIZE_BUCKETS = (("1", 1, 1), ("2", 2, 2), ("3to4", 3, 4), ("5to8", 5, 8), ("over8", 9, None))
@@ -163,3 +167,30 @@ def anchor_metrics(group_ids: list[list[int]]) -> dict[str, float]:
         out[f"anchor/groups_size_{label}"] = sum(1 for s in sizes.values()
                                                  if s >= low and (high is None or s <= high)) / n_groups
     return out
+
+
+class EpisodeBatch(NamedTuple):
+    """What an episode-level population reads besides the method's own A^E."""
+    returns: list[float]     # R_i, each episode's total reward
+    turns: list[int]         # T_i
+    group_size: int
+    std_norm: bool           # the estimator divides by the group's std (its step_norm)
+    eps: float
+    unbiased: bool
+
+
+EPISODE_NORM_FUNCTIONS: dict[str, Callable] = {}
+register_episode_norm = registrar(EPISODE_NORMS, EPISODE_NORM_FUNCTIONS, "episode norm", "EPISODE_NORMS")
+
+
+@register_episode_norm("episode")
+def episode_population(episode_adv: torch.Tensor, batch: EpisodeBatch) -> torch.Tensor:
+    """Eq. 3 over the G episodes, each once: the method's estimator on the episode returns, as it is."""
+    return episode_adv
+
+
+@register_episode_norm("step")
+def step_population(episode_adv: torch.Tensor, batch: EpisodeBatch) -> torch.Tensor:
+    """Eq. 3 over step rows: ``step_row_episode_advantages`` (episode i counted T_i times)."""
+    return step_row_episode_advantages(batch.returns, batch.turns, batch.group_size, std_norm=batch.std_norm,
+                                       eps=batch.eps, unbiased=batch.unbiased).to(episode_adv.device)

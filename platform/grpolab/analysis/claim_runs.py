@@ -6,7 +6,10 @@ Every verdict carries, besides its label and reason: the mechanism check (``mech
 floor fixed in advance), the censoring policy (``verdicts.with_censoring``), its Holm-adjusted
 p-value within the run's family of claims, its deviations and its pre-registration status.
 
-``--until-decided --max-seeds N`` adds paired seeds in batches until every verdict is decided or
+A claim study with a seeds-on-demand design (``seeds: {first, batch, cap}``, the shipped ones) runs
+its own registered plan (``until_decided.run_until_decided``: looks until its rungs are decided),
+and its claims are judged on its rows at the per-look level it recorded. For claim studies without
+one, ``--until-decided --max-seeds N`` adds paired seeds in batches until every verdict is decided or
 N is reached; each look's interval is at the Bonferroni-spent level 1 - alpha/K over the K
 planned looks (``inference.sequential_level``; its error rate measured in ``coverage``).
 """
@@ -23,7 +26,8 @@ import numpy as np
 from grpolab.analysis import inference
 from grpolab.analysis.claims import Claim, Side, claim_files, load_claim
 from grpolab.analysis.histories import mean_window, run_history, train_keys
-from grpolab.analysis.verdicts import DECIDED, NO_MECHANISM, Verdict, paired_verdict, with_censoring, with_family, with_mechanism
+from grpolab.analysis.verdicts import (DECIDED, NO_MECHANISM, Verdict, paired_verdict, with_censoring, with_construction,
+                                       with_family, with_mechanism)
 from grpolab.errors import ConfigError
 from grpolab.studies import registration as preregistration
 from grpolab.studies.definition import load_study
@@ -97,6 +101,8 @@ def judge(claim: Claim, state: Path, storage_url: str | None, seeds: int | None 
     diffs, t, c, ct, cc = paired(claim.metric_of(claim.treatment), claim.metric_of(claim.control))
     verdict = paired_verdict(diffs, claim.direction, claim.smallest_effect, level, looks)
     verdict = with_censoring(verdict, ct, cc, claim.metric)
+    if claim.kind == "construction_check":
+        verdict = with_construction(verdict)
     result = ClaimResult(claim, verdict, ct + cc, treatment_values=t, control_values=c, sequential=plan)
     for metric in claim.report if claim.control.rung else ():   # beside-metrics compare two rungs
         d = paired(metric, metric)[0]
@@ -137,16 +143,25 @@ def register_claims(claims: list[Claim], state: Path, storage_url: str | None) -
                                done[claim.study_path])
 
 
-def _run_studies(claims: list[Claim], state: Path, storage_url: str | None, workers: int, echo, publish=None) -> None:
+def _run_studies(claims: list[Claim], state: Path, storage_url: str | None, workers: int, echo, publish=None,
+                 own_plans: bool = True) -> None:
+    """Run each claim study's missing rows once, cheapest first; a study with a seeds-on-demand design
+    (``seeds: {first, batch, cap}``) runs its own plan unless the claims' looks drive the seeds."""
     from grpolab.studies.coordinator import run_study
 
     def cost(path: str) -> int:   # cheapest study first: early verdicts come early
         cfg = load_study(path)
         return len(cfg.rows()) * int((cfg.base.get("train") or {}).get("steps", 1))
     for path in sorted(dict.fromkeys(c.study_path for c in claims), key=cost):
-        started = time.time()
-        echo(f"study {Path(path).name}: running missing rows ({workers} worker(s))")
-        code = run_study(path, state, storage_url, workers, retry_failed=False, echo=echo, publish=publish)
+        started, design = time.time(), load_study(path).on_demand
+        echo(f"study {Path(path).name}: running missing rows ({workers} worker(s))"
+             + (f", seeds on demand up to {design.cap}" if design and own_plans else ""))
+        if design and own_plans:   # the study's registered plan: its looks and levels, which the claims then use
+            from grpolab.analysis.until_decided import run_until_decided
+            code = run_until_decided(path, state, storage_url, workers, design.cap, design.batch, echo=echo,
+                                     publish=publish, max_rows=design.max_rows)
+        else:
+            code = run_study(path, state, storage_url, workers, retry_failed=False, echo=echo, publish=publish)
         echo(f"study {Path(path).name}: done in {time.time() - started:.0f}s" + (" (some rows failed)" if code else ""))
 
 
@@ -178,6 +193,11 @@ def _plan_looks(claims: list[Claim], until_decided: bool, max_seeds: int | None,
         if max_seeds is not None:
             raise ConfigError("--max-seeds: only with --until-decided")
         return []
+    planned = sorted({Path(c.study_path).name for c in claims if load_study(c.study_path).on_demand})
+    if planned:
+        raise ConfigError(f"--until-decided: {', '.join(planned)} register their own seeds-on-demand plan "
+                          "(seeds: {first, batch, cap}), which plain `grpolab verdicts` runs; leave out those claims "
+                          "or the flag")
     start = max(len(load_study(c.study_path).seeds) for c in claims)
     if max_seeds is None or max_seeds < start:
         raise ConfigError(f"--until-decided needs --max-seeds N with N >= the studies' seeds ({start})")
@@ -198,7 +218,7 @@ def _sequential(claims, looks, state, storage_url, workers, echo, publish=None) 
     for j, n in enumerate(looks, 1):
         for path in dict.fromkeys(c.study_path for c in pending):
             add_seeds(load_study(path), storage, n)
-        _run_studies(pending, state, storage_url, workers, echo, publish)
+        _run_studies(pending, state, storage_url, workers, echo, publish, own_plans=False)
         results = [judge(c, state, storage_url, seeds=n) for c in pending]
         echo(f"look {j}/{len(looks)} at {n} seeds (per-look level {100 * level:.4g} %): " +
              ", ".join(f"{r.claim.name}: {r.verdict.verdict}" for r in results))

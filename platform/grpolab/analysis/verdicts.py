@@ -60,6 +60,7 @@ INCONCLUSIVE = "inconclusive"
 UNDERPOWERED = "underpowered"
 NO_MECHANISM = "mechanism did not act"
 NOT_RUN = "not run"
+HOLDS_EXACTLY = "holds exactly on every seed"
 
 LABELS = {   # label -> what happened (README's table is generated from this)
     REPRODUCED: "the whole interval lies at or beyond the smallest effect that matters (delta) in the claimed "
@@ -78,8 +79,11 @@ LABELS = {   # label -> what happened (README's table is generated from this)
     NO_MECHANISM: "the curve that shows the mechanism acting stayed below its floor fixed in advance "
                   "(the value is shown): nothing to judge",
     NOT_RUN: "no paired seed has both rows complete",
+    HOLDS_EXACTLY: f"a construction check (the toy is built so that the claim must hold) whose every paired "
+                   f"difference is exactly 0, on at least {MIN_SEEDS} seeds: a statement about the seeds run, "
+                   "with no interval or level (zero spread)",
 }
-DECIDED = (REPRODUCED, SMALLER, NO_EFFECT, OPPOSITE, EFFECT)     # what stops seeds being added
+DECIDED = (REPRODUCED, SMALLER, NO_EFFECT, OPPOSITE, EFFECT, HOLDS_EXACTLY)     # what stops seeds being added
 
 
 @dataclass(frozen=True)
@@ -219,6 +223,17 @@ def with_mechanism(v: Verdict, metric: str, value: float, floor: float, rows: st
     if v.verdict == NOT_RUN:
         return v
     return replaced(v, NO_MECHANISM, f"{metric} = {value:.3g} < {floor:g} on {rows}")
+
+
+def with_construction(v: Verdict) -> Verdict:
+    """A construction check of no effect (``kind: construction_check``, direction none) whose paired
+    differences are all exactly 0 on at least MIN_SEEDS seeds: what the construction predicts held
+    on every seed, exactly. A t-interval has nothing to say at zero spread (``inconclusive`` at face
+    value, kept); the label states what was seen on these seeds and claims no level beyond them."""
+    values = list(v.differences.values())
+    if v.direction != "none" or v.n < MIN_SEEDS or v.face_value or any(d != 0.0 for d in values):
+        return v
+    return replaced(v, HOLDS_EXACTLY, f"construction check: all {v.n} paired differences are exactly 0")
 
 
 def with_censoring(v: Verdict, treatment: int, control: int, metric: str) -> Verdict:

@@ -17,6 +17,7 @@ from grpolab.envs.base import checked_reset, checked_step
 from grpolab.envs.gridworld import GridWorld
 from grpolab.errors import ConfigError
 from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.episode_norms import EPISODE_NORMS
 from grpolab.method.kl import kl_in_reward
 from grpolab.method.sampling_modes import SAMPLING_MODES, sampling_modes
 from grpolab.world.tasks import Example
@@ -166,7 +167,7 @@ def check_episode_config(cfg, task) -> None:
         if s.step_omega > 0:
             raise ConfigError(f"method.step_omega > 0 (GiGPO's step-level advantage) needs a multi-turn environment "
                               f"task (task.name: {', '.join(ENVS)}), got task {name!r}")
-        if s.episode_norm != "episode":
+        if EPISODE_NORMS[s.episode_norm].per_turn:
             raise ConfigError(f"method.episode_norm={s.episode_norm}: counts episodes per turn, which needs a multi-turn "
                               f"environment task (task.name: {', '.join(ENVS)}), got task {name!r}")
         return
@@ -201,7 +202,7 @@ def check_episode_method(s, name: str) -> None:
                           f"action of an episode of task {name!r}: it would drop a whole episode whose final action hit "
                           "task.action_tokens and never one cut at task.max_turns; set overlong_filter: false "
                           "(truncations are counted in episode/truncated)")
-    if s.episode_norm == "step" and (kl_in_reward(s) or s.reward_weights is not None):
-        raise ConfigError("method.episode_norm=step normalises the episode returns themselves: a reward-side KL "
-                          "(kl_placement=reward) or reward_weights would be left out; use kl_placement=loss and no "
-                          "reward_weights")
+    if EPISODE_NORMS[s.episode_norm].per_turn and (kl_in_reward(s) or s.reward_weights is not None):
+        raise ConfigError(f"method.episode_norm={s.episode_norm} normalises the episode returns themselves: a "
+                          "reward-side KL (kl_placement=reward) or reward_weights would be left out; use "
+                          "kl_placement=loss and no reward_weights")

@@ -55,11 +55,10 @@ class EpisodeRollout:
         episodes = self.episodes
         if episode_adv.dim() not in (1, 2) or episode_adv.shape[0] != len(episodes):
             raise ValueError(f"{episode_adv.shape[0]} advantages for {len(episodes)} episodes")
-        if spec.episode_norm == "step":   # verl-agent's population: every step row (check_episode_config guards the reward)
-            episode_adv = gigpo.step_row_episode_advantages(
-                [e.total_reward for e in episodes], [e.turns for e in episodes], self.group_size,
-                std_norm=ADVANTAGES[spec.advantage].step_norm == "std", eps=spec.adv_eps, unbiased=spec.std_unbiased,
-            ).to(episode_adv.device)
+        # the population of A^E's mean and std (check_episode_config guards the reward a per-turn one recomputes)
+        episode_adv = gigpo.EPISODE_NORM_FUNCTIONS[spec.episode_norm](episode_adv, gigpo.EpisodeBatch(
+            [e.total_reward for e in episodes], [e.turns for e in episodes], self.group_size,
+            std_norm=ADVANTAGES[spec.advantage].step_norm == "std", eps=spec.adv_eps, unbiased=spec.std_unbiased))
         group_ids = gigpo.anchor_groups([e.state_keys for e in episodes], self.group_size, spec.anchor_similarity)
         stats = {**self.task.metrics(episodes), **gigpo.anchor_metrics(group_ids)}
         if spec.step_omega == 0 or episode_adv.dim() == 2:   # a per-token estimator has no step term (spec.py)

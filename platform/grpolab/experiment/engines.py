@@ -35,7 +35,6 @@ from grpolab.world.tokenizer import build_char_tokenizer
 DTYPES = ("fp32", "bf16", "fp16")
 BACKENDS = ("transformers", "vllm")
 VLLM_MODES = ("colocate", "server")
-IS_MODES = tuple(SAMPLER_CORRECTIONS)   # one entry per value: method/sampler_corrections.py
 LORA_KEYS = {"r": int, "alpha": (int, float), "target_modules": list, "dropout": (int, float)}
 
 
@@ -99,8 +98,9 @@ def check_engines(cfg) -> list[str]:
         raise ConfigError(f"generation.backend: unknown backend {g.backend!r}; valid: {', '.join(BACKENDS)}")
     if g.mode not in VLLM_MODES:
         raise ConfigError(f"generation.mode: unknown mode {g.mode!r}; valid: {', '.join(VLLM_MODES)}")
-    if g.is_correction not in IS_MODES:
-        raise ConfigError(f"generation.is_correction: unknown {g.is_correction!r}; valid: {', '.join(IS_MODES)}")
+    if g.is_correction not in SAMPLER_CORRECTIONS:   # the registry itself: an entry a test registers counts
+        raise ConfigError(f"generation.is_correction: unknown {g.is_correction!r}; "
+                          f"valid: {', '.join(SAMPLER_CORRECTIONS)}")
     if not 0 <= g.is_min < g.is_max:
         raise ConfigError(f"generation: need 0 <= is_min < is_max, got is_min={g.is_min}, is_max={g.is_max}")
     if not 0 < g.gpu_memory_utilization <= 1 or g.tensor_parallel_size < 1:

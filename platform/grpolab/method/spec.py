@@ -18,29 +18,32 @@ from grpolab.errors import ConfigError
 from grpolab.method.advantages import ADVANTAGES, estimators
 from grpolab.method.aggregations import AGGREGATIONS, TOKEN_LEVEL
 from grpolab.method.entropy_modes import ENTROPY_MODES
+from grpolab.method.episode_norms import EPISODE_NORMS
 from grpolab.method.kl import KL_ESTIMATORS, KL_PLACEMENTS, kl_in_reward
 from grpolab.method.ratios import RATIOS, TOKEN
 from grpolab.method.sampling_modes import SAMPLING_MODES
+from grpolab.method.sampling_options import SAMPLING_OPTIONS
 from grpolab.method.surrogates import SURROGATES
 
 
 class _AxisChoices(Mapping):
-    """Each axis's valid values; a registry axis reads its registry now (an entry a test registers counts)."""
+    """Each axis's valid values, read from its registry now (an entry a test registers counts)."""
 
-    def __init__(self, registries: dict, fixed: dict):
-        self._registries, self._fixed = registries, fixed
+    def __init__(self, registries: dict):
+        self._registries = registries
 
     def __getitem__(self, axis: str) -> tuple[str, ...]:
-        return tuple(self._registries[axis]) if axis in self._registries else self._fixed[axis]
+        return tuple(self._registries[axis])
 
     def __iter__(self):
-        return iter([*self._registries, *self._fixed])
+        return iter(self._registries)
 
     def __len__(self) -> int:
-        return len(self._registries) + len(self._fixed)
+        return len(self._registries)
 
 
-AXIS_CHOICES: Mapping[str, tuple[str, ...]] = _AxisChoices({
+# every axis whose value is a name: its registry of entries (one per value)
+AXIS_REGISTRIES: dict[str, dict] = {
     "advantage": ADVANTAGES,          # one entry per value: method/advantages.py
     "surrogate": SURROGATES,          # one entry per value: method/surrogates.py
     "aggregation": AGGREGATIONS,      # one entry per value: method/aggregations.py
@@ -49,12 +52,10 @@ AXIS_CHOICES: Mapping[str, tuple[str, ...]] = _AxisChoices({
     "kl_placement": KL_PLACEMENTS,    # one entry per value: method/kl.py
     "sampling": SAMPLING_MODES,       # one entry per value: method/sampling_modes.py
     "entropy_mode": ENTROPY_MODES,    # one entry per value: method/entropy_modes.py
-}, {
-    "gfpo_metric": ("length", "token_efficiency"),
-    "sampling_cap_policy": ("fill", "fail"),
-    "sampling_filter": ("accuracy", "reward"),
-    "episode_norm": ("episode", "step"),
-})
+    **SAMPLING_OPTIONS,               # sampling_filter, sampling_cap_policy, gfpo_metric: method/sampling_options.py
+    "episode_norm": EPISODE_NORMS,    # one entry per value: method/episode_norms.py
+}
+AXIS_CHOICES: Mapping[str, tuple[str, ...]] = _AxisChoices(AXIS_REGISTRIES)
 
 
 @dataclass(frozen=True)
@@ -250,9 +251,9 @@ def _validate_advantage(spec: MethodSpec, entry) -> None:
     _check(spec.step_omega == 0 or entry.step_norm is not None,
            f"method.step_omega > 0 (GiGPO) adds step-level group advantages to a group estimator: use advantage "
            f"{stepped}, got {spec.advantage!r}")
-    _check(spec.episode_norm == "episode" or entry.step_norm is not None,
-           f"method.episode_norm=step weights the episode group's mean/std by turns: use advantage {stepped}, "
-           f"got {spec.advantage!r}")
+    _check(not EPISODE_NORMS[spec.episode_norm].per_turn or entry.step_norm is not None,
+           f"method.episode_norm={spec.episode_norm} weights the episode group's mean/std by turns: use advantage "
+           f"{stepped}, got {spec.advantage!r}")
 
 
 def with_reward_weights(spec: MethodSpec, given, source: str, names, error=ConfigError) -> MethodSpec:

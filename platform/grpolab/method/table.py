@@ -8,11 +8,13 @@ import pandas as pd
 
 from grpolab.method.aggregations import AGGREGATIONS
 from grpolab.method.entropy_modes import ENTROPY_MODES
+from grpolab.method.episode_norms import EPISODE_NORMS
 from grpolab.method.kl import KL_ESTIMATORS, KL_PLACEMENTS
 from grpolab.method.ratios import RATIOS
 from grpolab.method.registry import METHODS
 from grpolab.method.sampler_corrections import SAMPLER_CORRECTIONS, trl_names
 from grpolab.method.sampling_modes import SAMPLING_MODES
+from grpolab.method.sampling_options import SAMPLING_OPTIONS
 from grpolab.method.surrogates import SURROGATES
 from grpolab.method.trl_names import TRL_LOSS_MEANING, TRL_LOSS_TYPES, format_recipe, trl_recipe
 
@@ -78,8 +80,11 @@ def methods_table(markdown: bool = False) -> str:
     lines.extend(["", "KL (method.kl_estimator, method.kl_placement; TRL's beta is k3 in the loss)"])
     for k in (*KL_ESTIMATORS.values(), *KL_PLACEMENTS.values()):
         lines.extend(_wrapped(f"{k.name}: {k.formula}; {k.source}" + (f"; {k.no_trl}" if k.no_trl else "")))
-    lines.extend(["", "Sampling (method.sampling) and the entropy bonus (method.entropy_mode)"])
+    lines.extend(["", "Sampling (method.sampling, its settings), episodes (method.episode_norm), entropy "
+                      "(method.entropy_mode)"])
     described = ([("sampling", m, m.label) for m in SAMPLING_MODES.values()]
+                 + [(axis, o, o.rule) for axis, options in SAMPLING_OPTIONS.items() for o in options.values()]
+                 + [("episode_norm", n, n.formula) for n in EPISODE_NORMS.values()]
                  + [("entropy_mode", m, m.rule) for m in ENTROPY_MODES.values()])
     for axis, m, what in described:
         lines.extend(_wrapped(f"{axis}={m.name}: {what}; {m.source}" + (f"; {m.no_trl}" if m.no_trl else "")))

@@ -32,7 +32,9 @@ from grpolab.envs.task import check_episode_method
 from grpolab.method.requirements import filters_groups
 from grpolab.errors import GrpoLabWarning, warn_at_caller
 from grpolab.method.registry import METHODS
+from grpolab.method.episode_norms import EPISODE_NORMS
 from grpolab.method.sampling_modes import SAMPLING_MODES
+from grpolab.method.sampling_options import REWARD, SAMPLING_FILTERS
 from grpolab.method.sampler_corrections import SAMPLER_CORRECTIONS, trl_sampler_correction
 from grpolab.method.spec import SPEC_FIELDS, MethodSpec, with_reward_weights
 from grpolab.tracking.naming import method_label, method_tags
@@ -167,7 +169,7 @@ def check_episode_axes(spec: MethodSpec, rollout_func) -> None:
     ``EpisodeRollout``); on episodes, the length axes that cannot act are refused (envs/task.py)."""
     if hasattr(rollout_func, "finish"):   # an envs.trainer_rollout.EpisodeRollout
         check_episode_method(spec, rollout_func.task.name)
-    elif spec.step_omega > 0 or spec.episode_norm != "episode":
+    elif spec.step_omega > 0 or EPISODE_NORMS[spec.episode_norm].per_turn:
         raise ValueError(f"method step_omega={spec.step_omega:g}, episode_norm={spec.episode_norm} (GiGPO) needs "
                          "multi-turn episodes: pass rollout_func=EpisodeRollout (grpolab.envs), e.g. task: {name: gridworld}")
 
@@ -226,10 +228,11 @@ def check_needs(method_name: str, spec: MethodSpec, has_correctness: bool) -> Me
     message = ("GrpoLabTrainer: no correctness= given: correctness curves (accuracy, length/correct, "
                "groups/all_correct, ...) are replaced by curves of completions whose reward is above their "
                "group's mean (" + ", ".join(PROXY_NAMES.values()) + ")")
-    if filters_groups(spec) and spec.sampling_filter == "accuracy":
-        message += (f"; method {method_name!r}: sampling={spec.sampling} filters groups on accuracy, so it keeps "
-                    "groups whose total reward varies instead (sampling_filter=reward)")
-        spec = dataclasses.replace(spec, sampling_filter="reward")
+    if filters_groups(spec) and SAMPLING_FILTERS[spec.sampling_filter].needs is not None:
+        message += (f"; method {method_name!r}: sampling={spec.sampling} filters groups on {spec.sampling_filter}, "
+                    f"which needs {SAMPLING_FILTERS[spec.sampling_filter].needs}, so it keeps groups whose total "
+                    f"reward varies instead (sampling_filter={REWARD})")
+        spec = dataclasses.replace(spec, sampling_filter=REWARD)
     warn_at_caller(message)
     return spec
 

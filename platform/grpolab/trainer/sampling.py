@@ -13,6 +13,7 @@ from typing import NamedTuple
 import torch
 
 from grpolab.algorithms import combine_rewards
+from grpolab.algorithms.sampling_options import CAP_FUNCTIONS, FILTER_FUNCTIONS, GFPO_SCORES
 from grpolab.trainer.metrics import ZERO_VARIANCE_TOL, group_spread  # one definition of a zero-variance group
 
 # Row-aligned tensors and how to pad them when batches of different widths are joined.
@@ -22,43 +23,27 @@ RIGHT_PADDED = ("completion_ids", "completion_mask", "old_per_token_logps", "ref
 RECOMPUTED = ("advantages", "num_items_in_batch")
 
 
-class SamplingCapError(RuntimeError):
-    """Dynamic sampling hit its round cap with too few informative groups (policy ``fail``)."""
-
-
-def filter_values(metric: str, total_reward: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
-    """What a group must disagree on to be kept, per ``method.sampling_filter``:
-    ``accuracy`` (DAPO, eq. 11: 0 < #correct < G) filters on verifier correctness, so length
-    shaping cannot rescue an all-wrong group; ``reward`` (verl's newer default) on the total
-    shaped reward."""
-    if metric == "accuracy":
-        return correct.to(total_reward.device, torch.float32)
-    if metric == "reward":
-        return total_reward
-    raise ValueError(f"unknown sampling filter {metric!r}; valid: accuracy, reward")
+def filter_values(name: str, total_reward: torch.Tensor, correct: torch.Tensor) -> torch.Tensor:
+    """What a group must disagree on to be kept, per ``method.sampling_filter`` (its function in
+    ``grpolab.algorithms.sampling_options`` gives the formula)."""
+    if name not in FILTER_FUNCTIONS:
+        raise ValueError(f"unknown sampling filter {name!r}; valid: {', '.join(FILTER_FUNCTIONS)}")
+    return FILTER_FUNCTIONS[name](total_reward, correct)
 
 
 def select_groups(rewards: torch.Tensor, group_size: int, target: int, policy: str) -> tuple[torch.Tensor, int]:
     """Indices of ``target`` groups to train on, and how many of them are degenerate fill-ins.
 
     Informative groups (spread > tol) are taken in generation order. If fewer than ``target``
-    exist: policy ``fill`` tops up with the remaining groups of largest reward std (the least
-    degenerate), policy ``fail`` raises SamplingCapError."""
+    exist, cap policy ``policy`` decides (its function in ``grpolab.algorithms.sampling_options``:
+    ``fill`` tops up with the least degenerate groups, ``fail`` raises SamplingCapError)."""
+    if policy not in CAP_FUNCTIONS:
+        raise ValueError(f"unknown cap policy {policy!r}; valid: {', '.join(CAP_FUNCTIONS)}")
     spread = group_spread(rewards, group_size)
     informative = (spread > ZERO_VARIANCE_TOL).nonzero().view(-1)
     if len(informative) >= target:
         return informative[:target], 0
-    missing = target - len(informative)
-    if policy == "fail":
-        raise SamplingCapError(
-            f"dynamic sampling found {len(informative)} informative groups of {target} needed within the round cap; "
-            "raise method.max_sampling_rounds, ease the task, or set method.sampling_cap_policy=fill")
-    if policy != "fill":
-        raise ValueError(f"unknown cap policy {policy!r}; valid: fill, fail")
-    std = rewards.view(-1, group_size).std(1)
-    rest = torch.tensor([i for i in range(len(spread)) if i not in set(informative.tolist())], dtype=torch.long)
-    order = rest[torch.argsort(std[rest], descending=True, stable=True)]
-    return torch.cat([informative, order[:missing]]), missing
+    return CAP_FUNCTIONS[policy](rewards.view(-1, group_size), informative, target), target - len(informative)
 
 
 def rows_of_groups(groups: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -107,20 +92,18 @@ def take_rows(batch: dict, rows: torch.Tensor) -> dict:
 def gfpo_retained(lengths: torch.Tensor, rewards: torch.Tensor, group_size: int, keep: int,
                   metric: str) -> torch.Tensor:
     """GFPO (Shrivastava et al. 2025, arXiv:2508.09726): in each group of G completions, retain the
-    ``keep`` best by ``metric`` and reject the rest (the caller gives them advantage 0 and leaves them
-    out of the group's mean and std, and of the loss). length: the shortest |o_i|; token_efficiency:
-    the largest r_i / |o_i|. Ties go to the earlier completion. A row with no loss tokens (length 0: a
-    truncated completion under overlong_filter, whose mask TRL has already zeroed) ranks last: it cannot
-    train, so it must not take a keep slot from one that can. Returns a bool (N,) mask of retained rows."""
+    ``keep`` best by ``metric`` (its score in ``grpolab.algorithms.sampling_options``: length, the
+    shortest |o_i|; token_efficiency, the largest r_i / |o_i|) and reject the rest (the caller gives
+    them advantage 0 and leaves them out of the group's mean and std, and of the loss). Ties go to the
+    earlier completion. A row with no loss tokens (length 0: a truncated completion under
+    overlong_filter, whose mask TRL has already zeroed) ranks last: it cannot train, so it must not
+    take a keep slot from one that can. Returns a bool (N,) mask of retained rows."""
     if not 2 <= keep < group_size:
         raise ValueError(f"method.gfpo_keep={keep}: must be in [2, group_size) = [2, {group_size})")
+    if metric not in GFPO_SCORES:
+        raise ValueError(f"unknown gfpo metric {metric!r}; valid: {', '.join(GFPO_SCORES)}")
     lengths = lengths.float().view(-1, group_size)
-    if metric == "length":
-        score = -lengths
-    elif metric == "token_efficiency":
-        score = torch.nan_to_num(rewards.float().view(-1, group_size), nan=-float("inf")) / lengths.clamp(min=1.0)
-    else:
-        raise ValueError(f"unknown gfpo metric {metric!r}; valid: length, token_efficiency")
+    score = GFPO_SCORES[metric](lengths, rewards.view(-1, group_size))
     score = score.masked_fill(lengths <= 0, -float("inf"))
     order = torch.sort(score, dim=1, descending=True, stable=True).indices[:, :keep]
     retained = torch.zeros_like(score, dtype=torch.bool).scatter_(1, order, True)
