@@ -189,3 +189,11 @@ def test_a_claim_study_with_its_own_seeds_on_demand_plan_runs_it_and_is_judged_a
     rows = ladder_rows(optuna_study, cfg)
     assert result.verdict.n == len(set(rows.seed)) == 4 + len(looks)     # seeds 20.. at the looks that ran
     assert min(rows.seed) == 20 and "looks planned at [5, 6] seeds" in result.sequential
+    # a row beyond the plan's last look (a seed added by hand) is stored but never judged
+    from grpolab.studies.coordinator import run_study
+    from grpolab.studies.definition import load_study
+    from grpolab.studies.storage import add_seeds, default_storage
+    add_seeds(load_study(tmp_path / "claim_own_plan.yaml"), default_storage(shared_state), 7)
+    assert run_study(str(tmp_path / "claim_own_plan.yaml"), shared_state, None, 1, False, echo=lambda s: None) == 0
+    [again] = run_claims([str(path)], shared_state, None, 1, echo=lambda s: None)
+    assert again.verdict.n == 6 and again.verdict.level == pytest.approx(0.975)

@@ -62,11 +62,14 @@ def _side_values(claim: Claim, side: Side, metric: str, runs: dict, histories: d
 
 def _claim_rows(claim: Claim, state: Path, storage_url: str | None, seeds: int | None = None):
     """(runs {rung name: {seed: run id}}, histories {run id: RunHistory}, (level, looks), plan note),
-    on the study's first ``seeds`` seeds when given (a sequential look)."""
+    on the study's first ``seeds`` seeds when given (a sequential look); under the study's own plan,
+    on the largest planned look whose seeds are all complete on the claim's rungs, as its table
+    judges a rung (``ladder_verdicts.judged_seeds``)."""
     from mlflow.tracking import MlflowClient
 
     from grpolab.analysis.ablation import ladder_rows, load_results
-    from grpolab.studies.storage import sequential_note, verdict_plan
+    from grpolab.analysis.ladder_verdicts import judged_seeds
+    from grpolab.studies.storage import plan_looks, sequential_note, verdict_plan
     from grpolab.tracking.recorder import tracking_uri
     cfg, study = load_results(claim.study_path, state, storage_url, create=False)
     if study is None:   # never run: judged as not run, and no empty study left in the storage
@@ -74,6 +77,11 @@ def _claim_rows(claim: Claim, state: Path, storage_url: str | None, seeds: int |
     rows = ladder_rows(study, cfg)
     if seeds is not None:
         rows = rows[rows.seed.isin(cfg.seeds[:seeds])]
+    elif plan_looks(study):   # the study's own plan: the largest planned look complete on the claim's rungs
+        names = [r.name for r in cfg.rungs]
+        sides = tuple(sorted({names.index(s.rung) for s in (claim.treatment, claim.control) if s.rung}))
+        judged = judged_seeds(rows[rows.state == "COMPLETE"], sides, cfg.seeds, plan_looks(study))
+        rows = rows[rows.seed.isin(judged.seeds)]
     runs: dict[str, dict] = {}
     for row in rows[rows.state == "COMPLETE"].itertuples():
         runs.setdefault(cfg.rungs[row.rung].name, {})[row.seed] = row.run_id
