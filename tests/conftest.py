@@ -16,8 +16,11 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 # Under pytest-xdist (`make test`: -n 2) each test process gets its share of the cores, and so do
 # the processes it starts (they read OMP_NUM_THREADS when torch loads): two 2-thread torch pools
 # on 2 cores spin against each other (measured: suite 19.4 min with -n 2 vs 13.2 serial).
-if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    _share = str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+# GRPOLAB_TEST_CORES: the cores this pytest session shares out (`make test` runs the conformance
+# suite beside the main one, each session with its part of the machine); default all of them.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT") or os.environ.get("GRPOLAB_TEST_CORES"):
+    _cores = int(os.environ.get("GRPOLAB_TEST_CORES") or os.cpu_count() or 1)
+    _share = str(max(1, _cores // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)))
     os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = _share
 
 REPO = Path(__file__).resolve().parents[1]
