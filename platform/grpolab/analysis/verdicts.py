@@ -254,8 +254,8 @@ def with_censoring(v: Verdict, treatment: int, control: int, metric: str) -> Ver
 def with_family(verdicts: list[Verdict], alpha: float = 0.05) -> list[Verdict]:
     """Familywise labels (Bonferroni intervals at 1 - alpha/(k K)) and Holm-adjusted primary p-values
     over the k verdicts of one family that were judged on data (not ``not run``, not under MIN_SEEDS:
-    both fixed before the data)."""
-    judged = [i for i, v in enumerate(verdicts) if v.p]
+    both fixed before the data; not ``holds exactly on every seed``, which states no level)."""
+    judged = [i for i, v in enumerate(verdicts) if v.p and v.verdict != HOLDS_EXACTLY]   # no test, no interval
     k = len(judged)
     primary = [min(1.0, verdicts[i].looks * verdicts[i].p.get(primary_hypothesis(verdicts[i]), math.nan))
                for i in judged]
