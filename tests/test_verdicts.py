@@ -272,10 +272,11 @@ def test_a_construction_check_holds_exactly_only_when_every_difference_is_zero()
     assert held.verdict == HOLDS_EXACTLY and held.face_value == INCONCLUSIVE and "all 8 paired differences" in held.reason
     assert HOLDS_EXACTLY in DECIDED
     other = paired_verdict({s: 0.05 + 0.01 * (s % 3) for s in range(8)}, "increase", 0.02)
-    in_family, tested = with_family([held, other])
-    assert in_family.family_label == "" and family_text(in_family) == f"not in the family ({HOLDS_EXACTLY})"
-    assert tested.family == 1 and tested.family_level == pytest.approx(0.95)   # it states no level: no test joins
     one_moved = paired_verdict({**{s: 0.0 for s in range(7)}, 7: 0.001}, "none", 0.02)
     assert with_construction(one_moved).verdict == one_moved.verdict != HOLDS_EXACTLY
+    in_family, moved, tested = with_family([held, with_construction(one_moved), other])
+    assert in_family.family_label == "" and family_text(in_family) == f"not in the family ({HOLDS_EXACTLY})"
+    assert moved.family_label == ""                        # by kind, whatever its outcome: no test joins
+    assert tested.family == 1 and tested.family_level == pytest.approx(0.95)
     assert with_construction(paired_verdict({s: 0.0 for s in range(4)}, "none", 0.02)).verdict == UNDERPOWERED
     assert with_construction(paired_verdict({s: 0.0 for s in range(8)}, "increase", 0.02)).verdict == INCONCLUSIVE

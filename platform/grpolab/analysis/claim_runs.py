@@ -74,7 +74,7 @@ def _claim_rows(claim: Claim, state: Path, storage_url: str | None, seeds: int |
     cfg, study = load_results(claim.study_path, state, storage_url, create=False)
     if study is None:   # never run: judged as not run, and no empty study left in the storage
         return {}, {}, (0.95, 1), ""
-    rows = ladder_rows(study, cfg)
+    rows, where = ladder_rows(study, cfg), ""
     if seeds is not None:
         rows = rows[rows.seed.isin(cfg.seeds[:seeds])]
     elif plan_looks(study):   # the study's own plan: the largest planned look complete on the claim's rungs
@@ -82,6 +82,10 @@ def _claim_rows(claim: Claim, state: Path, storage_url: str | None, seeds: int |
         sides = tuple(sorted({names.index(s.rung) for s in (claim.treatment, claim.control) if s.rung}))
         judged = judged_seeds(rows[rows.state == "COMPLETE"], sides, cfg.seeds, plan_looks(study))
         rows = rows[rows.seed.isin(judged.seeds)]
+        where = (f"judged on look {judged.look} of {len(plan_looks(study))} ({judged.size} seeds)" if judged.look > 0
+                 else f"look 1 incomplete: judged on its complete pairs of {judged.size} seeds")
+        if claim.metric_of(claim.treatment) != cfg.objectives[0].metric:
+            where += f"; the study's looks stopped on its own metric {cfg.objectives[0].metric}, not this claim's"
     runs: dict[str, dict] = {}
     for row in rows[rows.state == "COMPLETE"].itertuples():
         runs.setdefault(cfg.rungs[row.rung].name, {})[row.seed] = row.run_id
@@ -90,7 +94,8 @@ def _claim_rows(claim: Claim, state: Path, storage_url: str | None, seeds: int |
     client, keys = MlflowClient(tracking_uri(state)), train_keys(metrics)
     needed = {r for side in (claim.treatment, claim.control) if side.rung for r in runs.get(side.rung, {}).values()}
     level, looks, _ = verdict_plan(study)
-    return runs, {run_id: run_history(client, run_id, keys) for run_id in needed}, (level, looks), sequential_note(study)
+    note = "; ".join(filter(None, [where, sequential_note(study)]))
+    return runs, {run_id: run_history(client, run_id, keys) for run_id in needed}, (level, looks), note
 
 
 def judge(claim: Claim, state: Path, storage_url: str | None, seeds: int | None = None) -> ClaimResult:

@@ -226,10 +226,13 @@ def with_mechanism(v: Verdict, metric: str, value: float, floor: float, rows: st
 
 
 def with_construction(v: Verdict) -> Verdict:
-    """A construction check of no effect (``kind: construction_check``, direction none) whose paired
-    differences are all exactly 0 on at least MIN_SEEDS seeds: what the construction predicts held
-    on every seed, exactly. A t-interval has nothing to say at zero spread (``inconclusive`` at face
-    value, kept); the label states what was seen on these seeds and claims no level beyond them."""
+    """A construction check (``kind: construction_check``, known before the data) tests no hypothesis:
+    it joins no family (no p-value enters Holm or the Bonferroni count). Of no effect (direction
+    none) with paired differences all exactly 0 on at least MIN_SEEDS seeds, what the construction
+    predicts held on every seed, exactly: a t-interval has nothing to say at zero spread
+    (``inconclusive`` at face value, kept); the label states what was seen on these seeds and claims
+    no level beyond them."""
+    v = dataclasses.replace(v, p={})
     values = list(v.differences.values())
     if v.direction != "none" or v.n < MIN_SEEDS or v.face_value or any(d != 0.0 for d in values):
         return v
@@ -254,8 +257,8 @@ def with_censoring(v: Verdict, treatment: int, control: int, metric: str) -> Ver
 def with_family(verdicts: list[Verdict], alpha: float = 0.05) -> list[Verdict]:
     """Familywise labels (Bonferroni intervals at 1 - alpha/(k K)) and Holm-adjusted primary p-values
     over the k verdicts of one family that were judged on data (not ``not run``, not under MIN_SEEDS:
-    both fixed before the data; not ``holds exactly on every seed``, which states no level)."""
-    judged = [i for i, v in enumerate(verdicts) if v.p and v.verdict != HOLDS_EXACTLY]   # no test, no interval
+    both fixed before the data; nor construction checks, by kind: ``with_construction``)."""
+    judged = [i for i, v in enumerate(verdicts) if v.p]
     k = len(judged)
     primary = [min(1.0, verdicts[i].looks * verdicts[i].p.get(primary_hypothesis(verdicts[i]), math.nan))
                for i in judged]

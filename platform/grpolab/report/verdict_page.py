@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 
 from grpolab.analysis.ablation import ladder_rows, load_results
 from grpolab.report.figures import titled
+from grpolab.studies.definition import load_study
 from grpolab.report.page import render_page
 
 LEGEND_ROW_PX = 30
@@ -36,7 +37,7 @@ def count_cell(x) -> str:
 def verdict_frame(results) -> pd.DataFrame:
     """One row per claim: label and reason, interval, tests with Holm, mechanism, power,
     pre-registration and deviations (CSV, markdown and the dashboard share it)."""
-    from grpolab.analysis.verdicts import family_text, holm_text
+    from grpolab.analysis.verdicts import DECIDED, family_text, holm_text
     rows = []
     for r in results:
         c, v = r.claim, r.verdict
@@ -56,13 +57,14 @@ def verdict_frame(results) -> pd.DataFrame:
             "published": f"{ARROW[c.direction]}" + (f"; {c.published}" if c.published else ""),
             "toy comparison": f"{treatment} vs {control}" + ("" if c.treatment.metric and c.control.metric
                                                              else f" on {c.metric}"),
-            f"toy effect [{v.interval} CI]": f"{_fmt(v.mean)} [{_fmt(v.low)}, {_fmt(v.high)}]",
+            "toy effect [paired t CI]": f"{_fmt(v.mean)} [{_fmt(v.low)}, {_fmt(v.high)}] at {100 * v.level:.4g} %",
             "smallest effect": f"{c.smallest_effect:g}", "seeds": v.n, "verdict": v.verdict,
             "why": "; ".join([v.reason, *v.diagnostics] + ([r.sequential] if r.sequential else [])),
             "tests": holm_text(v), "familywise": family_text(v), "mechanism": mechanism,
-            "seeds for 80% power": count_cell(v.seeds_needed),
+            "seeds for 80% power": "--" if v.verdict in DECIDED else count_cell(v.seeds_needed),   # it conditions on the outcome
             "registration": r.preregistration,
-            "deviations": "; ".join(d.text() for d in c.deviations) or "none",
+            "deviations": "; ".join([d.text() for d in c.deviations]
+                                    + [f"study: {d.text()}" for d in load_study(c.study_path).deviations]) or "none",
             "beside": "; ".join(extra)})
     return pd.DataFrame(rows)
 
@@ -73,7 +75,9 @@ def family_statement(results) -> str:
     levels = sorted({f"{100 * r.verdict.level:.4g}%" for r in results})
     return (f"Family: the {size} claims judged on data in this run, of {len(results)} named (judge all claims "
             f"together: choosing which to judge after seeing results defeats the adjustment). verdict: each claim's "
-            f"own {'/'.join(levels)} interval, unadjusted. tests: each claim's primary hypothesis, fixed by its "
+            f"own {'/'.join(levels)} interval (a per-look level where seeds were added until decided), not adjusted for "
+            "the family; every interval covers the spread over RL seeds of its study's one base model "
+            "(warm_start.seed) on its one held-out set (eval.seed), conditional on both. tests: each claim's primary hypothesis, fixed by its "
             "direction (H0: mean 0; for a claim of no effect Heq: |mean| >= delta), with Holm's adjustment over the "
             "family. familywise: the same label rules on Bonferroni intervals at 1 - 0.05/(claims x looks), which "
             "all hold together with probability >= 95%. Labels: README, 'Verdict labels'.")

@@ -13,7 +13,9 @@ with the number of its study's rows already complete then. ``status`` then says,
 - ``registered in this state before any of its rows ran; unchanged``: the most grpolab can
   verify. It never says "pre-registered": a study file may have been tuned on results seen in
   another state, which only its ``deviations:`` can tell;
-- ``not registered before its rows``: first hashed after N rows had run; or it declares deviations;
+- ``registered in this state before any of its rows ran, but N deviation(s) declared``: the files
+  declare changes made after results were seen (in another state, or an earlier version's rows);
+- ``not registered before its rows``: first hashed after N rows had run;
 - ``CHANGED``: the fields differ from the first hash (declared when a deviation is dated on or
   after the first hash's date, undeclared otherwise).
 """
