@@ -258,3 +258,15 @@ def test_the_zero_variance_claim_study_runs_past_the_empty_update_guard_and_lear
     result = run_experiment(build_config(experiment), shared_state)
     assert result.status == "FINISHED" and result.steps == 21
     assert result.evals[21]["eval/greedy_accuracy"] == result.evals[0]["eval/greedy_accuracy"]
+
+
+def test_a_plan_that_stopped_at_its_first_look_is_judged_on_that_look():
+    """Seeds of later looks never added (the study stopped at look 1): the judged look is look 1,
+    not a later one whose seed slice would only repeat the first look's seeds."""
+    import pandas as pd
+
+    from grpolab.analysis.ladder_verdicts import judged_seeds
+    seeds = tuple(range(100, 108))
+    done = pd.DataFrame({"rung": [0] * 8 + [1] * 8, "seed": list(seeds) * 2})
+    judged = judged_seeds(done, (0, 1), seeds, (8, 16, 24, 32))
+    assert (judged.look, judged.size, judged.seeds) == (1, 8, frozenset(seeds))

@@ -52,7 +52,8 @@ def judged_seeds(done: pd.DataFrame, rungs: tuple[int, ...], seeds: tuple[int, .
     if not plan:
         return JudgedSeeds(frozenset(seeds), 0, len(seeds))
     complete = set.intersection(*(set(int(s) for s in done[done.rung == r].seed) for r in rungs))
-    looks = [j for j, n in enumerate(plan, 1) if set(seeds[:n]) <= complete]
+    # a look whose seeds were never added (the plan stopped before it) did not run
+    looks = [j for j, n in enumerate(plan, 1) if len(seeds) >= n and set(seeds[:n]) <= complete]
     look = looks[-1] if looks else -1
     size = plan[look - 1] if looks else plan[0]
     return JudgedSeeds(frozenset(seeds[:size]), look, size)
