@@ -12,6 +12,7 @@ from typing import Callable
 
 import torch
 
+from grpolab.algorithms.registrar import registrar
 from grpolab.method.aggregations import AGGREGATIONS
 
 
@@ -25,16 +26,8 @@ class Normalisers:
 AGGREGATION_FUNCTIONS: dict[str, Callable] = {}
 
 
-def register(name: str):
-    """Attach the decorated function to the method-floor entry ``name`` (one function per entry)."""
-    def attach(fn):
-        if name not in AGGREGATIONS:
-            raise ValueError(f"aggregation {name!r} has no entry in grpolab.method.aggregations.AGGREGATIONS")
-        if name in AGGREGATION_FUNCTIONS:
-            raise ValueError(f"aggregation {name!r} has a function already")
-        AGGREGATION_FUNCTIONS[name] = fn
-        return fn
-    return attach
+# one function per entry of AGGREGATIONS
+register = registrar(AGGREGATIONS, AGGREGATION_FUNCTIONS, "aggregation", "grpolab.method.aggregations.AGGREGATIONS")
 
 
 @register("seq_mean_token_mean")

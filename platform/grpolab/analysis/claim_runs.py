@@ -77,12 +77,12 @@ def _claim_rows(claim: Claim, state: Path, storage_url: str | None, seeds: int |
     rows, where = ladder_rows(study, cfg), ""
     if seeds is not None:
         rows = rows[rows.seed.isin(cfg.seeds[:seeds])]
-    elif plan_looks(study):   # the study's own plan: the largest planned look complete on the claim's rungs
+    elif plan := plan_looks(study):   # the study's own plan: the largest planned look complete on the claim's rungs
         names = [r.name for r in cfg.rungs]
         sides = tuple(sorted({names.index(s.rung) for s in (claim.treatment, claim.control) if s.rung}))
-        judged = judged_seeds(rows[rows.state == "COMPLETE"], sides, cfg.seeds, plan_looks(study))
+        judged = judged_seeds(rows[rows.state == "COMPLETE"], sides, cfg.seeds, plan)
         rows = rows[rows.seed.isin(judged.seeds)]
-        where = (f"judged on look {judged.look} of {len(plan_looks(study))} ({judged.size} seeds)" if judged.look > 0
+        where = (f"judged on look {judged.look} of {len(plan)} ({judged.size} seeds)" if judged.look > 0
                  else f"look 1 incomplete: judged on its complete pairs of {judged.size} seeds")
         if claim.metric_of(claim.treatment) != cfg.objectives[0].metric:
             where += f"; the study's looks stopped on its own metric {cfg.objectives[0].metric}, not this claim's"
