@@ -1,3 +1,4 @@
+import gc
 import glob
 import os
 import shutil
@@ -29,13 +30,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "platform"))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "platform"), os.environ.get("PYTHONPATH")]))
 
+from grpolab.startup import COLLECTOR_THRESHOLDS  # noqa: E402  (needs the path above)
+
+gc.set_threshold(*COLLECTOR_THRESHOLDS)   # as the command line paces it: collection imports the same heavy stack
+
 
 def pytest_collection_finish(session):
     """Move what collection imported (torch, transformers, TRL, mlflow: ~5*10^5 objects) out of the cyclic
     collector's reach. Every `Trainer.train()` (accelerate's free_memory) and TRL's own per-test cleanup fixture
     run a full `gc.collect()`, which otherwise walks all of it each time: ~0.3 s a call, twice per conformance
     test. Objects the tests create are still collected; the frozen ones are module state that lives to the end."""
-    import gc
     gc.collect()
     gc.freeze()
 
