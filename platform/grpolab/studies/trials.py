@@ -18,7 +18,8 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from grpolab.experiment.config import apply_overrides, as_overrides
-from grpolab.signals import RunKilled, forget_signals, raise_if_signalled, signal_pending, signals_raise
+from grpolab.signals import (RunKilled, forget_signals, raise_if_signalled, signal_pending, signals_deferred,
+                             signals_raise)
 from grpolab.startup import freeze_long_lived_objects
 from grpolab.studies.definition import StudyConfig, quiet_build
 from grpolab.studies.heartbeat import Heartbeat, TrialReaped
@@ -150,9 +151,10 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
 
     def on_run(run_id: str) -> None:
         heartbeat.progressed()
-        trial.set_user_attr(RUN_ATTR, run_id)
-        if previous and run_id != previous:
-            link_restart(state, previous, run_id)
+        with signals_deferred():   # the trial's run and the restart link: both, or neither yet
+            trial.set_user_attr(RUN_ATTR, run_id)
+            if previous and run_id != previous:
+                link_restart(state, previous, run_id)
 
     run_name, method = study_run_identity(cfg, trial.number, labels, exp)
     tags = {"grpolab.study": cfg.name, "optuna.study": cfg.name, "optuna.trial_number": trial.number,
