@@ -20,7 +20,7 @@ from transformers import TrainerCallback
 
 from fault_helpers import BASE
 from grpolab.studies.rows import row_states
-from grpolab.signals import RunKilled, forget_signals, note_signal, signal_pending, signals_deferred, signals_raise
+from grpolab.signals import RunKilled, forget_signals, note_signal, signal_pending, signals_raise
 
 
 @pytest.fixture(autouse=True)
@@ -237,31 +237,6 @@ def test_a_store_error_made_of_a_signal_is_the_signal_in_reap_logged(tmp_path, m
         thread.join()
         forget_signals()
     assert outcome == (["RuntimeError"] if in_main_thread else [True])
-
-
-def test_a_signal_inside_deferred_writes_lands_after_them_and_the_handlers_are_back():
-    """A SIGTERM between a restarted row's two writes (its run id, the link from its previous run)
-    waits until both are done, then raises as signals_raise would; SIGTERM's default disposition
-    (the process ends) is left as it is."""
-    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    writes = []
-    with pytest.raises(RunKilled):
-        with signals_raise():
-            inside = signal.getsignal(signal.SIGTERM)
-            with signals_deferred():
-                writes.append("run id")
-                os.kill(os.getpid(), signal.SIGTERM)
-                time.sleep(0.2)   # the handler has run by now: it only noted the signal
-                writes.append("restart link")
-            writes.append("after")
-    assert writes == ["run id", "restart link"] and not signal_pending()
-    assert {s: signal.getsignal(s) for s in before} == before and inside not in before.values()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    try:
-        with signals_deferred():
-            assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    finally:
-        signal.signal(signal.SIGTERM, before[signal.SIGTERM])
 
 
 def test_a_store_error_made_of_a_signal_is_the_signal_when_a_restart_is_linked(shared_state):

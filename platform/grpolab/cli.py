@@ -19,7 +19,7 @@ from pathlib import Path
 
 from grpolab.errors import ConfigError, GrpoLabWarning
 from grpolab.signals import RunKilled
-from grpolab.startup import freeze_long_lived_objects, pace_collector, quiet_process, start_up
+from grpolab.startup import own_process, quiet_process, start_up
 
 
 def _cmd_run(args) -> int:
@@ -34,7 +34,6 @@ def _cmd_run(args) -> int:
     check_stores(state_path(args.state))   # fail fast (seconds, nothing written) on an unreachable store
     from grpolab.experiment.progress import TrainProgress, where
     from grpolab.experiment.runner import run_experiment
-    freeze_long_lived_objects()   # one run in this process: the stack just imported lives to its end
     state = state_dir(args.state)
     prepare_stores(state)   # a fresh MLflow database is created once, under the setup lock
 
@@ -564,6 +563,8 @@ def _add_methods(sub) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:   # the process's entry point (`grpolab ...`): its collector is the command line's
+        own_process()
     try:
         code = _main(argv)
         sys.stdout.flush()   # a closed pipe must surface here, not as a traceback at interpreter exit
@@ -612,7 +613,6 @@ def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(hoist_global_flags(sys.argv[1:] if argv is None else list(argv)))
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     start_up(args.state)
-    pace_collector()
     warnings.filterwarnings("ignore", category=FutureWarning, module="transformers")  # TRL's deprecated kwargs
     warnings.showwarning = _show_warning
     if not args.verbose:

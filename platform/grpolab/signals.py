@@ -97,28 +97,6 @@ def signals_raise():
             _forget_if_delivered(sys.exc_info()[1])
 
 
-@contextlib.contextmanager
-def signals_deferred():
-    """Writes that belong together land together: a SIGTERM or SIGINT that arrives in the body is
-    noted, not raised, and raised once the body has ended (a restarted row's run id on its trial
-    and the link from the run it restarts; signalled between them, the row's history would read
-    one way only). Only signals whose handler is Python code are deferred (signals_raise's, or
-    Python's own Ctrl-C): one that would end the process at once or is ignored keeps doing so.
-    Off the main thread nothing can be installed, and the body runs as it is."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {}
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        if callable(signal.getsignal(signum)):
-            previous[signum] = signal.signal(signum, lambda received, frame: note_signal(received))
-    try:
-        yield
-    finally:
-        _restore_handlers(previous)
-    raise_if_signalled()
-
-
 def _restore_handlers(previous: dict) -> None:
     """Put back the handlers signals_raise replaced, every one of them even when a signal lands
     meanwhile: signal.signal runs a pending handler (still signals_raise's) before it changes

@@ -32,28 +32,37 @@ def start_up(state: str | os.PathLike | None) -> Path:
     return folder
 
 
-# The command line's collector thresholds. Python's default young-generation threshold (700 allocations)
-# makes importing the training stack (torch, transformers, TRL, MLflow: a heap growing to ~5*10^5 objects)
-# run 8 full collections, 1.1 of its 4.7 CPU-s, and each later full collection walks that whole heap again.
-# At 10,000 none runs during the import; cycles made while training are still found, by fewer young
-# collections. Measured on `grpolab run experiments/smoke.yaml` (2 cores): 7.4 CPU-s in the process at
-# the default, 5.4 with these thresholds and the stack frozen (freeze_long_lived_objects).
-COLLECTOR_THRESHOLDS = (10_000, 10, 10)
+# Python's cyclic collector in a process the command line owns. At Python's default young-generation
+# threshold (700 allocations) loading the training stack (torch, transformers, TRL, MLflow and its
+# store: a heap growing to ~7*10^5 objects) runs 8 or more full collections, about 1 CPU-s, and every
+# full collection after it (the trainer asks for one at the start and end of each `train()`) walks that
+# heap again. So the collector runs rarely while the process imports (none of them full), the stack is
+# frozen (``gc.freeze``) once it is loaded, and then Python's thresholds are back. Measured on
+# `grpolab run experiments/smoke.yaml` (2 idle cores, warm start cached): 7.5 s wall before, 5.1 s after.
+_PYTHON_THRESHOLDS = gc.get_threshold()
+IMPORT_THRESHOLDS = (50_000, 10, 10)
+_owned = {"process": False, "frozen": False}
 
 
-def pace_collector() -> None:
-    """The command line's: the process's cyclic collector runs at COLLECTOR_THRESHOLDS."""
-    gc.set_threshold(*COLLECTOR_THRESHOLDS)
+def own_process() -> None:
+    """The command line's, when it is the process's entry point (``grpolab ...``; not ``main([...])``
+    called by other code, whose process stays as its owner set it): the collector runs at
+    IMPORT_THRESHOLDS until the training stack is loaded (freeze_training_stack)."""
+    _owned["process"] = True
+    gc.set_threshold(*IMPORT_THRESHOLDS)
 
 
-def freeze_long_lived_objects() -> None:
-    """In a process grpolab owns, once the training stack is loaded (or after a worker's first row):
-    what is alive now (torch, transformers, TRL, MLflow and their caches, ~10^6 objects) lives to the
-    process's end, so it is moved out of the collector's reach (``gc.freeze``). The full collection
-    the trainer runs at the start and end of every ``train()`` (accelerate's ``free_memory``) then
-    walks only a row's own objects: 0.36 s of a ~6 s toy row before, ~0 after (2 cores)."""
+def freeze_training_stack() -> None:
+    """Called once the training stack is imported, before a run trains. In a process the command line
+    owns, the first call collects, freezes what is alive (it lives to the process's end: modules and
+    their caches) and puts Python's thresholds back; later rows' collections then walk only their own
+    objects. In any other process (the Python API, a notebook, tests) it does nothing."""
+    if not _owned["process"] or _owned["frozen"]:
+        return
     gc.collect()
     gc.freeze()
+    gc.set_threshold(*_PYTHON_THRESHOLDS)
+    _owned["frozen"] = True
 
 
 def quiet_process() -> None:

@@ -22,6 +22,7 @@ from grpolab.experiment.pretrained import model_directory, resolve_pretrained
 from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.requirements import inert_settings
 from grpolab.signals import raise_if_signalled, signals_raise
+from grpolab.startup import freeze_training_stack
 from grpolab.state import state_dir as default_state_dir
 from grpolab.tasks import hub_sources, log_eval_samples, make_task, render_examples
 from grpolab.tracking.held_out import HELD_OUT_METRICS, EvalSteps
@@ -333,6 +334,7 @@ def _log_datasets(run: _Run, train, held_out) -> None:
 def _build_trainer(run: _Run, dataset, train, callbacks):
     """GrpoLabTrainer through its public drop-in signature, with the task as one more correctness source."""
     from grpolab.trainer.grpo_trainer import GrpoLabTrainer
+    freeze_training_stack()   # the whole stack is loaded now
     cfg, task = run.cfg, run.task
     max_len = cfg.train.max_completion_length or task.max_completion_length
     callback = TrackingCallback(run.recorder, run.evaluate, cfg.eval.every, cfg.tracking.samples)

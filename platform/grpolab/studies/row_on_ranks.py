@@ -14,7 +14,6 @@ from pathlib import Path
 import optuna
 
 from grpolab.signals import signals_raise
-from grpolab.startup import freeze_long_lived_objects
 from grpolab.studies import ranks
 from grpolab.studies.definition import load_study, quiet_build
 from grpolab.studies.heartbeat import abort_if_lost
@@ -66,7 +65,6 @@ def run_rank(spec_path: str) -> None:
     spec = json.loads(Path(spec_path).read_text())
     row_dir, rank = Path(spec["row_dir"]), int(os.environ.get("RANK", "0"))
     exp = quiet_build(spec["experiment"])
-    freeze_long_lived_objects()   # this process runs one row: the stack it imported lives to its end
     prune_trial = None
     if rank == 0 and spec.get("prune"):   # rank 0 evaluates, so it reports to Optuna's pruner
         prune = spec["prune"]

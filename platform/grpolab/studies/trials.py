@@ -18,9 +18,7 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from grpolab.experiment.config import apply_overrides, as_overrides
-from grpolab.signals import (RunKilled, forget_signals, raise_if_signalled, signal_pending, signals_deferred,
-                             signals_raise)
-from grpolab.startup import freeze_long_lived_objects
+from grpolab.signals import RunKilled, forget_signals, raise_if_signalled, signal_pending, signals_raise
 from grpolab.studies.definition import StudyConfig, quiet_build
 from grpolab.studies.heartbeat import Heartbeat, TrialReaped
 from grpolab.studies.objectives import objective_value
@@ -151,10 +149,11 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
 
     def on_run(run_id: str) -> None:
         heartbeat.progressed()
-        with signals_deferred():   # the trial's run and the restart link: both, or neither yet
-            trial.set_user_attr(RUN_ATTR, run_id)
-            if previous and run_id != previous:
-                link_restart(state, previous, run_id)
+        # The restart link is written before the trial names its run, so no signal lands between a
+        # named run and its link. Reaping needs no run id on the trial (it finds runs by their tags).
+        if previous and run_id != previous:
+            link_restart(state, previous, run_id)
+        trial.set_user_attr(RUN_ATTR, run_id)
 
     run_name, method = study_run_identity(cfg, trial.number, labels, exp)
     tags = {"grpolab.study": cfg.name, "optuna.study": cfg.name, "optuna.trial_number": trial.number,
@@ -222,8 +221,6 @@ def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=Non
     rows_run = 0
     with signals_raise(), timeouts_interrupt(), job_end_raises():
         while True:
-            if rows_run == 1:
-                freeze_long_lived_objects()
             if after_trial is not None:
                 after_trial()
             if cfg.kind == "search":
