@@ -32,19 +32,18 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "platform"),
 
 from grpolab.startup import IMPORT_THRESHOLDS  # noqa: E402  (needs the path above)
 
-_PYTHON_THRESHOLDS = gc.get_threshold()
-gc.set_threshold(*IMPORT_THRESHOLDS)   # as a command-line process does: collection imports the same stack
+# As a command-line process runs it while importing, for the whole session: test processes keep importing
+# (each test file's lazily loaded libraries) and keep long-lived state (stores, caches, warm starts).
+gc.set_threshold(*IMPORT_THRESHOLDS)
 
 
 def pytest_collection_finish(session):
     """Move what collection imported (torch, transformers, TRL, mlflow: ~5*10^5 objects) out of the cyclic
     collector's reach. Every `Trainer.train()` (accelerate's free_memory) and TRL's own per-test cleanup fixture
     run a full `gc.collect()`, which otherwise walks all of it each time: ~0.3 s a call, twice per conformance
-    test. Objects the tests create are still collected; the frozen ones are module state that lives to the end.
-    Then Python's thresholds are back, as in a command-line process once its stack is loaded."""
+    test. Objects the tests create are still collected; the frozen ones are module state that lives to the end."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*_PYTHON_THRESHOLDS)
 
 
 @pytest.fixture(scope="session")
