@@ -14,18 +14,24 @@ FAST = {"name": "collector", "seed": 0, "method": "grpo", "task": {"name": "rand
         "train": {"steps": 2, "group_size": 4, "prompts_per_rollout": 4}, "eval": {"every": 0, "prompts": 8, "k": 2}}
 
 # `grpolab run` through the command line's entry point as the console script calls it (main(), the
-# process's own), reporting for every full (generation-2) collection how many objects were frozen
-# when it started.
+# process's own), reporting for every full (generation-2) collection how many objects were frozen when it
+# started, and for every freeze how many torch parameters (a row's model's weights) were alive then.
 PROBE = """
 import gc, json, sys
-python_thresholds, full = gc.get_threshold(), []
+python_thresholds, full, freezes = gc.get_threshold(), [], []
 gc.callbacks.append(lambda phase, info: phase == "start" and info["generation"] == 2
                     and full.append(gc.get_freeze_count()))
+freeze = gc.freeze
+def counting_freeze():
+    import torch
+    freezes.append(sum(isinstance(o, torch.nn.Parameter) for o in gc.get_objects()))
+    freeze()
+gc.freeze = counting_freeze
 from grpolab.cli import main
 sys.argv = ["grpolab", *sys.argv[1:]]
 code = main()
 print(json.dumps({"code": code, "python": python_thresholds, "after": gc.get_threshold(),
-                  "frozen": gc.get_freeze_count(), "full": full}))
+                  "frozen": gc.get_freeze_count(), "full": full, "freezes": freezes}))
 """
 
 
@@ -47,6 +53,7 @@ def test_a_command_line_run_imports_its_stack_without_full_collections_then_free
     assert report["full"][:1] == [0] and all(n > 200_000 for n in report["full"][1:]), report
     assert len(report["full"]) >= 2, report
     assert report["after"] == report["python"], report   # Python's pace once the stack is frozen
+    assert report["freezes"] == [0], report   # once, before the row's model exists: none of a row's objects is frozen
 
 
 def test_main_called_in_a_process_it_does_not_own_leaves_the_collector_alone(tmp_path, monkeypatch):

@@ -2,7 +2,8 @@
 settings the libraries read when first used, library caches under the state folder, and quiet
 libraries. The command line owns its process and sets them for good, before the libraries are
 imported, so that no answer waits on an import; the API runs inside the caller's process and
-restores the caller's settings afterwards.
+restores the caller's settings afterwards. A process the command line owns also has its cyclic
+collector paced while it loads the training stack (own_process, freeze_training_stack).
 """
 
 from __future__ import annotations
@@ -33,12 +34,14 @@ def start_up(state: str | os.PathLike | None) -> Path:
 
 
 # Python's cyclic collector in a process the command line owns. At Python's default young-generation
-# threshold (700 allocations) loading the training stack (torch, transformers, TRL, MLflow and its
-# store: a heap growing to ~7*10^5 objects) runs 8 or more full collections, about 1 CPU-s, and every
-# full collection after it (the trainer asks for one at the start and end of each `train()`) walks that
-# heap again. So the collector runs rarely while the process imports (none of them full), the stack is
-# frozen (``gc.freeze``) once it is loaded, and then Python's thresholds are back. Measured on
-# `grpolab run experiments/smoke.yaml` (2 idle cores, warm start cached): 7.5 s wall before, 5.1 s after.
+# threshold (700 allocations) importing the training stack (torch, transformers, TRL, MLflow: a heap
+# of ~5*10^5 objects) runs 8 full collections, 1.2-1.5 of its ~4.9 CPU-s, and every full collection
+# after it (the trainer asks for one in each `train()`) walks that heap again. So the collector runs
+# rarely while the process imports (no full collection), the stack is frozen (``gc.freeze``) once it is
+# loaded, before a run makes objects of its own, and then Python's thresholds are back. A process that
+# never trains (a coordinator of worker processes, `table`, `dashboard`) keeps the import pace: young
+# garbage waits for 50,000 allocations, not 700. Measured on `grpolab run experiments/smoke.yaml`
+# (2 idle cores, warm start cached, 3 runs each): 7.6 s wall before (median), 5.1 s after.
 _PYTHON_THRESHOLDS = gc.get_threshold()
 IMPORT_THRESHOLDS = (50_000, 10, 10)
 _owned = {"process": False, "frozen": False}
@@ -53,10 +56,11 @@ def own_process() -> None:
 
 
 def freeze_training_stack() -> None:
-    """Called once the training stack is imported, before a run trains. In a process the command line
-    owns, the first call collects, freezes what is alive (it lives to the process's end: modules and
-    their caches) and puts Python's thresholds back; later rows' collections then walk only their own
-    objects. In any other process (the Python API, a notebook, tests) it does nothing."""
+    """Called once the training stack is imported, before a run makes objects of its own. In a process
+    the command line owns, the first call collects, freezes what is alive (modules and their caches:
+    they live to the process's end) and puts Python's thresholds back; every later collection walks
+    only the rows' own objects. In any other process (the Python API, a notebook, tests) it does
+    nothing."""
     if not _owned["process"] or _owned["frozen"]:
         return
     gc.collect()

@@ -255,7 +255,9 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
     after the MLflow run has been ended FAILED or KILLED). ``resume_run_id``: continue that
     MLflow run from its newest complete checkpoint (checkpoints.py).
 
-    Phases: open the run, prepare the model and data, build the trainer, train, finish."""
+    Phases: load the training stack, open the run, prepare the model and data, build the trainer,
+    train, finish."""
+    _load_training_stack()
     run = _open_run(cfg, Path(state or default_state_dir()), parent_run_id, extra_tags, run_name, resume_run_id)
     run.eval_hook = eval_hook
     if run.recorder and on_run is not None:
@@ -270,6 +272,14 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
         _finish(run, trainer, callback, ws_record, model_dir)
     return RunResult(run.recorder.run_id if run.recorder else None, "FINISHED", run.evals, callback.curves,
                      trainer.state.global_step, time.perf_counter() - run.started, ws_record)
+
+
+def _load_training_stack() -> None:
+    """TRL's trainer and all it imports, loaded before the run makes any object of its own, then frozen
+    where the command line owns the process (startup.freeze_training_stack): nothing of a row (its
+    model, data, MLflow run) is frozen with the stack, so a process that runs several rows frees each."""
+    import grpolab.trainer.grpo_trainer  # noqa: F401
+    freeze_training_stack()
 
 
 def _open_run(cfg: RunConfig, state: Path, parent_run_id, extra_tags, run_name, resume_run_id) -> _Run:
@@ -334,7 +344,6 @@ def _log_datasets(run: _Run, train, held_out) -> None:
 def _build_trainer(run: _Run, dataset, train, callbacks):
     """GrpoLabTrainer through its public drop-in signature, with the task as one more correctness source."""
     from grpolab.trainer.grpo_trainer import GrpoLabTrainer
-    freeze_training_stack()   # the whole stack is loaded now
     cfg, task = run.cfg, run.task
     max_len = cfg.train.max_completion_length or task.max_completion_length
     callback = TrackingCallback(run.recorder, run.evaluate, cfg.eval.every, cfg.tracking.samples)
