@@ -8,9 +8,10 @@ no verdict). With a sequential plan (seeds added until decided, looks at n_1 < n
 rung is judged on the first n_j seeds of the study's seed list, n_j the largest planned look whose
 seeds all have complete rows on both rungs of its pair, as ``until_decided`` judged each look:
 complete rows beyond that look (a look stopped part-way) are shown in the table, never judged, so
-every interval is one of the planned looks' at the per-look level it states. Then the same checks as claims: censoring (``verdicts.with_censoring``), the
-rung's ``mechanism`` (a floor fixed in advance, measured on this or the previous rung's rows),
-and the ladder's judged rungs as one family (``verdicts.with_family``).
+every interval is one of the planned looks' at the per-look level it states. Then the same checks
+as claims: censoring (``verdicts.with_censoring``), the rung's ``mechanism`` (a floor fixed in
+advance, measured on this or the previous rung's rows), and the ladder's judged rungs as one family
+(``verdicts.with_family``).
 """
 
 from __future__ import annotations
