@@ -39,6 +39,7 @@ from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.method.spec import MethodSpec, build_spec
 from grpolab.tasks import TASK_NAMES as TASKS
 from grpolab.tasks import make_task, spec_with_task_weights
+from grpolab.tasks.benchmarks import resolve_benchmarks
 from grpolab.trainer.trl_passthrough import check_report_to, check_trl_settings
 from grpolab.world.models import PRESETS
 from grpolab.world.tasks import TASKS as GENERATED_TASKS
@@ -102,6 +103,9 @@ class EvalCfg:
                                        # keep their own held-out split)
     max_completion_length: int = 0     # 0: the run's training cap (train.max_completion_length or the task's);
                                        # resolved at load time, so the logged param is the cap used
+    benchmarks: list[dict] = field(default_factory=list)   # named evaluation sets, each with its own source, size,
+                                       # n and decoding, logged as eval/<name>/avg_at_n, pass_at_k, maj_at_n, sd_at_n
+                                       # at every evaluation (tasks/benchmarks.py); [] : the held-out set only
 
 
 @dataclass(frozen=True)
@@ -176,6 +180,10 @@ def _typed(key: str, value, type_name: str, default):
     if type_name.startswith("dict"):
         if not (isinstance(value, dict) or (value is None and "None" in type_name)):
             raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__} {value!r}")
+        return value
+    if type_name == "list[dict]":   # checked entry by entry where it is read (tasks/benchmarks.py)
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list of mappings, got {type(value).__name__} {value!r}")
         return value
     if type_name == "list":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -253,6 +261,9 @@ def build_config(data: dict) -> RunConfig:
     if cfg.eval.max_completion_length == 0:  # evaluate at the cap the run trains with
         train_cap = cfg.train.max_completion_length or task_obj.max_completion_length
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, max_completion_length=train_cap))
+    engine = (cfg.train.temperature, float(cfg.train.trl.get("top_p", 1.0))) if cfg.generation.backend == "vllm" else None
+    benchmarks = resolve_benchmarks(cfg.eval.benchmarks, task_obj, cfg.eval.max_completion_length, engine)
+    cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, benchmarks=benchmarks))
     for note in notes:
         warnings.warn(note, stacklevel=2)
     return dataclasses.replace(cfg, warnings=tuple(notes))

@@ -17,6 +17,7 @@ from transformers.trainer_callback import PrinterCallback
 from grpolab import __version__
 from grpolab.errors import ConfigError
 from grpolab.experiment import checkpoints, engines, vllm_eval
+from grpolab.experiment.benchmark_runs import RunBenchmarks
 from grpolab.experiment.config import RunConfig, final_prompts, rollout_steps
 from grpolab.experiment.pretrained import model_directory, resolve_pretrained
 from grpolab.method.advantages import ADVANTAGES
@@ -224,6 +225,7 @@ class _Run:
     tokenizer: object = None
     held_out: list = field(default_factory=list)
     eval_sampler: object = None   # generation.backend=vllm: the trainer's vLLM engine (vllm_eval.py)
+    benchmarks: RunBenchmarks = None   # eval.benchmarks, scored beside the held-out set
 
     def evaluate(self, step: int, final: bool = False) -> None:
         """Held-out evaluation at ``step``: once per run, on rank 0, logged and handed to the hook.
@@ -239,7 +241,8 @@ class _Run:
         k = (cfg.eval.final_k or cfg.eval.k) if final else cfg.eval.k
         result = evaluate(self.model, self.tokenizer, self.task, examples, k, cfg.train.temperature,
                           max_new_tokens=cfg.eval.max_completion_length, sampler=self.eval_sampler)
-        self.evals[step] = _eval_metrics(result)
+        named, _ = self.benchmarks.evaluate(self.task, self.model, self.tokenizer, self.eval_sampler)
+        self.evals[step] = {**_eval_metrics(result), **named}
         if self.recorder:
             self.recorder.log_metrics(self.evals[step], step=step)
             log_eval_samples(self.recorder, self.task, result.samples, examples, step)   # MLflow table
@@ -318,6 +321,7 @@ def _prepare(run: _Run):
     raise_if_signalled()   # loading can swallow a SIGTERM (a finaliser); stop before tokenising and building the trainer
     engines.check_model(run.model.config, cfg, str(model_dir))
     train, held_out = run_splits(cfg, run.task)
+    run.benchmarks = RunBenchmarks.for_run(cfg, run.task, train, run.tokenizer)
     if run.recorder:   # what hub ids resolved to: each snapshot's commit (hub.py)
         pinned = {f"grpolab.hub.{key}": ref for key, ref in hub_sources(run.task).items()}
         if ws_record.get("source") == "hub":

@@ -29,6 +29,7 @@ from grpolab.studies.launch_options import LaunchOptions, parse_launcher
 from grpolab.studies.registration import parse_deviations
 from grpolab.studies.objectives import check_metric
 from grpolab.studies.search_space import check_space
+from grpolab.tracking.held_out import canonical_metric
 from grpolab.tracking.naming import flat_keys
 from grpolab.yaml_input import read_yaml_mapping
 
@@ -123,7 +124,7 @@ def _objectives(raw, study_delta) -> tuple[Objective, ...]:
         if item.get("direction", "maximize") not in ("maximize", "minimize"):
             raise ConfigError(f"objectives.direction: maximize or minimize, got {item['direction']!r}")
         delta = _positive(item.get("smallest_effect", study_delta), f"objectives[{item['metric']}].smallest_effect")
-        out.append(Objective(item["metric"], item.get("direction", "maximize"), delta))
+        out.append(Objective(canonical_metric(item["metric"]), item.get("direction", "maximize"), delta))   # one name: avg@32 -> avg_at_32
     return tuple(out)
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 
 from grpolab.errors import ConfigError
-from grpolab.tracking.held_out import EVAL_KEYS
+from grpolab.tracking.held_out import BENCHMARK_KEY, EVAL_KEYS, canonical_metric, is_eval_key
 
 METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")   # a study objective's; analysis adds head:, start:
 # a metric key's range of values, by its prefix
@@ -39,6 +39,7 @@ NON_NEGATIVE = ("length/", "tokens/", "entropy", "step_time", "eval/mean_length"
 
 
 def objective_value(metric: str, evals: dict[int, dict], curves: dict[str, list]) -> float:
+    metric = canonical_metric(metric)   # avg@32 is stored as avg_at_32
     agg, _, key = metric.partition(":")
     if agg in ("final", "auc", "steps_to", "tokens_to") and not evals:
         raise ConfigError(f"metric {metric!r}: the run has no held-out evaluation yet")
@@ -124,16 +125,19 @@ def parse_threshold(key: str) -> tuple[str, float]:
 
 
 def check_metric(metric: str) -> None:
+    metric = canonical_metric(metric)
     agg, _, key = metric.partition(":")
     if agg not in METRIC_AGGS or not key:
         raise ConfigError(f"metric {metric!r}: expected <agg>:<key> with agg in {', '.join(METRIC_AGGS)}, "
                           "e.g. final:eval/pass_at_1, tail:length/incorrect or steps_to:eval/pass_at_1>=0.35")
     if agg in ("steps_to", "tokens_to"):
         name, threshold = parse_threshold(key)
-        if name not in EVAL_KEYS or threshold != threshold:
-            raise ConfigError(f"metric {metric!r}: {agg} needs <held-out key>>=<threshold>; keys: {', '.join(EVAL_KEYS)}")
-    elif agg in ("final", "auc") and key not in EVAL_KEYS:
-        raise ConfigError(f"metric {metric!r}: {agg} needs a held-out key; valid: {', '.join(EVAL_KEYS)}")
+        if not is_eval_key(name) or threshold != threshold:
+            raise ConfigError(f"metric {metric!r}: {agg} needs <held-out key>>=<threshold>; keys: {', '.join(EVAL_KEYS)}, "
+                              "or a named benchmark's eval/<benchmark>/<avg|pass|maj|sd>@<k>")
+    elif agg in ("final", "auc") and not is_eval_key(key):
+        raise ConfigError(f"metric {metric!r}: {agg} needs a held-out key; valid: {', '.join(EVAL_KEYS)}, or a named "
+                          "benchmark's eval/<benchmark>/<avg|pass|maj|sd>@<k> or eval/<benchmark>/mean_length")
 
 
 def window_value(metric: str, history) -> float:
@@ -161,7 +165,10 @@ def censored_value(metric: str, value: float, history) -> tuple[float, bool]:
 
 def metric_range(metric: str) -> tuple[float, float]:
     """The values a metric (or study objective such as ``final:eval/pass_at_1``) can take."""
+    metric = canonical_metric(metric)
     key = metric.split(":", 1)[1] if metric.split(":", 1)[0] in ("final", "auc", "tail") else metric
+    if BENCHMARK_KEY.match(key):   # scores are fractions of prompts; sd and mean_length are not
+        return (0.0, math.inf) if key.rsplit("/", 1)[1].startswith(("sd_", "mean_length")) else (0.0, 1.0)
     if key.startswith(UNIT_INTERVAL):
         return 0.0, 1.0
     if key.startswith(NON_NEGATIVE):

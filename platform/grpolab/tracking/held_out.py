@@ -3,7 +3,10 @@ added here and in ``world.generation.EvalResult``) and a run's evals read at the
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+from grpolab.tracking.naming import clean_metric_name
 
 # The held-out metrics every evaluation logs, each from its ``world.generation.EvalResult`` field:
 # the keys a study's final:/auc:/steps_to:/tokens_to:/start: metrics may read.
@@ -33,3 +36,18 @@ class RunHistory(EvalSteps):
     from MLflow."""
     evals: dict
     train_curves: dict
+
+
+# A named benchmark's scores (tasks/benchmarks.py): eval/<benchmark>/<score>, as MLflow stores them.
+BENCHMARK_KEY = re.compile(r"^eval/[A-Za-z0-9][A-Za-z0-9_.-]*/(?:(?:avg|pass|maj|sd)_at_[1-9][0-9]*|mean_length)$")
+
+
+def canonical_metric(metric: str) -> str:
+    """A metric (or study objective) under the one name runs store it by: ``avg@32`` is written
+    ``avg_at_32`` (MLflow refuses '@'), so ``final:eval/aime24/avg@32`` reads ``.../avg_at_32``."""
+    return clean_metric_name(metric)
+
+
+def is_eval_key(key: str) -> bool:
+    """A key of the evaluations a run records: the held-out set's, or a named benchmark's."""
+    return key in EVAL_KEYS or BENCHMARK_KEY.match(key) is not None

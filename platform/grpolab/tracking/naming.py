@@ -92,8 +92,16 @@ def run_params(cfg) -> dict:
     sampler = {"generation": logged(g.is_correction, g.is_min, g.is_max)} if g.backend == "vllm" else {}
     return {"method": {"name": cfg.method_name, **method_params(cfg.spec)},
             "task": dict(cfg.task), "model": model, "warm_start": warm,
-            "train": _core_or_changed(cfg.train, CORE_TRAIN), "eval": _core_or_changed(cfg.eval, CORE_EVAL),
+            "train": _core_or_changed(cfg.train, CORE_TRAIN), "eval": _eval_params(cfg.eval),
             **sampler, "seed": cfg.seed}
+
+
+def _eval_params(ev) -> dict:
+    """The eval section's params; each named benchmark under its name (``eval.benchmarks.aime24.n``)."""
+    out = _core_or_changed(ev, CORE_EVAL)
+    if "benchmarks" in out:
+        out["benchmarks"] = {b["name"]: {k: v for k, v in b.items() if k != "name"} for b in out["benchmarks"]}
+    return out
 
 
 def _core_or_changed(section, core: tuple[str, ...]) -> dict:

@@ -20,15 +20,17 @@ class EvalResult:
 
 @torch.no_grad()
 def sample(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int,
-           temperature: float = 1.0, greedy: bool = False) -> tuple[list[str], list[int]]:
-    """n completions per prompt (prompt-major order) and their token lengths (EOS counted)."""
+           temperature: float = 1.0, greedy: bool = False, top_p: float = 1.0) -> tuple[list[str], list[int]]:
+    """n completions per prompt (prompt-major order) and their token lengths (EOS counted);
+    ``top_p`` < 1 samples from the nucleus (named benchmarks' decoding)."""
     was_training = model.training
     model.eval()
     batch = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
     batch = {k: v.to(model.device) for k, v in batch.items() if k in ("input_ids", "attention_mask")}
     out = model.generate(
         **batch, do_sample=not greedy, temperature=temperature if not greedy else None,
-        top_k=0 if not greedy else None, max_new_tokens=max_new_tokens,
+        top_k=0 if not greedy else None, top_p=top_p if not greedy and top_p < 1 else None,
+        max_new_tokens=max_new_tokens,
         num_return_sequences=1 if greedy else n, pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )

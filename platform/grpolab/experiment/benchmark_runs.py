@@ -1,0 +1,55 @@
+"""A run's named benchmarks (tasks/benchmarks.py): their examples drawn and checked against the
+run's training prompts once, then scored at every evaluation beside the held-out set."""
+
+from __future__ import annotations
+
+from grpolab.experiment.config import final_prompts
+from grpolab.tasks import render_examples
+from grpolab.tasks.benchmarks import Benchmark, benchmark_examples, check_overlap, parse_benchmarks, score_benchmark
+
+
+def transformers_sampler(model, tokenizer):
+    """``score_benchmark``'s sampler through transformers ``generate`` on ``model``."""
+    from grpolab.world.generation import sample
+
+    def draw(prompts, n, max_new_tokens, temperature, top_p):
+        return sample(model, tokenizer, prompts, n, max_new_tokens, temperature, top_p=top_p)
+    return draw
+
+
+def engine_sampler(engine):
+    """``score_benchmark``'s sampler through the run's vLLM engine (vllm_eval.py), whose sampling
+    settings are the trainer's: the config checked that the benchmark asks for those."""
+    def draw(prompts, n, max_new_tokens, temperature, top_p):
+        return engine(prompts, n, max_new_tokens, temperature)
+    return draw
+
+
+class RunBenchmarks:
+    """The benchmarks of one run with their rendered examples, in the order the config lists them."""
+
+    def __init__(self, items: list[tuple[Benchmark, list]], seed: int):
+        self.items, self.seed = items, seed
+
+    @classmethod
+    def for_run(cls, cfg, task, train: list, tokenizer, benchmarks=None) -> RunBenchmarks:
+        """``cfg``'s benchmarks (or ``benchmarks``), drawn as the run draws its held-out set; one that
+        shares a prompt with ``train`` (the run's training examples) is refused, naming the count."""
+        train_prompts = {e.prompt for e in train}
+        items = []
+        for bench in parse_benchmarks(cfg.eval.benchmarks if benchmarks is None else benchmarks):
+            examples = benchmark_examples(bench, task, cfg.seed, cfg.eval.seed, final_prompts(cfg.eval))
+            check_overlap(bench, examples, train_prompts)
+            items.append((bench, render_examples(task, examples, tokenizer)))
+        return cls(items, cfg.seed)
+
+    def evaluate(self, task, model, tokenizer, engine=None) -> tuple[dict, list]:
+        """(eval/<name>/<score> metrics of every benchmark, their sample rows)."""
+        metrics, rows = {}, []
+        draw = engine_sampler(engine) if engine is not None else transformers_sampler(model, tokenizer)
+        for bench, examples in self.items:
+            seed = bench.seed if bench.seed >= 0 else self.seed
+            scores, samples = score_benchmark(bench, task, examples, draw, seed)
+            metrics.update(scores)
+            rows.extend(samples)
+        return metrics, rows

@@ -1,0 +1,145 @@
+"""Named benchmarks: the scores against hand computations and brute force, their config, and a
+toy run that logs two of them."""
+
+import itertools
+import json
+import math
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from grpolab.errors import ConfigError
+from grpolab.experiment.config import build_config
+from grpolab.studies.objectives import check_metric, metric_range, objective_value
+from grpolab.tasks.benchmarks import parse_benchmarks
+from grpolab.world.benchmark_scores import benchmark_scores, majority_answer, pass_at_k, reported_ks
+
+
+def test_pass_at_k_by_hand():
+    # n=5, c=2, k=2: 1 - C(3,2)/C(5,2) = 1 - 3/10
+    assert pass_at_k(5, 2, 2) == pytest.approx(0.7)
+    # n=10, c=3, k=4: 1 - C(7,4)/C(10,4) = 1 - 35/210
+    assert pass_at_k(10, 3, 4) == pytest.approx(1 - 35 / 210)
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 1, 4) == 1.0
+    # stable where the binomials are astronomically large: C(1000, 500) overflows a float
+    assert pass_at_k(1000, 1, 500) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="k <= n"):
+        pass_at_k(4, 1, 5)
+
+
+def test_pass_at_k_equals_brute_force_over_every_k_subset():
+    for n in range(1, 8):
+        for c in range(n + 1):
+            samples = [True] * c + [False] * (n - c)
+            for k in range(1, n + 1):
+                subsets = list(itertools.combinations(samples, k))
+                brute = sum(any(s) for s in subsets) / len(subsets)
+                assert pass_at_k(n, c, k) == pytest.approx(brute, abs=1e-12), (n, c, k)
+
+
+def test_reported_ks_are_powers_of_two_and_n():
+    assert reported_ks(8) == [1, 2, 4, 8]
+    assert reported_ks(12) == [1, 2, 4, 8, 12]
+    assert reported_ks(1) == [1] and reported_ks(32) == [1, 2, 4, 8, 16, 32]
+
+
+def test_majority_vote_ties_and_missing_answers():
+    assert majority_answer(["3", "5", "3", None]) == 0
+    assert majority_answer(["5", "3", "3", "5"]) == 0      # tie: the answer seen first wins
+    assert majority_answer(["3", "5", "5", "3"]) == 0
+    assert majority_answer([None, "", "7", "8"]) == 2       # no answer does not vote
+    assert majority_answer([None, None]) is None
+
+
+def test_benchmark_scores_by_hand():
+    hits = [[True, False, True, False],      # majority "3" (2 votes), correct
+            [False, True, False, True],      # tie "5" / "3": "5" first, wrong
+            [False, False, False, False]]    # no answer at all: wrong
+    answers = [["3", "5", "3", None], ["5", "3", "5", "3"], [None, None, None, None]]
+    scores = benchmark_scores(hits, answers, [2, 4])
+    assert scores["avg_at_4"] == pytest.approx(4 / 12)
+    assert scores["pass_at_1"] == pytest.approx(4 / 12)
+    # pass@2 per prompt: 1 - C(2,2)/C(4,2) = 5/6 for c = 2, 0 for c = 0
+    assert scores["pass_at_2"] == pytest.approx((5 / 6 + 5 / 6 + 0) / 3)
+    assert scores["pass_at_4"] == pytest.approx(2 / 3)
+    assert scores["maj_at_4"] == pytest.approx(1 / 3)
+    # per-sample accuracy over prompts: 1/3, 1/3, 1/3, 1/3 -> sd 0
+    assert scores["sd_at_4"] == 0.0 and scores["mean_length"] == 3.0
+    spread = benchmark_scores([[True, False], [True, False]], [["1", "2"], ["1", "2"]])
+    assert spread["sd_at_2"] == pytest.approx(math.sqrt(0.5))   # accuracies 1 and 0: sd sqrt(((.5)^2 * 2) / 1)
+    assert set(spread) == {"avg_at_2", "pass_at_1", "pass_at_2", "maj_at_2", "sd_at_2"}
+
+
+def _cfg(benchmarks, **eval_keys):
+    return build_config({"name": "bench", "task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"},
+                         "warm_start": {"enabled": False},
+                         "train": {"steps": 2, "group_size": 4, "prompts_per_rollout": 2, "n_train_prompts": 64},
+                         "eval": {"every": 0, "prompts": 4, "k": 1, "final_prompts": 8, **eval_keys,
+                                  "benchmarks": benchmarks}})
+
+
+def test_benchmark_config_is_checked_and_written_out():
+    cfg = _cfg([{"name": "small", "size": 4, "n": 8}])
+    assert cfg.eval.benchmarks == [{"name": "small", "source": "held_out", "size": 4, "n": 8, "temperature": 1.0,
+                                    "top_p": 1.0, "max_tokens": cfg.eval.max_completion_length, "seed": -1}]
+    assert _cfg([]).eval.benchmarks == []
+    for bad, match in ((["aime"], r"benchmarks\[0\]: expected a mapping"),
+                       ([{"name": "a"}, {"name": "a"}], "listed twice"),
+                       ([{"name": "a", "samples": 4}], r"benchmarks\[0\]\.samples: unknown key"),
+                       ([{"name": "a/b"}], "name"),
+                       ([{"name": "a", "n": 0}], r"\.n: samples per prompt must be >= 1"),
+                       ([{"name": "a", "top_p": 0}], "top_p"),
+                       ([{"name": "a", "source": {"path": "/no/such.jsonl"}}], "no such file")):
+        with pytest.raises(ConfigError, match=match):
+            _cfg(bad)
+    with pytest.raises(ConfigError, match="list of mappings"):
+        _cfg({"name": "a"})
+
+
+def test_study_metric_names_a_benchmark_score_under_its_stored_name():
+    check_metric("final:eval/aime24/avg@32")
+    check_metric("steps_to:eval/aime24/pass@8>=0.5")
+    with pytest.raises(ConfigError, match="named benchmark"):
+        check_metric("final:eval/aime24/best@32")
+    evals = {0: {"eval/aime24/avg_at_32": 0.1}, 10: {"eval/aime24/avg_at_32": 0.3}}
+    assert objective_value("final:eval/aime24/avg@32", evals, {}) == 0.3
+    assert metric_range("final:eval/aime24/maj@32") == (0.0, 1.0)
+    assert metric_range("final:eval/aime24/sd@32") == (0.0, math.inf)
+
+
+def test_benchmark_overlapping_train_prompts_is_refused(tmp_path):
+    from grpolab.experiment.benchmark_runs import RunBenchmarks
+    from grpolab.experiment.runner import run_splits
+    from grpolab.tasks import make_task
+    cfg = _cfg([])
+    task = make_task("addition", digits=2)
+    train, held_out = run_splits(cfg, task)
+    rows = tmp_path / "bench.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": e.prompt, "answer": e.answer}) + "\n"
+                            for e in [*train[:3], *held_out[:2]]))
+    with pytest.raises(ConfigError, match="3 of its 5 prompts are training prompts"):   # toy prompts need no tokenizer
+        RunBenchmarks.for_run(cfg, task, train, None, [{"name": "leaky", "source": str(rows)}])
+    clean = RunBenchmarks.for_run(cfg, task, train, None, [{"name": "held", "size": 8}])
+    assert [len(examples) for _, examples in clean.items] == [8]
+    assert [e.prompt for e in clean.items[0][1]] == [e.prompt for e in held_out]   # the run's held-out draw
+
+
+def test_toy_run_logs_two_named_benchmarks(shared_state):
+    from grpolab.experiment.runner import run_experiment
+    from grpolab.tracking.recorder import tracking_uri
+    cfg = _cfg([{"name": "small", "size": 4, "n": 8}, {"name": "hot", "size": 3, "n": 8, "temperature": 1.5,
+                                                       "top_p": 0.9, "seed": 7}])
+    result = run_experiment(cfg, shared_state)
+    run = MlflowClient(tracking_uri(shared_state)).get_run(result.run_id)
+    for name in ("small", "hot"):
+        for score in ("avg_at_8", "pass_at_1", "pass_at_2", "pass_at_4", "pass_at_8", "maj_at_8", "sd_at_8"):
+            key = f"eval/{name}/{score}"
+            assert key in run.data.metrics and 0 <= run.data.metrics[key] <= 1, key
+            assert result.final_eval[key] == pytest.approx(run.data.metrics[key])
+        final = result.final_eval
+        assert final[f"eval/{name}/avg_at_8"] == pytest.approx(final[f"eval/{name}/pass_at_1"])
+        assert final[f"eval/{name}/pass_at_1"] <= final[f"eval/{name}/pass_at_2"] <= final[f"eval/{name}/pass_at_8"]
+    assert run.data.params["eval.benchmarks.small.n"] == "8" and run.data.params["eval.benchmarks.hot.top_p"] == "0.9"
+    assert "eval/pass_at_1" in run.data.metrics   # the held-out set still logs its keys
+    assert sorted(result.evals) == [0, 2] and "eval/hot/maj_at_8" in result.evals[0]
