@@ -18,6 +18,10 @@ def test_private_override_points_keep_their_signatures():
     assert _params(GRPOTrainer._calculate_rewards) == ["self", "inputs", "prompts", "completions", "completion_ids_list"]
     assert _params(GRPOTrainer._generate_and_score_completions) == ["self", "inputs"]
     assert _params(GRPOTrainer._compute_loss) == ["self", "model", "inputs"]
+    # step_times.StepTimes: the time/* curves time these, and read TRL's micro-step counter after training_step
+    assert _params(GRPOTrainer._generate) == ["self", "prompts"]
+    assert _params(GRPOTrainer.training_step) == ["self", "model", "inputs", "num_items_in_batch"]
+    assert "self._step += 1" in inspect.getsource(GRPOTrainer.training_step)
     logps = _params(GRPOTrainer._get_per_token_logps_and_entropies)
     assert logps[:5] == ["self", "model", "input_ids", "attention_mask", "logits_to_keep"] and "compute_entropy" in logps
 

@@ -89,7 +89,7 @@ def find_resumable(state: Path, run_id: str) -> Path | None:
 
 # -- grpolab's own trainer state --------------------------------------------------------------
 # Attributes of GrpoLabTrainer that change during training and decide later steps.
-_PLAIN = ("cumulative_tokens", "entropy_coef_now", "_last_entropy", "_critic_micro_steps", "tracker")
+_PLAIN = ("cumulative_tokens", "device_seconds", "entropy_coef_now", "_last_entropy", "_critic_micro_steps", "tracker")
 
 
 def _extra_name(trainer) -> str:

@@ -25,7 +25,8 @@ from grpolab.method.requirements import inert_settings
 from grpolab.signals import raise_if_signalled, signals_raise
 from grpolab.startup import freeze_training_stack
 from grpolab.state import state_dir as default_state_dir
-from grpolab.tasks import hub_sources, log_eval_samples, make_task, render_examples
+from grpolab.tasks import eval_sample_rows, hub_sources, make_task, render_examples
+from grpolab.tracking.completions import HELD_OUT, accelerator_tags, open_tables
 from grpolab.tracking.held_out import HELD_OUT_METRICS, EvalSteps
 from grpolab.tracking.naming import method_tags, run_params, state_relative
 from grpolab.tracking.recorder import RunRecorder, git_commit
@@ -56,6 +57,7 @@ class TrackingCallback(TrainerCallback):
         self.trainer = None
         self.samples: list[dict] = []
         self.samples_keep = samples_keep
+        self.table = None   # the run's completions table, written as the run goes (rank 0; tracking/completions.py)
         self.tracking_seconds = 0.0   # time spent handing curves to MLflow (buffering + batched writes)
         self.curves: dict[str, list[tuple[int, float]]] = {}   # metric -> (step, value)
 
@@ -70,7 +72,10 @@ class TrackingCallback(TrainerCallback):
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 self.curves.setdefault(key, []).append((state.global_step, float(value)))
         if self.trainer is not None and self.samples_keep:
-            self.samples.extend({"step": state.global_step, **row} for row in self.trainer.last_rollout[: self.samples_keep])
+            kept = self.trainer.last_rollout[: self.samples_keep]
+            self.samples.extend({"step": state.global_step, **row} for row in kept)
+            if self.table is not None:
+                self.table.append(kept, step=state.global_step)
 
     def on_step_end(self, args, state, control, **kwargs):
         raise_if_signalled()   # a step's end is a safe point: a Ctrl-C a finaliser swallowed stops the run here
@@ -225,6 +230,8 @@ class _Run:
     tokenizer: object = None
     held_out: list = field(default_factory=list)
     eval_sampler: object = None   # generation.backend=vllm: the trainer's vLLM engine (vllm_eval.py)
+    tables: tuple = (None, None)  # (rollouts, evaluations) completions tables, rank 0 (tracking/completions.py)
+    device_seconds: float = 0.0   # processes x wall seconds of training (a resumed run's earlier part included)
     benchmarks: RunBenchmarks = None   # eval.benchmarks, scored beside the held-out set
 
     def evaluate(self, step: int, final: bool = False) -> None:
@@ -243,9 +250,12 @@ class _Run:
                           max_new_tokens=cfg.eval.max_completion_length, sampler=self.eval_sampler)
         named, _ = self.benchmarks.evaluate(self.task, self.model, self.tokenizer, self.eval_sampler)
         self.evals[step] = {**_eval_metrics(result), **named}
+        rows = eval_sample_rows(self.task, result.samples, examples, step)
+        self.tables[1].append(rows, benchmark=HELD_OUT)
         if self.recorder:
             self.recorder.log_metrics(self.evals[step], step=step)
-            log_eval_samples(self.recorder, self.task, result.samples, examples, step)   # MLflow table
+            if rows:
+                self.recorder.log_table(rows, "eval_samples.json")   # MLflow table, appended
         if self.eval_hook is not None:
             self.eval_hook(step, self.evals[step])  # e.g. Optuna's report / prune
 
@@ -298,7 +308,10 @@ def _open_run(cfg: RunConfig, state: Path, parent_run_id, extra_tags, run_name, 
     out_dir = checkpoints.run_dir(state, checkpoints.shared_run_folder(recorder.run_id if recorder else None))
     if resume_from is None and _rank() == 0:
         checkpoints.write_config(out_dir, cfg.resolved())
-    return _Run(cfg, state, task, recorder, out_dir, resume_from, resume_step)
+    run = _Run(cfg, state, task, recorder, out_dir, resume_from, resume_step)
+    if _rank() == 0:
+        run.tables = open_tables(out_dir, recorder, keep_upto=resume_step)
+    return run
 
 
 def _tag_settings(run: _Run, resumed: bool) -> None:
@@ -364,6 +377,7 @@ def _build_trainer(run: _Run, dataset, train, callbacks):
     if cfg.spec.needs_reference and trainer.ref_model is None and cfg.model.lora is None:  # LoRA: adapter off
         raise RuntimeError("the method needs a reference model but TRL did not build one")
     callback.trainer = saver.trainer = trainer
+    callback.table = run.tables[0]
     run.eval_sampler = vllm_eval.eval_sampler(cfg, trainer, run.tokenizer)
     trainer.remove_callback(PrinterCallback)  # it prints every raw log dict; grpolab prints a summary
     return trainer, callback
@@ -371,14 +385,17 @@ def _build_trainer(run: _Run, dataset, train, callbacks):
 
 def _train(run: _Run, trainer, callback) -> None:
     """Evaluate at step 0 (or restore a resumed run's curves and state), train, evaluate at the end."""
+    started = time.perf_counter()
     if run.resume_from is None:
         run.evaluate(0)
     else:  # the curves so far come from the store; grpolab's own trainer state from the checkpoint
         checkpoints.load_extra_state(trainer, run.resume_from)
         if run.recorder:
             run.evals, callback.curves = checkpoints.resume_history(run.recorder, run.resume_step)
+    before = trainer.device_seconds   # a resumed run's, from its checkpoint
     trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
     run.evaluate(trainer.state.global_step, final=True)
+    run.device_seconds = before + (time.perf_counter() - started) * _world()
 
 
 def _finish(run: _Run, trainer, callback, ws_record, model_dir) -> None:
@@ -394,6 +411,7 @@ def _finish(run: _Run, trainer, callback, ws_record, model_dir) -> None:
         recorder.log_folder(final_dir, "model")
     if cfg.tracking.figures:
         recorder.log_curves_figure(callback.curves, run.evals, state)
+    recorder.set_tags(accelerator_tags(run.device_seconds, torch.cuda.is_available(), _world()))
     recorder.set_tags({"grpolab.wall_seconds": round(time.perf_counter() - run.started, 1),
                        "grpolab.final_model": state_relative(final_dir, state),   # moves with the state folder
                        "grpolab.run_dir": state_relative(run.out_dir, state)})

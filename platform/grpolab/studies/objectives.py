@@ -35,7 +35,7 @@ METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")   # a study obje
 # a metric key's range of values, by its prefix
 UNIT_INTERVAL = ("eval/pass", "eval/greedy_accuracy", "accuracy", "groups/", "clip/", "length/truncated_fraction",
                  "sampling/kept_fraction", "entropy/kept_fraction", "override/")
-NON_NEGATIVE = ("length/", "tokens/", "entropy", "step_time", "eval/mean_length", "steps_to:", "tokens_to:")
+NON_NEGATIVE = ("length/", "tokens/", "time/", "entropy", "step_time", "eval/mean_length", "steps_to:", "tokens_to:")
 
 
 def objective_value(metric: str, evals: dict[int, dict], curves: dict[str, list]) -> float:

@@ -295,7 +295,17 @@ class RunRecorder:
             if error is not None:
                 self.set_tags({"grpolab.error": f"{type(error).__name__}: {error}",
                                "grpolab.traceback": "".join(traceback.format_exception(error))[-4000:]})
-            self.client.set_terminated(self.run_id, status=status)
+            try:
+                for path in getattr(self, "_end_files", ()):
+                    if Path(path).exists():
+                        self.client.log_artifact(self.run_id, str(path))
+            finally:
+                self.client.set_terminated(self.run_id, status=status)
+
+    def log_on_end(self, *paths: Path) -> None:
+        """Files copied to the run's artifacts when it ends, whatever its status (the completions
+        tables, written as the run goes: tracking/completions.py)."""
+        self._end_files = [*getattr(self, "_end_files", ()), *paths]
 
     def __enter__(self) -> "RunRecorder":
         return self

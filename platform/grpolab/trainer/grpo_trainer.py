@@ -38,13 +38,14 @@ from grpolab.trainer.loss_stats import WindowStats, weighted
 from grpolab.trainer.metrics import rollout_metrics, trained_metrics
 from grpolab.trainer.group_sampling import GroupSampling
 from grpolab.trainer.pi_old_entropy import PiOldEntropy
-from grpolab.trainer.rollouts import (Generated, RolloutRow, ScoredRound, correct_of, generated_mask, lengths_of,
-                                      truncated_of)
+from grpolab.trainer.step_times import StepTimes
+from grpolab.trainer.rollouts import (Generated, RolloutRow, ScoredRound, completion_rows, correct_of, generated_mask,
+                                      lengths_of, truncated_of)
 from grpolab.trainer.vllm_engine import VllmEngineAccess
 
 
 class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSampling, EstimatorInputs, PiOldEntropy,
-                     VllmEngineAccess, GRPOTrainer):
+                     VllmEngineAccess, StepTimes, GRPOTrainer):
     """``trl.GRPOTrainer`` running a grpolab method: TRL's own arguments, plus ``method=`` (a
     registered name such as ``"dapo"``, ``{"name": "dapo", **axis overrides}`` or a ``MethodSpec``)
     and ``correctness=`` (a reward function's name, a dataset column or a callable; ``trainer/dropin.py``
@@ -81,7 +82,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         self.tracker = algorithms.ValueTracker(spec.tracker_decay) if ADVANTAGES[spec.advantage].tracker else None
         self.entropy_control = EntropyController(spec)
         self.cumulative_tokens = 0.0
-        self.last_rollout: list[dict] = []        # a few rows of the latest rollout, for the samples artifact
+        self.last_rollout: list[dict] = []        # this process's rows of the latest rollout (the completions table)
         self._scored: ScoredRound | None = None   # the latest round's rewards and rows
         self._entropy_in_loss = False
         self._sampling_rng: torch.Generator | None = None
@@ -190,6 +191,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
             for key, value in episode_stats.items():
                 self._metrics["train"][key].append(value)
         out["advantages"] = advantages.to(device)
+        self.last_rollout = completion_rows(rows, rewards_k, self.reward_func_names, total, advantages, mask, start, G)
         out["group_ids"] = (torch.arange(total.numel(), device=device) // G)[start:start + n_local]
         out["seq_rewards"] = total[start:start + n_local]
         out["correct"] = correct_of(rows).to(device)[start:start + n_local]
@@ -239,11 +241,6 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         stats["override/advantage"] = 1.0
         for key, value in stats.items():
             self._metrics["train"][key].append(value)
-        self.last_rollout = [
-            {"prompt": r.prompt, "completion": r.completion, "reward": float(total[i]), "correct": bool(r.correct),
-             "length": r.length}
-            for i, r in enumerate(rows[: 4 * G])
-        ]
 
     # -- loss ---------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):

@@ -211,6 +211,16 @@ DEFINITIONS: dict[str, str] = {
     "grad_norm": "gradient norm before clipping at the optimizer step (TRL's report)",
     "learning_rate": "learning rate at the optimizer step",
     "step_time": "seconds per optimizer step (generation included)",
+    "time/generation_s": "seconds this generation batch spent generating (TRL's _generate: sampling and decoding, "
+                         "every dynamic-sampling round; rank 0's clock)",
+    "time/scoring_s": "seconds this generation batch spent scoring (TRL's _calculate_rewards: the reward "
+                      "functions, ReMax's greedy scoring too)",
+    "time/update_s": "seconds of the generation batch's training steps outside generation and scoring (log-probs, "
+                     "advantages, forward, backward, optimizer; on a GPU synchronised once at the batch's end)",
+    "time/generated_tokens_per_s": "tokens/generated (every process) / time/generation_s",
+    "time/accelerator_hours": "processes x wall seconds since training started / 3600, cumulative (held-out "
+                              "evaluations and checkpoints between batches included; CPU-process hours on a "
+                              "CPU machine); the run's total is the tag grpolab.accelerator_hours",
     "override/advantage": "1 when the platform's advantage estimator replaced TRL's for this rollout",
     "override/loss": "1 when the platform's policy loss ran for this micro-batch",
     "eval/pass_at_1": "held-out: mean correctness over k samples per prompt at the training temperature and cap",
@@ -232,6 +242,7 @@ REQUIRED_RUN_METRICS = (
     "reward/mean", "accuracy", "entropy", "length/mean", "length/correct", "length/incorrect",
     "length/truncated_fraction", "length/std", "length/soft_penalized_fraction", "clip/low_fraction", "clip/high_fraction", "clip/region_fraction",
     "groups/zero_variance", "groups/all_correct", "groups/all_wrong", "tokens/cumulative", "step_time",
+    "time/generation_s", "time/scoring_s", "time/update_s", "time/generated_tokens_per_s", "time/accelerator_hours",
     "override/advantage", "override/loss", "eval/pass_at_1", "eval/pass_at_k", "eval/greedy_accuracy",
 )
 

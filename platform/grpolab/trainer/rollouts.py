@@ -68,3 +68,28 @@ def generated_mask(out: dict, rows: list[RolloutRow], start: int, model_only: bo
     lengths = torch.tensor([r.length for r in rows[start:start + ids.size(0)]], device=ids.device)
     attend = (torch.arange(ids.size(1), device=ids.device).unsqueeze(0) < lengths.unsqueeze(1)).to(out["prompt_mask"].dtype)
     return attend * out["tool_mask"] if model_only and "tool_mask" in out else attend
+
+
+def completion_rows(rows: list[RolloutRow], rewards: torch.Tensor, names: list[str], total: torch.Tensor,
+                    advantages: torch.Tensor, mask: torch.Tensor, start: int, G: int) -> list[dict]:
+    """This process's completions of a rollout as rows of the completions table: the prompt, the
+    completion, each reward component (``reward/<name>``), the combined reward, the advantage, the
+    length in tokens, the truncated and correct flags, and the group index (the G rows of a group
+    share a prompt). ``advantages``: this process's, (n,) or per token (n, T); a per-token advantage is
+    reported as its mean over the row's trained tokens, A_i = sum_t A_it m_it / sum_t m_it (None
+    where the row trains no token). ``rewards``: (N, K) components, global, columns named by ``names``."""
+    n = advantages.size(0)
+    if advantages.dim() == 2:
+        m = mask.float()
+        count = m.sum(1)
+        seq = ((advantages.float() * m).sum(1) / count.clamp(min=1)).masked_fill(count == 0, float("nan"))
+    else:
+        seq = advantages.float()
+    adv = seq.detach().cpu().tolist()
+    comp = rewards[start:start + n].float().cpu().tolist()
+    tot = total[start:start + n].float().cpu().tolist()
+    return [{"prompt": r.prompt, "completion": r.completion, "reward": tot[i],
+             **{f"reward/{name}": comp[i][j] for j, name in enumerate(names)},
+             "advantage": None if adv[i] != adv[i] else adv[i], "length": r.length, "truncated": bool(r.truncated),
+             "correct": bool(r.correct), "group": (start + i) // G}
+            for i, r in enumerate(rows[start:start + n])]

@@ -1,0 +1,81 @@
+"""Where a rollout's wall time goes: the ``time/*`` curves, measured around TRL's own phases.
+
+One window is one generation batch (the training steps that share a rollout, all its reuse
+passes). Its seconds are split three ways:
+
+- generation: TRL's ``_generate`` (sampling and decoding, every dynamic-sampling round);
+- scoring: TRL's ``_calculate_rewards`` (the reward functions, ReMax's greedy scoring too);
+- update: the rest of the window's ``training_step`` calls (log-probs, advantages, forward,
+  backward, optimizer), update = sum(training_step) - generation - scoring.
+
+On a GPU the window ends with one ``torch.cuda.synchronize``, so that queued kernels are charged
+to the window that launched them (once per rollout: nothing measurable next to generation).
+``time/generated_tokens_per_s`` = the rollout's generated tokens on every process
+(``tokens/generated``) / this process's generation seconds.
+``time/accelerator_hours``: processes x wall seconds since training started / 3600, cumulative (the
+x-axis of compute-indexed curves: on a CPU machine these are CPU-process hours).
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+class StepTimes:
+    """A GRPOTrainer mixin: times generation, scoring and the update of each training window and
+    appends them to the window's curves, with the run's measured accelerator time so far."""
+
+    _generation_s = _scoring_s = _window_s = 0.0
+    _tokens_at_window_start = 0.0
+    _clock: float | None = None   # the end of the last window (the first training step's start before it)
+    device_seconds = 0.0   # processes x wall seconds of training so far (checkpointed with grpolab's state)
+
+    def _generate(self, prompts):
+        if not self.model.training:
+            return super()._generate(prompts)
+        start = time.perf_counter()
+        try:
+            return super()._generate(prompts)
+        finally:
+            self._generation_s += time.perf_counter() - start
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        if not self.model.training:
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        start = time.perf_counter()
+        try:
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        finally:
+            self._scoring_s += time.perf_counter() - start
+
+    def training_step(self, model, inputs, num_items_in_batch):
+        start = time.perf_counter()
+        if self._clock is None:   # training starts (or resumes: cumulative_tokens restored from the checkpoint)
+            self._clock, self._tokens_at_window_start = start, self.cumulative_tokens
+        output = super().training_step(model, inputs, num_items_in_batch)
+        window_ends = self._step % (self.args.steps_per_generation * self.num_iterations) == 0   # TRL counted it
+        if window_ends and torch.cuda.is_available():
+            torch.cuda.synchronize()
+        now = time.perf_counter()
+        self._window_s += now - start
+        if window_ends:
+            self._emit_window(now)
+        return output
+
+    def _emit_window(self, now: float) -> None:
+        """The window's curves. ``time/accelerator_hours`` counts wall time between windows too
+        (held-out evaluations, checkpoints): processes x seconds since training started / 3600."""
+        self.device_seconds += (now - self._clock) * self.accelerator.num_processes
+        self._clock = now
+        curves = {"time/generation_s": self._generation_s, "time/scoring_s": self._scoring_s,
+                  "time/update_s": self._window_s - self._generation_s - self._scoring_s,
+                  "time/accelerator_hours": self.device_seconds / 3600}
+        if self._generation_s > 0:
+            tokens = self.cumulative_tokens - self._tokens_at_window_start
+            curves["time/generated_tokens_per_s"] = tokens / self._generation_s
+        for key, value in curves.items():
+            self._metrics["train"][key].append(value)
+        self._tokens_at_window_start = self.cumulative_tokens
+        self._generation_s = self._scoring_s = self._window_s = 0.0
