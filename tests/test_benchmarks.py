@@ -143,3 +143,20 @@ def test_toy_run_logs_two_named_benchmarks(shared_state):
     assert run.data.params["eval.benchmarks.small.n"] == "8" and run.data.params["eval.benchmarks.hot.top_p"] == "0.9"
     assert "eval/pass_at_1" in run.data.metrics   # the held-out set still logs its keys
     assert sorted(result.evals) == [0, 2] and "eval/hot/maj_at_8" in result.evals[0]
+
+
+def test_study_metric_must_name_a_declared_benchmark_and_a_reported_score(tmp_path):
+    import yaml
+    from conftest import tiny_two_rung_ladder
+    from grpolab.studies.definition import load_study
+    data = tiny_two_rung_ladder(metric="final:eval/small/avg@8")
+    data["base"]["eval"]["benchmarks"] = [{"name": "small", "size": 4, "n": 8}]
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_study(path).objectives[0].metric == "final:eval/small/avg_at_8"   # one name: as MLflow stores it
+    for metric, match in (("final:eval/big/avg@8", "no benchmark 'big' in base.eval.benchmarks; declared: small"),
+                          ("final:eval/small/pass@3", r"\(n = 8\) reports avg_at_8, maj_at_8, sd_at_8, mean_length, "
+                                                      "pass_at_1, pass_at_2, pass_at_4, pass_at_8")):
+        path.write_text(yaml.safe_dump({**data, "metric": metric}))
+        with pytest.raises(ConfigError, match=match):
+            load_study(path)

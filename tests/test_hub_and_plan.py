@@ -220,7 +220,9 @@ def test_shipped_real_scale_studies_plan_offline_without_weights_or_torch(study,
     print(f"plan of {study}: {cpu:.2f} CPU-s, {time.perf_counter() - start:.2f} s wall")
     assert code == 0, err
     assert heavy == []   # the time is reported (printed above, and by the closing note), never enforced
-    assert out.count("not in the local Hugging Face cache") == 3 and "will be downloaded" in out
+    # the model, the train and held-out datasets, and dr_grpo's named benchmark AIME 2024
+    assert out.count("not in the local Hugging Face cache") == (4 if study == "dr_grpo_length_qwen" else 3)
+    assert "will be downloaded" in out
     assert "Qwen/Qwen2.5-Math-1.5B" in out and "GPU-hours" in out
     if study == "dapo_table1_qwen":   # AIME 2024 avg@32 at the end, seeds on demand with the cap's GPU-hours
         assert "first batch 5 seeds = 30 rows" in out and "at most 15 seeds = 90 rows" in out

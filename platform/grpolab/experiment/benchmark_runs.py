@@ -3,9 +3,12 @@ run's training prompts once, then scored at every evaluation beside the held-out
 
 from __future__ import annotations
 
+from grpolab.errors import ConfigError
 from grpolab.experiment.config import final_prompts
 from grpolab.tasks import render_examples
 from grpolab.tasks.benchmarks import Benchmark, benchmark_examples, check_overlap, parse_benchmarks, score_benchmark
+from grpolab.tracking.held_out import BENCHMARK_KEY, canonical_metric
+from grpolab.world.benchmark_scores import reported_ks
 
 
 def transformers_sampler(model, tokenizer):
@@ -53,3 +56,22 @@ class RunBenchmarks:
             metrics.update(scores)
             rows.extend(samples)
         return metrics, rows
+
+
+def check_named_scores(metrics, benchmarks_raw, where: str = "metric") -> None:
+    """A study metric that reads a named benchmark's score needs the benchmark in the study's
+    base (``eval.benchmarks``) and a score it reports: avg/maj/sd at its n, pass at a reported k."""
+    # names and n only: each rung's build_config validates the whole list (and locates its sources once)
+    declared = {b.get("name"): b.get("n", 1) for b in benchmarks_raw or () if isinstance(b, dict)}
+    for metric in metrics:
+        key = canonical_metric(metric).partition(":")[2].partition(">=")[0]
+        if not BENCHMARK_KEY.match(key):
+            continue
+        name, score = key.split("/")[1], key.split("/")[2]
+        if name not in declared:
+            raise ConfigError(f"{where} {metric!r}: no benchmark {name!r} in base.eval.benchmarks; declared: "
+                              f"{', '.join(declared) or 'none'}")
+        n = declared[name]
+        valid = [f"avg_at_{n}", f"maj_at_{n}", f"sd_at_{n}", "mean_length", *(f"pass_at_{k}" for k in reported_ks(n))]
+        if score not in valid:
+            raise ConfigError(f"{where} {metric!r}: benchmark {name!r} (n = {n}) reports {', '.join(valid)}")

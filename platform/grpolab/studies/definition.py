@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 
 from grpolab.errors import ConfigError, did_you_mean
+from grpolab.experiment.benchmark_runs import check_named_scores
 from grpolab.experiment.config import apply_overrides, as_overrides, build_config, override_string
 from grpolab.method.requirements import inert
 from grpolab.method.spec import MethodSpec
@@ -217,6 +218,8 @@ def load_study(path: str | Path) -> StudyConfig:
         raise ConfigError("smallest_effect: only ladders have verdicts; give it per objective of a ladder")
     objectives = _objectives(data.get("objectives") or data.get("metric") or "final:eval/pass_at_1",
                              _positive(data.get("smallest_effect"), "smallest_effect"))
+    eval_section = base.get("eval") if isinstance(base.get("eval"), dict) else {}
+    check_named_scores([o.metric for o in objectives], eval_section.get("benchmarks"))
     name = data.get("name", path.stem)
     # one MLflow experiment per study (MLflow's chart and compare views work per experiment), unless
     # the study's base names one (several studies can share an experiment that way)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from grpolab.errors import ConfigError, did_you_mean
 from grpolab.tasks.sources import locate_rows, read_rows, to_examples
+from grpolab.world.benchmark_scores import benchmark_scores
 
 SOURCE_KEYS = ("path", "split", "config", "revision", "prompt_field", "answer_field", "reference_extract")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -168,8 +169,6 @@ def score_benchmark(bench: Benchmark, task, examples: list, sampler, seed: int, 
     n, max_new_tokens, temperature, top_p) -> (texts, lengths)`` draws n completions per prompt,
     prompt-major; it runs with the torch generator seeded by ``seed`` and restored afterwards."""
     import torch
-
-    from grpolab.world.benchmark_scores import benchmark_scores
     hits, answers, lengths, rows = [], [], [], []
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
