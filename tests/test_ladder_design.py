@@ -146,7 +146,7 @@ def test_seeds_on_demand_run_only_the_rows_undecided_rungs_need(tmp_path, shared
         (0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)]
     frame = ladder_table(rows, cfg, 0, shared_state)
     assert list(frame.pairs.iloc[1:]) == [2, 3]
-    assert answer_lines(frame)[1].endswith("(2 paired seeds)")
+    assert "(2 paired seeds); familywise: " in answer_lines(frame)[1]
     stop = "stopped after look 2/3 at 3 seeds: look 3"
     looks = "looks planned at 2, 3, 4 seeds: look 1 seeds 0-1, look 2 adds 2;"
     page = (Path(shared_state) / "dashboards" / "stop_per_rung.html").read_text()   # published as the looks ended

@@ -161,7 +161,7 @@ def test_mechanism_floor_replaces_the_label_and_keeps_the_face_value():
     assert "tail:clip/high_fraction = 0.00056 < 0.005" in off.reason
     assert with_mechanism(v, "m", math.nan, 0.005, "x").verdict == NO_MECHANISM          # never measured
     on = with_mechanism(v, "m", 0.02, 0.005, "x")
-    assert on.verdict == REPRODUCED and "mechanism acted" in on.diagnostics[-1]
+    assert on.verdict == REPRODUCED and "precondition met" in on.diagnostics[-1]
 
 
 def test_censored_pairs_make_a_label_inconclusive_because_the_interval_cannot_bound_them():
@@ -240,7 +240,7 @@ def test_ladder_table_verdict_column_tests_the_published_direction_per_rung():
     assert t.loc[3, "verdict_vs_prev"] == UNDERPOWERED and "4 < 5" in t.loc[3, "why"]
     d = [b for b in bump]
     assert t.loc[1, "delta_ci95"] == pytest.approx(t_half(np.std(d, ddof=1), 8))
-    assert "Holm" in t.loc[1, "tests"] and t.loc[1, "mechanism"] == "none named"
+    assert "Holm" in t.loc[1, "tests"] and t.loc[1, "precondition"] == "none named" and t.loc[1, "regime"] == "none declared"
 
 
 def test_verdict_panel_scales_by_smallest_effect_and_marks_the_published_direction():

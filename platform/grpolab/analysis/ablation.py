@@ -40,10 +40,12 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
                  level: float = 0.95, looks: int = 1, plan: tuple[int, ...] = ()) -> pd.DataFrame:
     """Per rung: mean over seeds with its t-interval (censored values at their budget, counted),
     the paired delta against the previous rung with the verdict's interval, label, reason, Holm
-    p-value, familywise label and mechanism check (``ladder_verdicts``: the same numbers the dashboard shows).
+    p-value, familywise label, precondition check and regime gates (``ladder_verdicts``: the same numbers the
+    dashboard shows); a fragile label is marked (``strength``).
     ``plan``: a sequential plan's looks; the delta then uses the paired seeds its verdict judged
     (n and mean count every complete row)."""
     from grpolab.analysis.ladder_verdicts import rung_verdicts
+    from grpolab.analysis.strength import shown_label
     from grpolab.analysis.verdicts import family_text, holm_text
     rows, verdicts = rung_verdicts(rows, cfg, objective, state, level, looks, plan)
     out = []
@@ -52,7 +54,8 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
         mean, half = mean_ci(list(done.value))
         entry = {"rung": rung.name, "n": len(done), "censored": int(done.censored.sum()), "mean": mean, "ci95": half,
                  "pairs": math.nan, "delta_vs_prev": math.nan, "delta_ci95": math.nan, "published": rung.published, "verdict_vs_prev": "",
-                 "why": "", "tests": "", "familywise": "", "mechanism": "",
+                 "why": "", "tests": "", "familywise": "", "label": "", "family_label": "", "precondition": "",
+                 "regime": "",
                  "missing_or_failed": ", ".join(f"s{s}:{st}" for s, st in
                                                 rows[(rows.rung == i) & (rows.state != "COMPLETE")][["seed", "state"]].values)}
         if i > 0:
@@ -66,13 +69,15 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
                 entry["verdict_vs_prev"] = f"not judged: no smallest_effect for {cfg.objectives[objective].metric}"
             else:
                 v = rv.verdict
-                entry["verdict_vs_prev"] = v.verdict + ("" if rv.direction == "increase" else " (tested: drop)")
+                entry["verdict_vs_prev"] = shown_label(v) + ("" if rv.direction == "increase" else " (tested: drop)")
                 entry["why"] = "; ".join([v.reason, *v.diagnostics])
                 entry["tests"] = holm_text(v)
                 entry["familywise"] = family_text(v)
+                entry["label"], entry["family_label"] = v.verdict, v.family_label   # as judged, unmarked
             mech = rung.mechanism
-            entry["mechanism"] = ("none named" if mech is None else
-                                  f"{mech.metric} = {rv.mechanism_value:.3g} (floor {mech.at_least:g}, {mech.rows} rung's rows)")
+            entry["precondition"] = ("none named" if mech is None else
+                                     f"{mech.metric} = {rv.mechanism_value:.3g} (floor {mech.at_least:g}, {mech.rows} rung's rows)")
+            entry["regime"] = "none declared" if rv.regime is None else f"{rv.regime.status}: {rv.regime.text()}"
         out.append(entry)
     return pd.DataFrame(out)
 

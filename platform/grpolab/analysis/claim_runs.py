@@ -26,8 +26,8 @@ import numpy as np
 from grpolab.analysis import inference
 from grpolab.analysis.claims import Claim, Side, claim_files, load_claim
 from grpolab.analysis.histories import mean_window, run_history, train_keys
-from grpolab.analysis.verdicts import (DECIDED, NO_MECHANISM, Verdict, paired_verdict, with_censoring, with_construction,
-                                       with_family, with_mechanism)
+from grpolab.analysis.verdicts import (Verdict, paired_verdict, stops, with_censoring, with_construction, with_family,
+                                       with_mechanism)
 from grpolab.errors import ConfigError
 from grpolab.studies import registration as preregistration
 from grpolab.studies.definition import load_study
@@ -238,8 +238,8 @@ def _sequential(claims, looks, state, storage_url, workers, echo, publish=None) 
         for r in results:
             r.sequential = f"decided at look {j} of {len(looks)}; {r.sequential}"
             final[r.claim.name] = r
-        # decided, mechanism absent, or censored (more seeds cannot remove censoring): no more seeds
-        pending = [r.claim for r in results if r.verdict.verdict not in (*DECIDED, NO_MECHANISM) and not r.censored]
+        # decided on an unflagged interval, not a test, or censored (more seeds cannot remove censoring): no more seeds
+        pending = [r.claim for r in results if not stops(r.verdict) and not r.censored]
         for r in results:
             if r.claim in pending and j == len(looks):
                 r.sequential = r.sequential.replace("decided at", "undecided after")

@@ -9,9 +9,10 @@ rung is judged on the first n_j seeds of the study's seed list, n_j the largest 
 seeds all have complete rows on both rungs of its pair, as ``until_decided`` judged each look:
 complete rows beyond that look (a look stopped part-way) are shown in the table, never judged, so
 every interval is one of the planned looks' at the per-look level it states. Then the same checks
-as claims: censoring (``verdicts.with_censoring``), the rung's ``mechanism`` (a floor fixed in
-advance, measured on this or the previous rung's rows), and the ladder's judged rungs as one family
-(``verdicts.with_family``).
+as claims: censoring (``verdicts.with_censoring``), the rung's ``mechanism`` (a precondition: a
+floor fixed in advance, measured on this or the previous rung's rows), the rung's ``regime`` gates
+on the previous rung's judged rows (``regimes.with_regime``), the label's fragility under the
+evaluation draw (``strength``), and the ladder's judged rungs as one family (``verdicts.with_family``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from pathlib import Path
 import pandas as pd
 
 from grpolab.analysis.histories import mean_window, run_history, train_keys
+from grpolab.analysis.regimes import RegimeCheck, check_regime, with_regime
+from grpolab.analysis.strength import BINOMIAL_METRICS, eval_noise_sd, with_fragility
 from grpolab.analysis.verdicts import Verdict, paired_verdict, with_censoring, with_family, with_mechanism
+from grpolab.experiment.config import EvalCfg
 from grpolab.studies.definition import StudyConfig
 from grpolab.studies.objectives import censored_value
 
@@ -36,6 +40,8 @@ class RungVerdict:
     verdict: Verdict | None  # None: the objective has no smallest effect, nothing is judged
     mechanism_value: float | None = None
     seeds: tuple[int, ...] = ()   # the paired seeds of the rung's difference that were judged
+    regime: RegimeCheck | None = None   # the rung's regime gates, measured on the previous rung's rows
+    eval_noise: float = math.nan        # sigma_eval of the mean paired difference (``strength``)
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,18 @@ def look_note(judged: JudgedSeeds, paired: int, beyond: int) -> str:
         return (f"judged on the {judged.size} seeds of look {judged.look}; {beyond} more paired seed(s) beyond it not "
                 "judged (a look is judged once all its seeds are complete)")
     return ""
+
+
+def rung_eval_noise(cfg: StudyConfig, rung: int, metric: str, values: list[float], n: int) -> float:
+    """sigma_eval of the rung's mean paired difference (``strength.eval_noise_sd``) from the rung's
+    final evaluation (eval.final_prompts x eval.final_k, or eval.prompts x eval.k); NaN for a metric
+    that is no pass rate."""
+    if metric not in BINOMIAL_METRICS or not values:
+        return math.nan
+    ev = {**dataclasses.asdict(EvalCfg()), **(cfg.rung_experiment(rung, cfg.seeds[0]).get("eval") or {})}
+    finite = [x for x in values if math.isfinite(x)]
+    p = sum(finite) / len(finite) if finite else math.nan
+    return eval_noise_sd(p, ev["final_prompts"] or ev["prompts"], ev["final_k"] or ev["k"], n)
 
 
 def rung_direction(cfg: StudyConfig, rung: int, objective: int) -> str:
@@ -111,7 +129,9 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
     ``looks``: a sequential plan's (``studies.verdict_plan``); ``plan``: its looks' seed counts
     (``studies.plan_looks``), each rung then judged on its largest complete look."""
     obj = cfg.objectives[objective]
-    histories = _Histories(state, train_keys([r.mechanism.metric for r in cfg.rungs if r.mechanism]))
+    windows = [r.mechanism.metric for r in cfg.rungs if r.mechanism] + [w for r in cfg.rungs if r.regime
+                                                                        for w in r.regime.windows()]
+    histories = _Histories(state, train_keys(windows))
     rows = censored_rows(rows, obj.metric, histories)
     done = rows[rows.state == "COMPLETE"]
     out = []
@@ -126,8 +146,11 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
         paired = sorted(set(mine.index) & set(before.index))
         judged = judged_seeds(done, (i - 1, i), cfg.seeds, plan)
         common = [s for s in paired if s in judged.seeds]
+        regime = cfg.rungs[i].regime and check_regime(
+            cfg.rungs[i].regime, [histories(before.run_id[s]) for s in common], f"{cfg.rungs[i - 1].name!r} rows")
+        noise = rung_eval_noise(cfg, i, obj.metric, [*mine.value[common], *before.value[common]], len(common))
         if obj.smallest_effect is None:
-            out.append(RungVerdict(i, direction, None, value, tuple(common)))
+            out.append(RungVerdict(i, direction, None, value, tuple(common), regime, noise))
             continue
         diffs = {int(s): float(mine.value[s] - before.value[s]) for s in common}
         v = paired_verdict(diffs, direction, obj.smallest_effect, level, looks)
@@ -136,7 +159,8 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
         v = with_censoring(v, int(mine.censored[common].sum()), int(before.censored[common].sum()), obj.metric)
         if mech is not None:
             v = with_mechanism(v, mech.metric, value, mech.at_least, f"{cfg.rungs[on].name!r} rows")
-        out.append(RungVerdict(i, direction, v, value, tuple(common)))
+        v = with_fragility(with_regime(v, regime), noise)
+        out.append(RungVerdict(i, direction, v, value, tuple(common), regime, noise))
     scored = [r for r in out if r.verdict is not None]
     for r, v in zip(scored, with_family([r.verdict for r in scored])):
         out[out.index(r)] = dataclasses.replace(r, verdict=v)

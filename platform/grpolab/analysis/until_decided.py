@@ -8,7 +8,7 @@ from pathlib import Path
 from grpolab.analysis import inference
 from grpolab.analysis.ablation import ladder_rows, load_results
 from grpolab.analysis.ladder_verdicts import rung_verdicts
-from grpolab.analysis.verdicts import DECIDED, NO_MECHANISM
+from grpolab.analysis.verdicts import stops
 from grpolab.errors import ConfigError
 from grpolab.studies.definition import load_study
 from grpolab.tracking.stores import init_tracking_store
@@ -18,7 +18,7 @@ def run_until_decided(path: str, state: Path, storage_url: str | None, workers: 
                       echo=print, retry_failed: bool = False, accept_changed: bool = False, publish=None,
                       max_rows: int | None = None) -> int:
     """``grpolab study LADDER --until-decided --max-seeds N``: run the ladder, then add ``batch``
-    paired seeds at a time until every judged rung is decided (or its mechanism did not act) or N
+    paired seeds at a time until every judged rung stops (``verdicts.stops``) or N
     seeds ran. Each of the K planned looks is judged at level 1 - 0.05/K (``inference``), which the
     study keeps, so its table and dashboard state the same level. The seeds of a later look run
     only the rungs undecided rungs need (``rows_needed``); a look whose rows would take the study
@@ -48,7 +48,7 @@ def run_until_decided(path: str, state: Path, storage_url: str | None, workers: 
             verdicts = [r.verdict for r in rung_verdicts(rows, cfg_now, 0, state, level, len(looks), tuple(looks))[1]]
             echo(f"look {j}/{len(looks)} at {n} seeds (per-look level {100 * level:.4g} %): "
                  + ", ".join(v.verdict for v in verdicts if v is not None))
-            open_rungs = [i for i, v in enumerate(verdicts, 1) if v is not None and v.verdict not in (*DECIDED, NO_MECHANISM)]
+            open_rungs = [i for i, v in enumerate(verdicts, 1) if v is not None and not stops(v)]
             stopped = f"stopped after look {j}/{len(looks)} at {n} seeds: "
             if not open_rungs:
                 stopped += "every judged rung decided"

@@ -34,8 +34,9 @@ The label is monotone in the evidence: narrowing the interval around the same es
 ``inconclusive``/``underpowered`` to a decided label and never to one that contradicts it:
 ``reproduced`` and ``effect that matters`` stay once reached; an effect below delta may first read
 ``no effect that matters`` and, measured more precisely, ``direction holds, smaller than claimed``
-or ``opposite direction`` (all three say: smaller than what matters). Checks outside the data (``mechanism did not act``, censoring) are applied by
-``with_mechanism`` and ``with_censoring``; ``with_family`` adds familywise intervals and Holm-adjusted p-values over a family.
+or ``opposite direction`` (all three say: smaller than what matters). Checks outside the data (``precondition not met``, censoring, the regime
+gates of ``analysis.regimes``) are applied by ``with_mechanism``, ``with_censoring`` and
+``regimes.with_regime``; ``with_family`` adds familywise intervals and Holm-adjusted p-values over a family.
 """
 
 from __future__ import annotations
@@ -58,7 +59,9 @@ OPPOSITE = "opposite direction"
 EFFECT = "effect that matters"
 INCONCLUSIVE = "inconclusive"
 UNDERPOWERED = "underpowered"
-NO_MECHANISM = "mechanism did not act"
+NO_MECHANISM = "precondition not met"
+REGIME_ABSENT = "regime absent: not a test of the claim"
+REGIME_UNMEASURED = "regime not measured: not a test of the claim"
 NOT_RUN = "not run"
 HOLDS_EXACTLY = "holds exactly on every seed"
 
@@ -76,14 +79,20 @@ LABELS = {   # label -> what happened (README's table is generated from this)
                   "taken as certain); or runs never reached a threshold (censored: the interval cannot bound them)",
     UNDERPOWERED: f"fewer than {MIN_SEEDS} paired seeds, or undecided with fewer seeds than 80 % power at delta "
                   "needs (the number is shown)",
-    NO_MECHANISM: "the curve that shows the mechanism acting stayed below its floor fixed in advance "
-                  "(the value is shown): nothing to judge",
+    NO_MECHANISM: "a precondition of the change (e.g. some completions truncated, the clip binding) stayed below "
+                  "its floor fixed in advance (the value is shown): the change could not act, nothing to judge",
+    REGIME_ABSENT: "a gate on the regime the mechanism needs (the paper's premise, e.g. truncation is noise, entropy "
+                   "collapses), measured on the control rows, failed (the value is shown): whatever the interval says "
+                   "(kept as face value), this comparison does not test the published claim",
+    REGIME_UNMEASURED: "a gate on the regime the mechanism needs could not be measured (the missing curve is named) "
+                       "and no gate failed: the comparison is not shown to test the published claim",
     NOT_RUN: "no paired seed has both rows complete",
     HOLDS_EXACTLY: f"a construction check (the toy is built so that the claim must hold) whose every paired "
                    f"difference is exactly 0, on at least {MIN_SEEDS} seeds: a statement about the seeds run, "
                    "with no interval or level (zero spread)",
 }
-DECIDED = (REPRODUCED, SMALLER, NO_EFFECT, OPPOSITE, EFFECT, HOLDS_EXACTLY)     # what stops seeds being added
+DECIDED = (REPRODUCED, SMALLER, NO_EFFECT, OPPOSITE, EFFECT, HOLDS_EXACTLY)
+NOT_A_TEST = (NO_MECHANISM, REGIME_ABSENT, REGIME_UNMEASURED)    # checks outside the data that more seeds leave as they are
 
 
 @dataclass(frozen=True)
@@ -108,6 +117,8 @@ class Verdict:
     looks: int = 1               # sequential looks planned (p-values are multiplied by it in the family)
     diagnostics: tuple = ()      # e.g. a skewed sample, censored runs
     face_value: str = ""         # the data's label when a check outside the data replaced it
+    skewed: bool = False         # the skew diagnostic fired: the interval may cover less than its level
+    fragile: str = ""            # why the label is fragile (``strength.with_fragility``), '' when it is not
 
     @property
     def interval(self) -> str:
@@ -187,7 +198,7 @@ def paired_verdict(differences: dict, direction: str, smallest_effect: float, le
         notes.append(f"skewed differences (G1 {g1:.2f}, beyond {threshold:.2f} = 95 % of normal samples of "
                      f"{n}): the interval may cover less than {100 * level:g} % (docs/coverage.md)")
     base = dict(n=n, mean=mean, low=low, high=high, sd=sd, seeds_needed=needed, differences=finite, level=level,
-                direction=direction, smallest_effect=delta, diagnostics=tuple(notes), looks=looks)
+                direction=direction, smallest_effect=delta, diagnostics=tuple(notes), looks=looks, skewed=bool(skewed))
     if n == 0:
         return Verdict(NOT_RUN, "no paired seed with a finite difference" if dropped else "no paired seed", **base)
     if n < 2:
@@ -207,6 +218,13 @@ def paired_verdict(differences: dict, direction: str, smallest_effect: float, le
     return Verdict(label, reason, p=p, **base)
 
 
+def stops(v: Verdict) -> bool:
+    """Whether a look's verdict stops seeds being added: a decided label on an interval whose skew
+    flag did not fire (a flagged interval may undercover, so more seeds are taken while the plan has
+    looks left), or a check outside the data that more seeds leave as it is (``NOT_A_TEST``)."""
+    return v.verdict in NOT_A_TEST or (v.verdict in DECIDED and not v.skewed)
+
+
 def replaced(v: Verdict, label: str, reason: str, diagnostic: str | None = None) -> Verdict:
     """The verdict with a label set by a check outside the data; the data's label is kept as face value."""
     diagnostics = v.diagnostics + ((diagnostic,) if diagnostic else ())
@@ -215,10 +233,10 @@ def replaced(v: Verdict, label: str, reason: str, diagnostic: str | None = None)
 
 
 def with_mechanism(v: Verdict, metric: str, value: float, floor: float, rows: str) -> Verdict:
-    """``mechanism did not act`` when the mechanism's curve (mean over the seeds of ``rows``) is below
-    its floor, or was never measured (NaN); otherwise the verdict with the measured value noted."""
+    """``precondition not met`` when the precondition's curve (mean over the seeds of ``rows``) is
+    below its floor, or was never measured (NaN); otherwise the verdict with the measured value noted."""
     if math.isfinite(value) and value >= floor:
-        return dataclasses.replace(v, diagnostics=v.diagnostics + (f"mechanism acted: {metric} = {value:.3g} >= "
+        return dataclasses.replace(v, diagnostics=v.diagnostics + (f"precondition met: {metric} = {value:.3g} >= "
                                                                    f"{floor:g} on {rows}",))
     if v.verdict == NOT_RUN:
         return v
@@ -249,7 +267,7 @@ def with_censoring(v: Verdict, treatment: int, control: int, metric: str) -> Ver
         return v
     note = (f"{treatment} treatment and {control} control run(s) of the paired seeds never reached the threshold "
             f"of {metric}: counted at the budget, a lower bound")
-    if v.verdict in (NOT_RUN, UNDERPOWERED, INCONCLUSIVE, NO_MECHANISM):
+    if v.verdict in (NOT_RUN, UNDERPOWERED, INCONCLUSIVE, *NOT_A_TEST):
         return dataclasses.replace(v, diagnostics=v.diagnostics + (note,))
     return replaced(v, INCONCLUSIVE, "censored runs: the interval cannot bound their true values", note)
 

@@ -132,8 +132,9 @@ def _ladder_sections(state, study_path, storage_url, cfg, layout, sections, tabl
         sections.append(("Paired delta vs previous rung", paired_delta_figure(table, metric, table.attrs.get("level"))))
     if layout.get("ablation"):
         sections.extend(ladder_sections(state, study_path, storage_url))
-    from grpolab.report.tables import answer_lines  # the answer; the caption: metric, family, deviations, plan
-    tables.append('<section id="answer"><h2>Answer: each rung against the previous one</h2><ul>'
+    from grpolab.report.tables import answer_header, answer_lines  # the answer; the caption: metric, family, plan
+    tables.append('<section id="answer"><h2>Answer: each rung against the previous one</h2>'
+                  f"<p>{html.escape(answer_header(table, cfg))}</p><ul>"
                   + "".join(f"<li>{html.escape(line)}</li>" for line in answer_lines(table)) + "</ul></section>")
     tables.append(f"<h2>Ablation table</h2><p>{html.escape(table.attrs['caption'])}</p>"
                   + table.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="--",

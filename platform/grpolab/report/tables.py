@@ -15,6 +15,7 @@ import pandas as pd
 
 from grpolab.analysis.ablation import ladder_rows, ladder_table, load_results, search_table
 from grpolab.analysis.scaling import scaling_frame
+from grpolab.analysis.verdicts import DECIDED
 from grpolab.errors import ConfigError
 from grpolab.studies.definition import StudyConfig, load_study
 from grpolab.studies.registration import ladder_fields, ladder_key, status
@@ -78,7 +79,10 @@ def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: 
                f"table; tests: each rung's H0 (mean 0) p with Holm's adjustment over the family; familywise: the "
                f"label on the Bonferroni interval at 1 - 0.05/(rungs x looks), all of which hold together with "
                f"probability >= 95%; threshold metrics never reached count at the budget (a lower bound, column "
-               f"censored) and make a rung's label inconclusive")
+               f"censored) and make a rung's label inconclusive; precondition: a floor showing the change can act at "
+               f"all; regime: the gates on the premise the rung's mechanism needs, measured on the previous rung's rows "
+               f"(failed: 'regime absent: not a test of the claim'); *fragile*: a deciding bound within the evaluation "
+               f"noise sd sqrt(2 p (1 - p) / (prompts x samples x pairs)) of its boundary")
     if cfg.published_source:
         caption += f"; published: {cfg.published_source}"
     caption += f"; deviations: {'; '.join(d.text() for d in cfg.deviations) or 'none'}"
@@ -92,8 +96,10 @@ def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: 
 
 
 def answer_lines(frame: pd.DataFrame) -> list[str]:
-    """One line per rung, the answer first: its label, its paired effect on the previous rung with
-    the interval the label was judged on, and the paired seeds it used. The first rung is the reference."""
+    """One line per rung, the answer first: its label (marked *fragile* where the evaluation draw
+    alone could cross its deciding bound), its paired effect on the previous rung with the interval
+    the label was judged on, the paired seeds it used, the familywise label beside it, and its regime
+    gates. The first rung is the reference."""
     lines = []
     for row in frame.itertuples(index=False):
         if pd.isna(row.delta_vs_prev):
@@ -102,8 +108,27 @@ def answer_lines(frame: pd.DataFrame) -> list[str]:
         seeds = f"{int(row.pairs)} paired seed{'s' if row.pairs != 1 else ''}"
         low, high = row.delta_vs_prev - row.delta_ci95, row.delta_vs_prev + row.delta_ci95
         interval = f"[{low:+.3f}, {high:+.3f}]" if not pd.isna(row.delta_ci95) else "[interval not measured]"
-        lines.append(f"{row.rung}: {row.verdict_vs_prev or 'not judged'}, {row.delta_vs_prev:+.3f} {interval} ({seeds})")
+        family = row.family_label or ("not judged" if not row.label else f"not in the family ({row.label})")
+        lines.append(f"{row.rung}: {row.verdict_vs_prev or 'not judged'}, {row.delta_vs_prev:+.3f} {interval} ({seeds}); "
+                     f"familywise: {family}; regime {row.regime}")
     return lines
+
+
+def answer_header(frame: pd.DataFrame, cfg: StudyConfig, objective: int = 0) -> str:
+    """'k of 5 decided, j familywise' (``DECIDED`` labels only: a regime that is absent or not
+    measured, a precondition not met, decide nothing), and the smallest effect that matters beside
+    the published increments of the rungs."""
+    judged = frame[frame.label != ""]
+    counts = (f"{int(judged.label.isin(DECIDED).sum())} of {len(judged)} decided, "
+              f"{int(judged.family_label.isin(DECIDED).sum())} familywise")
+    obj = cfg.objectives[objective]
+    if obj.smallest_effect is None:
+        return counts
+    published = [r.published for r in cfg.rungs]
+    steps = [f"{b - a:+g}" for a, b in zip(published, published[1:]) if a is not None and b is not None]
+    beside = (f" beside the published increments {', '.join(steps)}"
+              + (f" ({cfg.published_source})" if cfg.published_source else "")) if steps else ""
+    return f"{counts}; smallest effect that matters {obj.smallest_effect:g} of {obj.metric}{beside}"
 
 
 def render(frame: pd.DataFrame, fmt: str, caption: str = "") -> str:
@@ -141,8 +166,9 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
         return f"{caption}\n\n{body}"
     body += scaling_section(state, path, storage_url)   # asymptote A and efficiency C_mid beside the table
     answer = "\n".join(f"- {line}" for line in answer_lines(frame))   # the answer first, the details below
-    return (f"{cfg.name}: each rung's label, effect on the previous rung and its {100 * level:.4g} % interval, "
-            f"paired seeds used\n{answer}\n\n{caption}\n\n{body}")
+    return (f"{cfg.name}: {answer_header(frame, cfg, index)}. Each rung's label, effect on the previous rung and its "
+            f"{100 * level:.4g} % interval, paired seeds used, familywise label, regime gates\n{answer}\n\n{caption}"
+            f"\n\n{body}")
 
 
 def latex_table(frame: pd.DataFrame, caption: str = "", float_format: str = "{:.3g}") -> str:

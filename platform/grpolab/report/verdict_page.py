@@ -168,12 +168,13 @@ def ladder_sections(state, study_path: str, storage_url: str | None) -> list[tup
              if r.verdict is not None]
     if not steps:
         return []
+    from grpolab.analysis.strength import shown_label
     labels = [cfg.rungs[r.rung].name for r in steps]
     deltas = [cfg.objectives[0].smallest_effect] * len(steps)
     verdicts = [r.verdict for r in steps]
     return [("Rung verdicts", verdict_figure(labels, [v.mean for v in verdicts], [v.low for v in verdicts],
                                              [v.high for v in verdicts], deltas, [r.direction for r in steps],
-                                             [v.verdict for v in verdicts],
+                                             [shown_label(v) for v in verdicts],
                                              f"Each rung vs the previous: paired difference, {100 * level:.4g}% paired t CI, label "
                                              "(units of the smallest effect; red: published direction)")),
             ("Per-seed rung differences", seed_figure(labels, [v.differences for v in verdicts], deltas,

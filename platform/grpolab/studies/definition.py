@@ -29,6 +29,7 @@ from grpolab.studies.devices import check_devices
 from grpolab.studies.launch_options import LaunchOptions, parse_launcher
 from grpolab.studies.registration import parse_deviations
 from grpolab.studies.objectives import check_metric
+from grpolab.studies.regime import Regime, parse_regime
 from grpolab.studies.search_space import check_space
 from grpolab.tracking.held_out import canonical_metric
 from grpolab.tracking.naming import flat_keys
@@ -37,8 +38,9 @@ from grpolab.yaml_input import read_yaml_mapping
 
 @dataclass(frozen=True)
 class Mechanism:
-    """The curve that shows a change acting, and its floor fixed in advance: below it the change's
-    verdict is ``mechanism did not act``. ``rows``: whose runs are measured (mean over their seeds)."""
+    """A precondition of a change: the curve that shows it can act at all, and its floor fixed in
+    advance; below it the change's verdict is ``precondition not met``. ``rows``: whose runs are
+    measured (mean over their seeds)."""
     metric: str
     at_least: float
     rows: str = "this"      # rungs: this | previous; claims: treatment | control
@@ -53,6 +55,7 @@ class Rung:
     changes: dict
     published: float | None = None
     mechanism: Mechanism | None = None
+    regime: Regime | None = None     # the premise its mechanism needs, gated on the previous rung's rows
 
 
 @dataclass(frozen=True)
@@ -287,12 +290,14 @@ def _rungs(raw) -> tuple[Rung, ...]:
     for i, item in enumerate(raw):
         if not isinstance(item, dict) or "name" not in item:
             raise ConfigError(f"rungs[{i}]: expected a mapping with name, changes and optional published")
-        unknown = set(item) - {"name", "changes", "published", "mechanism"}
+        unknown = set(item) - {"name", "changes", "published", "mechanism", "regime"}
         if unknown:
-            raise ConfigError(f"rungs[{i}].{sorted(unknown)[0]}: unknown key; valid: name, changes, published, mechanism")
-        if i == 0 and item.get("mechanism") is not None:
-            raise ConfigError("rungs[0].mechanism: the first rung is not judged against anything; "
-                              "give mechanisms to the rungs that change something")
+            raise ConfigError(f"rungs[{i}].{sorted(unknown)[0]}: unknown key; valid: name, changes, published, "
+                              "mechanism, regime")
+        for key in ("mechanism", "regime"):
+            if i == 0 and item.get(key) is not None:
+                raise ConfigError(f"rungs[0].{key}: the first rung is not judged against anything; "
+                                  f"give a {key} to the rungs that change something")
         if not isinstance(item["name"], str) or not item["name"].strip():
             raise ConfigError(f"rungs[{i}].name: expected a non-empty string, got {item['name']!r}")
         if item["name"] in {r.name for r in out}:  # rows, tables and dashboards are keyed by rung name
@@ -307,7 +312,8 @@ def _rungs(raw) -> tuple[Rung, ...]:
         if published is not None and (isinstance(published, bool) or not isinstance(published, (int, float))):
             raise ConfigError(f"rungs[{i}].published: expected a number or nothing, got {published!r}")
         out.append(Rung(item["name"], changes, published,
-                        parse_mechanism(item.get("mechanism"), f"rungs[{i}].mechanism", ("this", "previous"))))
+                        parse_mechanism(item.get("mechanism"), f"rungs[{i}].mechanism", ("this", "previous")),
+                        parse_regime(item.get("regime"), f"rungs[{i}].regime", ("previous",))))
     return tuple(out)
 
 

@@ -127,7 +127,8 @@ def definition_hash(cfg) -> str:
 def ladder_fields(cfg) -> dict:
     """A ladder's registered fields: what decides its verdicts, and its whole definition."""
     return {"objectives": [[o.metric, o.direction, o.smallest_effect] for o in cfg.objectives],
-            "rungs": [[r.name, r.changes, r.published, r.mechanism and r.mechanism.text()] for r in cfg.rungs],
+            "rungs": [[r.name, r.changes, r.published, r.mechanism and r.mechanism.text()]
+                      + ([r.regime.text()] if r.regime else []) for r in cfg.rungs],
             "definition": definition_hash(cfg)}
 
 

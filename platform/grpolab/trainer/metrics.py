@@ -39,7 +39,8 @@ def rollout_metrics(rewards: torch.Tensor, correct: torch.Tensor, lengths: torch
 
     rewards (N,) total reward; correct (N,) bool from the task verifier; lengths (N,) completion
     tokens incl. EOS; truncated (N,) bool (hit the length cap without EOS); overlong (L_max,
-    configured L_cache or 0) adds ``length/soft_penalized_fraction``. ``length/std`` is the
+    configured L_cache or 0) adds ``length/soft_penalized_fraction`` and, over the correct
+    completions only, ``length/soft_penalized_correct_fraction``. ``length/std`` is the
     spread of lengths (std, N-1) that token-level aggregation weighs differently from sequence-
     level: sum_i sum_t / sum_i |o_i| vs mean_i (1/|o_i|) sum_t. ``groups/zero_variance``
     is about the reward (no policy gradient); ``groups/all_correct`` and ``groups/all_wrong`` are
@@ -67,6 +68,8 @@ def rollout_metrics(rewards: torch.Tensor, correct: torch.Tensor, lengths: torch
     }
     if overlong is not None:
         out["length/soft_penalized_fraction"] = soft_penalized_fraction(lengths, *overlong)
+        # the premise of soft punishment: it shapes an over-long tail, not the correct answers
+        out["length/soft_penalized_correct_fraction"] = soft_penalized_fraction(lengths[correct], *overlong)
     return out
 
 
@@ -120,6 +123,10 @@ DEFINITIONS: dict[str, str] = {
                                       "completions included), with L_max the training cap and L_cache "
                                       "method.overlong_buffer or 20 % of the cap; computed for every method, "
                                       "punishing or not, so it means the same on every rung",
+    "length/soft_penalized_correct_fraction": "generated: fraction of the CORRECT completions in soft overlong "
+                                              "punishment's zone (the zone of `length/soft_penalized_fraction`; NaN "
+                                              "at a step with none correct): how many right answers the punishment "
+                                              "reaches, the premise gate correct_in_soft_zone",
     "groups/zero_variance": "generated: fraction of groups whose total rewards all agree within 1e-6 (no policy gradient)",
     "groups/all_correct": "generated: fraction of groups whose completions are all correct (verifier)",
     "groups/all_wrong": "generated: fraction of groups whose completions are all incorrect (verifier)",

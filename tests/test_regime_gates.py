@@ -1,0 +1,212 @@
+"""Regime gates, fragile labels and the answer header, on tiny synthetic ladder rows (no training):
+a rung whose control rows lack the regime its mechanism needs reads 'regime absent: not a test of
+the claim'; a gate whose curve no row logged says which; a label whose deciding bound sits within
+the evaluation noise of its boundary is marked fragile."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from grpolab.analysis import ladder_verdicts
+from grpolab.analysis.ablation import ladder_table
+from grpolab.analysis.regimes import ABSENT, PRESENT, UNMEASURED, check_regime, run_measure
+from grpolab.analysis.strength import decided_counts, deciding_bounds, eval_noise_sd, fragility
+from grpolab.analysis.verdicts import (NO_EFFECT, OPPOSITE, REGIME_ABSENT, REGIME_UNMEASURED, REPRODUCED, Verdict,
+                                       paired_verdict, stops, with_family)
+from grpolab.errors import ConfigError
+from grpolab.report.tables import answer_header, answer_lines
+from grpolab.studies.definition import Objective, Rung, StudyConfig
+from grpolab.studies.regime import Gate, parse_regime
+from grpolab.tracking.held_out import RunHistory
+
+STEPS = range(0, 101, 10)
+
+
+def _history(**curves) -> RunHistory:
+    """A run whose curve ``key`` is ``(head value, tail value)`` (a step between them at each
+    step) or one constant."""
+    out = {}
+    for key, value in curves.items():
+        a, b = value if isinstance(value, tuple) else (value, value)
+        out[key.replace("__", "/")] = [(s, a if s <= 25 else b) for s in STEPS]
+    return RunHistory({100: {"eval/pass_at_1": 0.3}}, out)
+
+
+class _Fake:
+    """Stands in for the MLflow reader: run id -> history."""
+    table: dict = {}
+
+    def __init__(self, state, keys):
+        pass
+
+    def __call__(self, run_id):
+        return self.table[run_id]
+
+
+TRUNCATION = parse_regime({"premise": "truncation is noise", "gates": [
+    {"measure": "truncated_fraction", "at_least": 0.02}, {"measure": "salvage_rate", "at_least": 0.3}]},
+    "regime", ("previous",))
+
+
+def _ladder(rows_effect: list[float], histories: dict, monkeypatch, base: list[float] | None = None):
+    cfg = StudyConfig(name="toy", kind="ladder", path="x", base={"eval": {"final_prompts": 1024, "final_k": 2}},
+                      seeds=tuple(range(len(rows_effect))),
+                      objectives=(Objective("final:eval/pass_at_1", "maximize", 0.02),),
+                      rungs=(Rung("Naive GRPO", {}, 30.0), Rung("+ Overlong Filtering", {"k": 1}, 36.0, None, TRUNCATION)),
+                      published_source="DAPO Table 1")
+    base = base or [0.25 + 0.01 * (s % 3) for s in range(len(rows_effect))]
+    rows = pd.DataFrame([{"rung": r, "seed": s, "state": "COMPLETE", "value": b + (d if r else 0.0),
+                          "run_id": f"r{r}s{s}"} for r in (0, 1) for s, (b, d) in enumerate(zip(base, rows_effect))])
+    _Fake.table = {f"r{r}s{s}": histories[r] for r in (0, 1) for s in range(len(rows_effect))}
+    monkeypatch.setattr(ladder_verdicts, "_Histories", _Fake)
+    return ladder_table(rows, cfg), cfg
+
+
+CLEAR_RISE = [0.10, 0.11, 0.09, 0.10, 0.12, 0.08, 0.10, 0.11]
+
+
+def test_a_ladder_without_truncation_reads_regime_absent_for_overlong_filtering(monkeypatch):
+    """Forced: no completion is ever truncated on the control rows, so however clearly the rung's
+    interval rises it is no test of DAPO's claim, and every output says so."""
+    none_truncated = _history(length__truncated_fraction=0.0, length__truncated_salvageable=math.nan)
+    frame, cfg = _ladder(CLEAR_RISE, {0: none_truncated, 1: none_truncated}, monkeypatch)
+    row = frame.iloc[1]
+    assert row.label == REGIME_ABSENT == "regime absent: not a test of the claim"
+    assert row.family_label == REGIME_ABSENT                       # familywise, the check outside the data stands
+    assert "at face value: reproduced" in row.why
+    assert row.regime.startswith("absent: truncation is noise: truncated_fraction = 0 (>= 0.02: failed)")
+    line = answer_lines(frame)[1]
+    assert line.startswith("+ Overlong Filtering: regime absent: not a test of the claim, +0.101 [")
+    assert "familywise: regime absent: not a test of the claim" in line
+    assert answer_header(frame, cfg).startswith("0 of 1 decided, 0 familywise; smallest effect that matters 0.02 "
+                                                "of final:eval/pass_at_1 beside the published increments +6")
+
+
+def test_a_gate_whose_curve_was_never_logged_says_not_measured_and_names_it(monkeypatch):
+    truncated = _history(length__truncated_fraction=0.3)          # salvage never logged (an older state)
+    frame, _ = _ladder(CLEAR_RISE, {0: truncated, 1: truncated}, monkeypatch)
+    row = frame.iloc[1]
+    assert row.label == REGIME_UNMEASURED
+    assert "salvage_rate >= 0.3: not measured (length/truncated_salvageable not logged)" in row.regime
+    assert "truncated_fraction = 0.3 (>= 0.02: met)" in row.regime
+
+
+def test_a_present_regime_leaves_the_label_and_counts_it_decided(monkeypatch):
+    salvageable = _history(length__truncated_fraction=0.1, length__truncated_salvageable=0.45)
+    frame, cfg = _ladder(CLEAR_RISE, {0: salvageable, 1: salvageable}, monkeypatch)
+    assert frame.iloc[1].label == REPRODUCED and frame.iloc[1].regime.startswith("present: ")
+    assert answer_header(frame, cfg).startswith("1 of 1 decided, 1 familywise")
+
+
+@pytest.mark.parametrize("measure, curves, value", [
+    ("entropy_drop", {"entropy": (0.8, 0.2)}, 0.75),                       # 1 - tail / head
+    ("length_cv", {"length__std": 3.0, "length__mean": 12.0}, 0.25),       # sd / mean, scale-free
+    ("incorrect_length_growth", {"length__incorrect": (10.0, 15.0)}, 1.5),  # tail / head
+    ("accuracy_gain", {"accuracy": (0.2, 0.5)}, 0.3),                      # tail - head
+    ("entropy_drop", {"entropy": (0.0, 0.0)}, math.nan),                   # 0 / 0: no value, never a silent 0
+])
+def test_each_measure_is_its_documented_ratio(measure, curves, value):
+    got = run_measure(measure, _history(**curves))
+    assert (math.isnan(got) and math.isnan(value)) or got == pytest.approx(value)
+
+
+def test_regime_status_absent_beats_not_measured_and_present_needs_every_gate():
+    h = [_history(length__truncated_fraction=0.0)]
+    assert check_regime(TRUNCATION, h, "x").status == ABSENT
+    h = [_history(length__truncated_fraction=0.1)]
+    assert check_regime(TRUNCATION, h, "x").status == UNMEASURED
+    h = [_history(length__truncated_fraction=0.1, length__truncated_salvageable=0.5)]
+    assert check_regime(TRUNCATION, h, "x").status == PRESENT
+    at_most = parse_regime({"premise": "p", "gates": [{"measure": "correct_in_soft_zone", "at_most": 0.1}]}, "r", ("previous",))
+    assert at_most.gates == (Gate("correct_in_soft_zone", 0.1, True),)
+    assert check_regime(at_most, [_history(length__soft_penalized_correct_fraction=0.156)], "x").status == ABSENT
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"premise": "p", "gates": [{"measure": "entropy", "at_least": 0.5}]}, "measure: 'entropy'; valid: truncated_fraction"),
+    ({"premise": "p", "gates": [{"measure": "entropy_drop", "at_least": 0.5, "at_most": 0.9}]}, "at_least: NUMBER} or"),
+    ({"premise": "", "gates": [{"measure": "entropy_drop", "at_least": 0.5}]}, "premise: expected the paper's premise"),
+    ({"premise": "p", "gates": []}, "gates: expected a non-empty list"),
+    ({"premise": "p", "gates": [{"measure": "entropy_drop", "at_least": "half"}]}, "at_least: expected a number"),
+])
+def test_bad_regimes_are_refused_naming_what_is_valid(raw, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("{", r"\{").replace("}", r"\}")):
+        parse_regime(raw, "rungs[1].regime", ("previous",))
+
+
+def test_eval_noise_is_the_binomial_sd_of_the_mean_paired_difference():
+    # p 0.258, 1,024 prompts x avg@2, 64 pairs: sqrt(2 x 0.258 x 0.742 / (1024 x 2 x 64)) = 0.001709
+    assert eval_noise_sd(0.258, 1024, 2, 64) == pytest.approx(0.0017091, abs=1e-7)
+    assert math.isnan(eval_noise_sd(1.5, 1024, 2, 64))
+
+
+def _verdict(label: str, low: float, high: float, direction: str = "increase") -> Verdict:
+    return Verdict(label, "", 64, (low + high) / 2, low, high, 0.04, None, direction=direction, smallest_effect=0.02)
+
+
+def test_a_label_whose_bound_is_within_eval_noise_of_its_boundary_is_fragile():
+    """Soft Overlong Punishment's v4 line: opposite direction with its upper bound at -0.0005,
+    against an evaluation noise sd of 0.0017: a fresh avg@2 draw could cross 0."""
+    knife = _verdict(OPPOSITE, -0.029, -0.0005)
+    assert deciding_bounds(knife) == [("upper", -0.0005, 0.0)]
+    assert fragility(knife, 0.0017).startswith("fragile: the upper bound -0.0005 is 0.0005 from its boundary +0")
+    assert fragility(_verdict(OPPOSITE, -0.029, -0.005), 0.0017) == ""       # clears 0 by 3 sd
+    # a drop tested as a drop: the unsigned lower bound -0.0005 decides 'reproduced' against -delta
+    drop = _verdict(NO_EFFECT, -0.0195, 0.01)
+    assert [b[0] for b in deciding_bounds(drop)] == ["lower", "upper"] and "lower bound -0.0195" in fragility(drop, 0.0017)
+    assert fragility(knife, math.nan) == ""                                    # no pass-rate metric: not assessed
+
+
+def test_the_fragile_case_is_marked_in_the_answer_line(monkeypatch):
+    """Eight seeds whose mean rise clears 0 by less than the evaluation noise: 'direction holds'
+    at face value, marked *fragile* in the line."""
+    salvageable = _history(length__truncated_fraction=0.1, length__truncated_salvageable=0.45)
+    diffs = [0.0045, 0.0060, 0.0050, 0.0055, 0.0040, 0.0065, 0.0050, 0.0055]
+    frame, _ = _ladder(diffs, {0: salvageable, 1: salvageable}, monkeypatch)
+    row = frame.iloc[1]
+    assert row.label.startswith("direction holds") and "(*fragile*)" in row.verdict_vs_prev
+    assert "fragile: the lower bound" in row.why
+    assert "(*fragile*)" in answer_lines(frame)[1]
+
+
+def test_header_counts_per_rung_and_familywise_labels():
+    rise = paired_verdict({s: 0.05 + 0.004 * (s % 3) for s in range(16)}, "increase", 0.02, 0.9875, 4)
+    # upper bound +0.0195 at 98.75 % per look, inside delta; at the family's 99.375 % it passes 0.02
+    small = paired_verdict({s: 0.005 + 0.04 * ((s % 4) - 1.5) for s in range(64)}, "increase", 0.02, 0.9875, 4)
+    family = with_family([rise, small])
+    assert small.verdict == NO_EFFECT and small.high == pytest.approx(0.01949, abs=1e-5)
+    assert family[1].family_label == "underpowered"
+    assert decided_counts(family) == (2, 1, 2)        # the small one is decided per rung, not familywise
+    frame = pd.DataFrame({"label": ["", family[0].verdict, family[1].verdict, REGIME_ABSENT],
+                          "family_label": ["", family[0].family_label, family[1].family_label, REGIME_ABSENT]})
+    cfg = StudyConfig(name="x", kind="ladder", path="x", base={}, seeds=(0,),
+                      objectives=(Objective("final:eval/pass_at_1", "maximize", 0.02),),
+                      rungs=(Rung("a", {}, 30.0), Rung("b", {"k": 1}, 36.0), Rung("c", {"k": 2}, 38.0), Rung("d", {"k": 3}, 41.0)))
+    assert answer_header(frame, cfg) == ("2 of 3 decided, 1 familywise; smallest effect that matters 0.02 of "
+                                         "final:eval/pass_at_1 beside the published increments +6, +2, +3")
+
+
+def test_a_skewed_or_not_a_test_look_does_not_stop_like_a_decided_one():
+    clean = paired_verdict({s: 0.05 + 0.004 * (s % 3) for s in range(8)}, "increase", 0.02)
+    skewed = paired_verdict({**{s: 0.03 for s in range(7)}, 7: 0.2}, "increase", 0.02)
+    assert clean.verdict in (REPRODUCED,) and stops(clean)
+    assert skewed.skewed and skewed.verdict != "inconclusive" and not stops(skewed)
+    assert stops(_verdict(REGIME_ABSENT, 0.0, 0.1))
+
+
+def test_the_soft_zone_share_of_correct_completions_counts_right_answers_only():
+    """cap 24, L_cache 5: the zone is |o| > 19. Correct: 3, 20, 19, 21 -> 2 of 4 in the zone; the
+    incorrect 24s (truncated) count in the all-rows fraction only."""
+    import torch
+
+    from grpolab.trainer.metrics import rollout_metrics
+    lengths = torch.tensor([3, 20, 19, 21, 24, 24, 10, 4], dtype=torch.float32)
+    correct = torch.tensor([1, 1, 1, 1, 0, 0, 0, 0]).bool()
+    out = rollout_metrics(torch.zeros(8), correct, lengths, lengths >= 24, 4, overlong=(24, 0))
+    assert out["length/soft_penalized_correct_fraction"] == 0.5
+    assert out["length/soft_penalized_fraction"] == 0.5            # 20, 21, 24, 24 of 8
+    none_right = rollout_metrics(torch.zeros(8), torch.zeros(8).bool(), lengths, lengths >= 24, 4, overlong=(24, 0))
+    assert math.isnan(none_right["length/soft_penalized_correct_fraction"])
