@@ -125,12 +125,18 @@ def test_benchmark_overlapping_train_prompts_is_refused(tmp_path):
     assert [e.prompt for e in clean.items[0][1]] == [e.prompt for e in held_out]   # the run's held-out draw
 
 
-def test_toy_run_logs_two_named_benchmarks(shared_state):
+@pytest.fixture(scope="module")
+def two_benchmark_run(shared_state):
+    """A 2-step toy run with two named benchmarks (n = 8 each), and its config."""
     from grpolab.experiment.runner import run_experiment
-    from grpolab.tracking.recorder import tracking_uri
     cfg = _cfg([{"name": "small", "size": 4, "n": 8}, {"name": "hot", "size": 3, "n": 8, "temperature": 1.5,
                                                        "top_p": 0.9, "seed": 7}])
-    result = run_experiment(cfg, shared_state)
+    return cfg, run_experiment(cfg, shared_state)
+
+
+def test_toy_run_logs_two_named_benchmarks(shared_state, two_benchmark_run):
+    from grpolab.tracking.recorder import tracking_uri
+    cfg, result = two_benchmark_run
     run = MlflowClient(tracking_uri(shared_state)).get_run(result.run_id)
     for name in ("small", "hot"):
         for score in ("avg_at_8", "pass_at_1", "pass_at_2", "pass_at_4", "pass_at_8", "maj_at_8", "sd_at_8"):
@@ -160,3 +166,38 @@ def test_study_metric_must_name_a_declared_benchmark_and_a_reported_score(tmp_pa
         path.write_text(yaml.safe_dump({**data, "metric": metric}))
         with pytest.raises(ConfigError, match=match):
             load_study(path)
+
+
+def test_grpolab_eval_rescores_a_saved_model_as_a_direct_evaluation(shared_state, two_benchmark_run, tmp_path, capsys):
+    from grpolab.cli import main
+    from grpolab.experiment.benchmark_runs import transformers_sampler
+    from grpolab.experiment.runner import run_splits
+    from grpolab.tasks import make_task
+    from grpolab.tasks.benchmarks import Benchmark, score_benchmark
+    from grpolab.tracking.recorder import tracking_uri
+    from grpolab.world.models import load_model
+    cfg, result = two_benchmark_run
+    assert main(["--state", str(shared_state), "eval", result.run_id, "--benchmark", "small", "--n", "16"]) == 0
+    client = MlflowClient(tracking_uri(shared_state))
+    parent = client.get_run(result.run_id)
+    nested = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{result.run_id}'")
+    assert len(nested) == 1 and nested[0].data.tags["grpolab.eval.step"] == "2"
+    rescored = nested[0].data.metrics
+    assert {f"eval/small/pass_at_{k}" for k in (1, 2, 4, 8, 16)} | {"eval/small/maj_at_16"} <= set(rescored)
+    assert nested[0].data.params["benchmarks.small.n"] == "16"
+    # the same model, seed and settings scored directly
+    task = make_task("addition", digits=2)
+    model, tokenizer = load_model(shared_state / "runs" / result.run_id / "final")
+    examples = task.splits(cfg.seed, 0, 4)[1]
+    bench = Benchmark("small", size=4, n=16, max_tokens=cfg.eval.max_completion_length)
+    direct, _ = score_benchmark(bench, task, examples, transformers_sampler(model, tokenizer), cfg.seed)
+    assert rescored["eval/small/avg_at_16"] == direct["eval/small/avg_at_16"]
+    assert rescored["eval/small/maj_at_16"] == direct["eval/small/maj_at_16"]
+    # a benchmark holding training prompts is refused, naming the overlap
+    train, _ = run_splits(cfg, task)
+    leaky = tmp_path / "leaky.jsonl"
+    leaky.write_text("".join(json.dumps({"prompt": e.prompt, "answer": e.answer}) + "\n" for e in train[:2]))
+    assert main(["--state", str(shared_state), "eval", result.run_id, "--benchmark", str(leaky)]) == 2
+    assert "benchmark 'leaky': 2 of its 2 prompts are training prompts" in capsys.readouterr().err
+    assert main(["--state", str(shared_state), "eval", result.run_id, "--benchmark", "aime"]) == 2
+    assert "'aime' is not a benchmark of the run (declared: small, hot)" in capsys.readouterr().err

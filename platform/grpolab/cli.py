@@ -339,8 +339,8 @@ def _common_flags(defaults: bool) -> argparse.ArgumentParser:
     return common
 
 
-PUBLIC_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "methods", "metrics-doc", "bench", "doctor")
-STATE_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "bench")   # they read or write the state folder
+PUBLIC_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "eval", "methods", "metrics-doc", "bench", "doctor")
+STATE_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "eval", "bench")   # they read or write the state folder
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -359,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(PUBLIC_COMMANDS) + "}")
     sub.add_parser = functools.partial(sub.add_parser, parents=[_common_flags(False)])
     for add in (_add_run, _add_study, _add_study_worker, _add_study_rank, _add_table, _add_dashboard, _add_verdicts,
-                _add_methods, _add_bench, _add_doctor):
+                _add_eval, _add_methods, _add_bench, _add_doctor):
         add(sub)
     return parser
 
@@ -521,6 +521,28 @@ def _add_bench(sub) -> None:
                        help="timed runs per variant (workers: repeats // 2 rotations of its three configurations)")
     bench.add_argument("--rows", type=int, default=8, help="rows of the workers benchmark's study (2 rungs x rows/2 seeds)")
     bench.set_defaults(func=_cmd_bench)
+
+
+def _add_eval(sub) -> None:
+    ev = sub.add_parser("eval", help="re-score saved models (a run, a study's runs or a run folder) on named benchmarks")
+    ev.add_argument("target", metavar="RUN", help="an MLflow run id, a study file, or a run folder")
+    ev.add_argument("--benchmark", action="append", required=True, metavar="B",
+                    help="a benchmark the run declares, held_out, or a file / hub dataset (repeatable)")
+    for flag, kind in (("--n", int), ("--temperature", float), ("--top-p", float), ("--max-tokens", int),
+                       ("--size", int), ("--seed", int)):
+        ev.add_argument(flag, type=kind, default=None, help="replaces the benchmark's own setting")
+    ev.add_argument("--checkpoints", choices=["final", "all"], default="final",
+                    help="the final model, or every complete checkpoint too")
+    ev.add_argument("--storage", default=None, help="Optuna storage URL of the study")
+    ev.set_defaults(func=_cmd_eval)
+
+
+def _cmd_eval(args) -> int:
+    from grpolab.analysis.rescore import OVERRIDES, rescore
+    from grpolab.state import state_dir
+    overrides = {k: getattr(args, k) for k in OVERRIDES}
+    rescore(args.target, state_dir(args.state), args.benchmark, overrides, args.checkpoints, args.storage)
+    return 0
 
 
 def _add_doctor(sub) -> None:

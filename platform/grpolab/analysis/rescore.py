@@ -1,0 +1,178 @@
+"""``grpolab eval``: re-score saved models on named benchmarks, with chosen n and decoding.
+
+What is re-scored: a run (its MLflow id: its run folder ``<state>/runs/<id>/``), every run of a
+study (a study file), or a run folder given as a directory. Which models: the final one (default)
+or every complete checkpoint and the final one (``--checkpoints all``: a curve over steps).
+
+Which benchmarks (``--benchmark B``, repeatable): a name the run declares in ``eval.benchmarks``,
+``held_out`` (the run's own held-out set, eval.final_prompts prompts), or a file / hub dataset
+(named after the file). ``--n``, ``--temperature``, ``--top-p``, ``--max-tokens``, ``--size`` and
+``--seed`` replace the benchmark's own settings. A benchmark whose prompts overlap the run's
+training prompts is refused, naming the count (tasks/benchmarks.py).
+
+Each model's scores are recorded as an MLflow run nested under the original run, in its
+experiment, tagged with the checkpoint step (``grpolab.eval.step``) and logged at that step, so
+the re-scored curve lines up with the run's own. Sampling is seeded (the benchmark's seed, else
+the run's) with transformers ``generate``, so the same model and settings give the same scores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import NamedTuple
+
+from grpolab.errors import ConfigError
+from grpolab.experiment.benchmark_runs import RunBenchmarks
+from grpolab.experiment.checkpoints import CONFIG, complete_checkpoints, run_dir
+from grpolab.experiment.config import EvalCfg, TrainCfg
+from grpolab.experiment.runner import run_splits
+from grpolab.tasks import make_task
+from grpolab.tracking.naming import flat_keys, state_relative
+from grpolab.tracking.recorder import RunRecorder, client_for
+from grpolab.world.models import load_model
+
+OVERRIDES = ("n", "temperature", "top_p", "max_tokens", "size", "seed")
+
+
+class RunToScore(NamedTuple):
+    run_id: str | None     # the MLflow run the nested runs go under (None: a folder MLflow does not know)
+    folder: Path           # its run folder: config.json, checkpoint-<step>/, final/
+
+
+class Rescored(NamedTuple):
+    run_id: str | None
+    step: int
+    model: Path
+    metrics: dict          # eval/<benchmark>/<score>
+    nested_run_id: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class SavedRun:
+    """What re-scoring needs of a run, read back from its config.json."""
+    task: dict
+    seed: int
+    train: TrainCfg
+    eval: EvalCfg
+    lora: bool
+
+
+def read_saved_run(folder: Path) -> SavedRun:
+    path = Path(folder) / CONFIG
+    if not path.exists():
+        raise ConfigError(f"{str(folder)!r}: not a run folder (no {CONFIG}); give a run id, a study file or a "
+                          "run folder <state>/runs/<run id>")
+    data = json.loads(path.read_text())
+
+    def section(cls, raw):   # fields a newer grpolab added take their defaults; fields it dropped are ignored
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if k == "band" else v for k, v in (raw or {}).items() if k in names})
+    return SavedRun(data["task"], int(data.get("seed", 0)), section(TrainCfg, data.get("train")),
+                    section(EvalCfg, data.get("eval")), bool((data.get("model") or {}).get("lora")))
+
+
+def runs_to_score(target: str, state: Path, storage_url: str | None = None) -> list[RunToScore]:
+    """The runs ``target`` names: a run folder, a study file's rows, or an MLflow run id."""
+    path = Path(target)
+    if path.is_dir():
+        run_id = path.name if path.resolve().parent == (Path(state) / "runs").resolve() else None
+        return [RunToScore(run_id, path)]
+    if path.is_file():
+        from grpolab.analysis.ablation import load_results
+        from grpolab.analysis.tidy import study_results
+        cfg, study = load_results(target, state, storage_url, create=False)
+        if study is None:
+            raise ConfigError(f"{target}: the study has not run in {state} (no rows yet)")
+        ids = [i for i in dict.fromkeys(study_results(study, cfg).run_id) if i]
+        return [RunToScore(i, run_dir(state, i)) for i in ids if run_dir(state, i).is_dir()]
+    folder = run_dir(state, target)
+    if not folder.is_dir():
+        raise ConfigError(f"{target!r}: neither a run folder, a study file nor a run id with a folder in {state}/runs")
+    return [RunToScore(target, folder)]
+
+
+def models_to_score(folder: Path, saved: SavedRun, which: str) -> list[tuple[int, Path]]:
+    """(step, model folder): the final model, and with ``which="all"`` every complete checkpoint."""
+    if which not in ("final", "all"):
+        raise ConfigError(f"--checkpoints: expected final or all, got {which!r}")
+    if saved.lora:
+        raise ConfigError(f"{str(folder)!r}: a LoRA run keeps adapters only; re-scoring them is not supported")
+    found = complete_checkpoints(folder) if which == "all" else []
+    final = Path(folder) / "final"
+    if final.is_dir():
+        found = [(s, p) for s, p in found if s != saved.train.steps] + [(saved.train.steps, final)]
+    if not found:
+        raise ConfigError(f"{str(folder)!r}: no final model" + (" nor complete checkpoint" if which == "all" else "")
+                          + " (a run that did not finish keeps checkpoints only: --checkpoints all)")
+    return found
+
+
+def benchmark_specs(names: list[str], saved: SavedRun, overrides: dict) -> list[dict]:
+    """The benchmarks ``names`` pick, with ``overrides`` (None: keep) applied."""
+    if not names:
+        raise ConfigError("--benchmark: give at least one (a name in the run's eval.benchmarks, held_out, or a file)")
+    declared = {b["name"]: dict(b) for b in saved.eval.benchmarks}
+    specs = []
+    for name in names:
+        if name in declared:
+            spec = declared[name]
+        elif name == "held_out":
+            spec = {"name": "held_out", "source": "held_out"}
+        elif Path(name).exists() or "/" in name:
+            spec = {"name": Path(name).name.split(".")[0] or "file", "source": name}
+        else:
+            raise ConfigError(f"--benchmark: {name!r} is not a benchmark of the run (declared: "
+                              f"{', '.join(declared) or 'none'}), nor held_out, nor a file or hub dataset")
+        spec.update({k: v for k, v in overrides.items() if v is not None})
+        if not spec.get("max_tokens"):
+            spec["max_tokens"] = saved.eval.max_completion_length
+        specs.append(spec)
+    return specs
+
+
+def rescore(target: str, state: Path, names: list[str], overrides: dict | None = None, which: str = "final",
+            storage_url: str | None = None, echo=print) -> list[Rescored]:
+    """Score every model of every run ``target`` names on ``names``; one nested MLflow run each."""
+    unknown = set(overrides or {}) - set(OVERRIDES)
+    if unknown:
+        raise ConfigError(f"overrides: unknown {sorted(unknown)[0]!r}; valid: {', '.join(OVERRIDES)}")
+    out = []
+    for run in runs_to_score(target, Path(state), storage_url):
+        saved = read_saved_run(run.folder)
+        specs = benchmark_specs(names, saved, overrides or {})
+        for step, model_dir in models_to_score(run.folder, saved, which):
+            metrics = score_model(saved, specs, model_dir)
+            nested = record(state, run.run_id, step, model_dir, specs, metrics)
+            out.append(Rescored(run.run_id, step, model_dir, metrics, nested))
+            shown = ", ".join(f"{k.removeprefix('eval/')} {v:.4g}" for k, v in metrics.items() if "/avg_at_" in k
+                              or "/maj_at_" in k)
+            echo(f"{run.run_id or run.folder} step {step}: {shown}" + (f" (nested run {nested})" if nested else ""))
+    return out
+
+
+def score_model(saved: SavedRun, specs: list[dict], model_dir: Path) -> dict:
+    """The benchmarks' scores of one saved model, drawn exactly as the run would draw them."""
+    task = make_task(saved.task["name"], **{k: v for k, v in saved.task.items() if k != "name"})
+    train, _ = run_splits(saved, task)
+    model, tokenizer = load_model(model_dir)
+    metrics, _ = RunBenchmarks.for_run(saved, task, train, tokenizer, specs).evaluate(task, model, tokenizer)
+    return metrics
+
+
+def record(state: Path, run_id: str | None, step: int, model_dir: Path, specs: list[dict], metrics: dict) -> str | None:
+    """A nested MLflow run under ``run_id`` (in its experiment) with ``metrics`` at ``step``."""
+    if run_id is None:
+        return None
+    client = client_for(state)
+    parent = client.get_run(run_id)
+    experiment = client.get_experiment(parent.info.experiment_id).name
+    names = ",".join(s["name"] for s in specs)
+    tags = {"grpolab.eval.of_run": run_id, "grpolab.eval.step": step, "grpolab.eval.benchmarks": names,
+            "grpolab.eval.model": state_relative(model_dir, state)}
+    params = {"benchmarks": {s["name"]: flat_keys({k: v for k, v in s.items() if k != "name"}) for s in specs}}
+    with RunRecorder(state, experiment, f"eval {names} @ step {step}", tags, params, parent_run_id=run_id) as recorder:
+        recorder.log_metrics(metrics, step=step)
+        nested = recorder.run_id
+    return nested
