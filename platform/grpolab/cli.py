@@ -165,6 +165,11 @@ def _study_plan(args) -> int:
     if args.tokens_per_second is not None and not args.tokens_per_second > 0:
         raise ConfigError(f"--tokens-per-second: must be > 0, got {args.tokens_per_second}")
     print(render_plan(plan_study(args.study, getattr(args, "gpus_per_row", None)), args.tokens_per_second))
+    from grpolab.analysis.compute_hours import study_hours
+    from grpolab.state import state_path
+    measured = study_hours(args.study, state_path(args.state), args.storage)   # once rows ran: the actual total
+    if measured is not None:
+        print(measured.text())
     return 0
 
 
@@ -339,8 +344,8 @@ def _common_flags(defaults: bool) -> argparse.ArgumentParser:
     return common
 
 
-PUBLIC_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "eval", "methods", "metrics-doc", "bench", "doctor")
-STATE_COMMANDS = ("run", "study", "table", "dashboard", "verdicts", "eval", "bench")   # they read or write the state folder
+PUBLIC_COMMANDS = ("run", "study", "table", "samples", "dashboard", "verdicts", "eval", "methods", "metrics-doc", "bench", "doctor")
+STATE_COMMANDS = ("run", "study", "table", "samples", "dashboard", "verdicts", "eval", "bench")   # they read or write the state folder
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -358,7 +363,7 @@ def build_parser() -> argparse.ArgumentParser:
     # the internal study-worker command is left out of the listing (it has no help= either)
     sub = parser.add_subparsers(dest="command", required=True, metavar="{" + ",".join(PUBLIC_COMMANDS) + "}")
     sub.add_parser = functools.partial(sub.add_parser, parents=[_common_flags(False)])
-    for add in (_add_run, _add_study, _add_study_worker, _add_study_rank, _add_table, _add_dashboard, _add_verdicts,
+    for add in (_add_run, _add_study, _add_study_worker, _add_study_rank, _add_table, _add_samples, _add_dashboard, _add_verdicts,
                 _add_eval, _add_methods, _add_bench, _add_doctor):
         add(sub)
     return parser
@@ -480,6 +485,23 @@ def _add_table(sub) -> None:
     table.add_argument("--format", choices=["markdown", "csv", "latex"], default="markdown")
     table.add_argument("--metric", default=None, help="which objective of the study (default: the first)")
     table.set_defaults(func=_cmd_table)
+
+
+def _add_samples(sub) -> None:
+    samples = sub.add_parser("samples", help="one prompt's logged completions from every rung and seed, side by side")
+    samples.add_argument("target", metavar="STUDY_OR_RUN", help="a study file, or an MLflow run id (a study's parent "
+                         "run: its rows)")
+    samples.add_argument("--prompt", default=None, help="the prompt containing TEXT (default: the prompt most runs logged)")
+    samples.add_argument("--step", type=int, default=None, help="only this step's rollout")
+    samples.add_argument("--storage", default=None, help="Optuna storage URL of the study")
+    samples.set_defaults(func=_cmd_samples)
+
+
+def _cmd_samples(args) -> int:
+    from grpolab.analysis.side_by_side import render, side_by_side
+    from grpolab.state import state_path
+    print(render(side_by_side(args.target, state_path(args.state), args.storage, args.prompt, args.step)))
+    return 0
 
 
 def _add_dashboard(sub) -> None:

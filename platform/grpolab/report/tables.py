@@ -14,6 +14,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from grpolab.analysis.ablation import ladder_rows, ladder_table, load_results, search_table
+from grpolab.analysis.compute_hours import add_hours_column
 from grpolab.analysis.scaling import scaling_frame
 from grpolab.analysis.verdicts import DECIDED
 from grpolab.errors import ConfigError
@@ -33,7 +34,9 @@ def ladder_view(path: str, state: Path, storage_url: str | None, objective: int 
     from grpolab.studies.storage import plan_looks, verdict_plan
     cfg, study = load_results(path, state, storage_url)
     level, looks, _ = verdict_plan(study)
-    frame = ladder_table(ladder_rows(study, cfg, objective), cfg, objective, state, level, looks, plan_looks(study))
+    rows = ladder_rows(study, cfg, objective)
+    frame = ladder_table(rows, cfg, objective, state, level, looks, plan_looks(study))
+    frame = add_hours_column(frame, rows, state)   # each rung's measured GPU-hours (CPU-hours on a CPU machine)
     return LadderView(frame, ladder_caption(cfg, objective, state, level, study), level)
 
 

@@ -1,0 +1,117 @@
+"""A study's measured compute (the hours column of `grpolab table`, the total beside `--plan`),
+one prompt's completions across rungs and seeds (`grpolab samples`), and the ScaleRL-style fit's
+early window and prefix extrapolation check."""
+
+import re
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import tiny_two_rung_ladder
+from grpolab.analysis.scaling import fit_seeds, saturating
+from grpolab.errors import ConfigError
+
+TRUE = {"R0": 0.2, "A": 0.8, "C_mid": 50.0, "B": 2.0}
+
+
+@pytest.fixture(scope="module")
+def ladder(tmp_path_factory, shared_state):
+    """A 2-rung x 2-seed tiny ladder, run once for this module's tests: (study file, state)."""
+    from grpolab.studies.coordinator import run_study
+    path = tmp_path_factory.mktemp("ladder") / "compute_ladder.yaml"
+    path.write_text(yaml.safe_dump(tiny_two_rung_ladder(name="compute_ladder", seeds=[0, 1])))
+    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None) == 0
+    return path, shared_state
+
+
+def test_table_shows_each_rungs_measured_cpu_hours(ladder):
+    from mlflow.tracking import MlflowClient
+
+    from grpolab.analysis.ablation import ladder_rows, load_results
+    from grpolab.report.tables import study_table
+    from grpolab.tracking.recorder import tracking_uri
+    path, state = ladder
+    cfg, study = load_results(str(path), state, None)
+    client = MlflowClient(tracking_uri(state))
+    rows = ladder_rows(study, cfg)
+    tagged = {r.rung: 0.0 for r in rows.itertuples()}
+    for r in rows.itertuples():
+        tags = client.get_run(r.run_id).data.tags
+        assert tags["grpolab.accelerator"] == "CPU"
+        tagged[r.rung] += float(tags["grpolab.accelerator_hours"])
+    csv = study_table(str(path), state, None, "csv")
+    header, *lines = csv.strip().splitlines()
+    assert header.split(",")[-1] == "CPU-hours"
+    hours = [float(line.split(",")[-1]) for line in lines]
+    assert hours == pytest.approx([tagged[0], tagged[1]]) and min(hours) > 0
+    assert "CPU-hours" in study_table(str(path), state, None, "markdown")
+
+
+def test_plan_prints_the_measured_total_beside_its_estimate(ladder, capsys):
+    from grpolab.cli import main
+    path, state = ladder
+    assert main(["study", str(path), "--plan", "--state", str(state)]) == 0
+    out = capsys.readouterr().out
+    found = re.search(r"measured so far: ([0-9.e-]+) CPU-hours over 4 of the 4 runs started", out)
+    assert found and float(found.group(1)) > 0, out
+
+
+def test_samples_shows_one_prompt_from_every_rung_and_seed(ladder, capsys):
+    from grpolab.analysis.side_by_side import side_by_side
+    from grpolab.cli import main
+    path, state = ladder
+    view = side_by_side(str(path), state)
+    # seed 0's two rungs saw the same prompts, seed 1's others: the chosen prompt is one both rungs of a seed logged
+    assert view.runs == 4 and len(view.without) == 2
+    assert set(view.frame.rung) == {"a", "b"} and view.frame.seed.nunique() == 1
+    assert (view.frame.groupby("rung").size() == 4).all()   # a whole group (group_size 4) per rung
+    assert view.frame.advantage.notna().all() and (view.frame.step == 1).all()
+    seed = view.frame.seed.iloc[0]
+    assert main(["samples", str(path), "--prompt", view.prompt[-12:], "--step", "1", "--state", str(state)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"prompt: {view.prompt!r}") and "8 completions from 2 of 4 runs" in out
+    assert re.search(rf"\|\s*a\s*\|\s*{seed}\s*\|", out) and re.search(rf"\|\s*b\s*\|\s*{seed}\s*\|", out)
+    assert main(["samples", str(path), "--step", "7", "--state", str(state)]) == 2
+    assert "no logged completions at step 7" in capsys.readouterr().err
+    assert main(["samples", str(path), "--prompt", "no such prompt", "--state", str(state)]) == 2
+
+
+def _curves(c, late=None, seeds=4):
+    rng = np.random.default_rng(0)
+    curves = {}
+    for seed in range(seeds):
+        values = saturating(np.where(c == 0, 1e-9, c), *TRUE.values()) + rng.normal(0, 0.002, len(c))
+        values[0] = TRUE["R0"]
+        if late is not None:
+            values = late(c, values)
+        curves[seed] = (c, values)
+    return curves
+
+
+def test_fit_on_a_prefix_checks_its_extrapolation_on_the_rest():
+    c = np.array([0, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320], float)
+    good = fit_seeds(_curves(c), fit_upto=0.5)
+    assert good.fitted == 4 and good.extrapolation_error < 0.01
+    # past the prefix the runs fall off (a collapse the early points cannot foresee): the check says so
+    collapse = fit_seeds(_curves(c, lambda c, v: np.where(c > 160, v - 0.3, v)), fit_upto=0.5)
+    assert collapse.extrapolation_error > 0.1
+    assert np.isnan(fit_seeds(_curves(c)).extrapolation_error)   # fitted on every point: nothing to check
+
+
+def test_leaving_out_the_early_window_fits_past_a_noisy_start():
+    c = np.array([0, 2, 4, 6, 20, 30, 40, 60, 80, 120, 160, 240, 320], float)
+    noisy = lambda c, v: np.where((c > 0) & (c < 10), 0.9, v)   # noqa: E731 - an early spike unrelated to the trend
+    skipped = fit_seeds(_curves(c, noisy), skip_below=10)
+    assert skipped.params["A"][0] == pytest.approx(TRUE["A"], abs=0.02)
+    assert skipped.params["C_mid"][0] == pytest.approx(TRUE["C_mid"], rel=0.1)
+    kept = fit_seeds(_curves(c, noisy))
+    assert abs(kept.params["C_mid"][0] - TRUE["C_mid"]) > 5   # the spike drags the fit
+
+
+def test_fit_window_refuses_bad_bounds():
+    c = np.array([0, 10, 20, 40, 80], float)
+    with pytest.raises(ConfigError, match=r"fit_upto: .*\(0, 1\]"):
+        fit_seeds(_curves(c), fit_upto=0)
+    with pytest.raises(ConfigError, match="skip_below: .*>= 0"):
+        fit_seeds(_curves(c), skip_below=-1)
