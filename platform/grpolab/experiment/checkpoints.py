@@ -195,13 +195,11 @@ def resume_target(client, experiment: str, run_name: str, state: Path, run_id: s
                       f"complete checkpoint under {Path(state) / 'runs'}; run without --resume to start one")
 
 
-def _raw_name(key: str) -> str:
-    return key.replace("_at_", "@")   # undoes tracking.clean_metric_name for grpolab's own keys (pass@k)
-
-
 def resume_history(recorder, upto_step: int) -> tuple[dict, dict]:
     """(evals {step: metrics}, curves {key: [(step, value)]}) stored up to the checkpoint step,
-    so that a resumed run's result (study objectives: final, auc, tail) covers the whole run."""
+    so that a resumed run's result (study objectives: final, auc, tail) covers the whole run.
+    Keys are read back exactly as stored: a live run keys its history by the same names
+    (``tracking.recorder.stored_name``), so a resumed row and a live one share one name per metric."""
     evals: dict[int, dict] = {}
     curves: dict[str, list[tuple[int, float]]] = {}
     for key, points in stored_points(recorder.client, recorder.run_id).items():
@@ -209,9 +207,9 @@ def resume_history(recorder, upto_step: int) -> tuple[dict, dict]:
             if step > upto_step:
                 continue
             if key.startswith("eval/"):
-                evals.setdefault(step, {})[_raw_name(key)] = value
-            else:
-                curves.setdefault(_raw_name(key), []).append((step, value))
+                evals.setdefault(step, {})[key] = value
+            elif not key.startswith("system/"):   # MLflow's own monitor: never a live curve
+                curves.setdefault(key, []).append((step, value))
     return evals, curves
 
 

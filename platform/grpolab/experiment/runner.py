@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import time
 import warnings
@@ -29,7 +30,7 @@ from grpolab.tasks import eval_sample_rows, hub_sources, make_task, render_examp
 from grpolab.tracking.completions import HELD_OUT, accelerator_tags, open_tables
 from grpolab.tracking.held_out import HELD_OUT_METRICS, EvalSteps
 from grpolab.tracking.naming import method_tags, run_params, state_relative
-from grpolab.tracking.recorder import RunRecorder, git_commit
+from grpolab.tracking.recorder import RunRecorder, git_commit, stored_name
 from grpolab.trainer.dropin import MethodSettingsWarning, task_correctness
 from grpolab.world.generation import evaluate
 from grpolab.world.models import build_model, load_model, save_model
@@ -68,9 +69,10 @@ class TrackingCallback(TrainerCallback):
         if self.recorder is not None and logs:
             self.recorder.log_metrics(logs, step=state.global_step)
         self.tracking_seconds += time.perf_counter() - start
-        for key, value in (logs or {}).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.curves.setdefault(key, []).append((state.global_step, float(value)))
+        for key, value in (logs or {}).items():   # the points as stored: a resumed run reads them back
+            name = stored_name(key)
+            if name and isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                self.curves.setdefault(name, []).append((state.global_step, float(value)))
         if self.trainer is not None and self.samples_keep:
             kept = self.trainer.last_rollout[: self.samples_keep]
             self.samples.extend({"step": state.global_step, **row} for row in kept)

@@ -48,6 +48,18 @@ DROPPED = frozenset({"frac_reward_zero_std", "reward", "reward_std", "num_tokens
                      "policy_loss", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
                      "clip_ratio/low_min", "clip_ratio/high_max", "cispo_clip_ratio"})
 ARTIFACTS_DIR = "mlartifacts"
+
+
+def stored_name(key: str) -> str | None:
+    """The name MLflow stores a logged key under, or None for a key grpolab does not store
+    (``DROPPED``, ``completions/*``). The one definition of a run's history keys: the recorder
+    writes under it, a live run keys its curves by it, and a resumed run reads the stored names
+    back unchanged, so a resumed row and a live one name every metric alike."""
+    if key in DROPPED or key.startswith("completions/"):
+        return None
+    return clean_metric_name(key)
+
+
 LOCATION_MARK = ".artifact-root"      # in the state folder: the artifact root URI last written
 
 # log_dataset's retries after a concurrent insert of the same dataset (see log_dataset)
@@ -180,16 +192,17 @@ class RunRecorder:
     def log_metrics(self, metrics: dict[str, float], step: int) -> None:
         now = int(time.time() * 1000)
         for key, value in metrics.items():
-            if key in DROPPED or key.startswith("completions/"):
+            name = stored_name(key)
+            if name is None:
                 continue
             if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                stored = self.stored_points.get((clean_metric_name(key), step))
+                stored = self.stored_points.get((name, step))
                 if stored is not None:  # first write wins (checkpoints.py); count re-computed values that differ
                     self.skipped_points += 1
                     self.differing_points += "time" not in key and not math.isclose(  # wall-clock keys differ
                         stored, float(value), rel_tol=1e-5, abs_tol=1e-7)
                     continue
-                self._buffer.append(Metric(clean_metric_name(key), float(value), now, step))
+                self._buffer.append(Metric(name, float(value), now, step))
         if step - self._last_flush_step >= self.flush_every:
             self.flush()
             self._last_flush_step = step

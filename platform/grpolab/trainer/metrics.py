@@ -239,6 +239,11 @@ DEFINITIONS: dict[str, str] = {
                               "$MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL s (default 10); the x-axis is the sample "
                               "index, not the optimizer step",
 }
+# Prefixes of the curves that measure wall-clock time (``key.startswith(MEASURED_TIME)``): two runs of
+# one configuration never log equal values, so a resumed run equals an undisturbed one in every curve
+# except these (and MLflow's system/* samples).
+MEASURED_TIME = ("step_time", "time/")
+
 from grpolab.algorithms.shaping import overlong_buffer
 from grpolab.envs.definitions import EPISODE_DEFINITIONS  # noqa: E402 - multi-turn tasks' curves (grpolab.envs)
 

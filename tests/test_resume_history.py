@@ -1,0 +1,80 @@
+"""A resumed row keeps one name per metric: a run stopped right after its first complete
+checkpoint and continued from it builds its held-out evals and training curves under the same
+keys as an undisturbed run of the same configuration, so every study metric (final:, auc:,
+tail:, steps_to:) is found and equals the undisturbed run's value.
+
+The stop is in-process (a callback raises right after the first checkpoint is marked complete),
+so this is cheap; a real SIGKILL of a study worker is in test_resume_study.py."""
+
+import math
+
+import pytest
+from transformers import TrainerCallback
+
+from grpolab.experiment import checkpoints
+from grpolab.experiment.config import build_config
+from grpolab.experiment.runner import run_experiment
+from grpolab.studies.objectives import check_metric, objective_value
+from grpolab.tracking.held_out import EVAL_KEYS
+from grpolab.trainer.metrics import MEASURED_TIME
+
+STEPS, SAVE_EVERY, EVAL_EVERY = 6, 2, 2
+EXPERIMENT = {
+    "name": "names", "seed": 1, "method": {"base": "grpo", "kl_coef": 0.0},
+    "task": {"name": "random_reward"}, "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
+    "train": {"steps": STEPS, "group_size": 4, "prompts_per_rollout": 4, "learning_rate": 0.003,
+              "save_every": SAVE_EVERY, "keep_checkpoints": 2},
+    "eval": {"every": EVAL_EVERY, "prompts": 4, "k": 2},
+    "tracking": {"flush_every": 1},
+}
+METRICS = ["final:eval/pass_at_1", "auc:eval/pass_at_k", "tail:loss", "steps_to:eval/pass_at_1>=0"]
+
+
+class Stopped(Exception):
+    """The process ended right after a checkpoint (as a kill -9 there would end it)."""
+
+
+class StopAfterFirstCheckpoint(TrainerCallback):
+    """Runs after grpolab's own checkpoint callback, so the checkpoint is complete when it stops."""
+
+    def on_save(self, args, state, control, **kwargs):
+        raise Stopped(state.global_step)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """(undisturbed result, resumed result, step the stopped run was continued from)."""
+    cfg = build_config(EXPERIMENT)
+    undisturbed = run_experiment(cfg, tmp_path_factory.mktemp("undisturbed"))
+    state, started = tmp_path_factory.mktemp("stopped"), []
+    with pytest.raises(Stopped):
+        run_experiment(cfg, state, callbacks=[StopAfterFirstCheckpoint()], on_run=started.append)
+    (run_id,) = started
+    resumed_from = checkpoints.checkpoint_step(checkpoints.find_resumable(state, run_id))
+    resumed = run_experiment(cfg, state, resume_run_id=run_id)
+    assert resumed.run_id == run_id and resumed.steps == STEPS
+    return undisturbed, resumed, resumed_from
+
+
+def test_a_resumed_run_keys_its_history_as_an_undisturbed_one(runs):
+    undisturbed, resumed, resumed_from = runs
+    assert resumed_from == SAVE_EVERY                      # continued from the first checkpoint, not restarted
+    assert sorted(resumed.evals) == sorted(undisturbed.evals) == list(range(0, STEPS + 1, EVAL_EVERY))
+    for step, metrics in resumed.evals.items():
+        assert sorted(metrics) == sorted(EVAL_KEYS), step   # the stored steps (0, 2) as well as the live ones
+        assert metrics == undisturbed.evals[step], step
+    assert sorted(resumed.train_curves) == sorted(undisturbed.train_curves)
+    for key, points in undisturbed.train_curves.items():
+        steps = [step for step, _ in points]
+        assert [step for step, _ in resumed.train_curves[key]] == steps, key
+        if not key.startswith(MEASURED_TIME):   # wall-clock curves differ between any two runs
+            assert resumed.train_curves[key] == points, key
+
+
+@pytest.mark.parametrize("metric", METRICS)
+def test_every_study_metric_of_a_resumed_run_is_found_and_equal(runs, metric):
+    check_metric(metric)
+    undisturbed, resumed, _ = runs
+    value = objective_value(metric, resumed.evals, resumed.train_curves)
+    assert math.isfinite(value)
+    assert value == objective_value(metric, undisturbed.evals, undisturbed.train_curves)
