@@ -201,3 +201,35 @@ def test_grpolab_eval_rescores_a_saved_model_as_a_direct_evaluation(shared_state
     assert "benchmark 'leaky': 2 of its 2 prompts are training prompts" in capsys.readouterr().err
     assert main(["--state", str(shared_state), "eval", result.run_id, "--benchmark", "aime"]) == 2
     assert "'aime' is not a benchmark of the run (declared: small, hot)" in capsys.readouterr().err
+
+
+def test_dropin_evaluation_logs_benchmark_scores_under_trls_eval_prefix(tiny_model_dir, tmp_path):
+    import datasets
+    from trl import GRPOConfig
+    from grpolab import GrpoLabTrainer
+    from grpolab.world.tasks import make_task
+    task = make_task("addition", digits=2)
+    train, held = task.splits(0, 32, 6)
+    def data(examples):
+        return datasets.Dataset.from_dict({"prompt": [e.prompt for e in examples], "answer": [e.answer for e in examples]})
+    args = GRPOConfig(output_dir=str(tmp_path / "out"), report_to="none", max_steps=2, logging_steps=1,
+                      per_device_train_batch_size=8, per_device_eval_batch_size=8, num_generations=4,
+                      num_generations_eval=8, max_completion_length=8, use_cpu=True, bf16=False, disable_tqdm=True,
+                      save_strategy="no", seed=0, top_k=0, eval_strategy="steps", eval_steps=1)
+
+    def reward(completions, answer, **kwargs):
+        return [float(c.strip() == a) for c, a in zip(completions, answer)]
+    trainer = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=[reward], args=args, train_dataset=data(train),
+                             eval_dataset=data(held), method="grpo", correctness="answer")
+    trainer.train()
+    evals = [h for h in trainer.state.log_history if "eval_avg_at_8" in h]
+    assert [h["step"] for h in evals] == [1, 2]   # at every eval step, beside TRL's own eval metrics
+    for h in evals:
+        assert {f"eval_pass_at_{k}" for k in (1, 2, 4, 8)} | {"eval_maj_at_8", "eval_sd_at_8", "eval_reward"} <= set(h)
+        assert h["eval_avg_at_8"] == pytest.approx(h["eval_pass_at_1"]) and 0 <= h["eval_pass_at_8"] <= 1
+    # the same scores as scoring the trained model directly, same seed, same settings
+    direct = trainer.benchmark_scores(data(held))
+    assert direct["avg_at_8"] == trainer.evaluate()["eval_avg_at_8"]
+    # with the reward function as the correctness source the scores agree (reward 1 = the answer)
+    trainer._correct_kind, trainer._correct_key = "reward", 0
+    assert trainer.benchmark_scores(data(held)) == direct

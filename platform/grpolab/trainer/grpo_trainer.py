@@ -29,6 +29,7 @@ from grpolab.method.kl import kl_in_reward
 from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.trainer import mlflow_report
 from grpolab.trainer import dropin
+from grpolab.trainer.benchmark_eval import BenchmarkEvaluation
 from grpolab.trainer.correctness import CorrectnessRules
 from grpolab.trainer.critic import CriticMixin
 from grpolab.trainer.empty_updates import EmptyUpdateChecks
@@ -45,7 +46,7 @@ from grpolab.trainer.vllm_engine import VllmEngineAccess
 
 
 class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSampling, EstimatorInputs, PiOldEntropy,
-                     VllmEngineAccess, StepTimes, GRPOTrainer):
+                     VllmEngineAccess, StepTimes, BenchmarkEvaluation, GRPOTrainer):
     """``trl.GRPOTrainer`` running a grpolab method: TRL's own arguments, plus ``method=`` (a
     registered name such as ``"dapo"``, ``{"name": "dapo", **axis overrides}`` or a ``MethodSpec``)
     and ``correctness=`` (a reward function's name, a dataset column or a callable; ``trainer/dropin.py``

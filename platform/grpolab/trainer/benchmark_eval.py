@@ -1,0 +1,94 @@
+"""The drop-in's evaluation scores its ``eval_dataset`` as a named benchmark: inside TRL's
+evaluation (``eval_strategy`` / ``eval_steps``, or ``trainer.evaluate()``), beside TRL's own
+reward metrics, under the same ``eval_`` prefix (``eval_<name>_`` for a dict of eval datasets):
+
+    eval_avg_at_n, eval_pass_at_k (k = 1, 2, 4, ... <= n, and n), eval_maj_at_n, eval_sd_at_n,
+    eval_mean_length          (world/benchmark_scores.py: formulas, tie-breaking)
+
+n is ``num_generations_eval`` (else ``num_generations``), decoded with the GRPOConfig's
+``temperature``, ``top_p`` and ``max_completion_length`` by transformers ``generate`` on the
+trained weights, seeded by ``args.seed`` (the generator state is restored afterwards, so the
+evaluation changes nothing of training). A completion is correct by the trainer's
+``correctness=`` source (a reward function > 0, a dataset column, a callable); the majority vote
+counts the stripped completion texts. Without a correctness source the evaluation reports TRL's
+reward metrics only, said once as a warning. Every process scores the whole set (identical
+results): generation under sharded weights needs every process to take part.
+
+A mixin of ``GrpoLabTrainer``; it overrides transformers' public ``Trainer.evaluation_loop``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from grpolab.trainer import dropin
+from grpolab.world.benchmark_scores import benchmark_scores
+from grpolab.world.generation import sample
+
+
+class BenchmarkEvaluation:
+    """``evaluation_loop`` plus the benchmark scores of the dataset it evaluated."""
+
+    eval_batch_prompts = 32   # prompts per generate call
+
+    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
+                        metric_key_prefix="eval"):
+        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+        scores = self.benchmark_scores(getattr(dataloader, "dataset", None))
+        output.metrics.update({f"{metric_key_prefix}_{key}": value for key, value in scores.items()})
+        return output
+
+    def benchmark_scores(self, dataset) -> dict:
+        """avg_at_n, pass_at_k, maj_at_n, sd_at_n and mean_length of ``dataset`` (its ``prompt`` column)."""
+        if self._correct_kind == "none":
+            if not getattr(self, "_warned_no_benchmark", False):
+                warnings.warn("GrpoLabTrainer: no correctness= given, so evaluation reports TRL's reward metrics only "
+                              "(no avg@k, pass@k, maj@k); give correctness=<reward name | column | callable>", stacklevel=3)
+                self._warned_no_benchmark = True
+            return {}
+        rows = list(dataset)
+        n = self.args.num_generations_eval or self.args.num_generations
+        model = self.accelerator.unwrap_model(self.model)
+        hits, answers, lengths = [], [], []
+        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(self.args.seed)
+            for start in range(0, len(rows), self.eval_batch_prompts):
+                chunk = rows[start:start + self.eval_batch_prompts]
+                texts, lens = sample(model, self.processing_class, [self._prompt_text(r["prompt"]) for r in chunk], n,
+                                     self.args.max_completion_length, self.args.temperature,
+                                     top_p=self.args.top_p if self.args.top_p is not None else 1.0)
+                lengths.extend(lens)
+                repeated = [r for r in chunk for _ in range(n)]
+                correct = self._benchmark_correct(repeated, texts)
+                for i in range(len(chunk)):
+                    hits.append(correct[i * n:(i + 1) * n])
+                    answers.append([t.strip() for t in texts[i * n:(i + 1) * n]])
+        return benchmark_scores(hits, answers, lengths) if hits else {}
+
+    def _prompt_text(self, prompt) -> str:
+        """A plain prompt as it is; a conversational one through the tokenizer's chat template."""
+        if isinstance(prompt, str):
+            return prompt
+        return self.processing_class.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+
+    def _benchmark_correct(self, rows: list[dict], texts: list[str]) -> list[bool]:
+        """Correctness of each completion by the trainer's source, called as TRL calls rewards."""
+        kind, key = self._correct_kind, self._correct_key
+        conversational = isinstance(rows[0]["prompt"], list)
+        completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
+        if kind == "column":
+            return dropin.correct_from_column(completions, [r[key] for r in rows])
+        ids = self.processing_class(texts, add_special_tokens=False)["input_ids"]
+        columns = {k: [r[k] for r in rows] for k in rows[0] if k != "prompt"}
+        call = key if kind == "callable" else self.reward_funcs[key]
+        if isinstance(call, torch.nn.Module):
+            raise ValueError(f"correctness: {self.reward_func_names[key]!r} is a reward model; evaluation's "
+                             "benchmark scores need a reward function, a dataset column or a callable")
+        out = call(prompts=[r["prompt"] for r in rows], completions=completions, completion_ids=ids,
+                   trainer_state=self.state, **columns)
+        if kind == "callable":
+            return [bool(v) for v in out]
+        return dropin.correct_from_reward(out)
