@@ -84,6 +84,8 @@ def test_benchmark_config_is_checked_and_written_out():
     assert cfg.eval.benchmarks == [{"name": "small", "source": "held_out", "size": 4, "n": 8, "temperature": 1.0,
                                     "top_p": 1.0, "max_tokens": cfg.eval.max_completion_length, "seed": -1}]
     assert _cfg([]).eval.benchmarks == []
+    # a run without benchmarks resolves as runs did before them: their config.json still resumes
+    assert "benchmarks" not in _cfg([]).resolved()["eval"] and cfg.resolved()["eval"]["benchmarks"][0]["n"] == 8
     for bad, match in ((["aime"], r"benchmarks\[0\]: expected a mapping"),
                        ([{"name": "a"}, {"name": "a"}], "listed twice"),
                        ([{"name": "a", "samples": 4}], r"benchmarks\[0\]\.samples: unknown key"),
@@ -149,6 +151,13 @@ def test_toy_run_logs_two_named_benchmarks(shared_state, two_benchmark_run):
     assert run.data.params["eval.benchmarks.small.n"] == "8" and run.data.params["eval.benchmarks.hot.top_p"] == "0.9"
     assert "eval/pass_at_1" in run.data.metrics   # the held-out set still logs its keys
     assert sorted(result.evals) == [0, 2] and "eval/hot/maj_at_8" in result.evals[0]
+    from grpolab.tracking.completions import EVAL_TABLE, read_table
+    table = read_table(shared_state / "runs" / result.run_id / EVAL_TABLE)
+    for name, size in (("small", 4), ("hot", 3)):   # every sample of every evaluation, with its benchmark's name
+        rows = [r for r in table if r["benchmark"] == name]
+        assert sorted({r["step"] for r in rows}) == [0, 2] and len(rows) == 2 * size * 8
+        final = [r for r in rows if r["step"] == 2]
+        assert sum(r["correct"] for r in final) / len(final) == pytest.approx(result.final_eval[f"eval/{name}/avg_at_8"])
 
 
 def test_study_metric_must_name_a_declared_benchmark_and_a_reported_score(tmp_path):

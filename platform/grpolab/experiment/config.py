@@ -150,6 +150,8 @@ class RunConfig:
         """The fully resolved configuration, as logged to MLflow."""
         out = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("spec", "warnings")}
         out["method"] = {"name": self.method_name, **self.spec.to_dict()}
+        if not self.eval.benchmarks:   # as before benchmarks existed: a run folder's config.json still resumes
+            out["eval"].pop("benchmarks")
         return out
 
     @property

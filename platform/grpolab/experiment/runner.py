@@ -250,10 +250,11 @@ class _Run:
         k = (cfg.eval.final_k or cfg.eval.k) if final else cfg.eval.k
         result = evaluate(self.model, self.tokenizer, self.task, examples, k, cfg.train.temperature,
                           max_new_tokens=cfg.eval.max_completion_length, sampler=self.eval_sampler)
-        named, _ = self.benchmarks.evaluate(self.task, self.model, self.tokenizer, self.eval_sampler)
+        named, named_rows = self.benchmarks.evaluate(self.task, self.model, self.tokenizer, self.eval_sampler)
         self.evals[step] = {**_eval_metrics(result), **named}
         rows = eval_sample_rows(self.task, result.samples, examples, step)
         self.tables[1].append(rows, benchmark=HELD_OUT)
+        self.tables[1].append(named_rows, step=step)   # every sample of the named benchmarks, each row names its own
         if self.recorder:
             self.recorder.log_metrics(self.evals[step], step=step)
             if rows:

@@ -181,8 +181,10 @@ def score_benchmark(bench: Benchmark, task, examples: list, sampler, seed: int, 
                 own = texts[i * bench.n:(i + 1) * bench.n]
                 hits.append([bool(task.is_correct(example, t)) for t in own])
                 answers.append([answer_of(task, t) for t in own])
-                rows.extend({"benchmark": bench.name, "index": start + i, "sample": j, "completion": t,
-                             "answer": answers[-1][j], "correct": hits[-1][j]} for j, t in enumerate(own))
+                question = example.meta.get("question", example.prompt)
+                rows.extend({"benchmark": bench.name, "index": start + i, "question": question, "sample": j,
+                             "completion": t, "extracted": answers[-1][j], "answer": example.answer,
+                             "correct": hits[-1][j], "length": lens[i * bench.n + j]} for j, t in enumerate(own))
     scores = benchmark_scores(hits, answers, lengths)
     return {bench.key(score): value for score, value in scores.items()}, rows
 
