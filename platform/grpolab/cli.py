@@ -93,7 +93,7 @@ def _cmd_verdicts(args) -> int:
         load_claim(path)
     from grpolab.analysis.claim_runs import judge_family, run_claims
     from grpolab.report.publish import record_study_tables
-    from grpolab.report.verdict_page import render_verdicts, write_claims_dashboard
+    from grpolab.report.verdict_page import claims_count, render_verdicts, write_claims_dashboard
     state = state_dir(args.state)
     started = time.time()
     with _stdout_to_stderr():   # what the studies, their workers and libraries print is not table data
@@ -108,7 +108,7 @@ def _cmd_verdicts(args) -> int:
     sys.stdout.flush()
     out = write_claims_dashboard(results, state / "dashboards" / "verdicts.html")
     note(f"dashboard: {Path(out).resolve()}")
-    note(f"{len(results)} claim(s) judged in {time.time() - started:.0f}s")
+    note(f"{len(results)} claim(s) judged in {time.time() - started:.0f}s: {claims_count(results)}")
     return 0
 
 

@@ -173,6 +173,9 @@ def surrogate_loss(spec, logp, log_ratio, A, mask, stats, generator, sampling_we
     return SURROGATE_LOSSES[spec.surrogate].fn(spec, batch, stats), coef
 
 
+LOW_OLD_PROB = 0.2   # DAPO Fig. 3a: the up-clipped tokens' old-policy probability stays below 0.2
+
+
 def clip_stats(spec, coef, A, old_logp, mask, stats) -> None:
     """Fractions of valid (trained) tokens whose update a clip changed, one meaning for every
     surrogate that clips (its entry's ``clip``; per sequence for a sequence-level ratio, broadcast):
@@ -181,7 +184,9 @@ def clip_stats(spec, coef, A, old_logp, mask, stats) -> None:
       dual: also dual = rho > c with A < 0 (the loss is capped), counted in the region;
       truncate (CISPO): the IS weight is truncated whatever the sign of A (as verl counts it):
         low = rho < 1 - eps_low, high = rho > 1 + eps_high.
-    region = low | high | dual. Surrogates without a clip (REINFORCE, KL-Cov, Group-DPO, VESPO,
+    region = low | high | dual. ``clip/low_old_prob_fraction``: valid tokens whose old-policy
+    probability is below ``LOW_OLD_PROB`` (whether the clip has low-probability tokens to act on).
+    Surrogates without a clip (REINFORCE, KL-Cov, Group-DPO, VESPO,
     SAPO, whose gate its function reports) report no clip fraction."""
     kind = SURROGATES[spec.surrogate].clip
     if kind is None:
@@ -208,6 +213,8 @@ def clip_stats(spec, coef, A, old_logp, mask, stats) -> None:
     high_m = high.to(mask.dtype) * mask
     n_high = float(high_m.sum())
     stats["clip/high_old_prob"] = float((torch.exp(old_logp) * high_m).sum() / n_high) if n_high else float("nan")
+    # DAPO Fig. 3a's premise: the sampled tokens include low-probability ones the upper clip can act on
+    stats["clip/low_old_prob_fraction"] = masked_mean(torch.exp(old_logp) < LOW_OLD_PROB, mask)
 
 
 def _trl_clip_stats(spec, kind, coef, A_full, low, high, mask, stats) -> None:

@@ -2,9 +2,13 @@
 every rung x seed row exists exactly once), read each row's metric windows back from MLflow
 (``analysis/histories.py``), and judge every claim on its paired seeds. Nothing here trains directly.
 
-Every verdict carries, besides its label and reason: the mechanism check (``mechanism:``, a
-floor fixed in advance), the censoring policy (``verdicts.with_censoring``), its Holm-adjusted
-p-value within the run's family of claims, its deviations and its pre-registration status.
+Every verdict carries, besides its label and reason: the precondition check (``mechanism:``, a
+floor fixed in advance), the premise gates (``premise:``, ``regimes.with_regime``: a claim whose
+named dynamic is absent on the measured rows is no test of it), the censoring policy
+(``verdicts.with_censoring``), its Holm-adjusted p-value within the run's family of claims, its
+deviations and its pre-registration status. A ratio claim (``scale: log10``) is judged on
+log10(treatment) - log10(control); a threshold relative to a rung (``threshold_of``) is set per
+seed from that rung's final value (``seed_threshold``).
 
 A claim study with a seeds-on-demand design (``seeds: {first, batch, cap}``, the shipped ones) runs
 its own registered plan (``until_decided.run_until_decided``: looks until its rungs are decided),
@@ -26,12 +30,13 @@ import numpy as np
 from grpolab.analysis import inference
 from grpolab.analysis.claims import Claim, Side, claim_files, load_claim
 from grpolab.analysis.histories import mean_window, run_history, train_keys
+from grpolab.analysis.regimes import RegimeCheck, check_regime, with_regime
 from grpolab.analysis.verdicts import (Verdict, paired_verdict, stops, with_censoring, with_construction, with_family,
                                        with_mechanism)
 from grpolab.errors import ConfigError
 from grpolab.studies import registration as preregistration
 from grpolab.studies.definition import load_study
-from grpolab.studies.objectives import censored_value, window_value
+from grpolab.studies.objectives import censored_value, parse_threshold, window_value
 
 
 @dataclass
@@ -45,6 +50,7 @@ class ClaimResult:
     control_values: dict = field(default_factory=dict)
     preregistration: str = ""
     sequential: str = ""            # the look this verdict was made at, when seeds were added on demand
+    premise: RegimeCheck | None = None   # the claim's premise gates, measured
 
 
 def _side_values(claim: Claim, side: Side, metric: str, runs: dict, histories: dict) -> tuple[dict, set]:
@@ -54,10 +60,35 @@ def _side_values(claim: Claim, side: Side, metric: str, runs: dict, histories: d
         return {seed: side.value for seed in runs.get(claim.treatment.rung, {})}, set()
     out, censored = {}, set()
     for seed, run_id in runs.get(side.rung, {}).items():
-        out[seed], was = censored_value(metric, window_value(metric, histories[run_id]), histories[run_id])
+        seed_metric = seed_threshold(claim, metric, seed, runs, histories)
+        if seed_metric is None:   # the threshold's rung has no row for this seed: no value
+            out[seed] = math.nan
+            continue
+        out[seed], was = censored_value(seed_metric, window_value(seed_metric, histories[run_id]), histories[run_id])
         if was:
             censored.add(seed)
     return out, censored
+
+
+def seed_threshold(claim: Claim, metric: str, seed: int, runs: dict, histories: dict) -> str | None:
+    """The metric with a threshold relative to ``claim.threshold_of`` (``claims``): for
+    ``steps_to:K>=f`` the threshold of seed s is x_s = f x final:K of that rung's row of seed s,
+    registered as a rule before any row; otherwise the metric as written."""
+    agg, _, key = metric.partition(":")
+    if claim.threshold_of is None or agg not in ("steps_to", "tokens_to"):
+        return metric
+    name, fraction = parse_threshold(key)
+    run_id = runs.get(claim.threshold_of, {}).get(seed)
+    if run_id is None:
+        return None
+    return f"{agg}:{name}>={fraction * window_value(f'final:{name}', histories[run_id])!r}"
+
+
+def _scaled(claim: Claim, values: dict) -> dict:
+    """log10 of each value for a ratio claim (``scale: log10``; a value <= 0 has none: NaN)."""
+    if claim.scale != "log10":
+        return values
+    return {s: math.log10(v) if v > 0 and math.isfinite(v) else math.nan for s, v in values.items()}
 
 
 def _claim_rows(claim: Claim, state: Path, storage_url: str | None, seeds: int | None = None):
@@ -90,9 +121,10 @@ def _claim_rows(claim: Claim, state: Path, storage_url: str | None, seeds: int |
     for row in rows[rows.state == "COMPLETE"].itertuples():
         runs.setdefault(cfg.rungs[row.rung].name, {})[row.seed] = row.run_id
     metrics = [claim.metric_of(claim.treatment), claim.metric_of(claim.control), *claim.report,
-               claim.mechanism.metric if claim.mechanism else None]
+               claim.mechanism.metric if claim.mechanism else None, *(claim.premise.windows() if claim.premise else ())]
     client, keys = MlflowClient(tracking_uri(state)), train_keys(metrics)
-    needed = {r for side in (claim.treatment, claim.control) if side.rung for r in runs.get(side.rung, {}).values()}
+    rungs = {side.rung for side in (claim.treatment, claim.control) if side.rung} | {claim.threshold_of} - {None}
+    needed = {r for rung in rungs for r in runs.get(rung, {}).values()}
     level, looks, _ = verdict_plan(study)
     note = "; ".join(filter(None, [where, sequential_note(study)]))
     return runs, {run_id: run_history(client, run_id, keys) for run_id in needed}, (level, looks), note
@@ -104,14 +136,16 @@ def judge(claim: Claim, state: Path, storage_url: str | None, seeds: int | None 
     of seeds added until decided)."""
     runs, histories, (level, looks), plan = _claim_rows(claim, state, storage_url, seeds)
 
-    def paired(t_metric: str, c_metric: str):
+    def paired(t_metric: str, c_metric: str, scaled: bool = False):
         t, ct = _side_values(claim, claim.treatment, t_metric, runs, histories)
         c, cc = _side_values(claim, claim.control, c_metric, runs, histories)
+        if scaled:   # the claim's own metric on its scale; the metrics beside it as they are
+            t, c = _scaled(claim, t), _scaled(claim, c)
         common = sorted(set(t) & set(c))
         return ({s: t[s] - c[s] for s in common}, t, c,
                 sum(s in ct for s in common), sum(s in cc for s in common))   # censored, paired seeds only
 
-    diffs, t, c, ct, cc = paired(claim.metric_of(claim.treatment), claim.metric_of(claim.control))
+    diffs, t, c, ct, cc = paired(claim.metric_of(claim.treatment), claim.metric_of(claim.control), scaled=True)
     verdict = paired_verdict(diffs, claim.direction, claim.smallest_effect, level, looks)
     verdict = with_censoring(verdict, ct, cc, claim.metric)
     if claim.kind == "construction_check":
@@ -127,6 +161,11 @@ def judge(claim: Claim, state: Path, storage_url: str | None, seeds: int | None 
         value = mean_window(m.metric, [histories[r] for r in runs.get(side.rung, {}).values()])
         result.mechanism_value = value
         result.verdict = with_mechanism(result.verdict, m.metric, value, m.at_least, f"{side.rung!r} rows")
+    if claim.premise:
+        side = claim.control if claim.premise.rows == "control" else claim.treatment
+        result.premise = check_regime(claim.premise, [histories[r] for r in runs.get(side.rung, {}).values()],
+                                      f"{side.rung!r} rows")
+        result.verdict = with_regime(result.verdict, result.premise)
     study_cfg = load_study(claim.study_path)
     result.preregistration = preregistration.status(state, _prereg_key(claim), _registered(claim, study_cfg),
                                                     claim.deviations + study_cfg.deviations)

@@ -13,7 +13,12 @@ is written, and the pre-registered toy test of it.
     smallest_effect: 0.02                   # the smallest difference that matters
     regime: rollout reuse so the upper clip can bind
     requires: [rollout_reuse]               # checked before anything runs
-    mechanism: {metric: tail:clip/high_fraction, at_least: 0.001}   # floor fixed in advance; rows: control (default) | treatment
+    mechanism: {metric: tail:clip/high_fraction, at_least: 0.001}   # a precondition's floor; rows: control (default) | treatment
+    premise: {premise: the control's entropy collapses, gates: [{measure: entropy_drop, at_least: 0.5}]}
+                                            # the regime the claim names (studies/regime.py), rows: control | treatment
+    scale: log10                            # optional: judge log10(treatment) - log10(control), a ratio claim
+    threshold_of: static sampling           # optional, steps_to:/tokens_to: only: the threshold x is a fraction
+                                            # of that rung's final value of the same key on the same seed
     report: [tail:clip/high_fraction]       # shown beside the verdict (paired means)
     kind: reproduction                      # or construction_check: holds by how the toy is built
     statistic_note: ""                      # where the toy's statistic differs from the paper's
@@ -36,7 +41,8 @@ from pathlib import Path
 from grpolab.analysis import DIRECTIONS
 from grpolab.errors import ConfigError
 from grpolab.studies.definition import Mechanism, StudyConfig, load_study, parse_mechanism
-from grpolab.studies.objectives import check_metric
+from grpolab.studies.objectives import check_metric, parse_threshold
+from grpolab.studies.regime import Regime, parse_regime
 from grpolab.studies.registration import parse_deviations
 from grpolab.yaml_input import check_input_file, read_yaml_mapping
 
@@ -45,10 +51,13 @@ LOCAL_AGGS = ("head", "start")
 REQUIREMENTS = ("rollout_reuse", "free_length", "warm_start_band", "length_cap", "cold_start")
 FREE_LENGTH_TASKS = ("addition_scratchpad",)
 _KEYS = {"name", "source", "statement", "published", "study", "treatment", "control", "metric", "direction",
-         "smallest_effect", "regime", "requires", "mechanism", "report", "kind", "statistic_note", "deviations"}
+         "smallest_effect", "regime", "requires", "mechanism", "report", "kind", "statistic_note", "deviations",
+         "premise", "scale", "threshold_of"}
 KINDS = ("reproduction", "construction_check")
+SCALES = ("linear", "log10")
 # what decides a verdict: hashed at the first verdict, a later change is flagged (studies/registration.py)
 PREREGISTERED = ("study", "treatment", "control", "metric", "direction", "smallest_effect", "mechanism")
+REGISTERED_IF_SET = ("premise", "scale", "threshold_of")   # hashed only where a claim sets them
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,9 @@ class Claim:
     statistic_note: str = ""
     deviations: tuple = ()
     registered_fields: dict = None     # the PREREGISTERED fields as written in the file
+    premise: Regime | None = None      # the regime the claim names, gated on one side's rows
+    scale: str = "linear"              # log10: the paired difference of log10 values (a ratio)
+    threshold_of: str | None = None    # a rung: the steps_to:/tokens_to: threshold is relative to its final value
 
     def metric_of(self, side: Side) -> str:
         return side.metric or self.metric
@@ -157,11 +169,30 @@ def load_claim(path: str | Path) -> Claim:
                   data["metric"], data["direction"], float(delta), str(data.get("regime", "")), requires, mechanism,
                   tuple(data.get("report") or ()), str(path), data.get("kind", "reproduction"),
                   data.get("statistic_note", "").strip(), parse_deviations(data.get("deviations"), path.name),
-                  {k: data.get(k) for k in PREREGISTERED})
+                  {k: data.get(k) for k in PREREGISTERED} | {k: data[k] for k in REGISTERED_IF_SET if data.get(k)},
+                  parse_regime(data.get("premise"), f"{path.name}: premise", ("control", "treatment")),
+                  *_scale_and_threshold(data, path.name, study))
     if mechanism is not None and mechanism.rows == "control" and claim.control.rung is None:
         raise ConfigError(f"{path.name}: mechanism.rows: control is a fixed value here; use rows: treatment")
     check_requirements(claim, study)
     return claim
+
+
+def _scale_and_threshold(data: dict, where: str, study: StudyConfig) -> tuple[str, str | None]:
+    scale = data.get("scale", "linear")
+    if scale not in SCALES:
+        raise ConfigError(f"{where}: scale: {scale!r}; valid: {', '.join(SCALES)}")
+    of = data.get("threshold_of")
+    if of is None:
+        return scale, None
+    names = [r.name for r in study.rungs]
+    if of not in names:
+        raise ConfigError(f"{where}: threshold_of: {of!r} is not a rung of {study.name}; valid: {', '.join(names)}")
+    agg, _, key = data["metric"].partition(":")
+    if agg not in ("steps_to", "tokens_to") or not 0 < parse_threshold(key)[1] <= 1:
+        raise ConfigError(f"{where}: threshold_of: needs a steps_to:/tokens_to: metric whose threshold is a fraction "
+                          f"in (0, 1] of {of!r}'s final value, e.g. steps_to:eval/pass_at_1>=0.9; got {data['metric']!r}")
+    return scale, of
 
 
 def check_requirements(claim: Claim, study: StudyConfig) -> None:

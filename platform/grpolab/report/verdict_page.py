@@ -35,7 +35,7 @@ def count_cell(x) -> str:
 
 
 def verdict_frame(results) -> pd.DataFrame:
-    """One row per claim: label and reason, interval, tests with Holm, mechanism, power,
+    """One row per claim: label and reason, interval, tests with Holm, precondition, premise, power,
     pre-registration and deviations (CSV, markdown and the dashboard share it)."""
     from grpolab.analysis.verdicts import DECIDED, family_text, holm_text
     rows = []
@@ -48,10 +48,13 @@ def verdict_frame(results) -> pd.DataFrame:
         mechanism = "none named"
         if c.mechanism:
             mechanism = f"{c.mechanism.metric} = {_fmt(r.mechanism_value)} (floor {c.mechanism.at_least:g}, {c.mechanism.rows} rows)"
+        premise = "none declared" if r.premise is None else f"{r.premise.status}: {r.premise.text()}"
         kind = ("construction check: holds by how the toy is built, not a reproduction" if c.kind == "construction_check"
                 else "reproduction")
         if c.statistic_note:
             kind += f"; statistic differs from the paper's: {c.statistic_note}"
+        if c.scale == "log10":
+            kind += "; judged on log10(treatment) - log10(control), a ratio"
         rows.append({
             "claim": c.name, "kind": kind, "statement": c.statement, "source": c.source,
             "published": f"{ARROW[c.direction]}" + (f"; {c.published}" if c.published else ""),
@@ -60,7 +63,7 @@ def verdict_frame(results) -> pd.DataFrame:
             "toy effect [paired t CI]": f"{_fmt(v.mean)} [{_fmt(v.low)}, {_fmt(v.high)}] at {100 * v.level:.4g} %",
             "smallest effect": f"{c.smallest_effect:g}", "seeds": v.n, "verdict": v.verdict,
             "why": "; ".join([v.reason, *v.diagnostics] + ([r.sequential] if r.sequential else [])),
-            "tests": holm_text(v), "familywise": family_text(v), "mechanism": mechanism,
+            "tests": holm_text(v), "familywise": family_text(v), "precondition": mechanism, "premise": premise,
             "seeds for 80% power": "--" if v.verdict in DECIDED else count_cell(v.seeds_needed),   # it conditions on the outcome
             "registration": r.preregistration,
             "deviations": "; ".join([d.text() for d in c.deviations]
@@ -69,8 +72,22 @@ def verdict_frame(results) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def claims_count(results) -> str:
+    """'N empirical claims decided, M construction checks hold': reproductions with a decided label
+    (a regime absent or not measured, a precondition not met, decide nothing) apart from the
+    construction checks (``kind: construction_check``, a unit test of the toy, not evidence)."""
+    from grpolab.analysis.verdicts import DECIDED, HOLDS_EXACTLY, REPRODUCED
+    empirical = [r for r in results if r.claim.kind != "construction_check"]
+    checks = [r for r in results if r.claim.kind == "construction_check"]
+    decided = sum(r.verdict.verdict in DECIDED for r in empirical)
+    familywise = sum(r.verdict.family_label in DECIDED for r in empirical)
+    hold = sum(r.verdict.verdict in (HOLDS_EXACTLY, REPRODUCED) for r in checks)
+    return (f"{decided} empirical claims decided, {hold} construction checks hold (of {len(empirical)} empirical "
+            f"claims, {familywise} decided familywise; of {len(checks)} construction checks)")
+
+
 def family_statement(results) -> str:
-    """The multiplicity statement of a verdicts run."""
+    """The multiplicity statement of a verdicts run, ending with the claims' count."""
     size = max((r.verdict.family for r in results), default=0)
     levels = sorted({f"{100 * r.verdict.level:.4g}%" for r in results})
     return (f"Family: the {size} claims judged on data in this run, of {len(results)} named (judge all claims "
@@ -80,7 +97,7 @@ def family_statement(results) -> str:
             "(warm_start.seed) on its one held-out set (eval.seed), conditional on both. tests: each claim's primary hypothesis, fixed by its "
             "direction (H0: mean 0; for a claim of no effect Heq: |mean| >= delta), with Holm's adjustment over the "
             "family. familywise: the same label rules on Bonferroni intervals at 1 - 0.05/(claims x looks), which "
-            "all hold together with probability >= 95%. Labels: README, 'Verdict labels'.")
+            f"all hold together with probability >= 95%. Labels: README, 'Verdict labels'. {claims_count(results)}.")
 
 
 def render_verdicts(results, fmt: str = "markdown") -> str:

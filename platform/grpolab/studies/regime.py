@@ -21,8 +21,8 @@ the control rows whose value is finite:
                              incorrect completions' length (room for degenerate long answers)
     all_correct_groups       tail(groups/all_correct): share of saturated (all-correct) groups
     accuracy_gain            tail(accuracy) - head(accuracy): rise of training accuracy
-    low_prob_token_share     tail(tokens/low_prob_fraction): share of sampled tokens whose
-                             old-policy probability is below 0.2
+    low_prob_token_share     tail(clip/low_old_prob_fraction): share of trained tokens whose
+                             old-policy probability is below 0.2 (DAPO Fig. 3a's line)
 
 A measure whose curve no control row logged is ``not measured`` (the missing curve named); a gate
 never falls back to another measure.
@@ -56,8 +56,8 @@ MEASURES: dict[str, Measure] = {
                                        "incorrect completions' length, tail / head"),
     "all_correct_groups": Measure("window", ("tail:groups/all_correct",), "all-correct groups"),
     "accuracy_gain": Measure("gain", ("tail:accuracy", "head:accuracy"), "training accuracy, tail - head"),
-    "low_prob_token_share": Measure("window", ("tail:tokens/low_prob_fraction",),
-                                    "sampled tokens with old-policy probability < 0.2"),
+    "low_prob_token_share": Measure("window", ("tail:clip/low_old_prob_fraction",),
+                                    "trained tokens with old-policy probability < 0.2"),
 }
 
 

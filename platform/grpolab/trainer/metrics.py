@@ -166,6 +166,9 @@ DEFINITIONS: dict[str, str] = {
     "clip/dual_fraction": "trained: dual-clip: fraction of token updates with A < 0 and ratio > c (loss capped)",
     "clip/region_fraction": "trained: fraction of token updates any clip changed (low, high or dual)",
     "clip/high_old_prob": "trained: mean old-policy probability of the upper-clipped tokens (absent when none)",
+    "clip/low_old_prob_fraction": "trained: fraction of trained tokens whose old-policy probability is below 0.2 "
+                                  "(surrogates that clip): whether the policy samples the low-probability tokens "
+                                  "DAPO's Fig. 3a finds the upper clip acting on; the premise gate low_prob_token_share",
     "sapo/gate_mean": "trained: SAPO: mean soft-gate weight 4 s (1 - s), s = sigmoid(tau (ratio - 1)), on the "
                       "unclipped gradient (1 at ratio 1)",
     "sapo/gate_below_half": "trained: SAPO: fraction of token updates whose gate weight is below 0.5",
