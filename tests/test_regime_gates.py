@@ -143,6 +143,19 @@ def test_eval_noise_is_the_binomial_sd_of_the_mean_paired_difference():
     assert math.isnan(eval_noise_sd(1.5, 1024, 2, 64))
 
 
+def test_eval_draws_are_the_final_evaluation_of_a_pass_rate_metric():
+    from grpolab.analysis.strength import eval_draws
+    ev = {"prompts": 64, "k": 4, "final_prompts": 1024, "final_k": 2,
+          "benchmarks": [{"name": "aime24", "source": "held_out", "size": 30, "n": 32}, {"name": "mine", "source": "held_out"}]}
+    assert eval_draws("final:eval/pass_at_1", ev) == (1024, 2)
+    assert eval_draws("final:eval/pass_at_1", {**ev, "final_prompts": 0, "final_k": 0}) == (64, 4)
+    assert eval_draws("final:eval/aime24/avg@32", ev) == (30, 32) == eval_draws("final:eval/aime24/avg_at_32", ev)
+    assert eval_draws("final:eval/mine/avg@8", ev) == (1024, 8)               # a held-out draw of the final size
+    assert eval_draws("final:eval/other/avg@8", ev) is None and eval_draws("tail:entropy", ev) is None
+    # AIME 2024 avg@32 at p 0.4 over 15 seeds: sqrt(2 x 0.24 / (30 x 32 x 15)) = 0.0058
+    assert eval_noise_sd(0.4, 30, 32, 15) == pytest.approx(0.005774, abs=1e-6)
+
+
 def _verdict(label: str, low: float, high: float, direction: str = "increase") -> Verdict:
     return Verdict(label, "", 64, (low + high) / 2, low, high, 0.04, None, direction=direction, smallest_effect=0.02)
 

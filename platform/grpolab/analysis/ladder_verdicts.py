@@ -26,7 +26,7 @@ import pandas as pd
 
 from grpolab.analysis.histories import mean_window, run_history, train_keys
 from grpolab.analysis.regimes import RegimeCheck, check_regime, with_regime
-from grpolab.analysis.strength import BINOMIAL_METRICS, eval_noise_sd, with_fragility
+from grpolab.analysis.strength import eval_draws, eval_noise_sd, with_fragility
 from grpolab.analysis.verdicts import Verdict, paired_verdict, with_censoring, with_family, with_mechanism
 from grpolab.experiment.config import EvalCfg
 from grpolab.studies.definition import StudyConfig
@@ -78,15 +78,14 @@ def look_note(judged: JudgedSeeds, paired: int, beyond: int) -> str:
 
 
 def rung_eval_noise(cfg: StudyConfig, rung: int, metric: str, values: list[float], n: int) -> float:
-    """sigma_eval of the rung's mean paired difference (``strength.eval_noise_sd``) from the rung's
-    final evaluation (eval.final_prompts x eval.final_k, or eval.prompts x eval.k); NaN for a metric
-    that is no pass rate."""
-    if metric not in BINOMIAL_METRICS or not values:
-        return math.nan
+    """sigma_eval of the rung's mean paired difference (``strength.eval_noise_sd``) from the draws of
+    the rung's final evaluation (``strength.eval_draws``); NaN for a metric that is no pass rate."""
     ev = {**dataclasses.asdict(EvalCfg()), **(cfg.rung_experiment(rung, cfg.seeds[0]).get("eval") or {})}
+    draws = eval_draws(metric, ev)
     finite = [x for x in values if math.isfinite(x)]
-    p = sum(finite) / len(finite) if finite else math.nan
-    return eval_noise_sd(p, ev["final_prompts"] or ev["prompts"], ev["final_k"] or ev["k"], n)
+    if draws is None or not finite:
+        return math.nan
+    return eval_noise_sd(sum(finite) / len(finite), *draws, n)
 
 
 def rung_direction(cfg: StudyConfig, rung: int, objective: int) -> str:

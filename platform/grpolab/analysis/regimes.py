@@ -79,8 +79,10 @@ def measure_gate(gate: Gate, histories: list) -> GateResult:
     if not histories:
         return GateResult(gate, math.nan, "no complete control row")
     for window in MEASURES[gate.measure].windows:
-        key = window.split(":", 1)[1]
-        if not any(h.train_curves.get(key) for h in histories):
+        agg, key = window.split(":", 1)
+        logged = (any(key in e for h in histories for e in h.evals.values()) if agg in ("final", "start", "auc")
+                  else any(h.train_curves.get(key) for h in histories))
+        if not logged:
             return GateResult(gate, math.nan, f"{key} not logged")
     values = [v for v in (run_measure(gate.measure, h) for h in histories) if math.isfinite(v)]
     if not values:

@@ -9,9 +9,10 @@ the mean paired difference with sd
 
     sigma_eval = sqrt(2 p (1 - p) / (P k n))
 
-with p the mean of the metric over both rungs' judged rows. Only a pass-rate metric
-(``final:eval/pass_at_1``, a binomial mean) has this bound; any other metric gets no fragility
-check, and says so.
+with p the mean of the metric over both rungs' judged rows. Only a pass-rate metric has this
+bound (``eval_draws``): ``final:eval/pass_at_1`` (P = eval.final_prompts, k = eval.final_k, each
+falling back to eval.prompts, eval.k) and a named benchmark's ``final:eval/<name>/avg@n`` (P its
+size, k = n; DAPO's AIME 2024 avg@32 is P 30, k 32); any other metric gets no fragility check.
 
 Deciding bounds (signed so the claimed direction is positive, delta the smallest effect):
 reproduced lo vs delta; direction holds, smaller than claimed: lo vs 0 and hi vs delta;
@@ -26,11 +27,27 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 from grpolab.analysis.verdicts import (DECIDED, EFFECT, NO_EFFECT, OPPOSITE, REPRODUCED, SMALLER, UNDETERMINED,
                                        Verdict)
 
-BINOMIAL_METRICS = ("final:eval/pass_at_1",)
+AVG_AT = re.compile(r"^final:eval/([A-Za-z0-9][A-Za-z0-9_.-]*)/avg(?:@|_at_)([1-9][0-9]*)$")
+
+
+def eval_draws(metric: str, ev: dict) -> tuple[int, int] | None:
+    """(prompts P, samples per prompt k) of a pass-rate metric's final evaluation, given the rung's
+    ``eval`` settings (every field present); None for any other metric, or a benchmark of unknown size."""
+    if metric == "final:eval/pass_at_1":
+        return ev["final_prompts"] or ev["prompts"], ev["final_k"] or ev["k"]
+    match = AVG_AT.match(metric)
+    if not match:
+        return None
+    bench = next((b for b in ev.get("benchmarks") or () if b.get("name") == match.group(1)), None)
+    if bench is None:
+        return None
+    size = bench.get("size") or ((ev["final_prompts"] or ev["prompts"]) if bench.get("source") == "held_out" else 0)
+    return (int(size), int(match.group(2))) if size else None
 
 
 def eval_noise_sd(p: float, prompts: int, samples: int, seeds: int) -> float:
