@@ -115,3 +115,18 @@ def test_fit_window_refuses_bad_bounds():
         fit_seeds(_curves(c), fit_upto=0)
     with pytest.raises(ConfigError, match="skip_below: .*>= 0"):
         fit_seeds(_curves(c), skip_below=-1)
+
+
+def test_dashboard_curves_can_use_accelerator_hours_as_x(ladder):
+    from mlflow.tracking import MlflowClient
+
+    from grpolab.report import dashboard_data as data
+    from grpolab.tracking.recorder import tracking_uri
+    _, state = ladder
+    runs = data.study_runs(state, "compute_ladder")
+    curves = data.metric_curves(state, runs, ["eval/pass_at_1"], x="accelerator_hours")
+    client = MlflowClient(tracking_uri(state))
+    for run_id in runs.run_id:
+        (hours,) = client.get_metric_history(run_id, "time/accelerator_hours")   # one rollout: one point, at step 1
+        mine = curves[curves.run_id == run_id].set_index("step").x
+        assert hours.step == 1 and mine[0] == 0.0 and mine[1] == pytest.approx(hours.value) and hours.value > 0

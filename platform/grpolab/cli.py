@@ -511,7 +511,7 @@ def _add_dashboard(sub) -> None:
     dash.add_argument("--layout", help="dashboards/<layout>.yaml (default: the built-in layout)")
     dash.add_argument("--out", help="output HTML path (default: <state>/dashboards/<what it shows>.html)")
     dash.add_argument("--storage", default=None, help="Optuna storage URL of the study")
-    dash.add_argument("--x", choices=["steps", "tokens", "seconds"], default=None,
+    dash.add_argument("--x", choices=["steps", "tokens", "seconds", "accelerator_hours"], default=None,
                       help="x-axis of the curves (default: the layout's x, else steps)")
     dash.add_argument("--seeds", choices=["band", "lines", "both"], default=None,
                       help="seeds as a min-max band, one line each, or both (default: the layout's seeds, else band)")

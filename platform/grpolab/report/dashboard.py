@@ -2,7 +2,7 @@
 
 plotly.js is embedded once in the page by default (no CDN: clusters are often offline); with
 ``plotlyjs="shared"`` pages load one local copy beside them instead (~4.7 MB saved per page).
-The layout's ``x`` (steps | tokens | seconds, also per panel) picks the curves' x-axis and
+The layout's ``x`` (steps | tokens | seconds | accelerator_hours, also per panel) picks the curves' x-axis and
 ``seeds`` (band | lines | both) how seeds are shown. Ladders add the ablation chart and the
 paired deltas (report/figures.py). Panels whose metric no run logged (e.g. KL with the KL
 off) are not drawn; the page says which and why. A small self-check script records, after

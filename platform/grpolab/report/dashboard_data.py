@@ -70,7 +70,8 @@ def metric_curves(state: Path, runs: pd.DataFrame, metrics: list[str], x: str = 
     """Long table: run_id, label, order, seed, metric, step, value, x.
 
     ``x`` is the step, the run's cumulative completion tokens at that step (``tokens/cumulative``
-    at the last rollout at or before the step; 0 before the first), or the seconds between the
+    at the last rollout at or before the step; 0 before the first), its accelerator-hours
+    (``time/accelerator_hours``, the same way), or the seconds between the
     point's MLflow timestamp and the run's first point among these metrics (the held-out
     evaluation at step 0, after the warm start: model preparation is not counted)."""
     if x not in X_AXES:
@@ -91,10 +92,11 @@ def _with_x(client, run_id: str, part: pd.DataFrame, x: str) -> pd.DataFrame:
         return part.assign(x=part.step.astype(float))
     if x == "seconds":
         return part.assign(x=(part.timestamp - part.timestamp.min()) / 1000.0)
-    tokens = pd.DataFrame([(m.step, m.value) for m in client.get_metric_history(run_id, TOKENS_METRIC)],
+    curve = {"tokens": TOKENS_METRIC, "accelerator_hours": "time/accelerator_hours"}[x]   # cumulative, per step
+    tokens = pd.DataFrame([(m.step, m.value) for m in client.get_metric_history(run_id, curve)],
                           columns=["step", "x"]).sort_values("step")
     if tokens.empty:
-        raise ConfigError(f"dashboard x: tokens needs the {TOKENS_METRIC!r} curve, which run {run_id} did not log")
+        raise ConfigError(f"dashboard x: {x} needs the {curve!r} curve, which run {run_id} did not log")
     merged = pd.merge_asof(part.sort_values("step"), tokens, on="step", direction="backward")
     return merged.assign(x=merged.x.fillna(0.0))
 

@@ -28,7 +28,7 @@ DEFAULT_LAYOUT = {
 }
 LAYOUT_KEYS = {"title": "page title", "panels": "list of {metric, title, x}", "ablation": "ladder table chart",
                "paired_delta": "ladder paired deltas", "optuna": "search plots",
-               "x": "steps | tokens | seconds", "seeds": "band | lines | both"}
+               "x": "steps | tokens | seconds | accelerator_hours", "seeds": "band | lines | both"}
 PANEL_KEYS = ("metric", "title", "x")
 SEED_VIEWS = ("band", "lines", "both")
 

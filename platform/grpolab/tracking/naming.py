@@ -177,7 +177,8 @@ def clean_metric_name(name: str) -> str:
 
 
 X_AXES = {"steps": "optimizer step", "tokens": "completion tokens generated (cumulative)",
-          "seconds": "wall-clock seconds since the run's first logged point"}
+          "seconds": "wall-clock seconds since the run's first logged point",
+          "accelerator_hours": "accelerator-hours (processes x training wall seconds / 3600; CPU hours without a GPU)"}
 
 
 TOKENS_METRIC = "tokens/cumulative"
