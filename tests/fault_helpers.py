@@ -48,12 +48,13 @@ def held_study(folder: Path, model_dir: Path, flag: Path, name: str = "kill_rows
 
 def kill_after_first_checkpoint(cmd: list, env: dict, state: Path, kill=None, timeout: float = 300) -> None:
     """Start the training command ``cmd`` and SIGKILL it (``kill(proc)``; default: the process
-    itself) as soon as a checkpoint under ``state`` is complete; asserts it died of the SIGKILL,
-    not by finishing first."""
+    itself) as soon as a checkpoint of a run folder new under ``state`` is complete (the state
+    may hold other runs' checkpoints); asserts it died of the SIGKILL, not by finishing first."""
+    known = {p.name for p in state.glob("runs/*")}
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
-        if list(state.glob(f"runs/*/checkpoint-*/{checkpoints.COMPLETE}")):
+        if [p for p in state.glob(f"runs/*/checkpoint-*/{checkpoints.COMPLETE}") if p.parent.parent.name not in known]:
             break
         time.sleep(0.02)
     (kill or (lambda p: p.send_signal(signal.SIGKILL)))(proc)

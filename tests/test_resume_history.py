@@ -3,14 +3,21 @@ checkpoint and continued from it builds its held-out evals and training curves u
 keys as an undisturbed run of the same configuration, so every study metric (final:, auc:,
 tail:, steps_to:) is found and equals the undisturbed run's value.
 
-The stop is in-process (a callback raises right after the first checkpoint is marked complete),
-so this is cheap; a real SIGKILL of a study worker is in test_resume_study.py."""
+A checkpoint whose save fails part-way, or whose files are cut afterwards, leaves the previous
+complete one usable, and resume says which one it continues from.
 
+The stop is in-process (a callback raises right after the first checkpoint is marked complete),
+so this is cheap; a real SIGKILL of a study worker is in test_resume_study.py, of `grpolab run`
+in test_resume_equality.py."""
+
+import errno
 import math
+from pathlib import Path
 
 import pytest
 from transformers import TrainerCallback
 
+from grpolab.errors import ConfigError
 from grpolab.experiment import checkpoints
 from grpolab.experiment.config import build_config
 from grpolab.experiment.runner import run_experiment
@@ -78,3 +85,51 @@ def test_every_study_metric_of_a_resumed_run_is_found_and_equal(runs, metric):
     value = objective_value(metric, resumed.evals, resumed.train_curves)
     assert math.isfinite(value)
     assert value == objective_value(metric, undisturbed.evals, undisturbed.train_curves)
+
+
+def test_a_save_cut_short_resumes_from_the_previous_checkpoint_and_ends_equal(runs, tmp_path, monkeypatch):
+    """The second checkpoint's save fails part-way (half a file written, then the disk is full): the
+    run fails, the first checkpoint stays usable, resume says it continues from it, and the run
+    ends as the undisturbed one. A checkpoint whose files are cut after it was saved is passed
+    over the same way; with no usable checkpoint left, resume refuses with the reasons."""
+    undisturbed, cfg, saves = runs[0], build_config(EXPERIMENT), []
+    real_save = checkpoints.save_extra_state
+
+    def disk_full_on_the_second_save(trainer, folder):
+        saves.append(folder)
+        if len(saves) == 2:
+            (Path(folder) / "grpolab_state.pt").write_bytes(b"\0" * 100)
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(trainer, folder)
+
+    monkeypatch.setattr(checkpoints, "save_extra_state", disk_full_on_the_second_save)
+    started = []
+    with pytest.raises(OSError, match="No space left"):
+        run_experiment(cfg, tmp_path, on_run=started.append)
+    monkeypatch.undo()
+    (run_id,) = started
+    folder = checkpoints.run_dir(tmp_path, run_id)
+    cut = "no completion marker (its save was cut short)"
+    assert [(s, p.name, why) for s, p, why in checkpoints.checkpoint_folders(folder)] == [
+        (2, "checkpoint-2", None), (4, "checkpoint-4", cut)]
+    ckpt = checkpoints.check_resume(tmp_path, run_id, cfg.resolved())
+    assert checkpoints.resume_note(ckpt) == f"resuming from checkpoint-2 (step 2); not from the newer checkpoint-4 ({cut})"
+    resumed = run_experiment(cfg, tmp_path, resume_run_id=run_id)
+    assert resumed.evals == undisturbed.evals
+    for metric in METRICS:
+        assert objective_value(metric, resumed.evals, resumed.train_curves) == \
+            objective_value(metric, undisturbed.evals, undisturbed.train_curves)
+
+    assert [s for s, _ in checkpoints.complete_checkpoints(folder)] == [4, 6]   # the newest two, rewritten whole
+    weights = folder / "checkpoint-6" / "model.safetensors"
+    size = weights.stat().st_size
+    with open(weights, "r+b") as f:
+        f.truncate(size // 2)                          # cut after it was saved
+    assert checkpoints.checkpoint_problem(folder / "checkpoint-6") == \
+        f"model.safetensors is {size // 2} bytes, {size} when saved"
+    assert checkpoints.find_resumable(tmp_path, run_id) == folder / "checkpoint-4"
+    (folder / "checkpoint-4" / checkpoints.COMPLETE).write_text('{"step": 4, "fil')   # a marker cut mid-write
+    with pytest.raises(ConfigError, match="no usable checkpoint") as refused:
+        checkpoints.check_resume(tmp_path, run_id, cfg.resolved())
+    assert "checkpoint-4: its completion marker grpolab_complete.json cannot be read" in str(refused.value)
+    assert "checkpoint-6: model.safetensors is" in str(refused.value)

@@ -47,6 +47,10 @@ def _cmd_run(args) -> int:
         from grpolab.tracking.recorder import client_for
         resume = resume_target(client_for(state), cfg.tracking.experiment, f"{cfg.name}-s{cfg.seed}", state,
                                args.resume_run)
+        from grpolab.experiment.checkpoints import check_resume, resume_note
+        note = resume_note(check_resume(state, resume, cfg.resolved()))   # refused here, before the run opens
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"run {resume}: {note}", file=sys.stderr, flush=True)
     bar = TrainProgress()
     result = run_experiment(cfg, state, callbacks=[bar], eval_hook=bar.on_eval, on_run=announce, resume_run_id=resume)
     if int(os.environ.get("RANK", "0")) != 0:

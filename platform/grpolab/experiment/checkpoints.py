@@ -7,7 +7,8 @@ Layout: ``<state>/runs/<mlflow_run_id>/`` belongs to one run and is never shared
                               RNG states, trainer_state.json with global_step) plus
       grpolab_state.pt        grpolab's own trainer state (cumulative tokens, adaptive entropy
                               coefficient, value tracker, critic, dynamic-sampling RNG)
-      grpolab_complete.json   written last: a checkpoint without it (killed mid-save) is ignored
+      grpolab_complete.json   written last, with every file's size: a checkpoint without it (killed
+                              mid-save) or with a file cut since is passed over for the newest intact one
     final/                    the final model (adapter only for LoRA runs), path tagged on the run
 
 Saving uses transformers' own checkpointing (``save_steps``); grpolab adds its state, the
@@ -72,13 +73,46 @@ def save_interval(train) -> int:
     return -(-AUTO_SAVE_EVERY // per) * per
 
 
-def complete_checkpoints(folder: Path) -> list[tuple[int, Path]]:
-    """(step, path) of every complete checkpoint in a run folder, oldest first."""
+def checkpoint_problem(path: Path) -> str | None:
+    """Why a checkpoint folder cannot be resumed from, or None when it is complete and intact. Its
+    completion marker is written last and lists every file with its size, so a save cut short (no
+    marker) and a file cut or removed since (a size that differs) are both seen."""
+    marker = Path(path) / COMPLETE
+    if not marker.exists():
+        return "no completion marker (its save was cut short)"
+    try:
+        record = json.loads(marker.read_text())
+        int(record["step"])
+        files = dict(record.get("files", {}))
+    except (ValueError, KeyError, TypeError, OSError) as exc:
+        return f"its completion marker {COMPLETE} cannot be read ({type(exc).__name__})"
+    for name, size in sorted(files.items()):
+        file = Path(path) / name
+        if not file.is_file():
+            return f"{name} is missing"
+        if file.stat().st_size != size:
+            return f"{name} is {file.stat().st_size} bytes, {size} when saved"
+    return None
+
+
+def checkpoint_folders(folder: Path) -> list[tuple[int, Path, str | None]]:
+    """(step, path, problem) of every checkpoint-<step> folder of a run, oldest first."""
     found = []
     for path in Path(folder).glob("checkpoint-*"):
-        if (path / COMPLETE).exists():
-            found.append((json.loads((path / COMPLETE).read_text())["step"], path))
+        step = path.name.removeprefix("checkpoint-")
+        if step.isdigit():
+            found.append((int(step), path, checkpoint_problem(path)))
     return sorted(found)
+
+
+def complete_checkpoints(folder: Path) -> list[tuple[int, Path]]:
+    """(step, path) of every complete, intact checkpoint in a run folder, oldest first."""
+    return [(step, path) for step, path, problem in checkpoint_folders(folder) if problem is None]
+
+
+def unusable_checkpoints(folder: Path) -> str:
+    """The run's checkpoint folders that cannot be resumed from, each with why ('' when none)."""
+    return "; ".join(f"{path.name}: {problem}" for _, path, problem in checkpoint_folders(folder) if problem)
 
 
 def find_resumable(state: Path, run_id: str) -> Path | None:
@@ -138,7 +172,9 @@ class CheckpointCallback(TrainerCallback):
         if self.recorder is not None:
             self.recorder.flush(wait=True)
         tmp = folder / (COMPLETE + ".tmp")
-        tmp.write_text(json.dumps({"step": state.global_step}))
+        files = {p.relative_to(folder).as_posix(): p.stat().st_size for p in sorted(folder.rglob("*"))
+                 if p.is_file() and p != tmp}   # what resume checks is still whole (checkpoint_problem)
+        tmp.write_text(json.dumps({"step": state.global_step, "files": files}))
         os.replace(tmp, folder / COMPLETE)   # atomic: a kill leaves the checkpoint either complete or ignored
         for _, old in complete_checkpoints(Path(args.output_dir))[:-self.keep]:
             shutil.rmtree(old, ignore_errors=True)
@@ -164,14 +200,30 @@ def check_resume(state: Path, run_id: str, resolved: dict) -> Path:
     the configuration changed since the run started."""
     folder = run_dir(state, run_id)
     ckpt = find_resumable(state, run_id)
+    if ckpt is None and unusable_checkpoints(folder):
+        raise ConfigError(f"--resume: run {run_id} has no usable checkpoint under {folder} "
+                          f"({unusable_checkpoints(folder)}); start a new run instead")
     if ckpt is None:
         raise ConfigError(f"--resume: run {run_id} has no complete checkpoint under {folder} "
                           "(train.save_every = 0 saves only at the end); start a new run instead")
-    change = config_change(json.loads((folder / CONFIG).read_text()), resolved)
+    try:
+        stored = json.loads((folder / CONFIG).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--resume: run {run_id}'s configuration {folder / CONFIG} cannot be read "
+                          f"({type(exc).__name__}: {exc}); start a new run instead") from None
+    change = config_change(stored, resolved)
     if change is not None:
         raise ConfigError(f"--resume: the configuration changed since run {run_id} started ({change}); "
                           "resume needs the same configuration, or start a new run")
     return ckpt
+
+
+def resume_note(ckpt: Path) -> str:
+    """Which checkpoint a resumed run continues from, and the newer ones it passed over and why."""
+    newer = [f"{path.name} ({problem})" for step, path, problem in checkpoint_folders(Path(ckpt).parent)
+             if problem and step > checkpoint_step(ckpt)]
+    return f"resuming from {Path(ckpt).name} (step {checkpoint_step(ckpt)})" + (
+        f"; not from the newer {', '.join(newer)}" if newer else "")
 
 
 def resume_target(client, experiment: str, run_name: str, state: Path, run_id: str | None = None) -> str:
@@ -191,6 +243,11 @@ def resume_target(client, experiment: str, run_name: str, state: Path, run_id: s
     for run in runs:
         if run.info.status != "FINISHED" and find_resumable(state, run.info.run_id) is not None:
             return run.info.run_id
+    for run in runs:
+        unusable = unusable_checkpoints(run_dir(state, run.info.run_id)) if run.info.status != "FINISHED" else ""
+        if unusable:
+            raise ConfigError(f"--resume: run {run.info.run_id} ({run_name!r}) has no usable checkpoint under "
+                              f"{run_dir(state, run.info.run_id)} ({unusable}); run without --resume to start anew")
     raise ConfigError(f"--resume: no unfinished run named {run_name!r} in experiment {experiment!r} has a "
                       f"complete checkpoint under {Path(state) / 'runs'}; run without --resume to start one")
 

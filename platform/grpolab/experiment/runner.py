@@ -304,6 +304,8 @@ def _open_run(cfg: RunConfig, state: Path, parent_run_id, extra_tags, run_name, 
     recorder = None
     resume_from = checkpoints.check_resume(state, resume_run_id, cfg.resolved()) if resume_run_id else None
     resume_step = checkpoints.checkpoint_step(resume_from) if resume_from else None  # (rotation may delete it later)
+    if resume_from is not None and _rank() == 0:   # a study row's worker log says it too
+        log.info("run %s: %s", resume_run_id, checkpoints.resume_note(resume_from))
     if cfg.tracking.enabled and _rank() == 0:
         recorder = RunRecorder(state, cfg.tracking.experiment, run_name or f"{cfg.name}-s{cfg.seed}",
                                {**_run_tags(cfg, task), **(extra_tags or {})}, run_params(cfg),
