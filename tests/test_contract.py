@@ -15,6 +15,19 @@ from grpolab.experiment.config import build_config, rollout_steps
 from grpolab.errors import ConfigError
 from grpolab.method.registry import METHODS
 from grpolab.experiment.runner import run_experiment
+from device_guard import factories_name_their_device, outside_the_guard
+
+
+@pytest.fixture(autouse=True)
+def _factories_name_their_device(monkeypatch):
+    """Every training step here runs under the device guard: a tensor factory in grpolab without
+    ``device=`` would put a CPU tensor beside CUDA ones on a GPU (device_guard.py). The warm start
+    trains on the CPU by design and, unguarded, keeps the guard's cost to the steps themselves."""
+    import grpolab.experiment.runner as runner
+    monkeypatch.setattr(runner, "warm_start", outside_the_guard(runner.warm_start))
+    with factories_name_their_device():
+        yield
+
 
 # method -> (metric, predicate) read from the logs of the last step
 DISTINGUISHING = {

@@ -17,10 +17,12 @@ TRUE = {"R0": 0.2, "A": 0.8, "C_mid": 50.0, "B": 2.0}
 
 @pytest.fixture(scope="module")
 def ladder(tmp_path_factory, shared_state):
-    """A 2-rung x 2-seed tiny ladder, run once for this module's tests: (study file, state)."""
+    """A 2-rung x 2-seed tiny ladder of 4 steps evaluated at each (5 points for a scaling fit), run
+    once for this module's tests: (study file, state)."""
     from grpolab.studies.coordinator import run_study
     path = tmp_path_factory.mktemp("ladder") / "compute_ladder.yaml"
-    path.write_text(yaml.safe_dump(tiny_two_rung_ladder(name="compute_ladder", seeds=[0, 1])))
+    data = tiny_two_rung_ladder(name="compute_ladder", seeds=[0, 1], budget={"train.steps": 4, "eval.every": 1})
+    path.write_text(yaml.safe_dump(data))
     assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None) == 0
     return path, shared_state
 
@@ -61,12 +63,13 @@ def test_samples_shows_one_prompt_from_every_rung_and_seed(ladder, capsys):
     from grpolab.analysis.side_by_side import side_by_side
     from grpolab.cli import main
     path, state = ladder
-    view = side_by_side(str(path), state)
+    view = side_by_side(str(path), state, step=1)
     # seed 0's two rungs saw the same prompts, seed 1's others: the chosen prompt is one both rungs of a seed logged
     assert view.runs == 4 and len(view.without) == 2
     assert set(view.frame.rung) == {"a", "b"} and view.frame.seed.nunique() == 1
     assert (view.frame.groupby("rung").size() == 4).all()   # a whole group (group_size 4) per rung
     assert view.frame.advantage.notna().all() and (view.frame.step == 1).all()
+    assert side_by_side(str(path), state).frame.step.nunique() >= 1   # without --step: every step that prompt was logged at
     seed = view.frame.seed.iloc[0]
     assert main(["samples", str(path), "--prompt", view.prompt[-12:], "--step", "1", "--state", str(state)]) == 0
     out = capsys.readouterr().out
@@ -127,6 +130,40 @@ def test_dashboard_curves_can_use_accelerator_hours_as_x(ladder):
     curves = data.metric_curves(state, runs, ["eval/pass_at_1"], x="accelerator_hours")
     client = MlflowClient(tracking_uri(state))
     for run_id in runs.run_id:
-        (hours,) = client.get_metric_history(run_id, "time/accelerator_hours")   # one rollout: one point, at step 1
+        hours = {m.step: m.value for m in client.get_metric_history(run_id, "time/accelerator_hours")}
         mine = curves[curves.run_id == run_id].set_index("step").x
-        assert hours.step == 1 and mine[0] == 0.0 and mine[1] == pytest.approx(hours.value) and hours.value > 0
+        assert sorted(hours) == [1, 2, 3, 4] and mine[0] == 0.0   # one rollout per step
+        assert [mine[s] for s in (1, 2, 3, 4)] == pytest.approx([hours[s] for s in (1, 2, 3, 4)])
+        assert 0 < hours[1] < hours[2] < hours[3] < hours[4]
+
+
+def test_run_hours_reads_the_tag_else_the_last_curve_point_and_labels_the_device():
+    from types import SimpleNamespace
+
+    from grpolab.analysis.compute_hours import hours_label, run_hours
+
+    class Client:   # three runs: finished on a GPU, killed on a CPU before its end tags, from before the measurement
+        runs = {"done": ({"grpolab.accelerator_hours": "1.5", "grpolab.accelerator": "GPU"},
+                         {"time/accelerator_hours": 1.2}),
+                "killed": ({"grpolab.accelerator": "CPU"}, {"time/accelerator_hours": 0.25}),
+                "old": ({}, {"reward/mean": 0.1})}
+
+        def get_run(self, run_id):
+            tags, metrics = self.runs[run_id]
+            return SimpleNamespace(data=SimpleNamespace(tags=tags, metrics=metrics))
+    got = [run_hours(Client(), r) for r in ("done", "killed", "old", "")]
+    assert got[:2] == [(1.5, "GPU"), (0.25, "CPU")] and all(np.isnan(h) and k == "" for h, k in got[2:])
+    assert hours_label(["CPU", "", "CPU"]) == "CPU-hours" and hours_label(["GPU", "CPU"]) == "GPU+CPU-hours"
+    assert hours_label([""]) == "GPU-hours"
+
+
+def test_table_fits_scaling_on_accelerator_hours_with_a_prefix_check(ladder, capsys):
+    from grpolab.cli import main
+    path, state = ladder
+    assert main(["table", str(path), "--scaling-x", "accelerator_hours", "--scaling-fit-upto", "0.8",
+                 "--state", str(state)]) == 0
+    out = capsys.readouterr().out
+    assert "C = measured accelerator-hours" in out and "fitted on C <= 0.8 x each run's largest C" in out
+    assert "extrapolation |error|" in out
+    assert main(["table", str(path), "--scaling-fit-upto", "1.5", "--state", str(state)]) == 2
+    assert "fit_upto: the fraction of each run's compute the fit uses, in (0, 1]; got 1.5" in capsys.readouterr().err

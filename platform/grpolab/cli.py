@@ -296,10 +296,13 @@ def _cmd_table(args) -> int:
     metrics = [o.metric for o in study.objectives]
     if args.metric is not None and args.metric not in metrics:
         raise ConfigError(f"--metric: {args.metric!r} is not an objective of {study.name}; valid: {', '.join(metrics)}")
+    from grpolab.analysis.scaling import check_window
+    check_window(args.scaling_skip, args.scaling_fit_upto)
     from grpolab.report.tables import study_table
     from grpolab.state import state_dir
     state = state_dir(args.state)
-    print(study_table(args.study, state, args.storage, args.format, args.metric), flush=True)
+    scaling = {"compute": args.scaling_x, "skip_below": args.scaling_skip, "fit_upto": args.scaling_fit_upto}
+    print(study_table(args.study, state, args.storage, args.format, args.metric, scaling), flush=True)
     parent = _parent_run_id(args.study, state, args.storage)
     if parent:   # the parent run shows the latest table (md and csv), whatever format was printed
         from grpolab.report.publish import publish_tables
@@ -488,6 +491,12 @@ def _add_table(sub) -> None:
     table.add_argument("--storage", default=None)
     table.add_argument("--format", choices=["markdown", "csv", "latex"], default="markdown")
     table.add_argument("--metric", default=None, help="which objective of the study (default: the first)")
+    table.add_argument("--scaling-x", choices=["tokens", "accelerator_hours"], default="tokens",
+                       help="compute axis of the scaling fit beside a ladder's table")
+    table.add_argument("--scaling-skip", type=float, default=0.0, metavar="C",
+                       help="leave points with compute below C out of the fit (the noisy start)")
+    table.add_argument("--scaling-fit-upto", type=float, default=1.0, metavar="F",
+                       help="fit on compute <= F x each run's largest and check the extrapolation on the rest")
     table.set_defaults(func=_cmd_table)
 
 

@@ -44,8 +44,9 @@ def combine_rewards(rewards: torch.Tensor, weights: tuple[float, ...] | None) ->
         return rewards
     if weights is not None and len(weights) != rewards.shape[1]:
         raise ValueError(f"method.reward_weights has {len(weights)} weights for {rewards.shape[1]} reward components")
-    w = torch.ones(rewards.shape[1], dtype=rewards.dtype) if weights is None else torch.tensor(weights, dtype=rewards.dtype)
-    total = (rewards * w.to(rewards.device)).nansum(1)
+    w = (torch.ones(rewards.shape[1], dtype=rewards.dtype, device=rewards.device) if weights is None
+         else torch.tensor(weights, dtype=rewards.dtype, device=rewards.device))
+    total = (rewards * w).nansum(1)
     return total.masked_fill(torch.isnan(rewards).all(1), float("nan"))
 
 

@@ -11,7 +11,7 @@ import torch
 
 def _std(x: torch.Tensor, dim: int | None, unbiased: bool, keepdim: bool = False) -> torch.Tensor:
     if dim is None:
-        return x.std(unbiased=unbiased) if x.numel() > 1 else torch.zeros((), dtype=x.dtype)
+        return x.std(unbiased=unbiased) if x.numel() > 1 else torch.zeros((), dtype=x.dtype, device=x.device)
     if x.shape[dim] < 2:
         return torch.zeros_like(x.mean(dim=dim, keepdim=keepdim))
     return x.std(dim=dim, unbiased=unbiased, keepdim=keepdim)
@@ -144,7 +144,8 @@ class ValueTracker:
         self.state: dict[str, tuple[float, float]] = {}
 
     def predict(self, keys: list[str]) -> torch.Tensor:
-        return torch.tensor([a / (a + b) for a, b in (self.state.get(k, (1.0, 1.0)) for k in keys)])
+        """p_hat(q) per key, (N,) on the CPU: the tracker's state is host floats."""
+        return torch.tensor([a / (a + b) for a, b in (self.state.get(k, (1.0, 1.0)) for k in keys)], device="cpu")
 
     def update(self, keys: list[str], rewards: torch.Tensor) -> None:
         for k, r in zip(keys, rewards.tolist()):
@@ -158,7 +159,7 @@ def value_tracker(r: torch.Tensor, keys: list[str], tracker: ValueTracker, eps: 
     samples do not have to disagree for it to give signal."""
     if r.min() < 0 or r.max() > 1:
         raise ValueError("value_tracker needs rewards in [0, 1]")
-    a = r - tracker.predict(keys).to(r.dtype)
+    a = r - tracker.predict(keys).to(device=r.device, dtype=r.dtype)
     tracker.update(keys, r)
     return a / (_std(a, None, unbiased) + eps)
 
@@ -183,7 +184,7 @@ def gae(seq_reward: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, gamm
     delta = (rewards + gamma * next_values - values) * m
 
     def discounted(lam) -> torch.Tensor:
-        lam = torch.as_tensor(lam, dtype=m.dtype).reshape(-1, 1).expand(m.size(0), 1)
+        lam = torch.as_tensor(lam, dtype=m.dtype, device=m.device).reshape(-1, 1).expand(m.size(0), 1)
         out, running = torch.zeros_like(delta), torch.zeros_like(delta[:, :1])
         for t in reversed(range(delta.size(1))):   # padding is only at the end, where delta = 0
             running = delta[:, t:t + 1] + gamma * lam * running

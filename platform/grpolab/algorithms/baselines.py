@@ -75,7 +75,7 @@ def _group_token_baselines(returns, weights, mask, groups, eps: float) -> torch.
     for rows in groups:
         if len(rows) < 2:
             continue
-        idx = torch.tensor(rows)
+        idx = torch.tensor(rows, device=mask.device)
         m = mask[idx]
         b = (returns[idx] * weights[idx] * m).sum(0) / ((weights[idx] * m).sum(0) + eps)
         baselines[idx] = b.to(baselines.dtype)

@@ -111,7 +111,8 @@ def decoupled(spec, x: AdvantageInputs) -> torch.Tensor:
     if r.dim() != 2 or r.shape[1] < 2:
         raise ValueError("decoupled advantages need (N, K) rewards with K >= 2 components")
     K = r.shape[1]
-    w = torch.ones(K) if spec.reward_weights is None else torch.tensor(spec.reward_weights)
+    w = (torch.ones(K, device=r.device) if spec.reward_weights is None
+         else torch.tensor(spec.reward_weights, device=r.device))
     return adv.decoupled(r, x.group_size, w.to(r), x.adv_eps, x.std_unbiased)
 
 

@@ -110,7 +110,7 @@ def step_advantages(step_returns: list[list[float]], group_ids: list[list[int]],
             members.setdefault(gid, []).append(float(r))
     stats = {}
     for gid, values in members.items():
-        v = torch.tensor(values, dtype=torch.float64)
+        v = torch.tensor(values, dtype=torch.float64, device="cpu")   # host floats in, host floats out
         std = v.std(unbiased=unbiased).item() if len(values) > 1 else 0.0
         stats[gid] = (v.mean().item(), std + eps if std_norm else 1.0)
     def scaled(r: float, gid: int) -> float:   # equal returns (or eps = 0 on a zero std): no signal, 0
@@ -127,8 +127,8 @@ def step_row_episode_advantages(episode_returns: list[float], turns: list[int], 
     A^E_i = (R_i - mean_g) [/ (std_g + eps)]. An episode of 0 turns has no row and weight 0."""
     if len(episode_returns) != len(turns) or len(turns) % group_size:
         raise ValueError(f"{len(episode_returns)} returns, {len(turns)} turn counts: not groups of {group_size}")
-    R = torch.tensor(episode_returns, dtype=torch.float64).view(-1, group_size)
-    T = torch.tensor(turns, dtype=torch.float64).view(-1, group_size)
+    R = torch.tensor(episode_returns, dtype=torch.float64, device="cpu").view(-1, group_size)   # host lists in
+    T = torch.tensor(turns, dtype=torch.float64, device="cpu").view(-1, group_size)
     rows = T.sum(1, keepdim=True)
     mean = (T * R).sum(1, keepdim=True) / rows.clamp(min=1)
     if not std_norm:
@@ -145,10 +145,10 @@ def token_advantages(episode_adv: torch.Tensor, step_adv: list[list[float]], tur
     0 on environment and padding tokens (turn_index = -1). Returns (N, T) like ``turn_index``."""
     N, T = turn_index.shape
     width = max((len(row) for row in step_adv), default=0) + 1
-    table = torch.zeros(N, width, dtype=torch.float32)   # column width-1 stays 0: where turn -1 points
+    table = torch.zeros(N, width, dtype=torch.float32, device=turn_index.device)   # column width-1 stays 0: where turn -1 points
     for i, row in enumerate(step_adv):
         if row:
-            table[i, :len(row)] = torch.tensor(row, dtype=torch.float32)
+            table[i, :len(row)] = torch.tensor(row, dtype=torch.float32, device=table.device)
     model = turn_index >= 0
     per_token = torch.gather(table, 1, torch.where(model, turn_index, torch.full_like(turn_index, width - 1)).long())
     return torch.where(model, episode_adv.view(-1, 1).float() + omega * per_token, torch.zeros_like(per_token))

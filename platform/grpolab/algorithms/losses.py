@@ -145,7 +145,9 @@ def clip_cov_loss(coef, A, logp, mask, eps_low, eps_high, fraction, low, high, g
     n_select = max(int(fraction * mask.sum().item()), 1)
     selected = torch.zeros_like(candidate)
     if len(idx):
-        pick = idx[torch.randperm(len(idx), generator=generator)[:n_select]]
+        # drawn where the generator lives (the CPU's default one without): one seed, one pick on every device
+        perm = torch.randperm(len(idx), generator=generator, device=generator.device if generator is not None else "cpu")
+        pick = idx[perm.to(idx.device)[:n_select]]
         selected[pick[:, 0], pick[:, 1]] = True
     return torch.max(loss1, loss2) * (~selected).to(coef.dtype), selected
 

@@ -53,7 +53,7 @@ def token_truncate(d: torch.Tensor, c_min: float | None, c_max: float | None) ->
 @register("none")
 def none(d: torch.Tensor, c_min: float | None, c_max: float | None) -> torch.Tensor:
     """No correction: w = 1. (B, 1)."""
-    return torch.ones(d.shape[0], 1, dtype=d.dtype)
+    return torch.ones(d.shape[0], 1, dtype=d.dtype, device=d.device)
 
 
 def sampler_weights(train_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, name: str,

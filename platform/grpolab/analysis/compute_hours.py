@@ -28,7 +28,7 @@ class RunHours(NamedTuple):
 
 def run_hours(client, run_id: str) -> RunHours:
     """One run's measured accelerator-hours (module docstring)."""
-    if not run_id:
+    if not isinstance(run_id, str) or not run_id:   # a row that never started a run
         return RunHours(math.nan, "")
     data = client.get_run(run_id).data
     kind = data.tags.get(KIND_TAG, "")
@@ -60,6 +60,15 @@ def add_hours_column(frame: pd.DataFrame, rows: pd.DataFrame, state, key: str = 
     per_rung = timed.groupby(key).hours.sum(min_count=1)
     column = hours_label(timed.kind)
     return frame.assign(**{column: [per_rung.get(i, math.nan) for i in range(len(frame))]})
+
+
+def add_run_hours(frame: pd.DataFrame, state) -> pd.DataFrame:
+    """``frame`` (a ``run_id`` column: a search's trials) with each run's measured hours as a
+    column named by ``hours_label``."""
+    if frame.empty:
+        return frame
+    timed = rows_hours(frame, state)
+    return frame.assign(**{hours_label(timed.kind): timed.hours})
 
 
 class StudyHours(NamedTuple):

@@ -66,8 +66,8 @@ class EpisodeRollout:
         returns = [gigpo.discounted_returns(e.rewards, spec.step_gamma) for e in episodes]
         step_adv = gigpo.step_advantages(returns, group_ids, std_norm=ADVANTAGES[spec.advantage].step_norm == "std",
                                          eps=spec.adv_eps, unbiased=spec.std_unbiased)
-        turn_index = torch.full((len(episodes), width), -1, dtype=torch.long)
+        turn_index = torch.full((len(episodes), width), -1, dtype=torch.long, device="cpu")   # the step term is built on the CPU
         for i, e in enumerate(episodes):
-            turn_index[i, :len(e.turn_index)] = torch.tensor(e.turn_index, dtype=torch.long)
+            turn_index[i, :len(e.turn_index)] = torch.tensor(e.turn_index, dtype=torch.long, device="cpu")
         per_token = gigpo.token_advantages(episode_adv.cpu(), step_adv, turn_index, spec.step_omega)
         return per_token.to(episode_adv.device), stats

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from grpolab.analysis.ablation import ladder_rows, ladder_table, load_results, search_table
-from grpolab.analysis.compute_hours import add_hours_column
+from grpolab.analysis.compute_hours import add_hours_column, add_run_hours
 from grpolab.analysis.scaling import scaling_frame
 from grpolab.analysis.verdicts import DECIDED
 from grpolab.errors import ConfigError
@@ -150,7 +150,10 @@ def markdown_table(frame: pd.DataFrame) -> str:
     return frame.map(clean).rename(columns=clean).to_markdown(index=False, floatfmt=".4g")
 
 
-def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "markdown", metric: str | None = None) -> str:
+def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "markdown", metric: str | None = None,
+                scaling: dict | None = None) -> str:
+    """The printed table of a study; ``scaling``: the scaling fit's compute axis and window
+    (``scaling_frame``'s compute, skip_below, fit_upto)."""
     cfg, study = load_results(path, state, storage_url)
     names = [o.metric for o in cfg.objectives]
     if metric is not None and metric not in names:
@@ -160,14 +163,14 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
     if cfg.kind == "ladder":
         frame, caption, level = ladder_view(path, state, storage_url, index)
     else:
-        frame = search_table(study, cfg)
+        frame = add_run_hours(search_table(study, cfg), state)   # each trial's measured GPU-hours
         caption = f"{cfg.name}: {len(frame)} trials, objectives {[o.metric for o in cfg.objectives]}"
     body = render(frame, fmt, caption)
     if fmt != "markdown":
         return body
     if cfg.kind != "ladder":
         return f"{caption}\n\n{body}"
-    body += scaling_section(state, path, storage_url)   # asymptote A and efficiency C_mid beside the table
+    body += scaling_section(state, path, storage_url, **(scaling or {}))   # asymptote A and efficiency C_mid
     answer = "\n".join(f"- {line}" for line in answer_lines(frame))   # the answer first, the details below
     return (f"{cfg.name}: {answer_header(frame, cfg, index)}. Each rung's label, effect on the previous rung and its "
             f"{100 * level:.4g} % interval, paired seeds used, familywise label, regime gates\n{answer}\n\n{caption}"
@@ -186,13 +189,18 @@ def escape_latex(text: str) -> str:
     return "".join(LATEX_SPECIALS.get(ch, ch) for ch in text)
 
 
-def scaling_section(state, study_path: str, storage_url: str | None) -> str:
+def scaling_section(state, study_path: str, storage_url: str | None, compute: str = "tokens",
+                    skip_below: float = 0.0, fit_upto: float = 1.0) -> str:
     """Markdown shown beside a ladder's table, or '' when no fit is possible."""
-    frame = scaling_frame(state, study_path, storage_url)
+    frame = scaling_frame(state, study_path, storage_url, compute=compute, skip_below=skip_below, fit_upto=fit_upto)
     if frame is None or frame.empty:
         return ""
-    return ("\nCompute scaling (ScaleRL-style): R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), C = generated tokens, "
-            "R = held-out pass@1, R0 = the step-0 value; one fit per seed, mean and 95% t-interval over seeds\n\n"
+    axis = {"tokens": "generated tokens", "accelerator_hours": "measured accelerator-hours"}[compute]
+    window = (f"; points with C < {skip_below:g} left out" if skip_below else "") + (
+        f"; fitted on C <= {fit_upto:g} x each run's largest C, the extrapolation's mean |error| checked on the rest"
+        if fit_upto < 1 else "")
+    return (f"\nCompute scaling (ScaleRL-style): R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), C = {axis}, "
+            f"R = held-out pass@1, R0 = the step-0 value; one fit per seed, mean and 95% t-interval over seeds{window}\n\n"
             + frame.to_markdown(index=False, floatfmt=".4g"))
 
 

@@ -149,7 +149,7 @@ def soft_overlong(length: int, max_len: int, buffer: int | None = None, penalty:
 
     from grpolab.algorithms import soft_overlong_penalty
     buffer = buffer or max(1, round(0.2 * max_len))
-    return float(soft_overlong_penalty(torch.tensor([length]), max_len, buffer, penalty)[0])
+    return float(soft_overlong_penalty(torch.tensor([length], device="cpu"), max_len, buffer, penalty)[0])
 
 
 def _sum_over_processes(failed: int, total: int) -> tuple[int, int]:

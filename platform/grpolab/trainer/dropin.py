@@ -285,7 +285,7 @@ def overlong_reward(spec: MethodSpec, max_len: int):
     buffer = overlong_buffer(max_len, spec.overlong_buffer)   # the zone length/soft_penalized_fraction counts
 
     def overlong(prompts, completions, completion_ids, **kwargs):
-        lengths = torch.tensor([len(ids) for ids in completion_ids])
+        lengths = torch.tensor([len(ids) for ids in completion_ids], device="cpu")   # TRL takes a list back
         return soft_overlong_penalty(lengths, max_len, buffer, spec.overlong_penalty).tolist()
     return overlong
 

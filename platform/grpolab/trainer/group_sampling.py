@@ -33,7 +33,7 @@ class GroupSampling:
                                       f"({n_local} rows per process, group size {G})")
         target = n_local * nproc // G
         pool, rewards, rows, round_inputs = [], [], [], inputs
-        entropy = torch.zeros(2, dtype=torch.float64)
+        entropy = torch.zeros(2, dtype=torch.float64, device="cpu")   # _entropy_sums returns CPU sums
         for round_no in range(1, self.spec.max_sampling_rounds + 1):
             out = self._trl_round(round_inputs)
             entropy += self._entropy_sums(out)
@@ -82,7 +82,8 @@ class GroupSampling:
         """n_rows / G fresh prompts from the training set, each repeated G times (rank-seeded)."""
         if self._sampling_rng is None:
             self._sampling_rng = torch.Generator().manual_seed(self.args.seed * 7919 + self.accelerator.process_index)
-        picks = torch.randint(len(self.train_dataset), (n_rows // self.num_generations,), generator=self._sampling_rng)
+        picks = torch.randint(len(self.train_dataset), (n_rows // self.num_generations,), generator=self._sampling_rng,
+                              device="cpu")   # the generator is a CPU one: the same picks on every device
         return [dict(self.train_dataset[int(i)]) for i in picks for _ in range(self.num_generations)]
 
     def _filter_zero_variance(self, out: dict, rewards_k: torch.Tensor, rows: list[RolloutRow]) -> None:

@@ -54,7 +54,7 @@ class WindowStats:
         self.sums, sums = {}, self.sums
         if not keys:
             return {}
-        t = torch.tensor([sums[k] for k in keys], dtype=torch.float64)
+        t = torch.tensor([sums[k] for k in keys], dtype=torch.float64, device="cpu")   # reduce_sum moves it
         if reduce_sum is not None:
             t = reduce_sum(t)
         return {k: float(n / d) for k, (n, d) in zip(keys, t.tolist()) if d > 0}

@@ -47,16 +47,17 @@ class SampledBatch(NamedTuple):
     generated: Generated
 
 
+# Host tensors from the rows (device="cpu"): callers move them beside the batch they join.
 def correct_of(rows: list[RolloutRow]) -> torch.Tensor:
-    return torch.tensor([bool(r.correct) for r in rows])
+    return torch.tensor([bool(r.correct) for r in rows], device="cpu")
 
 
 def lengths_of(rows: list[RolloutRow]) -> torch.Tensor:
-    return torch.tensor([r.length for r in rows], dtype=torch.float32)
+    return torch.tensor([r.length for r in rows], dtype=torch.float32, device="cpu")
 
 
 def truncated_of(rows: list[RolloutRow]) -> torch.Tensor:
-    return torch.tensor([bool(r.truncated) for r in rows])
+    return torch.tensor([bool(r.truncated) for r in rows], device="cpu")
 
 
 def generated_mask(out: dict, rows: list[RolloutRow], start: int, model_only: bool = True) -> torch.Tensor:

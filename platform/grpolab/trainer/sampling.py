@@ -47,7 +47,8 @@ def select_groups(rewards: torch.Tensor, group_size: int, target: int, policy: s
 
 
 def rows_of_groups(groups: torch.Tensor, group_size: int) -> torch.Tensor:
-    return (groups.view(-1, 1) * group_size + torch.arange(group_size)).view(-1)
+    """Rows (n * G,) of ``groups`` (n,) in a batch of contiguous groups of G, on the groups' device."""
+    return (groups.view(-1, 1) * group_size + torch.arange(group_size, device=groups.device)).view(-1)
 
 
 def _pad_to(t: torch.Tensor, width: int, left: bool, value) -> torch.Tensor:

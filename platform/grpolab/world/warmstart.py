@@ -109,11 +109,13 @@ def _batches(task: Task, tokenizer, examples, batch_size: int, rng: random.Rando
             t = tokenizer(task.target(ex, rng), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
             rows.append((p + t, [-100] * len(p) + t))
         width = max(len(r[0]) for r in rows)
-        ids = torch.full((len(rows), width), tokenizer.pad_token_id)
-        labels = torch.full((len(rows), width), -100)
-        attn = torch.zeros((len(rows), width), dtype=torch.long)
+        # built on the CPU; the training loop moves each batch to the model's device
+        ids = torch.full((len(rows), width), tokenizer.pad_token_id, device="cpu")
+        labels = torch.full((len(rows), width), -100, device="cpu")
+        attn = torch.zeros((len(rows), width), dtype=torch.long, device="cpu")
         for i, (x, y) in enumerate(rows):
-            ids[i, :len(x)], labels[i, :len(y)], attn[i, :len(x)] = torch.tensor(x), torch.tensor(y), 1
+            ids[i, :len(x)], labels[i, :len(y)] = torch.tensor(x, device="cpu"), torch.tensor(y, device="cpu")
+            attn[i, :len(x)] = 1
         yield ids, attn, labels
 
 
@@ -141,7 +143,7 @@ def _train_to_band(model, tokenizer, task: Task, seed: int, cfg: WarmStartConfig
     model.train()
     while step < cfg.max_steps:
         for _ in range(every):
-            ids, attn, labels = next(batches)
+            ids, attn, labels = (t.to(model.device) for t in next(batches))
             loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
             opt.zero_grad(set_to_none=True)
             loss.backward()

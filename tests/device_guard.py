@@ -1,0 +1,71 @@
+"""A CPU-side guard for code that would mix devices on a GPU.
+
+On a CPU machine every tensor lands on the CPU, so ``torch.arange(n) + x`` works whatever device
+``x`` would have had on a GPU. ``FactoryGuard`` is a ``TorchFunctionMode`` that records each tensor
+factory called directly from grpolab's own source without a ``device=`` argument: such a tensor is
+on the CPU even when its operands are on CUDA. A tensor meant for the CPU says ``device="cpu"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+import torch
+from torch.overrides import TorchFunctionMode, _pop_mode_temporarily
+
+FACTORIES = frozenset({torch.arange, torch.zeros, torch.ones, torch.full, torch.empty, torch.tensor,
+                       torch.as_tensor, torch.rand, torch.randn, torch.randint, torch.randperm,
+                       torch.linspace, torch.logspace, torch.eye})
+
+
+def package_root() -> str:
+    """grpolab's source folder as imported (so the guard also watches an older checkout's code)."""
+    import grpolab
+    return str(Path(grpolab.__file__).resolve().parent)
+
+
+class FactoryGuard(TorchFunctionMode):
+    """Records ``path:line torch.<factory>`` for each factory called from a frame under ``root``
+    with no ``device=`` (or ``device=None``). Costs one set lookup per torch call otherwise."""
+
+    def __init__(self, root: str | None = None):
+        super().__init__()
+        self.root = root or package_root()
+        self.unguarded: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in FACTORIES and kwargs.get("device") is None:
+            frame = sys._getframe(1)
+            while frame is not None and frame.f_code.co_name == "__torch_function__":   # another mode above
+                frame = frame.f_back
+            if frame is not None and frame.f_code.co_filename.startswith(self.root):
+                where = f"{Path(frame.f_code.co_filename).relative_to(self.root).as_posix()}:{frame.f_lineno}"
+                call = f"grpolab/{where} torch.{func.__name__}(...) names no device"
+                if call not in self.unguarded:
+                    self.unguarded.append(call)
+        return func(*args, **kwargs)
+
+    def message(self) -> str:
+        return ("tensor factories in grpolab without device= (on a GPU these tensors stay on the CPU; "
+                "pass the operands' device, or device=\"cpu\" for a CPU tensor on purpose):\n  "
+                + "\n  ".join(self.unguarded))
+
+
+def outside_the_guard(fn):
+    """``fn`` run with the innermost torch-function mode (the guard) set aside, at full speed: for
+    work that stays on the CPU by design, such as the warm start's SFT (world/warmstart.py)."""
+    def run(*args, **kwargs):
+        with _pop_mode_temporarily():
+            return fn(*args, **kwargs)
+    return run
+
+
+@contextlib.contextmanager
+def factories_name_their_device(root: str | None = None):
+    """Run the block under ``FactoryGuard`` and fail if grpolab made a tensor without naming its device."""
+    with FactoryGuard(root) as guard:
+        yield guard
+    assert not guard.unguarded, guard.message()
