@@ -197,7 +197,8 @@ def test_header_counts_per_rung_and_familywise_labels():
                           "family_label": ["", family[0].family_label, family[1].family_label, REGIME_ABSENT]})
     cfg = StudyConfig(name="x", kind="ladder", path="x", base={}, seeds=(0,),
                       objectives=(Objective("final:eval/pass_at_1", "maximize", 0.02),),
-                      rungs=(Rung("a", {}, 30.0), Rung("b", {"k": 1}, 36.0), Rung("c", {"k": 2}, 38.0), Rung("d", {"k": 3}, 41.0)))
+                      rungs=(Rung("a", {}, 30.0), Rung("b", {"k": 1}, 36.0), Rung("c", {"k": 2}, 38.0),
+                             Rung("d", {"k": 3}, 41.0)))
     assert answer_header(frame, cfg) == ("2 of 3 decided, 1 familywise; smallest effect that matters 0.02 of "
                                          "final:eval/pass_at_1 beside the published increments +6, +2, +3")
 

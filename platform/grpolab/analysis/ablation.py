@@ -75,8 +75,8 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
                 entry["familywise"] = family_text(v)
                 entry["label"], entry["family_label"] = v.verdict, v.family_label   # as judged, unmarked
             mech = rung.mechanism
-            entry["precondition"] = ("none named" if mech is None else
-                                     f"{mech.metric} = {rv.mechanism_value:.3g} (floor {mech.at_least:g}, {mech.rows} rung's rows)")
+            entry["precondition"] = ("none named" if mech is None else f"{mech.metric} = {rv.mechanism_value:.3g} "
+                                     f"(floor {mech.at_least:g}, {mech.rows} rung's rows)")
             entry["regime"] = "none declared" if rv.regime is None else f"{rv.regime.status}: {rv.regime.text()}"
         out.append(entry)
     return pd.DataFrame(out)

@@ -41,7 +41,8 @@ class GateResult:
     def text(self) -> str:
         if self.status == UNMEASURED:
             return f"{self.gate.text()}: not measured ({self.missing})"
-        return f"{self.gate.measure} = {self.value:.3g} ({'<=' if self.gate.at_most else '>='} {self.gate.bound:g}: {self.status})"
+        side = "<=" if self.gate.at_most else ">="
+        return f"{self.gate.measure} = {self.value:.3g} ({side} {self.gate.bound:g}: {self.status})"
 
 
 @dataclass(frozen=True)

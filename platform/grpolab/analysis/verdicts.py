@@ -287,7 +287,7 @@ def with_family(verdicts: list[Verdict], alpha: float = 0.05) -> list[Verdict]:
             out.append(dataclasses.replace(v, family=k))
             continue
         level = 1 - alpha / (k * v.looks)
-        if v.face_value:   # a check outside the data set the label (mechanism, censoring): it stands
+        if v.face_value:   # a check outside the data set the label (precondition, regime, censoring): it stands
             label = v.verdict
         else:
             label = paired_verdict(v.differences, v.direction, v.smallest_effect, level).verdict
