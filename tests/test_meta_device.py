@@ -1,0 +1,165 @@
+"""Every registered algorithm function on ``device="meta"`` inputs.
+
+A meta tensor has a shape and a dtype but no data, and refuses a CPU operand (``meta + cpu``
+raises ``Tensor on device cpu is not on the expected device meta!``) as a CUDA tensor does. So a
+function that builds a CPU tensor and mixes it with its inputs fails here on a CPU machine, as it
+would on a GPU; one that returns a CPU tensor fails the device check on its outputs. Functions
+whose control flow reads values (``.item()``, ``bool(t)``, ``.tolist()``, data-dependent shapes)
+cannot run on meta: ``ON_THE_CPU`` names each with the reason, and those run on CPU inputs under
+the factory guard (device_guard.py) instead, as every method's training step does (test_contract.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from device_guard import factories_name_their_device
+from grpolab.algorithms import advantages as adv
+from grpolab.algorithms import aggregations, estimators, gigpo, kl, ratios, sampler_corrections, sampling_options
+from grpolab.algorithms import combine_rewards, entropy_mask, surrogates
+from grpolab.algorithms.shaping import soft_overlong_penalty
+from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.registry import METHODS
+from grpolab.method.spec import build_spec
+from grpolab.trainer.sampling import rows_of_groups
+
+N, G, T, K = 8, 4, 5, 2
+
+
+def batch(device: str) -> dict:
+    """One batch of every shape an algorithm function reads, on ``device`` (drawn on the CPU)."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+
+    def rand(*shape):
+        return torch.rand(*shape, generator=gen, device="cpu").to(device)
+    mask = torch.ones(N, T, device="cpu")
+    mask[::2, 3:] = 0
+    log_ratio = (torch.rand(N, T, generator=gen, device="cpu") - 0.5) * 0.4
+    logp = -torch.rand(N, T, generator=gen, device="cpu")
+    return {"r": rand(N), "rk": rand(N, K), "mask": mask.to(device), "logp": logp.to(device),
+            "old_logp": (logp - log_ratio).to(device), "ref_logp": -rand(N, T), "lengths": mask.sum(1).to(device),
+            "greedy": rand(N), "sum_pi_squared": rand(N, T) * 0.5, "penalty": rand(N, T) * 0.01,
+            "A": rand(N, 1) - 0.5, "values": rand(N, T),
+            "group_ids": (torch.arange(N, device="cpu") // G).to(device)}
+
+
+def _advantage(name: str, x: dict):
+    if name == "gae":   # its registry entry refuses: the critic path calls the pure function (PPO's, VAPO's lambda)
+        return [adv.gae(x["r"], x["values"], x["mask"], 1.0, lam, 1.0, x["penalty"])
+                for lam in (METHODS["ppo"].spec().gae_lambda, adv.length_adaptive_lambda(x["mask"], 0.05))]
+    spec, fn = build_spec({"advantage": name}), estimators.ESTIMATORS[name]
+    inputs = estimators.AdvantageInputs(
+        x["rk"] if ADVANTAGES[name].components else x["r"], G, spec.adv_eps, spec.std_unbiased, mask=x["mask"],
+        token_penalty=x["penalty"], prompt_keys=[f"q{i // G}" for i in range(N)], tracker=adv.ValueTracker(0.9),
+        lengths=x["lengths"], greedy_rewards=x["greedy"], old_logp=x["old_logp"], sum_pi_squared=x["sum_pi_squared"])
+    return [fn.fn(spec, inputs)] + ([fn.unscorable(x["r"], inputs)] if fn.unscorable is not None else [])
+
+
+def _ratio(name: str, x: dict):
+    fn, log_ratio = ratios.RATIO_FUNCTIONS[name], x["logp"] - x["old_logp"]
+    out = [fn.log_weights(log_ratio, x["mask"])]
+    return out + ([fn.loss(build_spec({"ratio": name}), log_ratio, x["A"], x["mask"])] if fn.loss is not None else [])
+
+
+def _surrogate(name: str, x: dict):
+    log_ratio = x["logp"] - x["old_logp"]
+    b = surrogates.Batch(x["logp"], log_ratio, torch.exp(log_ratio), x["A"], x["mask"], None, None, x["ref_logp"],
+                         x["r"], x["group_ids"])
+    stats: dict = {}
+    return [surrogates.SURROGATE_LOSSES[name].fn(build_spec({"surrogate": name}), b, stats)] + list(stats.values())
+
+
+def _cap_policy(name: str, x: dict):
+    informative = x["group_ids"][:1]   # group 0 only; 2 groups needed
+    try:
+        return [sampling_options.CAP_FUNCTIONS[name](x["r"].view(-1, G), informative, 2)]
+    except sampling_options.SamplingCapError:   # ``fail``'s one behaviour
+        return []
+
+
+# registry -> (its functions by name, how one is called on a batch)
+REGISTRIES = {
+    "advantage": (estimators.ESTIMATORS, _advantage),
+    "aggregation": (aggregations.AGGREGATION_FUNCTIONS, lambda name, x: [aggregations.AGGREGATION_FUNCTIONS[name](
+        x["logp"] * x["mask"], x["mask"], aggregations.Normalisers(x["mask"].sum(), T))]),
+    "kl": (kl.KL_FUNCTIONS, lambda name, x: [kl.KL_FUNCTIONS[name](x["logp"] - x["ref_logp"])]),
+    "ratio": (ratios.RATIO_FUNCTIONS, _ratio),
+    "surrogate": (surrogates.SURROGATE_LOSSES, _surrogate),
+    "sampler_correction": (sampler_corrections.CORRECTION_FUNCTIONS, lambda name, x: [
+        sampler_corrections.CORRECTION_FUNCTIONS[name](x["logp"] - x["old_logp"], 0.5, 2.0)]),
+    "sampling_filter": (sampling_options.FILTER_FUNCTIONS, lambda name, x: [
+        sampling_options.FILTER_FUNCTIONS[name](x["r"], x["r"] > 0.5)]),
+    "cap_policy": (sampling_options.CAP_FUNCTIONS, _cap_policy),
+    "gfpo_metric": (sampling_options.GFPO_SCORES, lambda name, x: [
+        sampling_options.GFPO_SCORES[name](x["lengths"].view(-1, G), x["r"].view(-1, G))]),
+    "episode_norm": (gigpo.EPISODE_NORM_FUNCTIONS, lambda name, x: [gigpo.EPISODE_NORM_FUNCTIONS[name](
+        x["r"], gigpo.EpisodeBatch([0.5] * N, [2] * N, G, std_norm=True, eps=1e-4, unbiased=True))]),
+}
+# pure functions outside a registry that the training step calls on the batch's device
+FUNCTIONS = {
+    "combine_rewards": lambda x: [combine_rewards(x["rk"], None), combine_rewards(x["rk"], (1.0, 0.5))],
+    "soft_overlong_penalty": lambda x: [soft_overlong_penalty(x["lengths"], 4, 2)],
+    "whiten_tokens": lambda x: [adv.whiten_tokens(x["values"], x["mask"])],
+    "rows_of_groups": lambda x: [rows_of_groups(x["group_ids"][::G], G)],
+    "entropy_mask": lambda x: [entropy_mask(x["values"], x["mask"], 0.2)],
+}
+
+# (registry, name) -> why it cannot run on meta; it runs on the CPU under the factory guard
+ON_THE_CPU = {
+    ("advantage", "value_tracker"): "checks r in [0, 1] (bool of a tensor); its tracker keeps host floats (tolist)",
+    ("advantage", "decoupled"): "refuses NaN rewards through torch.isnan(r).any() (bool of a tensor)",
+    ("advantage", "optimal_token_baseline"): "a Python loop per group, int() of its lengths, nonzero()",
+    ("advantage", "tir_optimal_token_baseline"): "a Python loop per group, int() of its lengths, nonzero()",
+    ("surrogate", "vespo"): "logs float(phi.mean()) of its per-sequence weight",
+    ("surrogate", "clip_cov"): "draws max(1, fraction * mask.sum().item()) of the nonzero() candidates",
+    ("surrogate", "kl_cov"): "ranks the nonzero() valid tokens' covariance",
+    ("surrogate", "group_dpo"): "pairs completions through unique() of the group ids",
+    ("cap_policy", "fill"): "the groups left over come from informative.tolist()",
+    ("function", "entropy_mask"): "boolean indexing (nonzero()) of the valid tokens' entropies",
+}
+
+CASES = [(registry, name) for registry, (functions, _) in REGISTRIES.items() for name in functions] + [
+    ("function", name) for name in FUNCTIONS]
+
+
+def _call(registry: str, name: str, x: dict) -> list:
+    return FUNCTIONS[name](x) if registry == "function" else REGISTRIES[registry][1](name, x)
+
+
+def _tensors(out) -> list[torch.Tensor]:
+    """The tensors in ``out``, tuples (GAE's advantages and returns) opened."""
+    flat = [t for o in out for t in (o if isinstance(o, tuple) else (o,))]
+    return [t for t in flat if isinstance(t, torch.Tensor)]
+
+
+@pytest.fixture
+def stats_stay_tensors(monkeypatch):
+    """A surrogate's logged fractions end in float(), which reads a value; on meta they stay tensors
+    (the arithmetic before the float, and so any device mixing in it, is unchanged)."""
+    def masked_mean(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
+        x = x.expand_as(m) if x.shape != m.shape else x
+        return (x.float() * m).sum() / m.sum().clamp(min=1.0)
+    monkeypatch.setattr(surrogates, "masked_mean", masked_mean)
+
+
+ON_META = [c for c in CASES if c not in ON_THE_CPU]
+
+
+@pytest.mark.parametrize("registry,name", ON_META, ids=["/".join(c) for c in ON_META])
+def test_runs_on_meta_inputs_and_returns_meta_tensors(registry, name, stats_stay_tensors):
+    out = _tensors(_call(registry, name, batch("meta")))
+    assert out or (registry, name) == ("cap_policy", "fail")
+    assert [t.device.type for t in out] == ["meta"] * len(out), f"{registry}/{name} returned a tensor off its inputs' device"
+
+
+@pytest.mark.parametrize("registry,name", sorted(ON_THE_CPU), ids=["/".join(c) for c in sorted(ON_THE_CPU)])
+def test_what_cannot_run_on_meta_names_its_devices(registry, name):
+    x = batch("cpu")
+    with factories_name_their_device():
+        out = _tensors(_call(registry, name, x))
+    assert out and all(torch.isfinite(t.float()).all() for t in out)
+
+
+def test_every_skip_is_a_registered_function():
+    assert set(ON_THE_CPU) <= set(CASES)
