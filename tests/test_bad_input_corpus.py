@@ -534,3 +534,34 @@ def test_the_corpus_left_its_inputs_and_the_recorded_state_intact(corpus):
     assert snapshot(corpus["root"] / "inputs") == corpus["inputs_before"]   # e.g. no 'pwned' from a python tag
     assert not list(corpus["root"].rglob("pwned"))
     assert mlflow_runs(corpus["recorded_state"]) == corpus["recorded_runs"]
+
+
+# -- inputs a command recovers from: it says what it did, and nothing recorded is lost ---------------
+
+def test_a_journal_cut_mid_record_is_repaired_and_the_study_goes_on(tmp_path, tiny_model_dir):
+    """A study's Optuna journal whose last record was cut mid-write (its writer killed mid-append):
+    the next command cuts the partial record off under the journal's lock (Optuna would append
+    after it and merge both into one unreadable line), keeps the cut bytes beside the journal,
+    says so in one warning line, and every complete record stays: the rows stay COMPLETE, and the
+    commands after it (which append to the journal) read it back whole."""
+    state = tmp_path / "state"
+    data = {"kind": "ladder", "name": "journal_cut", "base": _experiment(tiny_model_dir), "seeds": [0],
+            "rungs": [{"name": "base"}]}
+    run_study_data(tmp_path, data, state, "journal_cut.yaml")
+    journal = state / "optuna.journal"
+    records = journal.read_bytes()
+    last = records[:-1].rsplit(b"\n", 1)[-1]
+    journal.write_bytes(records + last[: len(last) // 2])           # a record cut at half its bytes
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "grpolab.cli", "--state", str(state)]
+    again = subprocess.run([*cmd, "study", str(tmp_path / "journal_cut.yaml")], env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-3000:]
+    warned = [line for line in again.stderr.splitlines() if "last record was cut short" in line]
+    assert len(warned) == 1 and str(journal) in warned[0] and f"cut its {len(last) // 2} bytes off" in warned[0]
+    assert (state / f"optuna.journal.partial-{len(records)}").read_bytes() == last[: len(last) // 2]
+    assert journal.read_bytes().startswith(records)                 # every complete record, as it was
+    assert all(json.loads(line) for line in journal.read_bytes().splitlines())   # and each later one whole
+    table = subprocess.run([*cmd, "table", str(tmp_path / "journal_cut.yaml")], env=env, capture_output=True,
+                           text=True, timeout=300)
+    assert table.returncode == 0 and "Traceback" not in table.stderr and "base" in table.stdout, table.stderr[-3000:]

@@ -4,6 +4,8 @@ with it (seeds added on demand, the fixed sequential plan)."""
 from __future__ import annotations
 
 import dataclasses
+import logging
+import os
 from pathlib import Path
 
 import optuna
@@ -12,6 +14,8 @@ from optuna.trial import TrialState
 from grpolab.errors import ConfigError
 from grpolab.studies.definition import StudyConfig
 from grpolab.studies.registration import definition_hash  # noqa: F401  (re-exported: tests, check_definition)
+
+log = logging.getLogger(__name__)
 
 
 def default_storage(state: Path) -> str:
@@ -28,8 +32,49 @@ def open_storage(url: str):
         from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
         path = url[len("journal:"):]
         Path(path).parent.mkdir(parents=True, exist_ok=True)
+        drop_partial_record(path)
         return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
     return optuna.storages.RDBStorage(url)
+
+
+def drop_partial_record(path: str) -> int:
+    """Cut a journal's last record off when its writer was killed mid-append; returns the bytes cut.
+    Optuna skips a partial last line on read but appends the next record right after it, merging
+    both into one unreadable line (and every later read fails). Checked again under the journal's
+    lock, which every writer holds while it appends: a partial tail seen there has no live writer,
+    so the record never completed and no complete record is lost. The cut bytes are kept beside the
+    journal (``<journal>.partial-<offset>``) and a warning names them."""
+    from optuna.storages.journal import JournalFileOpenLock
+    file = Path(path)
+    if not file.is_file() or _ends_whole(file):
+        return 0
+    lock = JournalFileOpenLock(path)
+    lock.acquire()
+    try:
+        if _ends_whole(file):
+            return 0
+        data = file.read_bytes()
+        keep = data.rfind(b"\n") + 1
+        Path(f"{path}.partial-{keep}").write_bytes(data[keep:])
+        with open(file, "r+b") as f:
+            f.truncate(keep)
+            os.fsync(f.fileno())
+    finally:
+        lock.release()
+    log.warning("study storage journal %s: its last record was cut short (a process killed while writing it); "
+                "cut its %d bytes off (kept in %s.partial-%d), every complete record kept", path, len(data) - keep,
+                path, keep)
+    return len(data) - keep
+
+
+def _ends_whole(file: Path) -> bool:
+    """Empty, or its last byte ends a record."""
+    with open(file, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() == 0:
+            return True
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
 
 
 def _sampler(cfg: StudyConfig):
