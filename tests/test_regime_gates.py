@@ -224,3 +224,18 @@ def test_the_soft_zone_share_of_correct_completions_counts_right_answers_only():
     assert out["length/soft_penalized_fraction"] == 0.5            # 20, 21, 24, 24 of 8
     none_right = rollout_metrics(torch.zeros(8), torch.zeros(8).bool(), lengths, lengths >= 24, 4, overlong=(24, 0))
     assert math.isnan(none_right["length/soft_penalized_correct_fraction"])
+
+
+def test_both_dapo_ladders_gate_every_rung_by_the_same_scale_free_rule():
+    """Toy and Qwen ladders: every rung after the first names its premise, with the same gates
+    (fractions and ratios only, so no bound is in tokens), measured on the previous rung's rows."""
+    from conftest import REPO
+    from grpolab.planning import planning
+    from grpolab.studies.definition import load_study
+    with planning():   # the Qwen file's GPU-only settings are recorded, not refused, on CPU
+        toy, qwen = (load_study(REPO / "studies" / f"{n}.yaml") for n in ("dapo_table1", "dapo_table1_qwen"))
+    assert toy.rungs[0].regime is None and all(r.regime is not None for r in toy.rungs[1:])
+    assert [r.regime for r in toy.rungs] == [r.regime for r in qwen.rungs]
+    assert [g.measure for r in toy.rungs[1:] for g in r.regime.gates] == [
+        "truncated_fraction", "salvage_rate", "entropy_drop", "correct_in_soft_zone", "length_cv",
+        "incorrect_length_growth", "all_correct_groups"]
