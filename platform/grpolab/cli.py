@@ -581,14 +581,15 @@ def _cmd_eval(args) -> int:
 
 
 def _add_doctor(sub) -> None:
-    doctor = sub.add_parser("doctor", help="check this machine: versions; with --gpu, the GPU, vLLM, a micro-ladder "
-                            "and stock TRL vs grpolab step times, into one JSON report")
+    doctor = sub.add_parser("doctor", help="check this machine: versions; with --gpu, the GPU, every method, a "
+                            "micro-ladder, stock TRL vs grpolab step times and vLLM, into one JSON report")
     doctor.add_argument("--gpu", action="store_true", help="run the GPU checks (each is 'not checked' without CUDA)")
     doctor.add_argument("--out", default=None, metavar="FILE",
                         help="the JSON report (default: <state>/doctor/gpu-<time>.json)")
     doctor.add_argument("--model", default=None, metavar="DIR",
                         help="a local chat model for the vLLM and ladder checks (default: a tiny model built here)")
-    doctor.add_argument("--steps", type=int, default=4, help="optimizer steps per micro-ladder row and timed run")
+    doctor.add_argument("--steps", type=int, default=4,
+                        help="optimizer steps per micro-ladder row and timed run (each method row runs 2)")
     doctor.set_defaults(func=_cmd_doctor)
 
 
@@ -601,7 +602,7 @@ def _cmd_doctor(args) -> int:
     from grpolab.bench.gpu_check import any_failed, gpu_report, summary_lines, versions
     if not args.gpu:
         print("versions: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in versions().items()))
-        print("give --gpu for the GPU checks (GPU, vLLM load, micro-ladder, stock TRL vs grpolab timing)")
+        print("give --gpu for the GPU checks (GPU, every method, micro-ladder, stock TRL vs grpolab timing, vLLM)")
         return 0
     state = state_dir(args.state)
     out = Path(args.out) if args.out else state / "doctor" / f"gpu-{time.strftime('%Y%m%d-%H%M%S')}.json"

@@ -1,56 +1,96 @@
 """``grpolab doctor --gpu``: one command that says whether a GPU machine can run grpolab, and how
-fast, in one JSON report.
+fast, in one JSON report. vLLM is one part of the report, not a gate: without it every check
+that needs only transformers still runs.
 
 Checks, in order (each is ``ok``, ``failed: <why>`` or ``not checked: <why>``):
 
-- gpu: the CUDA devices torch sees (name, memory);
+- gpu: the CUDA devices torch sees (name, memory); the report's ``ran_on`` names torch's version
+  and the CUDA version it was built for;
 - versions: torch, vLLM, TRL, transformers, accelerate, deepspeed as installed (read from the
   package metadata: nothing is imported for it);
+- method:<name>: every registered method, 2 optimizer steps in bf16 on CUDA (bench/gpu_training.py);
+- micro_ladder: a 2-rung x 2-seed ladder (GRPO, then + clip-higher) with transformers generation
+  and ``train.dtype: bf16``, run as ``grpolab study`` runs it, in this state folder;
+- trainer_timing: stock TRL GRPOTrainer against GrpoLabTrainer, seconds per optimizer step, bf16,
+  on a Qwen2.5-0.5B-shaped model with 64 completions of 128 tokens a step;
 - vllm_import / vllm_load: vLLM as TRL 1.16 imports it (``trl.generation.vllm_generation``), then
   an ``LLM`` loaded from a tiny model this command builds (or ``--model DIR``), in bf16, and one
   prompt generated;
-- micro_ladder: a 2-rung x 2-seed ladder (GRPO, then + clip-higher) on that model, with vLLM
-  colocate generation and ``train.dtype: bf16``, run as ``grpolab study`` runs it, in this
-  state folder;
-- trainer_timing: stock TRL GRPOTrainer against GrpoLabTrainer on the same settings (bf16, vLLM
-  colocate), seconds per optimizer step (bench/suite.py's alternation).
+- vllm_micro_ladder / vllm_trainer_timing: the two above with vLLM colocate generation.
 
-Without a CUDA device every check but versions is reported ``not checked`` and the command exits
-0: a CPU machine is not broken, it is simply not the machine this checks.
+Without vLLM installed the vLLM rows read ``not checked``. Without a CUDA device every check but
+versions is reported ``not checked`` with the reason and the command exits 0: a CPU machine is
+not broken, it is simply not the machine this checks. A machine with no GPU driver is answered
+without importing torch.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import json
+import re
 import tempfile
 import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpolab.bench import gpu_training
+from grpolab.experiment import engines
+
 PACKAGES = ("torch", "vllm", "trl", "transformers", "accelerate", "deepspeed")
-NO_GPU = "no CUDA device (torch.cuda.is_available() is False)"
+# files a GPU driver creates (NVIDIA, NVIDIA under WSL2, AMD ROCm): without any, torch cannot see a GPU
+DRIVER_MARKERS = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/dxg", "/dev/kfd")
+NO_CUDA = "no CUDA device: torch.cuda.is_available() is False"
+VLLM_CHECKS = ("vllm_import", "vllm_load", "vllm_micro_ladder", "vllm_trainer_timing")
+NO_VLLM = ("vLLM does not load: it is not installed (importlib.util.find_spec('vllm') is None; "
+           "pip install 'grpolab[gpu]')")
 
 
 @dataclass(frozen=True)
 class GpuProbe:
-    """What the machine offers. ``use_cpu``: train on the CPU although a GPU was reported, which
-    only a test that fakes the GPU (with the vLLM stand-in) asks for."""
+    """What the machine offers. ``torch`` / ``cuda``: torch's version and the CUDA version it was
+    built for; ``why_not``: with no device, the reason. ``use_cpu``: train on the CPU although a
+    GPU was reported, which only a test that fakes the GPU asks for."""
     count: int
     names: tuple[str, ...] = ()
     memory_gib: tuple[float, ...] = ()
+    torch: str | None = None
+    cuda: str | None = None
+    why_not: str = ""
     use_cpu: bool = False
 
 
+def torch_build() -> tuple[str | None, str | None]:
+    """torch's version and its CUDA version (None: a CPU build), read from torch/version.py
+    without importing torch (about 4 s on a small CPU machine); (None, None) without torch."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return None, None
+    text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    version = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", text, re.M)
+    cuda = re.search(r"^cuda\s*(?::[^=]*)?=\s*['\"]([^'\"]+)", text, re.M)
+    return (version.group(1) if version else None), (cuda.group(1) if cuda else None)
+
+
 def probe_cuda() -> GpuProbe:
+    version, cuda = torch_build()
+    markers = DRIVER_MARKERS
+    if version is None:
+        return GpuProbe(0, why_not="torch is not installed (importlib.util.find_spec('torch') is None)")
+    if not any(Path(marker).exists() for marker in markers):
+        return GpuProbe(0, torch=version, cuda=cuda, why_not=(
+            f"no CUDA device: no GPU driver on this machine (none of {', '.join(markers)} exists)"))
     import torch
     if not torch.cuda.is_available():
-        return GpuProbe(0)
+        build = "" if torch.version.cuda else f"; torch {torch.__version__} is a CPU build (torch.version.cuda is None)"
+        return GpuProbe(0, torch=torch.__version__, cuda=torch.version.cuda, why_not=NO_CUDA + build)
     count = torch.cuda.device_count()
     props = [torch.cuda.get_device_properties(i) for i in range(count)]
-    return GpuProbe(count, tuple(p.name for p in props), tuple(round(p.total_memory / 2**30, 1) for p in props))
+    return GpuProbe(count, tuple(p.name for p in props), tuple(round(p.total_memory / 2**30, 1) for p in props),
+                    torch=torch.__version__, cuda=torch.version.cuda)
 
 
 def versions() -> dict:
@@ -63,8 +103,9 @@ def versions() -> dict:
     return out
 
 
-def _check(report: dict, name: str, run) -> bool:
-    """Run one check into ``report[name]``: its result dict (status ok) or why it failed."""
+def _check(report: dict, name: str, run, probe: GpuProbe) -> bool:
+    """Run one check into ``report[name]``: its result dict (status ok) or why it failed; then
+    hand its cached CUDA memory back, so vLLM's share of the GPU is free when its checks start."""
     started = time.monotonic()
     try:
         report[name] = {"status": "ok", **run()}
@@ -72,7 +113,17 @@ def _check(report: dict, name: str, run) -> bool:
         report[name] = {"status": f"failed: {type(exc).__name__}: {exc}",
                         "traceback": traceback.format_exc(limit=8)}
     report[name]["seconds"] = round(time.monotonic() - started, 2)
+    if not probe.use_cpu:
+        _free_cuda()
     return report[name]["status"] == "ok"
+
+
+def _free_cuda() -> None:
+    import gc
+
+    import torch
+    gc.collect()
+    torch.cuda.empty_cache()
 
 
 def _vllm_import() -> dict:
@@ -108,68 +159,53 @@ def colocate_llm_kwargs(gpu_memory_utilization: float = 0.3) -> dict:
             "logprobs_mode": "processed_logprobs", "quantization": None, "trust_remote_code": False}
 
 
-def micro_ladder_file(folder: Path, model: dict, steps: int) -> Path:
-    import yaml
-    row = {"method": {"base": "grpo"}, "task": {"name": "addition", "digits": 2}, "model": model,
-           "warm_start": {"enabled": False},
-           "train": {"steps": steps, "group_size": 4, "prompts_per_rollout": 4, "dtype": "bf16", "save_every": 0},
-           "eval": {"every": steps, "prompts": 8, "k": 2},
-           "generation": {"backend": "vllm", "mode": "colocate"}, "tracking": {"experiment": "grpolab-doctor"}}
-    # a name of its own each time: a second check runs its rows again rather than finding them done
-    name = f"doctor_micro_ladder_{time.strftime('%Y%m%d_%H%M%S')}_{folder.name[-6:]}"
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"kind": "ladder", "name": name, "base": row, "seeds": [0, 1],
-                                    "rungs": [{"name": "grpo"},
-                                              {"name": "+ clip-higher", "changes": {"method.eps_high": 0.28}}]}))
-    return path
-
-
-def _micro_ladder(folder: Path, state: Path, model: dict, steps: int) -> dict:
-    from grpolab.studies.coordinator import run_study
-    lines: list[str] = []
-    path = micro_ladder_file(folder, model, steps)
-    code = run_study(str(path), state, None, 1, True, echo=lines.append)
-    if code != 0:
-        raise RuntimeError(f"the micro-ladder exited {code}: " + " | ".join(lines[-5:]))
-    return {"study": str(path), "rows": 4, "steps_per_row": steps, "lines": lines[-3:]}
-
-
-def _timing(steps: int, repeats: int, use_cpu: bool) -> dict:
-    from grpolab.bench.suite import bench_trainer
-    colocate = {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.3,
-                "vllm_enable_sleep_mode": False}
-    return bench_trainer("tiny", steps, repeats, use_cpu=use_cpu, precisions=("bf16",), dropin=False,
-                         extra_args=colocate)
-
-
 def gpu_report(out: Path, state: Path, model_dir: str | None = None, steps: int = 4, repeats: int = 1,
-               probe: GpuProbe | None = None) -> dict:
-    """Every check into one report dict, written to ``out`` as JSON."""
+               probe: GpuProbe | None = None, methods: list[str] | None = None,
+               timing_shape: str = "qwen2.5-0.5b") -> dict:
+    """Every check into one report dict, written to ``out`` as JSON. ``methods``: the method rows
+    (default every registered runnable method); ``timing_shape``: a key of gpu_training.SHAPES."""
     probe = probe_cuda() if probe is None else probe
-    report: dict = {"report": str(out), "versions": versions()}
-    checks = ("vllm_import", "vllm_load", "micro_ladder", "trainer_timing")
+    methods = gpu_training.runnable_methods() if methods is None else methods
+    report: dict = {"report": str(out), "ran_on": {"torch": probe.torch, "cuda": probe.cuda,
+                                                   "devices": list(probe.names)}, "versions": versions()}
     if not probe.count:
-        report["gpu"] = {"status": f"not checked: {NO_GPU}"}
-        for name in checks:
-            report[name] = {"status": f"not checked: {NO_GPU}"}
+        for name in ("gpu", *(f"method:{key}" for key in methods), "micro_ladder", "trainer_timing", *VLLM_CHECKS):
+            report[name] = {"status": f"not checked: {probe.why_not}"}
     else:
         report["gpu"] = {"status": "ok", "count": probe.count, "names": list(probe.names),
-                         "memory_gib": list(probe.memory_gib), "training_on": "cpu (faked GPU)" if probe.use_cpu
-                         else "cuda"}
-        folder = Path(tempfile.mkdtemp(prefix="grpolab-doctor-"))
-        model = _model(folder, model_dir)
-        loads = _check(report, "vllm_import", _vllm_import) and _check(
-            report, "vllm_load", lambda: _vllm_load(Path(model["path"])))
-        if loads:
-            _check(report, "micro_ladder", lambda: _micro_ladder(folder, state, model, steps))
-            _check(report, "trainer_timing", lambda: _timing(steps, repeats, probe.use_cpu))
-        else:
-            for name in ("micro_ladder", "trainer_timing"):
-                report.setdefault(name, {"status": "not checked: vLLM does not load (see vllm_import / vllm_load)"})
-        report.setdefault("vllm_load", {"status": "not checked: vLLM does not import (see vllm_import)"})
+                         "memory_gib": list(probe.memory_gib),
+                         "training_on": "cpu (faked GPU)" if probe.use_cpu else "cuda"}
+        _run_checks(report, probe, state, Path(tempfile.mkdtemp(prefix="grpolab-doctor-")), model_dir, steps,
+                    repeats, methods, timing_shape)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str))
     return report
+
+
+def _run_checks(report: dict, probe: GpuProbe, state: Path, folder: Path, model_dir: str | None, steps: int,
+                repeats: int, methods: list[str], timing_shape: str) -> None:
+    """The checks of a machine with CUDA: transformers' first, then vLLM's when vLLM is installed."""
+    model = functools.cache(lambda: _model(folder, model_dir))   # built once, by the first check that needs it
+    for key in methods:
+        _check(report, f"method:{key}", lambda: gpu_training.train_method(key, state), probe)
+    _check(report, "micro_ladder", lambda: gpu_training.micro_ladder(folder, state, model(), steps), probe)
+    _check(report, "trainer_timing",
+           lambda: gpu_training.timing(folder, timing_shape, steps, repeats, probe.use_cpu), probe)
+    if not engines.vllm_installed():
+        for name in VLLM_CHECKS:
+            report[name] = {"status": f"not checked: {NO_VLLM}"}
+        return
+    loads = _check(report, "vllm_import", _vllm_import, probe) and _check(
+        report, "vllm_load", lambda: _vllm_load(Path(model()["path"])), probe)
+    if not loads:
+        report.setdefault("vllm_load", {"status": "not checked: vLLM does not import (see vllm_import)"})
+        for name in ("vllm_micro_ladder", "vllm_trainer_timing"):
+            report[name] = {"status": "not checked: vLLM does not load (see vllm_import / vllm_load)"}
+        return
+    _check(report, "vllm_micro_ladder",
+           lambda: gpu_training.micro_ladder(folder, state, model(), steps, backend="vllm"), probe)
+    _check(report, "vllm_trainer_timing",
+           lambda: gpu_training.timing(folder, timing_shape, steps, repeats, probe.use_cpu, vllm=True), probe)
 
 
 def _model(folder: Path, model_dir: str | None) -> dict:
@@ -200,4 +236,7 @@ def any_failed(report: dict) -> bool:
 def summary_lines(report: dict) -> list[str]:
     lines = [f"{name}: {value['status']}" for name, value in report.items() if isinstance(value, dict) and "status" in value]
     found = ", ".join(f"{k} {v}" for k, v in report["versions"].items() if v)
-    return [f"versions: {found}", *lines, f"report: {report['report']}"]
+    ran_on = report["ran_on"]
+    devices = ", ".join(ran_on["devices"]) or "no CUDA device"
+    return [f"ran on: torch {ran_on['torch']}, CUDA {ran_on['cuda'] or 'none (a CPU build of torch)'}, {devices}",
+            f"versions: {found}", *lines, f"report: {report['report']}"]

@@ -91,12 +91,13 @@ def _alternate(make_pair, repeats: int) -> dict:
 
 
 def bench_trainer(preset: str, steps: int, repeats: int, use_cpu: bool = True, precisions=("fp32", "bf16"),
-                  dropin: bool = True, extra_args: dict | None = None) -> dict:
+                  dropin: bool = True, extra_args: dict | None = None, model_dir: Path | None = None) -> dict:
     """GrpoLabTrainer(method="grpo") against stock GRPOTrainer (loss_type grpo, beta 0.04) on the
     same data and weights, in fp32 (what runs train in on CPU: ``train.dtype`` defaults to fp32)
     and in bf16 autocast (GRPOConfig's own default, emulated on CPUs); then the drop-in on TRL's
-    quickstart script (``bench_dropin``). ``use_cpu`` False, ``extra_args`` (e.g. vLLM colocate):
-    the GPU check's settings (bench/gpu_check.py), given to both trainers alike."""
+    quickstart script (``bench_dropin``). ``use_cpu`` False, ``extra_args`` (e.g. vLLM colocate,
+    a completion length) and ``model_dir`` (a saved model instead of ``preset``'s): the GPU check's
+    settings (bench/gpu_training.py), given to both trainers alike."""
     import datasets
     from trl import GRPOConfig, GRPOTrainer
 
@@ -109,7 +110,7 @@ def bench_trainer(preset: str, steps: int, repeats: int, use_cpu: bool = True, p
     train, _ = task.splits(0, 2000, 8)
     ds = datasets.Dataset.from_dict({"prompt": [e.prompt for e in train], "idx": list(range(len(train)))})
     tmp = Path(tempfile.mkdtemp())
-    model_dir = save_model(*build_model(preset, 0), tmp / "model")
+    model_dir = model_dir or save_model(*build_model(preset, 0), tmp / "model")
 
     coin = make_task("random_reward")
 
@@ -119,11 +120,11 @@ def bench_trainer(preset: str, steps: int, repeats: int, use_cpu: bool = True, p
     out = {"preset": preset, "steps": steps, "repeats": repeats}
     for precision in precisions:
         def make(ours: bool):
-            args = GRPOConfig(output_dir=str(tmp / "out"), report_to="none", max_steps=steps, logging_steps=1,
-                              per_device_train_batch_size=64, num_generations=8, max_completion_length=8,
-                              beta=0.04, loss_type="grpo", use_bias_correction_kl=False, use_cpu=use_cpu,
-                              bf16=precision == "bf16", disable_tqdm=True, save_strategy="no", seed=0, top_k=0,
-                              **(extra_args or {}))
+            settings = dict(output_dir=str(tmp / "out"), report_to="none", max_steps=steps, logging_steps=1,
+                            per_device_train_batch_size=64, num_generations=8, max_completion_length=8,
+                            beta=0.04, loss_type="grpo", use_bias_correction_kl=False, use_cpu=use_cpu,
+                            bf16=precision == "bf16", disable_tqdm=True, save_strategy="no", seed=0, top_k=0)
+            args = GRPOConfig(**{**settings, **(extra_args or {})})
             kw = dict(model=str(model_dir), reward_funcs=[reward], args=args, train_dataset=ds)
             if ours:
                 with warnings.catch_warnings():   # the GRPOConfig above is stock's; the method's changes are the point
