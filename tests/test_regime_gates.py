@@ -39,10 +39,10 @@ class _Fake:
     """Stands in for the MLflow reader: run id -> history."""
     table: dict = {}
 
-    def __init__(self, state, keys):
+    def __init__(self, state):
         pass
 
-    def __call__(self, run_id):
+    def __call__(self, run_id, windows=()):
         return self.table[run_id]
 
 

@@ -19,15 +19,17 @@ def train_keys(metrics) -> set[str]:
     return {m.split(":", 1)[1] for m in metrics if m and m.split(":", 1)[0] in ("tail", "head")}
 
 
-def run_history(client, run_id: str, keys: set[str]) -> RunHistory:
-    evals: dict[int, dict] = {}
-    for key in EVAL_KEYS:
+def run_history(client, run_id: str, keys: set[str], evals: bool = True) -> RunHistory:
+    """The run's held-out evaluations and ``keys``' curves (with tokens/cumulative); ``evals=False``:
+    the curves only (adding curves to a history already read)."""
+    read: dict[int, dict] = {}
+    for key in EVAL_KEYS if evals else ():
         for m in client.get_metric_history(run_id, clean_metric_name(key)):
-            evals.setdefault(m.step, {})[key] = m.value
+            read.setdefault(m.step, {})[key] = m.value
     curves = {}
-    for key in set(keys) | {"tokens/cumulative"}:
+    for key in set(keys) | ({"tokens/cumulative"} if evals else set()):
         curves[key] = sorted((m.step, m.value) for m in client.get_metric_history(run_id, clean_metric_name(key)))
-    return RunHistory(evals, curves)
+    return RunHistory(read, curves)
 
 
 def mean_window(metric: str, histories: list[RunHistory]) -> float:

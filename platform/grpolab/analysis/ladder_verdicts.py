@@ -96,19 +96,23 @@ def rung_direction(cfg: StudyConfig, rung: int, objective: int) -> str:
 
 
 class _Histories:
-    """MLflow histories of ladder rows, read once each and only when a check needs them."""
+    """MLflow histories of ladder rows, read only when a check needs them, and each curve only for
+    the rows whose check reads it (a precondition or regime window: ``windows``), once."""
 
-    def __init__(self, state: Path | None, keys: set[str]):
-        self.state, self.keys, self.cache, self.client = state, keys, {}, None
+    def __init__(self, state: Path | None):
+        self.state, self.cache, self.client = state, {}, None
 
-    def __call__(self, run_id: str):
+    def __call__(self, run_id: str, windows=()):
+        if self.client is None:
+            from mlflow.tracking import MlflowClient
+
+            from grpolab.tracking.recorder import tracking_uri
+            self.client = MlflowClient(tracking_uri(self.state))
+        keys = train_keys(windows)
         if run_id not in self.cache:
-            if self.client is None:
-                from mlflow.tracking import MlflowClient
-
-                from grpolab.tracking.recorder import tracking_uri
-                self.client = MlflowClient(tracking_uri(self.state))
-            self.cache[run_id] = run_history(self.client, run_id, self.keys)
+            self.cache[run_id] = run_history(self.client, run_id, keys)
+        elif missing := keys - set(self.cache[run_id].train_curves):
+            self.cache[run_id].train_curves.update(run_history(self.client, run_id, missing, evals=False).train_curves)
         return self.cache[run_id]
 
 
@@ -128,9 +132,7 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
     ``looks``: a sequential plan's (``studies.verdict_plan``); ``plan``: its looks' seed counts
     (``studies.plan_looks``), each rung then judged on its largest complete look."""
     obj = cfg.objectives[objective]
-    windows = [r.mechanism.metric for r in cfg.rungs if r.mechanism] + [w for r in cfg.rungs if r.regime
-                                                                        for w in r.regime.windows()]
-    histories = _Histories(state, train_keys(windows))
+    histories = _Histories(state)
     rows = censored_rows(rows, obj.metric, histories)
     done = rows[rows.state == "COMPLETE"]
     out = []
@@ -140,13 +142,15 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
         if mech is not None:   # measured even where nothing is judged: the table shows it either way
             on = i if mech.rows == "this" else i - 1
             within = judged_seeds(done, (on,), cfg.seeds, plan).seeds
-            value = mean_window(mech.metric, [histories(r) for r in done[(done.rung == on) & done.seed.isin(within)].run_id])
+            value = mean_window(mech.metric, [histories(r, [mech.metric])
+                                              for r in done[(done.rung == on) & done.seed.isin(within)].run_id])
         mine, before = (done[done.rung == r].set_index("seed") for r in (i, i - 1))
         paired = sorted(set(mine.index) & set(before.index))
         judged = judged_seeds(done, (i - 1, i), cfg.seeds, plan)
         common = [s for s in paired if s in judged.seeds]
         regime = cfg.rungs[i].regime and check_regime(
-            cfg.rungs[i].regime, [histories(before.run_id[s]) for s in common], f"{cfg.rungs[i - 1].name!r} rows")
+            cfg.rungs[i].regime, [histories(before.run_id[s], cfg.rungs[i].regime.windows()) for s in common],
+            f"{cfg.rungs[i - 1].name!r} rows")
         noise = rung_eval_noise(cfg, i, obj.metric, [*mine.value[common], *before.value[common]], len(common))
         if obj.smallest_effect is None:
             out.append(RungVerdict(i, direction, None, value, tuple(common), regime, noise))
