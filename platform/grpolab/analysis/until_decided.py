@@ -51,7 +51,7 @@ def run_until_decided(path: str, state: Path, storage_url: str | None, workers: 
             open_rungs = [i for i, v in enumerate(verdicts, 1) if v is not None and not stops(v)]
             stopped = f"stopped after look {j}/{len(looks)} at {n} seeds: "
             if not open_rungs:
-                stopped += "every judged rung decided"
+                stopped += "every judged rung decided or not a test (precondition not met, regime absent or not measured)"
                 break
             needed = rows_needed(open_rungs)
             if j == len(looks):
