@@ -242,3 +242,19 @@ def test_dropin_evaluation_logs_benchmark_scores_under_trls_eval_prefix(tiny_mod
     # with the reward function as the correctness source the scores agree (reward 1 = the answer)
     trainer._correct_kind, trainer._correct_key = "reward", 0
     assert trainer.benchmark_scores(data(held)) == direct
+
+
+def test_study_plan_counts_the_named_benchmarks_eval_tokens(tmp_path):
+    import yaml
+    from conftest import tiny_two_rung_ladder
+    from grpolab.studies.plan import plan_study
+    data = tiny_two_rung_ladder(budget={"train.steps": 4, "eval.every": 2})
+    path = tmp_path / "plain.yaml"
+    path.write_text(yaml.safe_dump(data))
+    plain = plan_study(str(path)).rows[0]
+    data["base"]["eval"]["benchmarks"] = [{"name": "small", "size": 4, "n": 8, "max_tokens": 5},
+                                          {"name": "all", "n": 2}]   # size 0: eval.prompts (4) held-out prompts
+    path.write_text(yaml.safe_dump(data))
+    row = plan_study(str(path)).rows[0]
+    # 3 evals (start, step 2, end) x (4 x 8 x 5 + 4 x 2 x the eval cap)
+    assert row.evals == 3 and row.eval_tokens - plain.eval_tokens == 3 * (4 * 8 * 5 + 4 * 2 * row.eval_completion_tokens)

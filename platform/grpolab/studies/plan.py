@@ -11,7 +11,9 @@ Per row (a ladder's rung x seed; a search's trial), from its validated experimen
 - evals = 2 + floor((train.steps - 1) / eval.every) (the start, every ``every`` steps, the end; 2
   when ``every`` is 0); eval tokens = [(evals - 1) x eval.prompts x (eval.k + 1) + final_prompts x
   (final_k + 1)] x L_eval (k samples and one greedy completion per prompt; the last evaluation is
-  the fixed benchmark, eval.final_prompts x eval.final_k, each eval.prompts / eval.k when 0);
+  the fixed benchmark, eval.final_prompts x eval.final_k, each eval.prompts / eval.k when 0),
+  plus evals x the named benchmarks' size x n x L_benchmark (``eval.benchmarks``: a held-out
+  source's size 0 is eval.final_prompts, a file's every row; L_benchmark at its max_tokens);
 - seeds on demand (``seeds: {first, batch, cap}``): the first batch's and the cap's rows, tokens and
   GPU-hours;
 - L: the study's ``plan.expected_completion_tokens`` when declared (at most the completion cap),
@@ -31,12 +33,13 @@ import warnings
 from dataclasses import dataclass, field
 
 from grpolab.errors import ConfigError
-from grpolab.planning import planning
+from grpolab.planning import plan_note, planning
 from grpolab.experiment.config import build_config
 from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.studies.definition import ladder_notes, load_study
 from grpolab.studies.launch_options import check_accelerate_config, check_rows_fit
 from grpolab.tasks import make_task
+from grpolab.tasks.sources import locate_rows, read_rows
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class RowPlan:
     final_prompts: int        # the last evaluation's prompts and samples (eval.final_*; the fixed benchmark)
     final_k: int
     dynamic_rounds: int       # 1, or method.max_sampling_rounds under dynamic sampling
+    benchmark_tokens: int = 0   # one evaluation's named benchmarks: sum of size x n x L_benchmark
 
     @property
     def train_tokens(self) -> int:
@@ -64,7 +68,8 @@ class RowPlan:
     @property
     def eval_tokens(self) -> int:
         before = (self.evals - 1) * self.eval_prompts * (self.eval_k + 1)
-        return (before + self.final_prompts * (self.final_k + 1)) * self.eval_completion_tokens
+        return ((before + self.final_prompts * (self.final_k + 1)) * self.eval_completion_tokens
+                + self.evals * self.benchmark_tokens)
 
     @property
     def tokens(self) -> int:
@@ -149,7 +154,28 @@ def _row(name: str, rows: int, cfg, expected: int | None, devices: int) -> RowPl
                    min(expected, cap) if expected else cap, cap, evals, e.prompts, e.k,
                    min(expected, eval_cap) if expected else eval_cap, devices, e.final_prompts or e.prompts,
                    e.final_k or e.k,
-                   cfg.spec.max_sampling_rounds if SAMPLING_MODES[cfg.spec.sampling].regenerates else 1)
+                   cfg.spec.max_sampling_rounds if SAMPLING_MODES[cfg.spec.sampling].regenerates else 1,
+                   _benchmark_tokens(e, expected))
+
+
+def _benchmark_tokens(ev, expected: int | None) -> int:
+    """Tokens of one evaluation's named benchmarks: size x n x L_benchmark each (module docstring)."""
+    total = 0
+    for b in ev.benchmarks:
+        size = b["size"] or (ev.final_prompts or ev.prompts if b["source"] == "held_out" else _file_rows(b))
+        total += size * b["n"] * (min(expected, b["max_tokens"]) if expected else b["max_tokens"])
+    return total
+
+
+def _file_rows(bench: dict) -> int:
+    """Rows of a benchmark file read whole (size 0); one still to be downloaded is not counted, said."""
+    src = bench["source"]
+    rows = locate_rows(src["path"], src.get("split"), src.get("config"), src.get("revision"), "eval.benchmarks")
+    if not rows.available:
+        plan_note(f"benchmark {bench['name']!r}: size 0 reads every row of {rows.where()}, which is not here yet: its "
+                  "eval tokens are not counted (give its size)")
+        return 0
+    return len(read_rows(rows)[0])
 
 
 def _task_cap(cfg) -> int:
