@@ -5,6 +5,7 @@ row (gloo on CPU) logs one MLflow run. The shipped DeepSpeed files load in accel
 config class; DeepSpeed itself is not installed here, so no ZeRO row runs in these tests."""
 
 import json
+import os
 import subprocess
 import time
 import sys
@@ -152,8 +153,8 @@ def test_accelerate_gives_each_rank_its_distributed_environment(tmp_path):
     config.write_text((EXAMPLES / "multi_cpu_gloo.yaml").read_text().replace("gpu_ids: all", "gpu_ids: 0,1")
                       + "mixed_precision: fp16\n")
     cmd = ranks.accelerate_command(str(config), 2, 29517, ["-m", "dump_rank_env", str(tmp_path)], "fp32")
-    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path), "OMP_NUM_THREADS": "1",
-           "CUDA_VISIBLE_DEVICES": "5,6"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "5,6"}
     done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     got = [json.loads((tmp_path / f"rank{r}").read_text()) for r in (0, 1)]

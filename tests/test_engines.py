@@ -54,7 +54,7 @@ def test_gradient_checkpointing_recomputes_but_changes_no_number(shared_state):
     flags = {}
     tmp_path = shared_state
     plain = run_experiment(two_steps("gc-off"), tmp_path, on_trainer=lambda t: flags.update(
-        start={n: p.detach().clone() for n, p in t.model.state_dict().items()}))
+        start={n: p.detach().cpu().clone() for n, p in t.model.state_dict().items()}))   # beside the saved (CPU) weights
     ckpt = run_experiment(two_steps("gc-on", train__gradient_checkpointing=True), tmp_path,
                           on_trainer=lambda t: flags.update(trainer=t))
     assert flags["trainer"].model.is_gradient_checkpointing     # switched on by the Trainer when training starts
@@ -64,6 +64,19 @@ def test_gradient_checkpointing_recomputes_but_changes_no_number(shared_state):
     for key in a:
         assert torch.allclose(a[key], b[key], atol=1e-6), key      # ... identically with recomputed activations
     assert plain.train_curves["loss"] == pytest.approx(ckpt.train_curves["loss"], abs=1e-6)
+
+
+@pytest.mark.parametrize("ranks,devices,cuda", [(1, 0, False), (1, 1, True), (2, 1, False), (2, 2, True)])
+def test_ranks_train_on_cuda_only_with_a_device_each(monkeypatch, ranks, devices, cuda):
+    """NCCL cannot put two ranks on one GPU: more ranks on the node than visible devices train on the CPU (gloo)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: devices > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: devices)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(ranks))
+    if ranks > devices > 0:
+        with pytest.warns(UserWarning, match=f"{ranks} ranks on this node but {devices} visible CUDA device"):
+            assert engines.trains_on_cuda() is cuda
+    else:
+        assert engines.trains_on_cuda() is cuda
 
 
 def test_vllm_settings_pass_through_to_trl(monkeypatch):

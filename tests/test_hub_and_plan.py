@@ -59,7 +59,8 @@ def offline(hub, monkeypatch):
 
 
 def _env(cache) -> dict:
-    return {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO / "platform")}
+    return {**os.environ, "HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1"}   # PYTHONPATH: conftest's,
+    # this checkout first, then the caller's (a GPU machine's packages may live there)
 
 
 def _cli(args: list[str], env: dict) -> tuple[int, str, str, list[str], float]:

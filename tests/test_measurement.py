@@ -284,8 +284,7 @@ def _launch(nproc, port, args, env_extra=None):
     import subprocess
     import sys
 
-    from conftest import REPO
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "platform"), **(env_extra or {})}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **(env_extra or {})}   # PYTHONPATH: conftest's, the caller's kept
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc),
                            "--master_port", str(port), *args], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -28,8 +28,7 @@ EXPERIMENT = {
 
 
 def _torchrun(state, experiment, port, *extra):
-    from conftest import REPO
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "platform")}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}   # PYTHONPATH: conftest's (this checkout, then the caller's)
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
             "-m", "grpolab.cli", "--state", str(state), "run", str(experiment), *extra], env
 

@@ -115,7 +115,7 @@ def test_zero_variance_filter_recomputes_normaliser_by_hand(tiny_model_dir, tmp_
 
 def _two_processes(tiny_model_dir, tmp_path, method, port):
     out = tmp_path / "decisions"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "platform")}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}   # PYTHONPATH: conftest's (this checkout, then the caller's)
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                            "--master_port", str(port), str(REPO / "tests/scripts/two_process_dynamic.py"),
                            str(tiny_model_dir), str(out), method], env=env, capture_output=True, text=True, timeout=300)

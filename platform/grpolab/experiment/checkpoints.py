@@ -38,6 +38,7 @@ from transformers import TrainerCallback
 
 from grpolab.errors import ConfigError
 from grpolab.experiment.config import rollout_steps
+from grpolab.experiment.engines import trains_on_cuda
 from grpolab.tracking.naming import flat_keys
 from grpolab.tracking.recorder import stored_points
 
@@ -60,7 +61,7 @@ def shared_run_folder(run_id: str | None) -> str:
         from accelerate.utils import broadcast_object_list
         # joins the process group the launcher describes; on CPU accelerate sees it (gloo) only with
         # cpu=True, else its broadcast is a silent no-op and each rank saves into its own folder
-        PartialState(cpu=not torch.cuda.is_available())
+        PartialState(cpu=not trains_on_cuda())   # the device the trainer will pick (gloo or NCCL)
         name = broadcast_object_list([name], from_process=0)[0]
     return name
 

@@ -21,6 +21,8 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import warnings
 from dataclasses import dataclass
 
 from grpolab.errors import ConfigError
@@ -65,6 +67,23 @@ def bf16_supported() -> bool:
 def _cuda_available() -> bool:
     import torch
     return torch.cuda.is_available()
+
+
+def trains_on_cuda() -> bool:
+    """Whether this process trains on CUDA (NCCL between ranks) rather than the CPU (gloo): CUDA is
+    visible and each of this node's ``LOCAL_WORLD_SIZE`` ranks (torchrun's, accelerate's) has a device
+    of its own. NCCL refuses two ranks on one GPU ("invalid usage"), so with more ranks than visible
+    devices the ranks train on the CPU, and say so."""
+    import torch
+    if not torch.cuda.is_available():
+        return False
+    ranks, devices = int(os.environ.get("LOCAL_WORLD_SIZE", "1")), torch.cuda.device_count()
+    if ranks > devices:
+        warnings.warn(f"{ranks} ranks on this node but {devices} visible CUDA device(s): NCCL needs one device per "
+                      "rank, so the ranks train on the CPU over gloo; give each rank its own GPU (CUDA_VISIBLE_DEVICES, "
+                      "--gpus-per-row) to train on CUDA", stacklevel=2)
+        return False
+    return True
 
 
 def check_engines(cfg) -> list[str]:

@@ -185,7 +185,7 @@ def _grpo_args(cfg: RunConfig, task, output_dir: Path):
         max_grad_norm=t.max_grad_norm, seed=cfg.seed, data_seed=cfg.seed,
         # loss_type, beta, clip bounds, scale_rewards, mask_truncated_completions, ...: GrpoLabTrainer
         # sets what the method decides (dropin.apply_method_settings).
-        use_cpu=not torch.cuda.is_available(), remove_unused_columns=False, **engines.grpo_kwargs(cfg),
+        use_cpu=not engines.trains_on_cuda(), remove_unused_columns=False, **engines.grpo_kwargs(cfg),
         **{**overridable, **t.trl},
     )
 
@@ -249,7 +249,8 @@ class _Run:
         examples = self.held_out if final else self.held_out[:cfg.eval.prompts]
         k = (cfg.eval.final_k or cfg.eval.k) if final else cfg.eval.k
         result = evaluate(self.model, self.tokenizer, self.task, examples, k, cfg.train.temperature,
-                          max_new_tokens=cfg.eval.max_completion_length, sampler=self.eval_sampler)
+                          max_new_tokens=cfg.eval.max_completion_length, sampler=self.eval_sampler,
+                          salvage=cfg.eval.salvage)
         named, named_rows = self.benchmarks.evaluate(self.task, self.model, self.tokenizer, self.eval_sampler)
         self.evals[step] = {**_eval_metrics(result), **named}
         rows = eval_sample_rows(self.task, result.samples, examples, step)
@@ -257,6 +258,8 @@ class _Run:
         self.tables[1].append(named_rows, step=step)   # every sample of the named benchmarks, each row names its own
         if self.recorder:
             self.recorder.log_metrics(self.evals[step], step=step)
+            if result.truncated:   # a curve beside length/truncated_fraction, not a held-out key
+                self.recorder.log_metrics({"length/truncated_salvageable": result.salvage_rate}, step=step)
             if rows:
                 self.recorder.log_table(rows, "eval_samples.json")   # MLflow table, appended
         if self.eval_hook is not None:
