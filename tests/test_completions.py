@@ -12,7 +12,7 @@ import time
 from mlflow.tracking import MlflowClient
 
 from conftest import REPO
-from grpolab.tracking.completions import TRAIN_TABLE, CompletionsTable, read_table
+from grpolab.tracking.completions import TRAIN_TABLE, CompletionsTable, last_step, read_table
 from grpolab.tracking.recorder import tracking_uri
 
 
@@ -24,12 +24,20 @@ def test_table_appends_whole_rows_and_a_reader_skips_a_cut_last_line(tmp_path):
         f.write('{"step": 6, "compl')   # a line cut short by a crash
     rows = read_table(tmp_path / "t.jsonl")
     assert [(r["step"], r["completion"], r["advantage"]) for r in rows] == [(2, "a", 0.5), (2, "b", None), (4, "c", -1.0)]
+    assert [r["completion"] for r in read_table(tmp_path / "t.jsonl", step=2)] == ["a", "b"]
+    assert last_step(tmp_path / "t.jsonl") == 4   # the cut line is not a row
+    # a resumed run's table first drops the cut line, so its rows do not run on from it
+    again = CompletionsTable(tmp_path / "t.jsonl")
+    again.append([{"completion": "x" * 200_000}], step=6)   # a row longer than the tail last_step reads first
+    assert [r["step"] for r in read_table(tmp_path / "t.jsonl")] == [2, 2, 4, 6]
+    assert last_step(tmp_path / "t.jsonl") == 6
     # a resumed run drops what it trains again (steps past its checkpoint)
     CompletionsTable(tmp_path / "t.jsonl", keep_upto=2)
     assert [r["completion"] for r in read_table(tmp_path / "t.jsonl")] == ["a", "b"]
+    assert last_step(tmp_path / "t.jsonl") == 2
 
 
-def test_append_overhead_per_rollout_is_under_a_millisecond(tmp_path):
+def test_append_costs_milliseconds_per_rollout(tmp_path):
     table = CompletionsTable(tmp_path / "t.jsonl")
     row = {"prompt": "12+34=" * 20, "completion": "46" * 200, "reward": 1.0, "reward/correct": 1.0,
            "advantage": 0.25, "length": 200, "truncated": False, "correct": True, "group": 0}

@@ -167,3 +167,16 @@ def test_table_fits_scaling_on_accelerator_hours_with_a_prefix_check(ladder, cap
     assert "extrapolation |error|" in out
     assert main(["table", str(path), "--scaling-fit-upto", "1.5", "--state", str(state)]) == 2
     assert "fit_upto: the fraction of each run's compute the fit uses, in (0, 1]; got 1.5" in capsys.readouterr().err
+
+
+def test_dashboard_shows_the_same_prompt_side_by_side(ladder, tmp_path):
+    import html as html_lib
+
+    from grpolab.analysis.side_by_side import side_by_side
+    from grpolab.report.dashboard import build_dashboard
+    path, state = ladder
+    view = side_by_side(str(path), state, step=4)   # the page shows the last logged rollout
+    page = build_dashboard(state, tmp_path / "page.html", str(path)).read_text()
+    section = re.search(r'<section id="completions">(.*?)</section>', page, re.S).group(1)
+    assert f"<code>{html_lib.escape(view.prompt)}</code>: {len(view.frame)} completions from 2 of 4 runs" in section
+    assert section.count("<tr") == len(view.frame) + 1 and "<th>advantage</th>" in section   # the header, then one per completion

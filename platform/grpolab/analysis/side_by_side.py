@@ -19,7 +19,7 @@ import pandas as pd
 from grpolab.analysis.ablation import load_results
 
 from grpolab.errors import ConfigError
-from grpolab.tracking.completions import TRAIN_TABLE, read_table
+from grpolab.tracking.completions import TRAIN_TABLE, last_step, read_table
 
 COLUMNS = ["rung", "seed", "run", "step", "reward", "advantage", "length", "truncated", "correct", "completion"]
 
@@ -59,25 +59,29 @@ def study_runs(target: str, state: Path, storage_url: str | None) -> list[tuple[
              r.data.tags.get("grpolab.seed", ""), r.info.run_id) for r in runs]
 
 
-def run_completions(run_id: str, state: Path) -> list[dict]:
-    """A run's completions table: its run folder's, else the MLflow run's copy, else none."""
-    local = Path(state) / "runs" / run_id / TRAIN_TABLE
+def table_path(run_id: str, state: Path) -> Path:
+    return Path(state) / "runs" / run_id / TRAIN_TABLE
+
+
+def run_completions(run_id: str, state: Path, step: int | None = None) -> list[dict]:
+    """A run's completions table (``step``: that step's rows): its run folder's, else the MLflow
+    run's copy, else none."""
+    local = table_path(run_id, state)
     if local.exists():
-        return read_table(local)
+        return read_table(local, step)
     from grpolab.tracking.recorder import client_for
     client = client_for(state)
     if not any(a.path == TRAIN_TABLE for a in client.list_artifacts(run_id)):
         return []
     with tempfile.TemporaryDirectory() as tmp:
-        return read_table(Path(client.download_artifacts(run_id, TRAIN_TABLE, tmp)))
+        return read_table(Path(client.download_artifacts(run_id, TRAIN_TABLE, tmp)), step)
 
 
 def side_by_side(target: str, state: Path, storage_url: str | None = None, prompt: str | None = None,
                  step: int | None = None) -> SideBySide:
     """One prompt's completions from every run of ``target`` (module docstring)."""
     runs = study_runs(target, state, storage_url)
-    tables = [(rung, seed, run_id, [r for r in run_completions(run_id, state) if step is None or r["step"] == step])
-              for rung, seed, run_id in runs]
+    tables = [(rung, seed, run_id, run_completions(run_id, state, step)) for rung, seed, run_id in runs]
     logged = [row for *_, rows in tables for row in rows]
     if not logged:
         where = f" at step {step}" if step is not None else ""
@@ -105,6 +109,15 @@ def _choose_prompt(tables, text: str | None) -> str:
         if not counts:
             raise ConfigError(f"--prompt {text!r}: no logged prompt contains it")
     return max(counts, key=counts.get)
+
+
+def final_step(target: str, state: Path, storage_url: str | None = None) -> int | None:
+    """The last logged step of the first run of ``target`` whose run folder holds a table (the
+    dashboard's default: the end of training, read without parsing whole tables)."""
+    for *_, run_id in study_runs(target, state, storage_url):
+        if table_path(run_id, state).exists():
+            return last_step(table_path(run_id, state))
+    return None
 
 
 def render(view: SideBySide, width: int = 160) -> str:

@@ -20,6 +20,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from grpolab.analysis.ablation import load_results
+from grpolab.analysis.side_by_side import final_step, side_by_side
 from grpolab.errors import ConfigError
 from grpolab.report import dashboard_data as data
 from grpolab.report.figures import ablation_figure, curve_figure, paired_delta_figure, titled  # noqa: F401 (re-exported)
@@ -95,6 +96,8 @@ def build_dashboard(state: Path, out: Path, study_path: str | None = None, run_i
     if cfg is not None and cfg.kind == "ladder" and (layout.get("ablation") or layout.get("paired_delta")):
         _ladder_sections(state, study_path, storage_url, cfg, layout, sections, tables)
     _curve_sections(state, runs, layout, sections, notes)
+    if study_path:
+        _completions_table(state, study_path, storage_url, tables, notes)
     if cfg is not None and cfg.kind == "search" and layout.get("optuna"):
         _, study = load_results(study_path, state, storage_url)
         figures, skipped = optuna_figures(study)
@@ -139,6 +142,23 @@ def _ladder_sections(state, study_path, storage_url, cfg, layout, sections, tabl
     tables.append(f"<h2>Ablation table</h2><p>{html.escape(table.attrs['caption'])}</p>"
                   + table.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="--",
                                   formatters={c: count_cell for c in table.columns if c in COUNT_COLUMNS}))
+
+
+def _completions_table(state, study_path, storage_url, tables, notes) -> None:
+    """The prompt most runs logged at the last logged step, its completions from every rung and
+    seed in one table (as ``grpolab samples`` prints it); a study whose runs logged none says so
+    under "Not shown"."""
+    try:
+        view = side_by_side(study_path, state, storage_url, step=final_step(study_path, state, storage_url))
+    except ConfigError as exc:
+        notes.append(f"completions side by side: {exc}")
+        return
+    missing = f"; none logged for it in {', '.join(view.without)}" if view.without else ""
+    tables.append(f'<section id="completions"><h2>Completions side by side</h2><p>prompt: '
+                  f'<code>{html.escape(view.prompt)}</code>: {len(view.frame)} completions from '
+                  f'{view.runs - len(view.without)} of {view.runs} runs{html.escape(missing)} '
+                  f'(<code>grpolab samples STUDY --prompt TEXT --step N</code> shows any other)</p>'
+                  + view.frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="--") + "</section>")
 
 
 def _curve_sections(state, runs, layout, sections, notes) -> None:
