@@ -202,6 +202,13 @@ def test_grpolab_eval_rescores_a_saved_model_as_a_direct_evaluation(shared_state
     direct, _ = score_benchmark(bench, task, examples, transformers_sampler(model, tokenizer), cfg.seed)
     assert rescored["eval/small/avg_at_16"] == direct["eval/small/avg_at_16"]
     assert rescored["eval/small/maj_at_16"] == direct["eval/small/maj_at_16"]
+    # every complete checkpoint and the final model: one nested run each, at its step
+    from grpolab.analysis.rescore import rescore
+    from grpolab.experiment.checkpoints import complete_checkpoints
+    folder = shared_state / "runs" / result.run_id
+    curve = rescore(str(folder), shared_state, ["hot"], {"size": 2}, "all", echo=lambda line: None)
+    assert [r.step for r in curve] == sorted({s for s, _ in complete_checkpoints(folder)} | {2})
+    assert all(r.nested_run_id and set(r.metrics) >= {"eval/hot/avg_at_8", "eval/hot/maj_at_8"} for r in curve)
     # a benchmark holding training prompts is refused, naming the overlap
     train, _ = run_splits(cfg, task)
     leaky = tmp_path / "leaky.jsonl"

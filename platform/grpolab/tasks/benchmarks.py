@@ -164,12 +164,14 @@ def answer_of(task, completion: str) -> str | None:
     return extract(completion) if extract is not None else completion.strip()
 
 
-def score_benchmark(bench: Benchmark, task, examples: list, sampler, seed: int, batch_prompts: int = 64) -> tuple[dict, list]:
+def score_benchmark(bench: Benchmark, task, examples: list, sampler, seed: int, batch_completions: int = 256) -> tuple[dict, list]:
     """(metrics keyed eval/<name>/<score>, sample rows) of ``examples`` (rendered). ``sampler(prompts,
     n, max_new_tokens, temperature, top_p) -> (texts, lengths)`` draws n completions per prompt,
-    prompt-major; it runs with the torch generator seeded by ``seed`` and restored afterwards."""
+    prompt-major, about ``batch_completions`` per call; it runs with the torch generator seeded by
+    ``seed`` and restored afterwards."""
     import torch
     hits, answers, lengths, rows = [], [], [], []
+    batch_prompts = max(1, batch_completions // bench.n)
     devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)
