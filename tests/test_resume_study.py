@@ -1,12 +1,17 @@
 """A study row killed with SIGKILL after its first complete checkpoint resumes on the next
 command and finishes: a 2-rung x 2-seed ladder on 2 workers whose metric is a held-out one
-(``final:eval/pass_at_1``) ends with every row COMPLETE exactly once, and every row's value
-equals the value of the same row in an undisturbed study.
+(``final:eval/pass_at_1``) ends with every row COMPLETE exactly once, and the killed row's
+value, and the last value of each of its metrics but the wall-clock ones, equal those of the same
+row run undisturbed.
 
 Rows are tiny (random-init tiny model, 6 steps, a checkpoint every 2). A reward holds every row
 while a flag file exists and some row has a complete checkpoint, so the SIGKILL lands after the
-first checkpoint of the killed row however fast the machine is."""
+first checkpoint of the killed row however fast the machine is.
 
+A study's end results (tables, dashboard) that fail to write are reported and written by the
+next run of the command, with no row run again."""
+
+import errno
 import json
 import os
 import signal
@@ -20,8 +25,13 @@ import yaml
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from conftest import tiny_two_rung_ladder
+from grpolab.analysis.ablation import load_results
 from grpolab.experiment import checkpoints
+from grpolab.report.publish import record_study_tables
+from grpolab.studies.coordinator import run_study
 from grpolab.studies.holders import WORKER_ATTR
+from grpolab.studies.results_written import RESULTS_TAG
 from grpolab.studies.storage import default_storage, open_storage
 from grpolab.tracking.recorder import tracking_uri
 from grpolab.trainer.metrics import MEASURED_TIME
@@ -138,3 +148,33 @@ def test_a_row_killed_after_its_checkpoint_resumes_finishes_and_equals_an_undist
     assert resumed == expected                              # every metric's last value, exactly
     print(f"\nRESUME_STUDY killed_row={row} from_step={run.data.tags['grpolab.resume.from_step']} "
           f"metrics_equal={len(expected)} value={twin_trial.values[0]}")
+
+
+def test_a_failed_results_write_is_reported_and_the_next_run_writes_them_without_rows(tmp_path):
+    """The study's end results (tables, dashboard on the parent run) fail to write (disk full): the
+    command says so in one error line and exits 1 with every row recorded; running it again writes
+    them without running any row, and a third run, with nothing left to write, writes nothing."""
+    path = tmp_path / "results_cut.yaml"
+    path.write_text(yaml.safe_dump(tiny_two_rung_ladder(name="results_cut", seeds=[0])))
+    state, lines = tmp_path / "state", []
+
+    def disk_full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    assert run_study(str(path), state, None, 1, False, echo=lines.append, publish=disk_full) == 1
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert len(errors) == 1 and "No space left on device" in errors[0] and "run the same command again" in errors[0]
+    cfg, study = load_results(str(path), state, None)
+    rows = sorted((t.number, t.state, t.user_attrs["row"]) for t in study.get_trials())
+    assert [(state_, row) for _, state_, row in rows] == [(TrialState.COMPLETE, "r0-s0"), (TrialState.COMPLETE, "r1-s0")]
+    client, parent = MlflowClient(tracking_uri(state)), study.user_attrs["mlflow_parent_run_id"]
+    runs = sorted(r.info.run_id for r in client.search_runs([client.get_run(parent).info.experiment_id]))
+    assert client.get_run(parent).data.tags[RESULTS_TAG] == "pending"
+    assert not {"table.md", "table.csv"} & {a.path for a in client.list_artifacts(parent)}
+
+    assert run_study(str(path), state, None, 1, False, echo=lines.append, publish=record_study_tables) == 0
+    assert sorted((t.number, t.state, t.user_attrs["row"]) for t in load_results(str(path), state, None)[1].get_trials()) == rows
+    assert sorted(r.info.run_id for r in client.search_runs([client.get_run(parent).info.experiment_id])) == runs
+    assert {"table.md", "table.csv", "dashboard.html"} <= {a.path for a in client.list_artifacts(parent)}
+    assert client.get_run(parent).data.tags[RESULTS_TAG] == "written"
+    assert run_study(str(path), state, None, 1, False, echo=lines.append, publish=disk_full) == 0   # nothing to write

@@ -22,10 +22,12 @@ STANDARD_DASHBOARD = "dashboard.html"
 
 
 def record_study_tables(state: Path, parent_run_id: str, study_path: str, storage_url: str | None) -> None:
-    """The end of a study that ran rows: the tables, and the dashboard once every row is done."""
+    """The end of a study that ran rows: the tables, and the dashboard once every row is done. A page
+    that cannot be built raises after its warning, so the study's next run builds it again."""
     publish_tables(state, parent_run_id, study_path, storage_url)
-    if study_finished(study_path, state, storage_url):
-        publish_standard_dashboard(state, parent_run_id, study_path, storage_url)
+    if study_finished(study_path, state, storage_url) and \
+            publish_standard_dashboard(state, parent_run_id, study_path, storage_url) is None:
+        raise RuntimeError("the study's dashboard was not built (see the warning above)")
 
 
 def publish_tables(state: Path, parent_run_id: str, study_path: str, storage_url: str | None) -> None:

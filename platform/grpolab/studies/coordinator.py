@@ -44,6 +44,7 @@ from grpolab.studies.registration import (
     register_ladder,
 )
 from grpolab.studies.resume import RESUMES_ATTR
+from grpolab.studies.results_written import results_pending, write_results
 from grpolab.studies.rows import (
     OUTCOME_ATTR,
     PARENT_RUN_ATTR,
@@ -262,12 +263,16 @@ def _coordinate(study, cfg: StudyConfig, state: Path, storage_url: str, procs: l
         raise
     with locked():
         final = progress(study, cfg, started, workers)
-        if pending:  # a finished study run again keeps its parent run (and its end time) as it was
-            if publish is not None:
-                publish(state, parent, cfg.path, storage_url)
+        written = True
+        # a finished study run again keeps its parent run (and its end time) as it was, and writes
+        # its end results again only when their last write did not finish
+        if publish is not None and (pending or results_pending(state, parent)):
+            written = write_results(publish, state, parent, cfg.path, storage_url, echo)
+        if pending:
             _close_parent(state, parent, final)
     echo(format_progress(final))
-    return summary(study, cfg, final, echo)
+    code = summary(study, cfg, final, echo)
+    return code if written else max(code, 1)
 
 
 def _requeue(study, cfg: StudyConfig, locked) -> None:
