@@ -112,3 +112,31 @@ def test_toy_run_logs_time_curves_accelerator_hours_and_both_tables(shared_state
     assert {TRAIN_TABLE, "eval_completions.jsonl"} <= artifacts
     stored = json.loads((folder / TRAIN_TABLE).read_text().splitlines()[0])
     assert set(stored) >= {"step", "prompt", "completion", "reward", "advantage", "length", "truncated", "correct"}
+
+
+def test_a_failed_run_keeps_both_rollouts_and_hands_the_table_to_mlflow(shared_state):
+    """An injected failure after the second logged rollout: the run ends FAILED, its table (run
+    folder and MLflow copy) holds both rollouts' rows with their advantages."""
+    import pytest
+    from transformers import TrainerCallback
+
+    from grpolab.experiment.config import build_config
+    from grpolab.experiment.runner import run_experiment
+
+    class FailAfterSecondRollout(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if state.global_step == 4:
+                raise RuntimeError("injected failure after the second rollout")
+    cfg = build_config({"name": "fails-late", "method": "grpo", "task": {"name": "addition", "digits": 2},
+                        "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
+                        "train": {"steps": 8, "group_size": 4, "prompts_per_rollout": 4, "minibatches": 2},
+                        "eval": {"every": 0, "prompts": 4, "k": 1}, "tracking": {"samples": 8}})
+    ids = []
+    with pytest.raises(RuntimeError, match="injected failure"):
+        run_experiment(cfg, shared_state, callbacks=[FailAfterSecondRollout()], on_run=ids.append)
+    client = MlflowClient(tracking_uri(shared_state))
+    assert client.get_run(ids[0]).info.status == "FAILED"
+    local = read_table(shared_state / "runs" / ids[0] / TRAIN_TABLE)
+    copy = json.loads("[" + ",".join(open(client.download_artifacts(ids[0], TRAIN_TABLE)).read().splitlines()) + "]")
+    assert copy == local and [r["step"] for r in local] == [2] * 8 + [4] * 8
+    assert all(isinstance(r["advantage"], float) for r in local)

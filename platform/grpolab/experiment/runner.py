@@ -254,7 +254,7 @@ class _Run:
         named, named_rows = self.benchmarks.evaluate(self.task, self.model, self.tokenizer, self.eval_sampler)
         self.evals[step] = {**_eval_metrics(result), **named}
         rows = eval_sample_rows(self.task, result.samples, examples, step)
-        self.tables[1].append(rows, benchmark=HELD_OUT)
+        self.tables[1].append(rows, step=step, benchmark=HELD_OUT)
         self.tables[1].append(named_rows, step=step)   # every sample of the named benchmarks, each row names its own
         if self.recorder:
             self.recorder.log_metrics(self.evals[step], step=step)
@@ -385,7 +385,7 @@ def _build_trainer(run: _Run, dataset, train, callbacks):
     if cfg.spec.needs_reference and trainer.ref_model is None and cfg.model.lora is None:  # LoRA: adapter off
         raise RuntimeError("the method needs a reference model but TRL did not build one")
     callback.trainer = saver.trainer = trainer
-    callback.table = run.tables[0]
+    callback.table, trainer.rollout_rows_kept = run.tables[0], cfg.tracking.samples   # rows built per rollout: those kept
     run.eval_sampler = vllm_eval.eval_sampler(cfg, trainer, run.tokenizer)
     trainer.remove_callback(PrinterCallback)  # it prints every raw log dict; grpolab prints a summary
     return trainer, callback

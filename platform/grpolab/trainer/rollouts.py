@@ -72,14 +72,17 @@ def generated_mask(out: dict, rows: list[RolloutRow], start: int, model_only: bo
 
 
 def completion_rows(rows: list[RolloutRow], rewards: torch.Tensor, names: list[str], total: torch.Tensor,
-                    advantages: torch.Tensor, mask: torch.Tensor, start: int, G: int) -> list[dict]:
+                    advantages: torch.Tensor, mask: torch.Tensor, start: int, G: int,
+                    limit: int | None = None) -> list[dict]:
     """This process's completions of a rollout as rows of the completions table: the prompt, the
     completion, each reward component (``reward/<name>``), the combined reward, the advantage, the
     length in tokens, the truncated and correct flags, and the group index (the G rows of a group
     share a prompt). ``advantages``: this process's, (n,) or per token (n, T); a per-token advantage is
     reported as its mean over the row's trained tokens, A_i = sum_t A_it m_it / sum_t m_it (None
-    where the row trains no token). ``rewards``: (N, K) components, global, columns named by ``names``."""
-    n = advantages.size(0)
+    where the row trains no token). ``rewards``: (N, K) components, global, columns named by ``names``.
+    ``limit``: only this process's first rows (the table keeps a few per rollout; None: all)."""
+    n = advantages.size(0) if limit is None else min(advantages.size(0), limit)
+    advantages, mask = advantages[:n], mask[:n]
     if advantages.dim() == 2:
         m = mask.float()
         count = m.sum(1)
