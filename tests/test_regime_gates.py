@@ -90,7 +90,7 @@ def test_a_gate_whose_curve_was_never_logged_says_not_measured_and_names_it(monk
     frame, _ = _ladder(CLEAR_RISE, {0: truncated, 1: truncated}, monkeypatch)
     row = frame.iloc[1]
     assert row.label == REGIME_UNMEASURED
-    assert "salvage_rate >= 0.3: not measured (length/truncated_salvageable not logged)" in row.regime
+    assert "salvage_rate >= 0.3: not measured (length/truncated_salvageable not logged; eval.salvage: true logs it)" in row.regime
     assert "truncated_fraction = 0.3 (>= 0.02: met)" in row.regime
 
 
@@ -239,3 +239,35 @@ def test_both_dapo_ladders_gate_every_rung_by_the_same_scale_free_rule():
     assert [g.measure for r in toy.rungs[1:] for g in r.regime.gates] == [
         "truncated_fraction", "salvage_rate", "entropy_drop", "correct_in_soft_zone", "length_cv",
         "incorrect_length_growth", "all_correct_groups"]
+
+
+def test_salvage_continues_only_truncated_samples_to_twice_the_cap_and_scores_the_whole_answer():
+    """Cap 4: two of four samples reach it; continued from prompt + prefix, one of them ends with
+    the right answer (the prefix and its continuation are judged together), so the rate is 1/2."""
+    from grpolab.world.generation import evaluate, salvaged
+    from grpolab.world.tasks import Example
+
+    class Sums:
+        name, max_completion_length = "sums", 4
+
+        def is_correct(self, ex, text):
+            return text.strip() == ex.answer
+
+    calls = []
+
+    def sampler(prompts, n, max_new, temp=1.0, greedy=False):
+        calls.append((list(prompts), n, max_new))
+        if n == 1 and not greedy and prompts[0].endswith("12"):            # the salvage call
+            return ["345", "9"], [3, 1]                                      # "12" + "345" is right
+        if greedy:
+            return ["x"] * len(prompts), [1] * len(prompts)
+        return ["12", "7", "1234", "99"], [4, 1, 4, 2]
+
+    ex = Example(prompt="q:", answer="12345")
+    assert salvaged(sampler, Sums(), [ex] * 4, ["12", "7", "1234", "99"], [4, 1, 4, 2], 4, 1.0) == (2, 1)
+    assert calls[-1] == (["q:12", "q:1234"], 1, 4)                           # 4 more tokens: twice the cap
+    calls.clear()
+    result = evaluate(None, None, Sums(), [ex], 4, sampler=sampler, max_new_tokens=4, salvage=True)
+    assert result.truncated == 2 and result.salvage_rate == 0.5 and len(calls) == 3
+    plain = evaluate(None, None, Sums(), [ex], 4, sampler=sampler, max_new_tokens=4)
+    assert math.isnan(plain.salvage_rate) and plain.truncated == 0 and len(calls) == 5   # no salvage call

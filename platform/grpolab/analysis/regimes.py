@@ -84,7 +84,8 @@ def measure_gate(gate: Gate, histories: list) -> GateResult:
         logged = (any(key in e for h in histories for e in h.evals.values()) if agg in ("final", "start", "auc")
                   else any(h.train_curves.get(key) for h in histories))
         if not logged:
-            return GateResult(gate, math.nan, f"{key} not logged")
+            how = MEASURES[gate.measure].how
+            return GateResult(gate, math.nan, f"{key} not logged" + (f"; {how}" if how else ""))
     values = [v for v in (run_measure(gate.measure, h) for h in histories) if math.isfinite(v)]
     if not values:
         return GateResult(gate, math.nan, "no control row has a finite value")

@@ -106,6 +106,9 @@ class EvalCfg:
     benchmarks: list[dict] = field(default_factory=list)   # named evaluation sets, each with its own source, size,
                                        # n and decoding, logged as eval/<name>/avg_at_n, pass_at_k, maj_at_n, sd_at_n
                                        # at every evaluation (tasks/benchmarks.py); [] : the held-out set only
+    salvage: bool = False              # also continue each truncated held-out sample to twice the cap and log
+                                       # the fraction that ends correct, length/truncated_salvageable (the regime
+                                       # gate salvage_rate: truncation is noise); costs one more generation call
 
 
 @dataclass(frozen=True)

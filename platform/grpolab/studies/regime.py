@@ -8,9 +8,10 @@ of ``studies.objectives`` (tail: = last quarter of the run, head: = first quarte
 the control rows whose value is finite:
 
     truncated_fraction       tail(length/truncated_fraction)
-    salvage_rate             tail(length/truncated_salvageable): of the truncated completions, the
-                             fraction that end correct when regenerated from their prefix at twice
-                             the cap (truncation is noise, not a certain failure)
+    salvage_rate             tail(length/truncated_salvageable): of the truncated held-out
+                             completions, the fraction that end correct when continued from their
+                             prefix to twice the cap (truncation is noise, not a certain failure);
+                             logged at each held-out evaluation with eval.salvage: true
     entropy_drop             1 - tail(entropy) / head(entropy): the relative head-to-tail fall of
                              the sampling policy's entropy (collapse under symmetric clipping)
     correct_in_soft_zone     tail(length/soft_penalized_correct_fraction): share of CORRECT
@@ -42,12 +43,13 @@ class Measure:
     kind: str                 # window | ratio | drop | gain
     windows: tuple[str, ...]  # the windows it reads (one for window; numerator, denominator otherwise)
     what: str                 # what it says about the regime, in a few words
+    how: str = ""             # what logs its curve, where a run does not by default
 
 
 MEASURES: dict[str, Measure] = {
     "truncated_fraction": Measure("window", ("tail:length/truncated_fraction",), "completions truncated"),
     "salvage_rate": Measure("window", ("tail:length/truncated_salvageable",),
-                            "truncated completions correct when regenerated at twice the cap"),
+                            "truncated completions correct when continued to twice the cap", "eval.salvage: true logs it"),
     "entropy_drop": Measure("drop", ("tail:entropy", "head:entropy"), "relative head-to-tail entropy drop"),
     "correct_in_soft_zone": Measure("window", ("tail:length/soft_penalized_correct_fraction",),
                                     "correct completions inside the soft-punishment zone"),

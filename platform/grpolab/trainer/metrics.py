@@ -123,6 +123,11 @@ DEFINITIONS: dict[str, str] = {
                                       "completions included), with L_max the training cap and L_cache "
                                       "method.overlong_buffer or 20 % of the cap; computed for every method, "
                                       "punishing or not, so it means the same on every rung",
+    "length/truncated_salvageable": "held-out, with eval.salvage: of the sampled held-out completions that "
+                                    "reached the cap (an EOS exactly at the cap counts), the fraction that ends "
+                                    "correct when sampling continues from the prompt and that prefix for another "
+                                    "cap of tokens (twice the cap): whether truncation is noise (the premise gate "
+                                    "salvage_rate); logged at each evaluation that truncated something",
     "length/soft_penalized_correct_fraction": "generated: fraction of the CORRECT completions in soft overlong "
                                               "punishment's zone (the zone of `length/soft_penalized_fraction`; NaN "
                                               "at a step with none correct): how many right answers the punishment "

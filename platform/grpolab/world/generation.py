@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -16,6 +17,8 @@ class EvalResult:
     greedy_accuracy: float    # fraction of prompts whose greedy completion is correct
     mean_length: float        # mean sampled completion length in tokens
     samples: list[dict]       # a few (prompt, completion, correct) rows for inspection
+    salvage_rate: float = math.nan   # with salvage: truncated samples correct once continued to twice the cap
+    truncated: int = 0               # with salvage: sampled completions that reached the cap
 
 
 @torch.no_grad()
@@ -52,27 +55,33 @@ def decode_completions(tokenizer, rows: list[list[int]]) -> tuple[list[str], lis
 
 def evaluate(model, tokenizer, task: Task, examples: list[Example], k: int,
              temperature: float = 1.0, batch_prompts: int = 64, keep_samples: int = 8,
-             max_new_tokens: int | None = None, sampler=None) -> EvalResult:
+             max_new_tokens: int | None = None, sampler=None, salvage: bool = False) -> EvalResult:
     """pass@1, pass@k, greedy accuracy and mean length on ``examples``. ``max_new_tokens`` is the
     completion cap; a trained run passes its own training cap so that it is judged on completions
     of the length it learned to produce (default: the task's own limit, e.g. for the warm start).
     ``sampler(prompts, n, max_new_tokens, temperature, greedy=False) -> (texts, lengths)`` draws
     the completions (default: transformers ``generate`` on ``model``; vllm_eval.py: the vLLM
-    engine training samples with)."""
+    engine training samples with). ``salvage``: also the salvage rate (``salvaged``)."""
     if hasattr(task, "evaluate"):   # multi-turn tasks run whole episodes (grpolab.envs)
         if sampler is not None:
             raise NotImplementedError(f"held-out episodes of task {task.name!r} run with transformers only, not vLLM")
+        if salvage:
+            raise NotImplementedError(f"eval.salvage: task {task.name!r} runs multi-turn episodes, which have no "
+                                      "single completion to continue; set eval.salvage: false")
         return task.evaluate(model, tokenizer, examples, k, temperature, keep_samples)
     cap = max_new_tokens or task.max_completion_length
     if sampler is None:
         def sampler(prompts, n, max_new, temp=1.0, greedy=False):
             return sample(model, tokenizer, prompts, n, max_new, temp, greedy)
-    correct_counts, lengths, greedy_hits, samples = [], [], 0, []
+    correct_counts, lengths, greedy_hits, samples, cut, saved = [], [], 0, [], 0, 0
     for start in range(0, len(examples), batch_prompts):
         chunk = examples[start:start + batch_prompts]
         prompts = [e.prompt for e in chunk]
         texts, lens = sampler(prompts, k, cap, temperature)
         lengths.extend(lens)
+        if salvage:
+            n_cut, n_saved = salvaged(sampler, task, [e for e in chunk for _ in range(k)], texts, lens, cap, temperature)
+            cut, saved = cut + n_cut, saved + n_saved
         for i, ex in enumerate(chunk):
             hits = [task.is_correct(ex, t) for t in texts[i * k:(i + 1) * k]]
             correct_counts.append(sum(hits))
@@ -85,4 +94,19 @@ def evaluate(model, tokenizer, task: Task, examples: list[Example], k: int,
     return EvalResult(
         pass_at_1=sum(correct_counts) / (n * k), pass_at_k=sum(c > 0 for c in correct_counts) / n,
         greedy_accuracy=greedy_hits / n, mean_length=sum(lengths) / max(len(lengths), 1), samples=samples,
+        salvage_rate=saved / cut if cut else math.nan, truncated=cut,
     )
+
+
+def salvaged(sampler, task: Task, examples: list[Example], texts: list[str], lengths: list[int], cap: int,
+             temperature: float) -> tuple[int, int]:
+    """(truncated, salvaged): of the completions that reached the cap (``lengths`` >= cap; one whose
+    EOS is exactly the cap-th token counts too), how many end correct when sampling continues from
+    their prefix (prompt + completion) for another ``cap`` tokens, twice the cap in all: whether
+    truncation cut answers that were on their way to being right (DAPO's premise for overlong
+    filtering) or only answers that were wrong anyway."""
+    cut = [i for i, n in enumerate(lengths) if n >= cap]
+    if not cut:
+        return 0, 0
+    more, _ = sampler([examples[i].prompt + texts[i] for i in cut], 1, cap, temperature)
+    return len(cut), sum(task.is_correct(examples[i], texts[i] + m) for i, m in zip(cut, more))
