@@ -59,7 +59,8 @@ def test_a_run_killed_by_sigkill_keeps_the_rollouts_logged_before_it(tmp_path):
     state = tmp_path / "state"
     env = {**os.environ, "GRPOLAB_STATE": str(state), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "grpolab.cli", "run", str(REPO / "experiments/smoke.yaml"),
-                             "train.steps=100000", "name=sigkill", "eval.every=0", "warm_start.enabled=false",
+                             "train.steps=100000", "name=sigkill", "eval.every=0", "eval.prompts=4", "eval.k=1",
+                             "warm_start.enabled=false", "train.group_size=4", "train.prompts_per_rollout=4",
                              "tracking.samples=8"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 300
     while len(_table_steps(state)) < 2 and time.time() < deadline and proc.poll() is None:
@@ -73,20 +74,24 @@ def test_a_run_killed_by_sigkill_keeps_the_rollouts_logged_before_it(tmp_path):
     assert steps[:2] == [2, 4], steps   # one rollout per two optimizer steps (minibatches: 2)
     for step in (2, 4):
         kept = [r for r in rows if r["step"] == step]
-        assert len(kept) == 8 and {r["group"] for r in kept} == {0}   # the first group of 8 (group_size 8)
+        assert len(kept) == 8 and [r["group"] for r in kept] == [0] * 4 + [1] * 4   # the first 2 groups of 4
         assert all(isinstance(r["advantage"], float) for r in kept)
         assert all(r["length"] >= 0 and isinstance(r["truncated"], bool) and "reward/correct" in r for r in kept)
-        # GRPO: the group's advantages are its rewards standardised, so they sum to ~0
-        assert abs(sum(r["advantage"] for r in kept)) < 1e-3
+        # GRPO: a group's advantages are its rewards standardised, so they sum to ~0
+        assert all(abs(sum(r["advantage"] for r in kept if r["group"] == g)) < 1e-3 for g in (0, 1))
     run = MlflowClient(tracking_uri(state)).get_run(table.parent.name)
     assert run.info.status == "RUNNING"   # nothing closed it: the table alone kept the rollouts
 
 
 def test_toy_run_logs_time_curves_accelerator_hours_and_both_tables(shared_state):
-    from test_run import small_cfg
+    from grpolab.experiment.config import build_config
     from grpolab.experiment.runner import run_experiment
+    cfg = build_config({"name": "timed", "method": "grpo", "task": {"name": "addition", "digits": 2},
+                        "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
+                        "train": {"steps": 4, "group_size": 4, "prompts_per_rollout": 4, "minibatches": 2},
+                        "eval": {"every": 2, "prompts": 4, "k": 1}})
     start = time.perf_counter()
-    result = run_experiment(small_cfg("timed"), shared_state)
+    result = run_experiment(cfg, shared_state)
     wall = time.perf_counter() - start
     c = MlflowClient(tracking_uri(shared_state))
     run = c.get_run(result.run_id)
