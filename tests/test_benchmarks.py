@@ -11,7 +11,6 @@ from mlflow.tracking import MlflowClient
 from grpolab.errors import ConfigError
 from grpolab.experiment.config import build_config
 from grpolab.studies.objectives import check_metric, metric_range, objective_value
-from grpolab.tasks.benchmarks import parse_benchmarks
 from grpolab.world.benchmark_scores import benchmark_scores, majority_answer, pass_at_k, reported_ks
 
 

@@ -164,7 +164,8 @@ def answer_of(task, completion: str) -> str | None:
     return extract(completion) if extract is not None else completion.strip()
 
 
-def score_benchmark(bench: Benchmark, task, examples: list, sampler, seed: int, batch_completions: int = 256) -> tuple[dict, list]:
+def score_benchmark(bench: Benchmark, task, examples: list, sampler, seed: int,
+                    batch_completions: int = 256) -> tuple[dict, list]:
     """(metrics keyed eval/<name>/<score>, sample rows) of ``examples`` (rendered). ``sampler(prompts,
     n, max_new_tokens, temperature, top_p) -> (texts, lengths)`` draws n completions per prompt,
     prompt-major, about ``batch_completions`` per call; it runs with the torch generator seeded by
