@@ -65,6 +65,10 @@ CASES = [
     C("run-exp-list", "run {list_yaml}", "{list_yaml}", "expected a mapping"),
     C("run-exp-python-tag", "run {tagged_yaml}", "{tagged_yaml}", "not valid YAML", "python/object"),
     C("run-exp-duplicate-key", "run {dup_key}", "{dup_key}", "seed: key given twice"),
+    # -- run --resume: the interrupted run's checkpoint folders are all cut (see interrupted_run) ----------
+    C("run-resume-corrupt-checkpoints", "run {resume_exp} --resume", "--resume", "no usable checkpoint",
+      "checkpoint-2: its completion marker grpolab_complete.json cannot be read",
+      "checkpoint-4: model.safetensors is 10 bytes, 20 when saved", torch_ok=True),   # checkpoints.py loads torch
     # -- run: overrides that are not plain YAML scalars ----------------------------------------
     C("override-python-object", "run {exp} seed=!!python/object/apply:os.system", "seed=!!python/object/apply:os.system", "YAML tags", "plain value"),
     C("override-python-name", "run {exp} train.steps=!!python/name:os.getcwd", "train.steps=", "YAML tags"),
@@ -393,6 +397,8 @@ def make_inputs(d: Path, model_dir: Path, recorded: Path) -> dict:
     p["tagged_yaml"] = _write(d / "tagged.yaml", "method: !!python/object/apply:os.system ['touch pwned']\n")
     p["dup_key"] = _write(d / "dup.yaml", "seed: 1\nmethod: grpo\nseed: 2\n")
     p["file_state"] = _write(d / "state_file", "not a folder\n")
+    p["resume_exp"] = _write(d / "resume_exp.yaml", _experiment(model_dir, name=INTERRUPTED,
+                                                                train={**BASE["train"], "steps": 4, "save_every": 2}))
     p["readonly_folder"] = d / "readonly"
     p["readonly_folder"].mkdir()
     p.update(_models(d, model_dir))
@@ -406,6 +412,25 @@ def make_inputs(d: Path, model_dir: Path, recorded: Path) -> dict:
         p[key].chmod(0)
     p["readonly_folder"].chmod(0o555)
     return p
+
+
+INTERRUPTED = "interrupted"   # the experiment name of the run whose checkpoints are all cut
+
+
+def interrupted_run(state: Path) -> None:
+    """An interrupted (KILLED) run of ``resume_exp`` whose two checkpoint folders cannot be resumed
+    from: checkpoint-2's completion marker was cut mid-write, checkpoint-4's weights were cut
+    after it was saved."""
+    from mlflow.tracking import MlflowClient
+    client = MlflowClient(tracking_uri(state))
+    run = client.create_run(client.get_experiment_by_name(BASE["tracking"]["experiment"]).experiment_id,
+                            run_name=f"{INTERRUPTED}-s0")
+    client.set_terminated(run.info.run_id, "KILLED")
+    folder = state / "runs" / run.info.run_id
+    _write(folder / "config.json", "{}")
+    _write(folder / "checkpoint-2" / "grpolab_complete.json", '{"step": 2, "fil')
+    _write(folder / "checkpoint-4" / "model.safetensors", b"\0" * 10)
+    _write(folder / "checkpoint-4" / "grpolab_complete.json", json.dumps({"step": 4, "files": {"model.safetensors": 20}}))
 
 
 # -- running and snapshots -----------------------------------------------------------------------------
@@ -480,6 +505,7 @@ def corpus(tmp_path_factory, tiny_model_dir):
         "rungs": [{"name": "base"}, {"name": "+ clip higher", "changes": {"method.eps_high": 0.28}}]},
         recorded_state, "recorded.yaml")
     assert len(mlflow_runs(recorded_state)) == 3   # the study's parent run and its two rows
+    interrupted_run(recorded_state)
     inputs = make_inputs(root / "inputs", tiny_model_dir, root / "inputs" / "recorded.yaml")
     inputs_before = snapshot(root / "inputs")
     runnable = [c for c in CASES if not (c.unreadable and AS_ROOT)]
