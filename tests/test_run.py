@@ -69,8 +69,10 @@ def test_short_run_records_every_curve_tag_param_and_artifact(shared_state):
     assert tags["versions.trl"] == "1.16.0" and tags["mlflow.source.git.commit"] == tags["grpolab.git_commit"]
     assert run.data.params["method.eps_high"] == "0.02" and run.data.params["train.minibatches"] == "2"
     artifacts = {a.path for a in c.list_artifacts(result.run_id)}
-    assert {"config.json", "samples.json", "warm_start.json"} <= artifacts
+    assert {"config.json", "samples.json", "warm_start.json", "completions.jsonl", "eval_completions.jsonl"} <= artifacts
     assert result.final_eval["eval/pass_at_1"] >= 0 and result.steps == 4
+    from test_completions import check_time_curves_and_tables
+    check_time_curves_and_tables(c, result.run_id, shared_state)
 
 
 def test_reward_function_error_ends_failed_with_reason(shared_state, monkeypatch):
