@@ -180,3 +180,17 @@ def test_dashboard_shows_the_same_prompt_side_by_side(ladder, tmp_path):
     section = re.search(r'<section id="completions">(.*?)</section>', page, re.S).group(1)
     assert f"<code>{html_lib.escape(view.prompt)}</code>: {len(view.frame)} completions from 2 of 4 runs" in section
     assert section.count("<tr") == len(view.frame) + 1 and "<th>advantage</th>" in section   # the header, then one per completion
+
+
+def test_samples_on_a_state_without_runs_answers_and_writes_nothing(tmp_path, capsys, monkeypatch):
+    from grpolab.cli import main
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    study = tmp_path / "s.yaml"
+    study.write_text(yaml.safe_dump(tiny_two_rung_ladder(name="never_ran")))
+    state = tmp_path / "state"
+    state.mkdir()
+    assert main(["samples", str(study), "--state", str(state)]) == 2
+    assert "the study has not run in" in capsys.readouterr().err
+    assert main(["samples", "0123abcd", "--state", str(state)]) == 2
+    assert "neither a study file nor a run" in capsys.readouterr().err
+    assert list(state.iterdir()) == []

@@ -36,14 +36,21 @@ def study_runs(target: str, state: Path, storage_url: str | None) -> list[tuple[
     ladder's rungs x seeds, a search's trials), else an MLflow run id with its child runs."""
     if Path(target).is_file():
         from grpolab.analysis.tidy import study_results
-        cfg, study = load_results(target, state, storage_url, create=False)
+        from grpolab.studies.storage import default_storage
+        journal = Path(default_storage(state)[len("journal:"):])
+        study = None
+        if storage_url is not None or journal.exists():   # opening a journal that is not there would create it
+            cfg, study = load_results(target, state, storage_url, create=False)
         if study is None:
             raise ConfigError(f"{target}: the study has not run in {state} (no rows yet)")
         rows = study_results(study, cfg).drop_duplicates("run_id")
         rows = rows[rows.run_id != ""]
         return [(f"trial {r.trial}" if pd.isna(r.rung_name) else str(r.rung_name), str(r.seed), r.run_id)
                 for r in rows.itertuples()]
-    from grpolab.tracking.recorder import client_for
+    from grpolab.tracking.recorder import client_for, tracking_uri
+    uri = tracking_uri(state)
+    if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():   # reading must create no store
+        raise ConfigError(f"{target!r}: neither a study file nor a run: {state} holds no MLflow store")
     client = client_for(state)
     try:
         run = client.get_run(target)
