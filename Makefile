@@ -14,7 +14,7 @@ comma := ,
 JEMALLOC = $(firstword $(wildcard /usr/lib/*/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2))
 TEST_ENV = $(if $(JEMALLOC),LD_PRELOAD=$(JEMALLOC) MALLOC_CONF=dirty_decay_ms:-1$(comma)muzzy_decay_ms:-1$(comma)retain:true)
 
-.PHONY: install install-test run test bench conformance gpu-check
+.PHONY: install install-test run test bench conformance gpu-check wheelhouse
 
 install:
 	$(PIP) install -q torch==2.13.0
@@ -62,9 +62,18 @@ conformance: install-test
 bench: install
 	$(PYTHON) -m grpolab.cli --state $(STATE) bench
 
-# One command that checks a GPU machine (GPU, versions, vLLM, a micro-ladder, stock TRL vs grpolab
-# step times) into one JSON report; on a machine without CUDA it says what it could not check.
-# vLLM and the other GPU extras too; exits 1 when a check fails on a machine with CUDA
+# One command that checks a GPU machine (GPU, versions, every method, a micro-ladder, stock TRL vs
+# grpolab step times, vLLM) into one JSON report; on a machine without CUDA it says what it could not
+# check. Installs vLLM and the other GPU extras too; exits 1 when a check fails on a machine with CUDA
 gpu-check: install
 	$(PIP) install -q -e '.[gpu]'
 	$(PYTHON) -m grpolab.cli --state $(STATE) doctor --gpu
+
+# A wheelhouse for a GPU machine without internet (scripts/wheelhouse.py): grpolab and everything it
+# needs except torch and the CUDA libraries, for this machine's Python, or for PY (e.g. 3.12) on
+# PLATFORM. Install it there with
+#   python3 -m pip install --no-index --find-links $(WHEELHOUSE) --no-deps -r $(WHEELHOUSE)/requirements.txt
+WHEELHOUSE ?= wheels
+PLATFORM ?= manylinux_2_28_x86_64
+wheelhouse:
+	$(PYTHON) scripts/wheelhouse.py -o $(WHEELHOUSE) $(if $(PY),--python-version $(PY) --platform $(PLATFORM))
