@@ -75,5 +75,5 @@ gpu-check: install
 #   python3 -m pip install --no-index --find-links $(WHEELHOUSE) --no-deps -r $(WHEELHOUSE)/requirements.txt
 WHEELHOUSE ?= wheels
 PLATFORM ?= manylinux_2_28_x86_64
-wheelhouse:
+wheelhouse: install
 	$(PYTHON) scripts/wheelhouse.py -o $(WHEELHOUSE) $(if $(PY),--python-version $(PY) --platform $(PLATFORM))

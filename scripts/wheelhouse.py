@@ -79,6 +79,11 @@ def accepted_platforms(platform: str) -> list[str]:
 
 def installed_closure(extras: list[str]) -> dict[str, str]:
     """name -> version installed here, for every package grpolab (with ``extras``) needs, transitively."""
+    try:
+        metadata.distribution("grpolab")
+    except metadata.PackageNotFoundError:
+        raise SystemExit("wheelhouse: grpolab is not installed in this Python, so there are no installed versions "
+                         "to pin: run `make install` first, or give --fresh to resolve the newest ones") from None
     pins, todo, seen, env = {}, [("grpolab", tuple(extras))], set(), default_environment()
     while todo:
         name, wanted = todo.pop()
@@ -119,11 +124,12 @@ def pins_for(wheel: Path, flags: list[str], extras: list[str], fresh: bool) -> d
     """name -> version of the whole set, grpolab and the excluded packages included. This machine
     (no flags): the versions installed here, read from their metadata, no resolution needed;
     another target, or ``fresh``: pip's resolution for it."""
+    if fresh:
+        return resolve(wheel, extras, flags, {})
     installed = installed_closure(extras)
-    if not flags and not fresh:
+    if not flags:
         return {**installed, "grpolab": wheel.name.split("-")[1]}
-    constraints = {} if fresh else {n: v for n, v in installed.items() if n != "grpolab" and not EXCLUDED.match(n)}
-    return resolve(wheel, extras, flags, constraints)
+    return resolve(wheel, extras, flags, {n: v for n, v in installed.items() if n != "grpolab" and not EXCLUDED.match(n)})
 
 
 def _download(pins: list[str], out: Path, flags: list[str], jobs: int) -> None:
