@@ -75,9 +75,23 @@ def test_samples_shows_one_prompt_from_every_rung_and_seed(ladder, capsys):
     out = capsys.readouterr().out
     assert out.startswith(f"prompt: {view.prompt!r}") and "8 completions from 2 of 4 runs" in out
     assert re.search(rf"\|\s*a\s*\|\s*{seed}\s*\|", out) and re.search(rf"\|\s*b\s*\|\s*{seed}\s*\|", out)
+    from grpolab.analysis.ablation import load_results
+    _, study = load_results(str(path), state, None)
+    parent = study.user_attrs["mlflow_parent_run_id"]   # the study's parent run: its rows, the same view
+    assert main(["samples", parent, "--step", "1", "--prompt", view.prompt, "--state", str(state)]) == 0
+    assert "8 completions from 2 of 4 runs" in capsys.readouterr().out
+    one = view.frame.run.iloc[0]
+    run_id = next(r for r in study_run_ids(path, state) if r.startswith(one))
+    assert main(["samples", run_id, "--step", "1", "--state", str(state)]) == 0   # one run: its own rows
+    assert "4 completions from 1 of 1 runs" in capsys.readouterr().out
     assert main(["samples", str(path), "--step", "7", "--state", str(state)]) == 2
     assert "no logged completions at step 7" in capsys.readouterr().err
     assert main(["samples", str(path), "--prompt", "no such prompt", "--state", str(state)]) == 2
+
+
+def study_run_ids(path, state):
+    from grpolab.analysis.side_by_side import study_runs
+    return [run_id for *_, run_id in study_runs(str(path), state, None)]
 
 
 def _curves(c, late=None, seeds=4):
