@@ -84,7 +84,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         self.entropy_control = EntropyController(spec)
         self.cumulative_tokens = 0.0
         self.last_rollout: list[dict] = []        # this process's rows of the latest rollout (the completions table)
-        self.rollout_rows_kept: int | None = None  # how many of them (None: all; CLI runs: tracking.samples)
+        self.rollout_rows_kept: int | None = None  # how many of them (None: 4 groups; CLI runs: tracking.samples)
         self._scored: ScoredRound | None = None   # the latest round's rewards and rows
         self._entropy_in_loss = False
         self._sampling_rng: torch.Generator | None = None
@@ -194,8 +194,8 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
             for key, value in episode_stats.items():
                 self._metrics["train"][key].append(value)
         out["advantages"] = advantages.to(device)
-        self.last_rollout = completion_rows(rows, rewards_k, self.reward_func_names, total, advantages, mask, start, G,
-                                            self.rollout_rows_kept)
+        kept = 4 * G if self.rollout_rows_kept is None else self.rollout_rows_kept
+        self.last_rollout = completion_rows(rows, rewards_k, self.reward_func_names, total, advantages, mask, start, G, kept)
         out["group_ids"] = (torch.arange(total.numel(), device=device) // G)[start:start + n_local]
         out["seq_rewards"] = total[start:start + n_local]
         out["correct"] = correct_of(rows).to(device)[start:start + n_local]
