@@ -59,6 +59,12 @@ def test_plan_prints_the_measured_total_beside_its_estimate(ladder, capsys):
     assert found and float(found.group(1)) > 0, out
 
 
+def test_the_plan_finds_the_journal_a_study_writes(tmp_path):
+    from grpolab.analysis.compute_hours import DEFAULT_JOURNAL
+    from grpolab.studies.storage import default_storage
+    assert default_storage(tmp_path) == f"journal:{(tmp_path / DEFAULT_JOURNAL).resolve()}"
+
+
 def test_samples_shows_one_prompt_from_every_rung_and_seed(ladder, capsys):
     from grpolab.analysis.side_by_side import side_by_side
     from grpolab.cli import main

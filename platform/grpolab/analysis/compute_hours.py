@@ -19,6 +19,7 @@ import pandas as pd
 from grpolab.analysis.ablation import load_results
 
 HOURS_TAG, KIND_TAG, HOURS_CURVE = "grpolab.accelerator_hours", "grpolab.accelerator", "time/accelerator_hours"
+DEFAULT_JOURNAL = "optuna.journal"   # studies.storage.default_storage's file, named here without importing optuna
 
 
 class RunHours(NamedTuple):
@@ -85,10 +86,9 @@ class StudyHours(NamedTuple):
 def study_hours(path: str, state, storage_url: str | None) -> StudyHours | None:
     """The measured total of a study's runs so far; None when its storage holds no run yet
     (nothing is created or written)."""
-    from grpolab.analysis.tidy import study_results
-    from grpolab.studies.storage import default_storage
-    if storage_url is None and not Path(default_storage(state)[len("journal:"):]).exists():
+    if storage_url is None and not (Path(state) / DEFAULT_JOURNAL).exists():
         return None   # no study has run in this state folder: opening the journal would create it
+    from grpolab.analysis.tidy import study_results   # optuna: only once a study has run (--plan stays light)
     cfg, study = load_results(path, state, storage_url, create=False)
     if study is None:
         return None
