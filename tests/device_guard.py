@@ -9,6 +9,7 @@ on the CPU even when its operands are on CUDA. A tensor meant for the CPU says `
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -32,7 +33,7 @@ class FactoryGuard(TorchFunctionMode):
 
     def __init__(self, root: str | None = None):
         super().__init__()
-        self.root = root or package_root()
+        self.root = os.path.join(root or package_root(), "")   # with its separator: grpolab/, not grpolab_x/
         self.unguarded: list[str] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -43,7 +44,7 @@ class FactoryGuard(TorchFunctionMode):
                 frame = frame.f_back
             if frame is not None and frame.f_code.co_filename.startswith(self.root):
                 where = f"{Path(frame.f_code.co_filename).relative_to(self.root).as_posix()}:{frame.f_lineno}"
-                call = f"grpolab/{where} torch.{func.__name__}(...) names no device"
+                call = f"{Path(self.root).name}/{where} torch.{func.__name__}(...) names no device"
                 if call not in self.unguarded:
                     self.unguarded.append(call)
         return func(*args, **kwargs)

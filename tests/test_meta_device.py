@@ -11,6 +11,8 @@ the factory guard (device_guard.py) instead, as every method's training step doe
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -159,6 +161,14 @@ def test_what_cannot_run_on_meta_names_its_devices(registry, name):
     with factories_name_their_device():
         out = _tensors(_call(registry, name, x))
     assert out and all(torch.isfinite(t.float()).all() for t in out)
+
+
+def test_the_factory_guard_names_the_line_and_the_factory_of_a_deviceless_call():
+    here = os.path.dirname(os.path.abspath(__file__))
+    with pytest.raises(AssertionError, match=r"test_meta_device.py:\d+ torch.arange\(\.\.\.\) names no device") as caught:
+        with factories_name_their_device(here):
+            torch.zeros(2, device="cpu") + torch.arange(2)
+    assert "torch.zeros" not in str(caught.value)
 
 
 def test_every_skip_is_a_registered_function():
