@@ -57,5 +57,9 @@ def kill_after_first_checkpoint(cmd: list, env: dict, state: Path, kill=None, ti
         if [p for p in state.glob(f"runs/*/checkpoint-*/{checkpoints.COMPLETE}") if p.parent.parent.name not in known]:
             break
         time.sleep(0.02)
+    else:   # no checkpoint in time: a kill now would test a run with nothing to resume
+        proc.kill()
+        raise AssertionError(f"no complete checkpoint before the run ended or {timeout} s passed: "
+                             + proc.stderr.read()[-2000:])
     (kill or (lambda p: p.send_signal(signal.SIGKILL)))(proc)
     assert proc.wait(60) == -signal.SIGKILL, "the run finished before it could be killed: " + proc.stderr.read()[-2000:]
