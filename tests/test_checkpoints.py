@@ -93,6 +93,11 @@ def test_sigkill_then_resume_continues_the_same_run_exactly(tmp_path, experiment
     ref_loss = [m.value for m in sorted(ref_client.get_metric_history(ref_run.info.run_id, "loss"), key=lambda m: m.step)]
     loss = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "loss"), key=lambda m: m.step)]
     assert loss == pytest.approx(ref_loss, rel=1e-5, abs=1e-7)
+    # the completions table holds each rollout once, as the undisturbed run's: the re-trained steps replaced
+    from grpolab.tracking.completions import TRAIN_TABLE, read_table
+    table = read_table(checkpoints.run_dir(killed_state, run.info.run_id) / TRAIN_TABLE)
+    ref_table = read_table(checkpoints.run_dir(reference_state, ref_run.info.run_id) / TRAIN_TABLE)
+    assert [(r["step"], r["prompt"]) for r in table] == [(r["step"], r["prompt"]) for r in ref_table] and table
     # the uninterrupted run's folder is its own: run folders are never shared between runs
     assert checkpoints.run_dir(reference_state, ref_run.info.run_id).exists()
 
