@@ -125,6 +125,9 @@ def open_tables(folder: Path, recorder=None, keep_upto: int | None = None) -> tu
 
 def accelerator_tags(device_seconds: float, gpu: bool, processes: int) -> dict:
     """A run's measured compute as tags: accelerator-hours = processes x wall seconds of training
-    / 3600, labelled by what the processes ran on (CPU hours on a machine without a GPU)."""
+    / 3600 (the held-out evaluations at step 0 and at the end included, the warm start and model
+    loading not; a resumed run adds its checkpoint's), labelled by what the processes ran on (CPU
+    hours on a machine without a GPU). Tagged here beside the tables: both are what a run leaves
+    for the study's reports."""
     return {"grpolab.accelerator_hours": f"{device_seconds / 3600:.6g}", "grpolab.accelerator": "GPU" if gpu else "CPU",
             "grpolab.processes": processes}
