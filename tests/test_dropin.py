@@ -107,7 +107,8 @@ def test_quickstart_dapo_acts_and_reports_through_trl_logging(tiny_model_dir, tm
     # grpolab curves are in TRL's log history and in the MLflow run report_to="mlflow" created
     curves = {"entropy", "accuracy", "length/correct", "length/incorrect", "groups/zero_variance",
               "groups/all_correct", "clip/high_fraction", "clip/low_fraction", "tokens/cumulative",
-              "trained/entropy", "rewards/overlong/mean", "override/loss"}
+              "trained/entropy", "rewards/overlong/mean", "override/loss", "time/generation_s", "time/scoring_s",
+              "time/update_s", "time/generated_tokens_per_s", "time/accelerator_hours"}   # step_times.StepTimes
     assert curves <= set(logged)
     client = MlflowClient(uri)
     [run] = client.search_runs([client.get_experiment_by_name("dropin").experiment_id])
