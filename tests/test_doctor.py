@@ -57,9 +57,10 @@ def test_on_a_cpu_machine_every_gpu_check_is_not_checked_and_it_exits_0_without_
     assert done.stdout.strip().splitlines()[-2] == f"report: {out}"
 
 
-def test_a_driver_without_a_cuda_device_imports_torch_and_says_so(tmp_path, monkeypatch):
-    """A GPU driver is there (faked by a marker file) but torch sees no CUDA device: the reason is
-    torch's own answer, and a CPU build of torch is named as one."""
+def test_a_driver_without_a_cuda_device_fails_the_gpu_check_and_exits_1(tmp_path, monkeypatch, capsys):
+    """A GPU driver is there (faked by a marker file) but torch sees no CUDA device: that is a
+    broken GPU machine, so the gpu row fails with torch's own answer (a CPU build of torch is
+    named as one), every other row says it was not checked because of it, and the command exits 1."""
     import torch
 
     from grpolab.bench import gpu_check
@@ -73,7 +74,12 @@ def test_a_driver_without_a_cuda_device_imports_torch_and_says_so(tmp_path, monk
     if torch.version.cuda is None:
         assert probe.why_not.endswith(f"torch {torch.__version__} is a CPU build (torch.version.cuda is None)")
     report = gpu_report(tmp_path / "r.json", tmp_path / "state", probe=probe, methods=["grpo"])
-    assert set(_rows(report).values()) == {f"not checked: {probe.why_not}"}
+    rows = _rows(report)
+    assert rows.pop("gpu") == f"failed: a GPU driver is installed but {probe.why_not}"
+    assert set(rows.values()) == {"not checked: the gpu check failed"} and "method:grpo" in rows
+    out = tmp_path / "cli.json"
+    assert cli.main(["--state", str(tmp_path / "state"), "doctor", "--gpu", "--out", str(out)]) == 1
+    assert "gpu: failed: a GPU driver is installed but no CUDA device" in capsys.readouterr().out
 
 
 def test_argument_errors_are_answered_without_importing_torch(tmp_path):

@@ -18,10 +18,11 @@ Checks, in order (each is ``ok``, ``failed: <why>`` or ``not checked: <why>``):
   prompt generated;
 - vllm_micro_ladder / vllm_trainer_timing: the two above with vLLM colocate generation.
 
-Without vLLM installed the vLLM rows read ``not checked``. Without a CUDA device every check but
+Without vLLM installed the vLLM rows read ``not checked``. Without a GPU driver every check but
 versions is reported ``not checked`` with the reason and the command exits 0: a CPU machine is
-not broken, it is simply not the machine this checks. A machine with no GPU driver is answered
-without importing torch.
+not broken, it is simply not the machine this checks; it is answered without importing torch.
+A GPU driver that torch cannot use (a CPU build of torch, a driver too old for torch's CUDA)
+is the broken GPU machine this command exists to catch: ``gpu: failed: <why>``, exit 1.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class GpuProbe:
     cuda: str | None = None
     why_not: str = ""
     use_cpu: bool = False
+    broken: bool = False   # a GPU driver is there but torch cannot use it: the machine doctor exists to catch
 
 
 def torch_build() -> tuple[str | None, str | None]:
@@ -86,7 +88,7 @@ def probe_cuda() -> GpuProbe:
     import torch
     if not torch.cuda.is_available():
         build = "" if torch.version.cuda else f"; torch {torch.__version__} is a CPU build (torch.version.cuda is None)"
-        return GpuProbe(0, torch=torch.__version__, cuda=torch.version.cuda, why_not=NO_CUDA + build)
+        return GpuProbe(0, torch=torch.__version__, cuda=torch.version.cuda, why_not=NO_CUDA + build, broken=True)
     count = torch.cuda.device_count()
     props = [torch.cuda.get_device_properties(i) for i in range(count)]
     return GpuProbe(count, tuple(p.name for p in props), tuple(round(p.total_memory / 2**30, 1) for p in props),
@@ -169,8 +171,14 @@ def gpu_report(out: Path, state: Path, model_dir: str | None = None, steps: int 
     report: dict = {"report": str(out), "ran_on": {"torch": probe.torch, "cuda": probe.cuda,
                                                    "devices": list(probe.names)}, "versions": versions()}
     if not probe.count:
-        for name in ("gpu", *(f"method:{key}" for key in methods), "micro_ladder", "trainer_timing", *VLLM_CHECKS):
-            report[name] = {"status": f"not checked: {probe.why_not}"}
+        rest = (*(f"method:{key}" for key in methods), "micro_ladder", "trainer_timing", *VLLM_CHECKS)
+        if probe.broken:   # a driver torch cannot use (CPU build, driver too old): a failure, not a CPU machine
+            report["gpu"] = {"status": f"failed: a GPU driver is installed but {probe.why_not}"}
+            for name in rest:
+                report[name] = {"status": "not checked: the gpu check failed"}
+        else:
+            for name in ("gpu", *rest):
+                report[name] = {"status": f"not checked: {probe.why_not}"}
     else:
         report["gpu"] = {"status": "ok", "count": probe.count, "names": list(probe.names),
                          "memory_gib": list(probe.memory_gib),
