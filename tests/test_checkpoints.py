@@ -15,6 +15,7 @@ from grpolab.experiment import checkpoints
 from grpolab.tracking.recorder import final_model_dir
 from grpolab.cli import main
 from grpolab.tracking.recorder import tracking_uri
+from grpolab.trainer.metrics import MEASURED_TIME
 
 STEPS, SAVE_EVERY = 40, 4
 EXPERIMENT = {
@@ -93,6 +94,11 @@ def test_sigkill_then_resume_continues_the_same_run_exactly(tmp_path, experiment
     ref_loss = [m.value for m in sorted(ref_client.get_metric_history(ref_run.info.run_id, "loss"), key=lambda m: m.step)]
     loss = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "loss"), key=lambda m: m.step)]
     assert loss == pytest.approx(ref_loss, rel=1e-5, abs=1e-7)
+    # every metric's last value, exactly, but the wall-clock ones (README: what resume cannot make equal)
+    last = {k: v for k, v in client.get_run(run.info.run_id).data.metrics.items() if not k.startswith(MEASURED_TIME)}
+    ref_last = {k: v for k, v in ref_client.get_run(ref_run.info.run_id).data.metrics.items()
+                if not k.startswith(MEASURED_TIME)}
+    assert sorted(last) == sorted(ref_last) and {k: v for k, v in last.items() if ref_last[k] != v} == {}
     # the completions table holds each rollout once, as the undisturbed run's: the re-trained steps replaced
     from grpolab.tracking.completions import TRAIN_TABLE, read_table
     table = read_table(checkpoints.run_dir(killed_state, run.info.run_id) / TRAIN_TABLE)

@@ -1,7 +1,8 @@
 """A resumed run equals an undisturbed one: ``grpolab run --resume`` after a SIGKILL past the first
 checkpoint ends with the last value of every metric exactly equal to the uninterrupted run's, for
-GRPO, DAPO (dynamic sampling: its sampling RNG is restored) and PPO (its critic and critic
-optimizer are restored), on the smoke experiment cut to a few steps, without its warm start.
+DAPO (dynamic sampling: its sampling RNG is restored) and PPO (its critic and critic optimizer are
+restored), on the smoke experiment cut to a few steps, without its warm start. GRPO's run is
+test_checkpoints.py's, which makes the same comparison.
 
 What cannot be equal, and is left out of the comparison: the wall-clock curves (``step_time``,
 ``time/*``: ``trainer.metrics.MEASURED_TIME``) and MLflow's ``system/*`` samples, which measure
@@ -48,7 +49,7 @@ def _last_values(client, run_id):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["grpo", "dapo", "ppo"])
+@pytest.mark.parametrize("method", ["dapo", "ppo"])   # GRPO: test_checkpoints.py, the same comparison
 def test_a_run_resumed_after_sigkill_ends_equal_to_an_uninterrupted_one(state, method):
     kill_after_first_checkpoint(*_run(state, method), state, timeout=900)
     cmd, env = _run(state, method)
