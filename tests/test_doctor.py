@@ -127,7 +127,8 @@ def test_without_vllm_a_cuda_machine_runs_every_other_check(tmp_path, monkeypatc
     from grpolab.experiment import engines
     calls = []
 
-    def train_method(key, state):
+    def train_method(key, state, use_cpu):
+        assert use_cpu is False   # a real probe: the method rows must train on CUDA
         calls.append(key)
         if key == "spo":
             raise RuntimeError("Expected all tensors to be on the same device, cuda:0 and cpu")
@@ -163,7 +164,7 @@ def test_without_vllm_a_cuda_machine_runs_every_other_check(tmp_path, monkeypatc
     assert report["ran_on"] == {"torch": "2.11.0+cu130", "cuda": "13.0", "devices": ["Fake H200"]}
     assert printed.splitlines()[0] == "ran on: torch 2.11.0+cu130, CUDA 13.0, Fake H200"
     assert "method:spo: failed: RuntimeError" in printed and "micro_ladder: ok" in printed
-    monkeypatch.setattr(gpu_training, "train_method", lambda key, state: {"steps": 2})
+    monkeypatch.setattr(gpu_training, "train_method", lambda key, state, use_cpu: {"steps": 2})
     assert cli.main(["--state", str(tmp_path / "state"), "doctor", "--gpu", "--out", str(out)]) == 0
 
 
@@ -211,3 +212,65 @@ def test_the_doctors_model_has_heads_of_64_and_vllm_is_loaded_with_trls_colocate
     trl_keywords = set(re.findall(r"^\s+(\w+)=", call, re.M)) - {"model"}
     assert set(colocate_llm_kwargs()) == trl_keywords
     assert colocate_llm_kwargs()["distributed_executor_backend"] == "external_launcher"
+
+
+def test_a_method_row_that_trained_on_the_cpu_fails_unless_the_gpu_is_faked(tmp_path, monkeypatch):
+    """Both steps ran with finite losses, but the model sat on the CPU: on a GPU machine that is a
+    failure (the run fell back to the CPU), so the row must say so; the faked-GPU stand-in may."""
+    import torch
+    from types import SimpleNamespace
+
+    from grpolab.bench import gpu_training
+    from grpolab.experiment import engines, runner
+
+    def run_experiment(cfg, state, callbacks):
+        model = torch.nn.Linear(1, 1)
+        for callback in callbacks:
+            callback.on_train_begin(None, None, None, model=model)
+            for loss in (0.5, 0.25):
+                callback.on_log(None, None, None, logs={"loss": loss})
+        return SimpleNamespace(steps=2)
+
+    monkeypatch.setattr(runner, "run_experiment", run_experiment)
+    monkeypatch.setattr(engines, "bf16_supported", lambda: True)   # the config is bf16; this CPU may lack it
+    with pytest.raises(RuntimeError, match="the model trained on cpu, not on a CUDA device"):
+        gpu_training.train_method("grpo", tmp_path)
+    assert gpu_training.train_method("grpo", tmp_path, use_cpu=True) == {"steps": 2, "loss": 0.25, "device": "cpu"}
+
+
+def test_the_micro_ladder_counts_the_rows_its_study_completed(tmp_path, monkeypatch):
+    """A study that exits 0 having completed no row (here: run_study does nothing) fails the check."""
+    from grpolab.bench import gpu_training
+    from grpolab.experiment import engines
+    from grpolab.studies import coordinator
+    monkeypatch.setattr(coordinator, "run_study", lambda *a, **kw: 0)
+    monkeypatch.setattr(engines, "bf16_supported", lambda: True)
+    with pytest.raises(RuntimeError, match="micro-ladder completed 0 of its 4 rows"):
+        gpu_training.micro_ladder(tmp_path, tmp_path / "state", {"preset": "tiny"}, 2)
+
+
+def test_vllm_load_fails_when_no_token_is_generated(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    import transformers
+    from trl.generation import vllm_generation
+
+    from grpolab.bench import gpu_check
+    for key in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.setenv(key, "0" if key != "MASTER_ADDR" else "localhost")
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda path: lambda text: {"input_ids": [1, 2]})
+    tokens: list = []
+
+    class LLM:
+        def __init__(self, model, **kw):
+            pass
+
+        def generate(self, prompts, params, use_tqdm):
+            return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=list(tokens))])]
+
+    monkeypatch.setattr(vllm_generation, "LLM", LLM, raising=False)
+    monkeypatch.setattr(vllm_generation, "SamplingParams", lambda max_tokens: None, raising=False)
+    with pytest.raises(RuntimeError, match="generated no token"):
+        gpu_check._vllm_load(tmp_path)
+    tokens[:] = [5, 6, 7]
+    assert gpu_check._vllm_load(tmp_path) == {"model": str(tmp_path), "generated_tokens": 3}

@@ -148,6 +148,8 @@ def _vllm_load(model_dir: Path) -> dict:
     outputs = llm.generate([{"prompt_token_ids": ids}], vllm_generation.SamplingParams(max_tokens=8), use_tqdm=False)
     tokens = len(outputs[0].outputs[0].token_ids)
     del llm
+    if tokens == 0:
+        raise RuntimeError("vLLM loaded the model but generated no token for the prompt (want 1 to 8)")
     return {"model": str(model_dir), "generated_tokens": tokens}
 
 
@@ -195,7 +197,7 @@ def _run_checks(report: dict, probe: GpuProbe, state: Path, folder: Path, model_
     """The checks of a machine with CUDA: transformers' first, then vLLM's when vLLM is installed."""
     model = functools.cache(lambda: _model(folder, model_dir))   # built once, by the first check that needs it
     for key in methods:
-        _check(report, f"method:{key}", lambda: gpu_training.train_method(key, state), probe)
+        _check(report, f"method:{key}", lambda: gpu_training.train_method(key, state, use_cpu=probe.use_cpu), probe)
     _check(report, "micro_ladder", lambda: gpu_training.micro_ladder(folder, state, model(), steps), probe)
     _check(report, "trainer_timing",
            lambda: gpu_training.timing(folder, timing_shape, steps, repeats, probe.use_cpu), probe)

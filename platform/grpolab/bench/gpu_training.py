@@ -67,8 +67,9 @@ def runnable_methods() -> list[str]:
     return [key for key, method in METHODS.items() if not method.missing]
 
 
-def train_method(key: str, state: Path) -> dict:
-    """Train ``method_config(key)``; ok when both steps ran with finite losses."""
+def train_method(key: str, state: Path, use_cpu: bool = False) -> dict:
+    """Train ``method_config(key)``; ok when both steps ran with finite losses on a CUDA device
+    (``use_cpu``: the CPU stand-in of a faked GPU, which only tests ask for)."""
     from transformers import TrainerCallback
 
     from grpolab.experiment.runner import run_experiment
@@ -88,6 +89,8 @@ def train_method(key: str, state: Path) -> dict:
     result = run_experiment(method_config(key), state, callbacks=[seen])
     if result.steps != 2 or not seen.losses or not all(math.isfinite(x) for x in seen.losses):
         raise RuntimeError(f"trained {result.steps} of 2 steps, losses {seen.losses} (want 2 steps, finite losses)")
+    if not use_cpu and not str(seen.device).startswith("cuda"):
+        raise RuntimeError(f"the model trained on {seen.device}, not on a CUDA device (a GPU check must train on the GPU)")
     return {"steps": result.steps, "loss": seen.losses[-1], "device": seen.device}
 
 
@@ -117,7 +120,23 @@ def micro_ladder(folder: Path, state: Path, model: dict, steps: int, backend: st
     code = run_study(str(path), state, None, 1, True, echo=lines.append)
     if code != 0:
         raise RuntimeError(f"the {backend} micro-ladder exited {code}: " + " | ".join(lines[-5:]))
-    return {"study": str(path), "generation": backend, "rows": 4, "steps_per_row": steps, "lines": lines[-3:]}
+    rows = completed_rows(path, state)
+    if rows != LADDER_ROWS:
+        raise RuntimeError(f"the {backend} micro-ladder completed {rows} of its {LADDER_ROWS} rows (2 rungs x 2 seeds)")
+    return {"study": str(path), "generation": backend, "rows": rows, "steps_per_row": steps, "lines": lines[-3:]}
+
+
+LADDER_ROWS = 4   # micro_ladder_file: 2 rungs x 2 seeds
+
+
+def completed_rows(path: Path, state: Path) -> int:
+    """The study's rows that completed, as its Optuna storage in ``state`` records them."""
+    from optuna.trial import TrialState
+
+    from grpolab.studies.definition import load_study
+    from grpolab.studies.storage import default_storage, load_existing
+    study = load_existing(load_study(str(path)), default_storage(state))
+    return 0 if study is None else len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
 
 def shape_config(shape: Shape, vocab_size: int):
