@@ -235,7 +235,7 @@ def test_dropin_evaluation_logs_benchmark_scores_under_trls_eval_prefix(tiny_mod
     def reward(completions, answer, **kwargs):
         return [float(c.strip() == a) for c, a in zip(completions, answer)]
     trainer = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=[reward], args=args, train_dataset=data(train),
-                             eval_dataset=data(held), method="grpo", correctness="answer")
+                             eval_dataset=data(held), method="grpo", correctness="answer", answer_extractor="none")
     trainer.train()
     evals = [h for h in trainer.state.log_history if "eval_avg_at_8" in h]
     assert [h["step"] for h in evals] == [1, 2]   # at every eval step, beside TRL's own eval metrics
@@ -248,6 +248,36 @@ def test_dropin_evaluation_logs_benchmark_scores_under_trls_eval_prefix(tiny_mod
     # with the reward function as the correctness source the scores agree (reward 1 = the answer)
     trainer._correct_kind, trainer._correct_key = "reward", 0
     assert trainer.benchmark_scores(data(held)) == direct
+    # without an answer extractor whole completions would vote: no maj@n, said once
+    trainer._answer_extract = None
+    with pytest.warns(UserWarning, match="no answer_extractor= given, so evaluation reports no maj@n"):
+        plain = trainer.benchmark_scores(data(held))
+    assert "maj_at_8" not in plain and plain["avg_at_8"] == direct["avg_at_8"]
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.benchmark_scores(data(held))
+    assert not [w for w in caught if "answer_extractor" in str(w.message)]   # once per trainer
+
+
+def test_dropin_answer_extractor_is_a_callable_a_name_or_the_tasks():
+    from grpolab.tasks import make_task
+    from grpolab.tasks.answers import math_equal
+    from grpolab.trainer.benchmark_eval import resolve_answer_extractor
+    from grpolab.trainer.dropin import task_correctness
+    extract, same = resolve_answer_extractor("boxed", None)
+    assert extract("so \\boxed{1/2}") == "1/2" and same is None
+    assert resolve_answer_extractor(None, "answer") == (None, None)          # a column: no extractor known
+    toy = make_task("addition", digits=2)
+    assert resolve_answer_extractor(None, task_correctness(toy, [])) == (None, None)   # a toy task has none
+    from types import SimpleNamespace
+    verified = SimpleNamespace(extract=lambda t: t[-3:], grader=math_equal, grade_kind="math")
+    extract, same = resolve_answer_extractor(None, task_correctness(verified, []))
+    assert extract("is 1/2") == "1/2" and same is math_equal
+    with pytest.raises(ValueError, match="answer_extractor: unknown extractor 'boxd'; valid: a callable"):
+        resolve_answer_extractor("boxd", None)
+    with pytest.raises(ValueError, match="expected a callable"):
+        resolve_answer_extractor(3, None)
 
 
 def test_study_plan_counts_the_named_benchmarks_eval_tokens(tmp_path):
@@ -264,3 +294,96 @@ def test_study_plan_counts_the_named_benchmarks_eval_tokens(tmp_path):
     row = plan_study(str(path)).rows[0]
     # 3 evals (start, step 2, end) x (4 x 8 x 5 + 4 x 2 x the eval cap)
     assert row.evals == 3 and row.eval_tokens - plain.eval_tokens == 3 * (4 * 8 * 5 + 4 * 2 * row.eval_completion_tokens)
+
+
+def test_majority_vote_clusters_answers_by_the_graders_equivalence():
+    from grpolab.tasks.answers import math_equal
+    answers = ["\\frac{1}{2}", "7", "1/2", "7", "0.5"]
+    assert majority_answer(answers) == 1                       # raw strings: "7" has 2 votes, each half 1
+    assert majority_answer(answers, math_equal) == 0           # 1/2 = 0.5 = \frac{1}{2}: 3 votes
+    # tie (2 and 2 after clustering): the cluster whose first answer comes first
+    assert majority_answer(["3", "1/2", "3", "0.5"], math_equal) == 0
+    assert majority_answer(["1/2", "3", "0.5", "3"], math_equal) == 0
+    hits = [[True, False, True, False, True]]                  # the halves are right, 7 is wrong
+    assert benchmark_scores(hits, [answers])["maj_at_5"] == 0.0
+    assert benchmark_scores(hits, [answers], equivalent=math_equal)["maj_at_5"] == 1.0
+    assert "maj_at_5" not in benchmark_scores(hits, None)      # no answers: no majority vote reported
+
+
+def test_answer_equivalence_is_the_tasks_string_grader():
+    from types import SimpleNamespace
+    from grpolab.tasks.answers import make_grader
+    from grpolab.tasks.benchmarks import answer_equivalence
+    numeric = make_grader("numeric")
+    assert answer_equivalence(SimpleNamespace(grader=numeric, grade_kind="numeric")) is numeric
+    assert answer_equivalence(SimpleNamespace(grader=None, grade_kind="task")) is None   # a reference-only scorer
+    from grpolab.tasks import make_task
+    assert answer_equivalence(make_task("addition", digits=2)) is None                   # toy: string equality
+
+
+def test_every_answer_row_must_hold_n_answers():
+    with pytest.raises(ValueError, match=r"answers\[1\] holds 3 answers, expected n = 4"):
+        benchmark_scores([[True] * 4, [False] * 4], [["1"] * 4, ["1"] * 3])
+    with pytest.raises(ValueError, match=r"hits\[1\] holds 2 samples, hits\[0\] holds 4"):
+        benchmark_scores([[True] * 4, [False] * 2], [["1"] * 4, ["1"] * 2])
+    with pytest.raises(ValueError, match="answers holds 1 prompts, hits 2"):
+        benchmark_scores([[True] * 4, [False] * 4], [["1"] * 4])
+
+
+def test_overlap_check_ignores_whitespace_and_case():
+    from grpolab.tasks.benchmarks import Benchmark, check_overlap
+    from grpolab.world.tasks import Example
+    examples = [Example("What is  the SUM of 2 and 3?\n", "5", {}), Example("Name a prime.", "2", {}),
+                Example("rendered <prompt>", "4", {"question": " what is 2+2? "})]
+    with pytest.raises(ConfigError, match="2 of its 3 prompts are training prompts"):
+        check_overlap(Benchmark("b"), examples, {"what is the sum of 2 and 3?", "What is\t2+2?"})
+    check_overlap(Benchmark("b"), examples, {"what is the sum of 2 and 4?"})   # a different question passes
+
+
+def test_file_benchmark_names_drop_every_data_suffix_and_are_metric_key_parts():
+    from grpolab.analysis.rescore import file_benchmark_name
+    from grpolab.tasks.benchmarks import parse_benchmark
+    assert file_benchmark_name("aime.2024.jsonl") == "aime.2024"
+    assert file_benchmark_name("/data/aime.2024.jsonl.gz") == "aime.2024"
+    assert file_benchmark_name("HuggingFaceH4/MATH-500") == "MATH-500"
+    assert file_benchmark_name("my set (v2).csv") == "my_set__v2_"
+    assert file_benchmark_name(".jsonl") == "file"
+    for source in ("aime.2024.jsonl", "my set (v2).csv", "_x.json"):   # every name passes the config's check
+        assert parse_benchmark({"name": file_benchmark_name(source)}, "b").name == file_benchmark_name(source)
+
+
+@pytest.mark.parametrize("mode", ["colocate", "server"])
+def test_vllm_benchmark_sampling_is_seeded_per_request(mode, tiny_model_dir, monkeypatch):
+    """Against the vLLM test double (tests/vllm_double.py), not vLLM: the engine's own generator
+    advances with every request, so only a per-request seed makes a benchmark repeatable."""
+    from types import SimpleNamespace
+    import vllm_double
+    from grpolab.experiment.benchmark_runs import engine_sampler
+    from grpolab.experiment.vllm_eval import VllmEvalSampler
+    from grpolab.tasks import make_task
+    from grpolab.tasks.benchmarks import Benchmark, score_benchmark
+    from grpolab.trainer.vllm_engine import VllmEngineAccess
+    from grpolab.world.models import load_model
+    vllm_double.install(monkeypatch, str(tiny_model_dir))
+    _, tokenizer = load_model(tiny_model_dir)
+    engine = SimpleNamespace(
+        mode=mode, repetition_penalty=1.0, temperature=1.0, top_p=1.0, top_k=0, min_p=None, generation_kwargs={},
+        structured_outputs_regex=None, enable_sleep_mode=False,
+        llm=vllm_double.LLM(str(tiny_model_dir)) if mode == "colocate" else None,
+        vllm_client=vllm_double.VLLMClient() if mode == "server" else None)
+    trainer = SimpleNamespace(vllm_generation=engine, temperature=1.0)
+    trainer.vllm_completions = lambda *a, **k: VllmEngineAccess.vllm_completions(trainer, *a, **k)
+    draw = engine_sampler(VllmEvalSampler(trainer, tokenizer))
+    task = make_task("addition", digits=2)
+    examples = task.splits(0, 0, 3)[1]
+    bench = Benchmark("b", n=4, top_p=0.9, max_tokens=6)
+
+    def completions(seed):
+        return [r["completion"] for r in score_benchmark(bench, task, examples, draw, seed, batch_completions=8)[1]]
+    first, again, other = completions(5), completions(5), completions(6)
+    assert first == again and first != other
+    calls = [c for c in vllm_double.ENGINE_LOG if c["kind"] == "generate"]
+    assert all(c["top_p"] == 0.9 for c in calls)                     # the benchmark's top_p, per request
+    # 2 prompts per call (8 // n): colocate seeds each prompt seed + index * n, server one seed per call
+    seeds = [c["seed"] for c in calls[:len(calls) // 3]]
+    assert seeds == ([5, 9, 13] if mode == "colocate" else [5, 13])

@@ -91,7 +91,8 @@ class _Engine:
         attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids])
         greedy = p.temperature == 0
         with torch.random.fork_rng(devices=[]):   # vLLM samples with its own RNG, never the trainer's
-            torch.manual_seed(self.seed * 1_000_003 + self.requests)
+            # a request's own seed fixes its samples, whatever came before (vLLM's per-request generator)
+            torch.manual_seed(self.seed * 1_000_003 + self.requests if p.seed is None else p.seed)
             self.requests += 1
             out = self.model.generate(
                 input_ids=input_ids, attention_mask=attention, do_sample=not greedy,
@@ -112,7 +113,7 @@ class _Engine:
                        for i, t in enumerate(ids)]
             rows.append((ids, lps))
         ENGINE_LOG.append({"kind": "generate", "prompts": len(prompt_ids), "n": p.n, "max_tokens": p.max_tokens,
-                           "temperature": p.temperature, "top_k": p.top_k, "top_p": p.top_p, "logprobs": p.logprobs,
+                           "temperature": p.temperature, "top_k": p.top_k, "top_p": p.top_p, "seed": p.seed, "logprobs": p.logprobs,
                            "lengths": [len(ids) for ids, _ in rows], "weights_sum": self.weights_sum()})
         return [rows[i * p.n:(i + 1) * p.n] for i in range(len(prompt_ids))]
 
@@ -140,8 +141,14 @@ class LLM:
             raise RuntimeError("generate on a sleeping engine")
         p = sampling_params or SamplingParams()
         ids = [row["prompt_token_ids"] for row in prompts]
+        if isinstance(p, list):   # vLLM: one SamplingParams per prompt, each its own request
+            if len(p) != len(ids):
+                raise ValueError("The lengths of prompts and sampling_params must be the same.")
+            groups = [self.engine.sample([prompt], own)[0] for prompt, own in zip(ids, p)]
+        else:
+            groups = self.engine.sample(ids, p)
         out = []
-        for i, (prompt, rows) in enumerate(zip(ids, self.engine.sample(ids, p))):
+        for i, (prompt, rows) in enumerate(zip(ids, groups)):
             completions = [CompletionOutput(j, self.engine.tokenizer.decode(t), t, None, lp)
                            for j, (t, lp) in enumerate(rows)]
             out.append(RequestOutput(str(i), None, list(prompt), completions))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import NamedTuple
 
@@ -121,7 +122,7 @@ def benchmark_specs(names: list[str], saved: SavedRun, overrides: dict) -> list[
         elif name == "held_out":
             spec = {"name": "held_out", "source": "held_out"}
         elif Path(name).exists() or "/" in name:
-            spec = {"name": Path(name).name.split(".")[0] or "file", "source": name}
+            spec = {"name": file_benchmark_name(name), "source": name}
         else:
             raise ConfigError(f"--benchmark: {name!r} is not a benchmark of the run (declared: "
                               f"{', '.join(declared) or 'none'}), nor held_out, nor a file or hub dataset")
@@ -130,6 +131,20 @@ def benchmark_specs(names: list[str], saved: SavedRun, overrides: dict) -> list[
             spec["max_tokens"] = saved.eval.max_completion_length
         specs.append(spec)
     return specs
+
+
+_DATA_SUFFIXES = (".gz", ".bz2", ".xz", ".zst", ".zip", ".jsonl", ".json", ".csv", ".tsv", ".parquet", ".arrow", ".txt")
+
+
+def file_benchmark_name(source: str) -> str:
+    """A file or hub dataset's benchmark name: its last path part without data and compression
+    suffixes (``aime.2024.jsonl.gz`` -> ``aime.2024``), other characters than letters, digits,
+    '_', '.' and '-' made '_' so it is one metric key part (``eval/<name>/<score>``)."""
+    name = Path(source).name
+    while name.lower().endswith(_DATA_SUFFIXES):
+        name = name[:name.rfind(".")]
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", name).lstrip("_.-")
+    return name or "file"
 
 
 def rescore(target: str, state: Path, names: list[str], overrides: dict | None = None, which: str = "final",

@@ -15,16 +15,17 @@ def transformers_sampler(model, tokenizer):
     """``score_benchmark``'s sampler through transformers ``generate`` on ``model``."""
     from grpolab.world.generation import sample
 
-    def draw(prompts, n, max_new_tokens, temperature, top_p):
+    def draw(prompts, n, max_new_tokens, temperature, top_p, seed):   # seeded by score_benchmark's torch seed
         return sample(model, tokenizer, prompts, n, max_new_tokens, temperature, top_p=top_p)
     return draw
 
 
 def engine_sampler(engine):
-    """``score_benchmark``'s sampler through the run's vLLM engine (vllm_eval.py), whose sampling
-    settings are the trainer's: the config checked that the benchmark asks for those."""
-    def draw(prompts, n, max_new_tokens, temperature, top_p):
-        return engine(prompts, n, max_new_tokens, temperature)
+    """``score_benchmark``'s sampler through the run's vLLM engine (vllm_eval.py). vLLM samples
+    with its own generator, which torch's seed does not reach: each request carries ``seed`` and
+    ``top_p`` in its own SamplingParams. The temperature is the trainer's (the config checked it)."""
+    def draw(prompts, n, max_new_tokens, temperature, top_p, seed):
+        return engine(prompts, n, max_new_tokens, temperature, top_p=top_p, seed=seed)
     return draw
 
 

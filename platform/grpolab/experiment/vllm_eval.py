@@ -27,12 +27,13 @@ class VllmEvalSampler:
         self.trainer.sync_generation_weights()
 
     def __call__(self, prompts: list[str], n: int, max_new_tokens: int, temperature: float = 1.0,
-                 greedy: bool = False) -> tuple[list[str], list[int]]:
+                 greedy: bool = False, top_p: float | None = None, seed: int | None = None) -> tuple[list[str], list[int]]:
+        """``top_p`` (None: the trainer's) and ``seed`` (None: vLLM's own stream) go into each request."""
         if not greedy and temperature != self.trainer.temperature:   # evaluate passes train.temperature
             raise ValueError(f"vLLM eval samples at the training temperature {self.trainer.temperature}, "
                              f"asked for {temperature}")
         prompt_ids = self.tokenizer(text=prompts)["input_ids"]
-        rows = self.trainer.vllm_completions(prompt_ids, 1 if greedy else n, max_new_tokens, greedy)
+        rows = self.trainer.vllm_completions(prompt_ids, 1 if greedy else n, max_new_tokens, greedy, top_p=top_p, seed=seed)
         return decode_completions(self.tokenizer, rows)
 
 

@@ -149,12 +149,19 @@ def benchmark_examples(bench: Benchmark, task, seed: int, held_out_seed: int = -
 
 
 def check_overlap(bench: Benchmark, examples: list, train_prompts: set) -> None:
-    """Refuse a benchmark that shares prompts with the training set: it would measure recall."""
-    shared = sum(e.meta.get("question", e.prompt) in train_prompts for e in examples)
+    """Refuse a benchmark that shares prompts with the training set: it would measure recall.
+    Prompts are compared with whitespace runs collapsed and case folded, so a copy that differs
+    only in spacing or capitals still counts as shared."""
+    train = {_normalised(t) for t in train_prompts}
+    shared = sum(_normalised(e.meta.get("question", e.prompt)) in train for e in examples)
     if shared:
         raise ConfigError(f"benchmark {bench.name!r}: {shared} of its {len(examples)} prompts are training prompts "
                           "of the run; give a source the run did not train on (or a size within eval.final_prompts "
                           "for the held_out source)")
+
+
+def _normalised(prompt: str) -> str:
+    return " ".join(str(prompt).split()).casefold()
 
 
 def answer_of(task, completion: str) -> str | None:
@@ -164,12 +171,21 @@ def answer_of(task, completion: str) -> str | None:
     return extract(completion) if extract is not None else completion.strip()
 
 
+def answer_equivalence(task):
+    """The equivalence majority votes cluster answers by: the task's string grader (math-verify's
+    ``1/2`` = ``0.5``, numeric tolerance, exact), or None (string equality) for toy tasks and for
+    a source's own scorer (``grade: task``), which grades against a reference only."""
+    grader = getattr(task, "grader", None)
+    return grader if callable(grader) and getattr(task, "grade_kind", None) != "task" else None
+
+
 def score_benchmark(bench: Benchmark, task, examples: list, sampler, seed: int,
                     batch_completions: int = 256) -> tuple[dict, list]:
     """(metrics keyed eval/<name>/<score>, sample rows) of ``examples`` (rendered). ``sampler(prompts,
-    n, max_new_tokens, temperature, top_p) -> (texts, lengths)`` draws n completions per prompt,
-    prompt-major, about ``batch_completions`` per call; it runs with the torch generator seeded by
-    ``seed`` and restored afterwards."""
+    n, max_new_tokens, temperature, top_p, seed) -> (texts, lengths)`` draws n completions per
+    prompt, prompt-major, about ``batch_completions`` per call; it runs with the torch generator
+    seeded by ``seed`` and restored afterwards, and is also given ``seed + start * n`` (``start``:
+    the chunk's first prompt index) for engines with their own generator (vLLM's per-request seed)."""
     import torch
     hits, answers, lengths, rows = [], [], [], []
     batch_prompts = max(1, batch_completions // bench.n)
@@ -178,7 +194,8 @@ def score_benchmark(bench: Benchmark, task, examples: list, sampler, seed: int,
         torch.manual_seed(seed)
         for start in range(0, len(examples), batch_prompts):
             chunk = examples[start:start + batch_prompts]
-            texts, lens = sampler([e.prompt for e in chunk], bench.n, bench.max_tokens, bench.temperature, bench.top_p)
+            texts, lens = sampler([e.prompt for e in chunk], bench.n, bench.max_tokens, bench.temperature, bench.top_p,
+                                  seed + start * bench.n)
             lengths.extend(lens)
             for i, example in enumerate(chunk):
                 own = texts[i * bench.n:(i + 1) * bench.n]
@@ -188,7 +205,7 @@ def score_benchmark(bench: Benchmark, task, examples: list, sampler, seed: int,
                 rows.extend({"benchmark": bench.name, "index": start + i, "question": question, "sample": j,
                              "completion": t, "extracted": answers[-1][j], "answer": example.answer,
                              "correct": hits[-1][j], "length": lens[i * bench.n + j]} for j, t in enumerate(own))
-    scores = benchmark_scores(hits, answers, lengths)
+    scores = benchmark_scores(hits, answers, lengths, answer_equivalence(task))
     return {bench.key(score): value for score, value in scores.items()}, rows
 
 

@@ -9,9 +9,13 @@ n is ``num_generations_eval`` (else ``num_generations``), decoded with the GRPOC
 ``temperature``, ``top_p`` and ``max_completion_length`` by transformers ``generate`` on the
 trained weights, seeded by ``args.seed`` (the generator state is restored afterwards, so the
 evaluation changes nothing of training). A completion is correct by the trainer's
-``correctness=`` source (a reward function > 0, a dataset column, a callable); the majority vote
-counts the stripped completion texts. Without a correctness source the evaluation reports TRL's
-reward metrics only, said once as a warning. Every process scores the whole set (identical
+``correctness=`` source (a reward function > 0, a dataset column, a callable). The majority vote
+counts extracted answers (``answer_extractor=``: a callable completion text -> answer or None, or
+an extractor name of tasks/answers.py: boxed, hash, last_number, answer_tag, none; default: the
+extractor of a CLI task given as ``correctness=task_correctness(task, ...)``, whose grader's
+equivalence also clusters the votes). Whole reasoning completions rarely match each other, so
+without an extractor no maj_at_n is reported, said once as a warning. Without a correctness
+source the evaluation reports TRL's reward metrics only, said once as a warning. Every process scores the whole set (identical
 results): generation under sharded weights needs every process to take part.
 
 A mixin of ``GrpoLabTrainer``; it overrides transformers' public ``Trainer.evaluation_loop``.
@@ -23,15 +27,38 @@ import warnings
 
 import torch
 
+from grpolab.tasks.answers import EXTRACTORS, make_extractor
 from grpolab.trainer import dropin
 from grpolab.world.benchmark_scores import benchmark_scores
 from grpolab.world.generation import sample
+
+
+def resolve_answer_extractor(answer_extractor, correctness) -> tuple[object, object]:
+    """(extractor completion -> answer or None, equivalence (a, b) -> bool or None) of the drop-in's
+    majority vote; (None, None) when neither ``answer_extractor`` nor a task correctness source gives one."""
+    task = getattr(correctness, "task", None)   # dropin.task_correctness marks its task
+    if answer_extractor is None:
+        if task is None or getattr(task, "extract", None) is None:
+            return None, None
+        from grpolab.tasks.benchmarks import answer_equivalence
+        return task.extract, answer_equivalence(task)
+    if isinstance(answer_extractor, str):
+        if answer_extractor not in EXTRACTORS or answer_extractor == "regex":
+            raise ValueError(f"answer_extractor: unknown extractor {answer_extractor!r}; valid: a callable "
+                             f"(completion -> answer or None) or {', '.join(e for e in EXTRACTORS if e != 'regex')}")
+        return make_extractor(answer_extractor), None
+    if not callable(answer_extractor):
+        raise ValueError(f"answer_extractor: expected a callable (completion -> answer or None) or an extractor "
+                         f"name, got {type(answer_extractor).__name__}")
+    return answer_extractor, None
 
 
 class BenchmarkEvaluation:
     """``evaluation_loop`` plus the benchmark scores of the dataset it evaluated."""
 
     eval_batch_prompts = 32   # prompts per generate call
+    _answer_extract = None     # set by GrpoLabTrainer.__init__ (resolve_answer_extractor)
+    _answer_equivalent = None
 
     def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
                         metric_key_prefix="eval"):
@@ -41,7 +68,8 @@ class BenchmarkEvaluation:
         return output
 
     def benchmark_scores(self, dataset) -> dict:
-        """avg_at_n, pass_at_k, maj_at_n, sd_at_n and mean_length of ``dataset`` (its ``prompt`` column)."""
+        """avg_at_n, pass_at_k, maj_at_n (given an answer extractor), sd_at_n and mean_length of
+        ``dataset`` (its ``prompt`` column)."""
         if self._correct_kind == "none":
             if not getattr(self, "_warned_no_benchmark", False):
                 warnings.warn("GrpoLabTrainer: no correctness= given, so evaluation reports TRL's reward metrics only "
@@ -65,8 +93,22 @@ class BenchmarkEvaluation:
                 correct = self._benchmark_correct(repeated, texts)
                 for i in range(len(chunk)):
                     hits.append(correct[i * n:(i + 1) * n])
-                    answers.append([t.strip() for t in texts[i * n:(i + 1) * n]])
-        return benchmark_scores(hits, answers, lengths) if hits else {}
+                    answers.append(self._answers(texts[i * n:(i + 1) * n]))
+        if not hits:
+            return {}
+        return benchmark_scores(hits, answers if self._answer_extract is not None else None, lengths,
+                                self._answer_equivalent)
+
+    def _answers(self, texts: list[str]) -> list:
+        """Each completion's extracted answer; no extractor: said once, and maj_at_n not reported."""
+        if self._answer_extract is not None:
+            return [self._answer_extract(t) for t in texts]
+        if not getattr(self, "_warned_no_extractor", False):
+            warnings.warn("GrpoLabTrainer: no answer_extractor= given, so evaluation reports no maj@n (whole "
+                          "completions are not answers to vote on); give answer_extractor=<callable | boxed | hash | "
+                          "last_number | answer_tag | none>", stacklevel=4)
+            self._warned_no_extractor = True
+        return [None] * len(texts)
 
     def _prompt_text(self, prompt) -> str:
         """A plain prompt as it is; a conversational one through the tokenizer's chat template."""

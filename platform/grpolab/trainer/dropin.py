@@ -274,6 +274,7 @@ def task_correctness(task, examples):
     """The CLI's tasks as a correctness source: ``task.is_correct`` on the dataset's ``idx`` column."""
     def correctness(prompts, completions, idx, **kwargs):
         return [bool(task.is_correct(examples[i], c)) for i, c in zip(idx, completions)]
+    correctness.task = task   # the evaluation's majority vote extracts answers with the task's extractor
     return correctness
 
 

@@ -29,7 +29,7 @@ from grpolab.method.kl import kl_in_reward
 from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.trainer import mlflow_report
 from grpolab.trainer import dropin
-from grpolab.trainer.benchmark_eval import BenchmarkEvaluation
+from grpolab.trainer.benchmark_eval import BenchmarkEvaluation, resolve_answer_extractor
 from grpolab.trainer.correctness import CorrectnessRules
 from grpolab.trainer.critic import CriticMixin
 from grpolab.trainer.empty_updates import EmptyUpdateChecks
@@ -50,7 +50,8 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
     """``trl.GRPOTrainer`` running a grpolab method: TRL's own arguments, plus ``method=`` (a
     registered name such as ``"dapo"``, ``{"name": "dapo", **axis overrides}`` or a ``MethodSpec``)
     and ``correctness=`` (a reward function's name, a dataset column or a callable; ``trainer/dropin.py``
-    says what each means). Everything is checked here, before TRL loads a model; the GRPOConfig
+    says what each means); ``answer_extractor=`` (a callable or an extractor name) gives the
+    evaluation's majority vote its answers (trainer/benchmark_eval.py). Everything is checked here, before TRL loads a model; the GRPOConfig
     settings the method decides are written into a copy of ``args`` (the user's object is left
     as it was; a user value set away from GRPOConfig's default overrides the method's axis,
     announced once as ``dropin.MethodOverrideWarning``; a default the method changes is warned
@@ -58,7 +59,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
     GRPOConfig says (``dropin.spec_from_trl``: its loss_type, beta, epsilons, ... as axes)."""
 
     def __init__(self, model, reward_funcs=None, args=None, train_dataset=None, *trl_args,
-                 method=None, correctness=None, max_empty_updates=20, **trl_kwargs):
+                 method=None, correctness=None, max_empty_updates=20, answer_extractor=None, **trl_kwargs):
         if isinstance(max_empty_updates, bool) or not isinstance(max_empty_updates, int) or max_empty_updates < 0:
             raise ValueError(f"max_empty_updates: expected an int >= 0 (0 = never fail), got {max_empty_updates!r}")
         self.max_empty_updates, self._empty_streak = max_empty_updates, 0
@@ -79,6 +80,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         # the column of DAPO's ``overlong`` reward (None: none): TRL's all-None warning ignores it
         self._own_reward_columns = list(range(len(funcs) - (len(setup.reward_funcs) - n_user), len(funcs)))
         self._correct_kind, self._correct_key = setup.correct_kind, setup.correct_key
+        self._answer_extract, self._answer_equivalent = resolve_answer_extractor(answer_extractor, correctness)
         self.spec = spec
         self.tracker = algorithms.ValueTracker(spec.tracker_decay) if ADVANTAGES[spec.advantage].tracker else None
         self.entropy_control = EntropyController(spec)

@@ -244,8 +244,8 @@ DEFINITIONS: dict[str, str] = {
     "eval/mean_length": "held-out: mean sampled completion length in tokens",
     "eval/<benchmark>/avg_at_<n>": "named benchmark (eval.benchmarks): mean correctness over its n samples per prompt at its own decoding (avg@n; DAPO's avg@32)",
     "eval/<benchmark>/pass_at_<k>": "named benchmark: unbiased pass@k = 1 - C(n-c, k) / C(n, k) per prompt (Chen et al. 2021), mean over prompts; k = 1, 2, 4, ... <= n, and n",
-    "eval/<benchmark>/maj_at_<n>": "named benchmark: fraction of prompts whose majority extracted answer over the n samples is correct (ties: the answer seen first; no answer: wrong)",
-    "eval/<benchmark>/sd_at_<n>": "named benchmark: sample standard deviation over the n sample indices of each index's accuracy over the prompts (the spread of a one-sample evaluation)",
+    "eval/<benchmark>/maj_at_<n>": "named benchmark: fraction of prompts whose majority extracted answer over the n samples is correct; answers vote by the task grader's equivalence (1/2 = 0.5 = \\frac{1}{2} under a math grader), a tie goes to the answer seen first, no answer is wrong; not reported without an answer extractor",
+    "eval/<benchmark>/sd_at_<n>": "named benchmark: sample standard deviation over the n sample indices of each index's accuracy over the prompts: the spread of single-sample accuracy across the n samples, NOT the standard error of avg@n (that is sqrt(sum_p (c_p/n - avg@n)^2 / (P (P - 1))) over the P prompts, c_p correct of prompt p)",
     "eval/<benchmark>/mean_length": "named benchmark: mean sampled completion length in tokens",
     "system/<system metric>": "only with tracking.system_metrics: MLflow's system metrics of the whole machine (CPU, "
                               "memory, disk, network, GPU; not this run's share), one sample every "

@@ -8,13 +8,21 @@ For one prompt with n samples of which c are correct:
 over the prompts, the mean. Every k <= n that is a power of 2 is reported, and k = n.
 
     avg@n  = mean over prompts of c / n                   (= pass@1; DAPO's "avg@32")
-    maj@n  = fraction of prompts whose majority answer (the most frequent extracted answer among
-             the n samples) is correct; samples without an answer do not vote; a tie goes to the
-             tied answer that appears first in sample order (deterministic: sample order is the
-             seeded generation order); no answer at all counts as wrong
+    maj@n  = fraction of prompts whose majority answer is correct. Answers vote by the grader's
+             equivalence (``equivalent(a, b)``; default string equality), so ``\\frac{1}{2}``, ``1/2``
+             and ``0.5`` are one answer under a math grader: each answer joins the first cluster
+             whose first answer it is equivalent to, else starts one (O(n^2) comparisons per
+             prompt at most). The majority is the largest cluster; a tie goes to the tied cluster
+             whose first answer appears first in sample order (deterministic: sample order is the
+             seeded generation order); that first sample's correctness scores the prompt. Samples
+             without an answer do not vote; no answer at all counts as wrong. Reported only when
+             answers are given (a source that cannot extract answers reports no maj@n).
     sd@n   = sample standard deviation, over the n sample indices j, of acc_j = the mean
-             correctness of sample j over the prompts (the spread of a one-sample evaluation;
-             0 when n = 1)
+             correctness of sample j over the prompts: the spread of single-sample accuracy across
+             the n samples (how much a one-sample evaluation varies), NOT the standard error of
+             avg@n; 0 when n = 1
+             (avg@n's standard error over the P prompts, not reported here, is
+             sqrt(sum_p (c_p / n - avg@n)^2 / (P (P - 1))))
 
 Keys are the names MLflow stores (``avg_at_32``; MLflow refuses '@' in metric names).
 """
@@ -22,7 +30,7 @@ Keys are the names MLflow stores (``avg_at_32``; MLflow refuses '@' in metric na
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -41,42 +49,63 @@ def reported_ks(n: int) -> list[int]:
     return sorted({2 ** e for e in range(n.bit_length()) if 2 ** e <= n} | {n})
 
 
-def majority_answer(answers: Sequence[str | None]) -> int | None:
-    """Index of the first sample carrying the majority answer (ties: the answer seen first), or
-    None when no sample has an answer (None or empty)."""
-    counts: dict[str, int] = {}
-    first: dict[str, int] = {}
+def majority_answer(answers: Sequence[str | None], equivalent: Callable[[str, str], bool] | None = None) -> int | None:
+    """Index of the first sample carrying the majority answer, answers clustered by ``equivalent``
+    (default: string equality; ties: the cluster seen first), or None when no sample has an answer
+    (None or empty)."""
+    firsts: list[int] = []    # per cluster: the sample index of its first answer
+    counts: list[int] = []
     for i, answer in enumerate(answers):
         if answer is None or answer == "":
             continue
-        counts[answer] = counts.get(answer, 0) + 1
-        first.setdefault(answer, i)
+        for c, first in enumerate(firsts):
+            rep = answers[first]
+            if rep == answer or (equivalent is not None and equivalent(rep, answer)):
+                counts[c] += 1
+                break
+        else:
+            firsts.append(i)
+            counts.append(1)
     if not counts:
         return None
-    best = max(counts.values())
-    return min(first[a] for a, count in counts.items() if count == best)
+    return firsts[counts.index(max(counts))]   # index() finds the earliest of the tied clusters
 
 
-def benchmark_scores(hits: Sequence[Sequence[bool]], answers: Sequence[Sequence[str | None]],
-                     lengths: Sequence[int] = ()) -> dict[str, float]:
-    """``hits[p][j]``: sample j of prompt p is correct; ``answers[p][j]``: its extracted answer.
-    Every prompt has the same n samples. Returns avg_at_n, pass_at_k (each reported k), maj_at_n,
-    sd_at_n and, given token lengths, mean_length."""
+def benchmark_scores(hits: Sequence[Sequence[bool]], answers: Sequence[Sequence[str | None]] | None,
+                     lengths: Sequence[int] = (), equivalent: Callable[[str, str], bool] | None = None) -> dict[str, float]:
+    """``hits[p][j]``: sample j of prompt p is correct; ``answers[p][j]``: its extracted answer
+    (None: no answers known, so no maj_at_n); ``equivalent``: the grader's equivalence the
+    majority vote clusters answers by. Every prompt has the same n samples. Returns avg_at_n,
+    pass_at_k (each reported k), maj_at_n, sd_at_n and, given token lengths, mean_length."""
     if not hits:
         raise ValueError("a benchmark needs at least one prompt")
     n = len(hits[0])
-    if any(len(row) != n for row in hits) or len(answers) != len(hits):
-        raise ValueError("every prompt needs the same number of samples and answers")
+    _check_shape(hits, answers, n)
     prompts = len(hits)
     correct = [sum(bool(h) for h in row) for row in hits]
     out = {f"avg_at_{n}": sum(correct) / (prompts * n)}
     for k in reported_ks(n):
         out[f"pass_at_{k}"] = sum(pass_at_k(n, c, k) for c in correct) / prompts
-    majority = [majority_answer(row) for row in answers]
-    out[f"maj_at_{n}"] = sum(bool(row[m]) for row, m in zip(hits, majority) if m is not None) / prompts
+    if answers is not None:
+        majority = [majority_answer(row, equivalent) for row in answers]
+        out[f"maj_at_{n}"] = sum(bool(row[m]) for row, m in zip(hits, majority) if m is not None) / prompts
     per_sample = [sum(bool(row[j]) for row in hits) / prompts for j in range(n)]
     mean = sum(per_sample) / n
     out[f"sd_at_{n}"] = math.sqrt(sum((a - mean) ** 2 for a in per_sample) / (n - 1)) if n > 1 else 0.0
     if lengths:
         out["mean_length"] = sum(lengths) / len(lengths)
     return out
+
+
+def _check_shape(hits, answers, n: int) -> None:
+    """Every prompt's hits and answers hold the same n samples; errors name the first bad row."""
+    for p, row in enumerate(hits):
+        if len(row) != n:
+            raise ValueError(f"hits[{p}] holds {len(row)} samples, hits[0] holds {n}: every prompt needs the same n")
+    if answers is None:
+        return
+    if len(answers) != len(hits):
+        raise ValueError(f"answers holds {len(answers)} prompts, hits {len(hits)}: one answer row per prompt")
+    for p, row in enumerate(answers):
+        if len(row) != n:
+            raise ValueError(f"answers[{p}] holds {len(row)} answers, expected n = {n} (one per sample)")
