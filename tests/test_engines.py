@@ -66,17 +66,73 @@ def test_gradient_checkpointing_recomputes_but_changes_no_number(shared_state):
     assert plain.train_curves["loss"] == pytest.approx(ckpt.train_curves["loss"], abs=1e-6)
 
 
+def _launcher_env(monkeypatch, devices, **env):
+    """``devices`` faked CUDA devices, and only ``env`` of the launchers' rank variables set."""
+    for name in (*engines.LOCAL_SIZE_VARS, *engines.LOCAL_RANK_VARS):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: devices > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: devices)
+
+
 @pytest.mark.parametrize("ranks,devices,cuda", [(1, 0, False), (1, 1, True), (2, 1, False), (2, 2, True)])
 def test_ranks_train_on_cuda_only_with_a_device_each(monkeypatch, ranks, devices, cuda):
     """NCCL cannot put two ranks on one GPU: more ranks on the node than visible devices train on the CPU (gloo)."""
+    _launcher_env(monkeypatch, devices)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: devices > 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: devices)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(ranks))
     if ranks > devices > 0:
-        with pytest.warns(UserWarning, match=f"{ranks} ranks on this node but {devices} visible CUDA device"):
+        seen = f"{ranks} ranks on this node \\(LOCAL_WORLD_SIZE\\) but {devices} visible CUDA device"
+        with pytest.warns(UserWarning, match=seen):
             assert engines.trains_on_cuda() is cuda
     else:
         assert engines.trains_on_cuda() is cuda
+
+
+@pytest.mark.parametrize("variable", ["SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_SIZE",
+                                      "WORLD_SIZE"])
+def test_ranks_of_srun_and_mpirun_count_without_local_world_size(monkeypatch, variable):
+    """srun / mpirun set no LOCAL_WORLD_SIZE: their own count of the node's ranks is read instead."""
+    _launcher_env(monkeypatch, 2, **{variable: "4"})
+    with pytest.warns(UserWarning, match=f"4 ranks on this node \\({variable}\\) but 2 visible CUDA device"):
+        assert engines.trains_on_cuda() is False
+    _launcher_env(monkeypatch, 4, **{variable: "4"})
+    assert engines.trains_on_cuda() is True
+
+
+@pytest.mark.parametrize("variable", ["LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"])
+def test_a_local_rank_past_the_visible_devices_trains_on_the_cpu(monkeypatch, variable):
+    _launcher_env(monkeypatch, 2, **{variable: "2"})
+    with pytest.warns(UserWarning, match=f"local rank 2 \\({variable}\\) but 2 visible CUDA device"):
+        assert engines.trains_on_cuda() is False
+    _launcher_env(monkeypatch, 2, **{variable: "1"})
+    assert engines.trains_on_cuda() is True
+
+
+def test_cpu_fallback_refuses_fp16_bf16_without_cpu_support_and_vllm_colocate(monkeypatch):
+    """CUDA is visible but this rank trains on the CPU (two ranks, one GPU): fp16 and vLLM colocate
+    are refused at config time, and bf16 is judged by the CPU, not by the GPU it will not use."""
+    _launcher_env(monkeypatch, 1, LOCAL_WORLD_SIZE="2")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: True)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    with pytest.warns(UserWarning, match="2 ranks on this node"):
+        with pytest.raises(ConfigError, match="train.dtype: fp16 mixed precision needs a CUDA GPU and this process "
+                                              "trains on the CPU"):
+            two_steps("fp16", train__dtype="fp16")
+        with pytest.raises(ConfigError, match="train.dtype: bf16 needs hardware support"):
+            two_steps("bf16", train__dtype="bf16")
+        monkeypatch.setattr(engines, "vllm_installed", lambda: True)
+        monkeypatch.setattr(engines, "real_vllm_installed", lambda: True)
+        with pytest.raises(ConfigError, match="generation.mode: vLLM colocate generates on the training GPU"):
+            two_steps("colocate", train__dtype="fp32", generation__backend="vllm", generation__mode="colocate")
+        two_steps("server", train__dtype="fp32", generation__backend="vllm", generation__mode="server")
+    _launcher_env(monkeypatch, 1, LOCAL_WORLD_SIZE="1")
+    assert two_steps("fp16-gpu", train__dtype="fp16").train.dtype == "fp16"
+    assert two_steps("bf16-gpu", train__dtype="bf16").train.dtype == "bf16"
+    two_steps("colocate-gpu", train__dtype="fp32", generation__backend="vllm", generation__mode="colocate")
 
 
 def test_vllm_settings_pass_through_to_trl(monkeypatch):

@@ -57,33 +57,73 @@ def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def real_vllm_installed() -> bool:
+    """vLLM itself, whose colocate engine runs CUDA kernels (the tests' CPU stand-in of vLLM
+    answers vllm_installed, not this)."""
+    return importlib.util.find_spec("vllm") is not None
+
+
 def bf16_supported() -> bool:
+    """bf16 on the device this process trains on (trains_on_cuda): the GPU's, else the CPU's."""
     import torch  # lazy: a study's coordinator validates configs without loading torch (~2 s)
-    if torch.cuda.is_available():
+    if trains_on_cuda():
         return torch.cuda.is_bf16_supported()
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
-def _cuda_available() -> bool:
-    import torch
-    return torch.cuda.is_available()
+# the ranks on this node, as each launcher names them: torchrun / accelerate, Slurm's srun, Open MPI's
+# mpirun, Intel MPI / Horovod; WORLD_SIZE last (every rank of every node: an upper bound on this node's)
+LOCAL_SIZE_VARS = ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_SIZE", "WORLD_SIZE")
+LOCAL_RANK_VARS = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
+
+
+def _env_int(names: tuple[str, ...], default: int) -> tuple[int, str]:
+    """The first of ``names`` set in the environment, as (value, name); (default, "") if none is."""
+    for name in names:
+        value = os.environ.get(name, "").strip()
+        if value:
+            if not value.isdigit():
+                raise ConfigError(f"environment variable {name}={value!r}: expected a whole number of ranks")
+            return int(value), name
+    return default, ""
 
 
 def trains_on_cuda() -> bool:
     """Whether this process trains on CUDA (NCCL between ranks) rather than the CPU (gloo): CUDA is
-    visible and each of this node's ``LOCAL_WORLD_SIZE`` ranks (torchrun's, accelerate's) has a device
-    of its own. NCCL refuses two ranks on one GPU ("invalid usage"), so with more ranks than visible
-    devices the ranks train on the CPU, and say so."""
+    visible, each of this node's ranks (the first of LOCAL_SIZE_VARS set) has a device of its own,
+    and this rank's local index (LOCAL_RANK_VARS) names a visible device. NCCL refuses two ranks
+    on one GPU ("invalid usage"), so with more ranks than visible devices the ranks train on the
+    CPU, and say so."""
     import torch
     if not torch.cuda.is_available():
         return False
-    ranks, devices = int(os.environ.get("LOCAL_WORLD_SIZE", "1")), torch.cuda.device_count()
-    if ranks > devices:
-        warnings.warn(f"{ranks} ranks on this node but {devices} visible CUDA device(s): NCCL needs one device per "
-                      "rank, so the ranks train on the CPU over gloo; give each rank its own GPU (CUDA_VISIBLE_DEVICES, "
+    (ranks, source), devices = _env_int(LOCAL_SIZE_VARS, 1), torch.cuda.device_count()
+    rank, rank_source = _env_int(LOCAL_RANK_VARS, 0)
+    if ranks > devices or rank >= devices:
+        seen = f"{ranks} ranks on this node ({source or 'no launcher variable: 1'})" if ranks > devices else \
+            f"local rank {rank} ({rank_source})"
+        warnings.warn(f"{seen} but {devices} visible CUDA device(s): NCCL needs one device per rank, so this rank "
+                      "trains on the CPU over gloo; give each rank its own GPU (CUDA_VISIBLE_DEVICES, "
                       "--gpus-per-row) to train on CUDA", stacklevel=2)
         return False
     return True
+
+
+def check_device(cfg) -> None:
+    """Settings only a CUDA device runs, refused before the run when this process trains on the
+    CPU (no GPU, or the gloo fallback of trains_on_cuda)."""
+    t, g = cfg.train, cfg.generation
+    colocate = g.backend == "vllm" and g.mode == "colocate" and real_vllm_installed()
+    if t.dtype != "fp16" and not colocate:
+        return   # no torch import: a plain config validates light
+    if trains_on_cuda():
+        return
+    why = "this process trains on the CPU (no usable CUDA device for this rank; see the warning above if any)"
+    if t.dtype == "fp16":
+        raise ConfigError(f"train.dtype: fp16 mixed precision needs a CUDA GPU and {why}; use train.dtype=fp32 "
+                          "(or bf16)")
+    raise ConfigError(f"generation.mode: vLLM colocate generates on the training GPU and {why}; use "
+                      "generation.backend=transformers, or generation.mode=server with a vLLM server")
 
 
 def check_engines(cfg) -> list[str]:
@@ -97,8 +137,8 @@ def check_engines(cfg) -> list[str]:
     elif t.dtype == "bf16" and not bf16_supported():
         raise ConfigError("train.dtype: bf16 needs hardware support (a CUDA GPU with bf16, or a CPU with "
                           "AVX512-BF16/AMX) and this machine has none; use train.dtype=fp32")
-    elif t.dtype == "fp16" and not _cuda_available():
-        raise ConfigError("train.dtype: fp16 mixed precision needs a CUDA GPU; use train.dtype=fp32 (or bf16)")
+    elif not is_planning():
+        check_device(cfg)
     if t.cast_lm_head_to_fp32 and t.dtype == "fp32":
         notes.append("train.cast_lm_head_to_fp32 has no effect with train.dtype=fp32 (the head already is fp32)")
     if cfg.model.lora is not None:
