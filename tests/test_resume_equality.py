@@ -66,6 +66,7 @@ def test_a_run_resumed_after_sigkill_ends_equal_to_an_uninterrupted_one(state, m
     killed, undisturbed = runs                               # the killed run started first
     from_step = int(client.get_run(killed.info.run_id).data.tags["grpolab.resume.from_step"])
     assert SAVE_EVERY <= from_step < STEPS
+    assert f"run {killed.info.run_id}: resuming from checkpoint-{from_step} (step {from_step})" in resumed.stderr
     assert killed.data.tags["grpolab.resume.differing_points"] == "0"
     assert (checkpoints.run_dir(state, killed.info.run_id) / "final").is_dir()
     resumed_values, expected = _last_values(client, killed.info.run_id), _last_values(client, undisturbed.info.run_id)
