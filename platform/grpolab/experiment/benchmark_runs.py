@@ -53,7 +53,8 @@ class RunBenchmarks:
         draw = engine_sampler(engine) if engine is not None else transformers_sampler(model, tokenizer)
         for bench, examples in self.items:
             seed = bench.seed if bench.seed >= 0 else self.seed
-            scores, samples = score_benchmark(bench, task, examples, draw, seed)
+            scores, samples = score_benchmark(bench, task, examples, draw, seed,
+                                              device=next(model.parameters()).device if model is not None else None)
             metrics.update(scores)
             rows.extend(samples)
         return metrics, rows

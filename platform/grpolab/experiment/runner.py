@@ -419,7 +419,8 @@ def _finish(run: _Run, trainer, callback, ws_record, model_dir) -> None:
         recorder.log_folder(final_dir, "model")
     if cfg.tracking.figures:
         recorder.log_curves_figure(callback.curves, run.evals, state)
-    recorder.set_tags(accelerator_tags(run.device_seconds, torch.cuda.is_available(), _world()))
+    # what the processes trained on (a gloo fallback trains on the CPU of a GPU machine)
+    recorder.set_tags(accelerator_tags(run.device_seconds, trainer.accelerator.device.type == "cuda", _world()))
     recorder.set_tags({"grpolab.wall_seconds": round(time.perf_counter() - run.started, 1),
                        "grpolab.final_model": state_relative(final_dir, state),   # moves with the state folder
                        "grpolab.run_dir": state_relative(run.out_dir, state)})

@@ -179,18 +179,29 @@ def answer_equivalence(task):
     return grader if callable(grader) and getattr(task, "grade_kind", None) != "task" else None
 
 
+def rng_devices(device) -> list[int]:
+    """The CUDA generators ``torch.random.fork_rng`` saves and restores around a seeded draw: the
+    model's own device's (cuda:i -> [i]), none on the CPU. Forking every visible device would
+    create a context on, and touch the generators of, GPUs other ranks own."""
+    import torch
+    device = torch.device(device if device is not None else "cpu")
+    if device.type != "cuda":
+        return []
+    return [device.index if device.index is not None else torch.cuda.current_device()]
+
+
 def score_benchmark(bench: Benchmark, task, examples: list, sampler, seed: int,
-                    batch_completions: int = 256) -> tuple[dict, list]:
+                    batch_completions: int = 256, device=None) -> tuple[dict, list]:
     """(metrics keyed eval/<name>/<score>, sample rows) of ``examples`` (rendered). ``sampler(prompts,
     n, max_new_tokens, temperature, top_p, seed) -> (texts, lengths)`` draws n completions per
     prompt, prompt-major, about ``batch_completions`` per call; it runs with the torch generator
     seeded by ``seed`` and restored afterwards, and is also given ``seed + start * n`` (``start``:
-    the chunk's first prompt index) for engines with their own generator (vLLM's per-request seed)."""
+    the chunk's first prompt index) for engines with their own generator (vLLM's per-request seed).
+    ``device``: the sampling model's (rng_devices; None: the CPU's generator only)."""
     import torch
     hits, answers, lengths, rows = [], [], [], []
     batch_prompts = max(1, batch_completions // bench.n)
-    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-    with torch.random.fork_rng(devices=devices):
+    with torch.random.fork_rng(devices=rng_devices(device)):
         torch.manual_seed(seed)
         for start in range(0, len(examples), batch_prompts):
             chunk = examples[start:start + batch_prompts]

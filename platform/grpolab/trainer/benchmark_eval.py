@@ -28,6 +28,7 @@ import warnings
 import torch
 
 from grpolab.tasks.answers import EXTRACTORS, make_extractor
+from grpolab.tasks.benchmarks import rng_devices
 from grpolab.trainer import dropin
 from grpolab.world.benchmark_scores import benchmark_scores
 from grpolab.world.generation import sample
@@ -80,8 +81,7 @@ class BenchmarkEvaluation:
         n = self.args.num_generations_eval or self.args.num_generations
         model = self.accelerator.unwrap_model(self.model)
         hits, answers, lengths = [], [], []
-        devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
-        with torch.random.fork_rng(devices=devices):
+        with torch.random.fork_rng(devices=rng_devices(next(model.parameters()).device)):
             torch.manual_seed(self.args.seed)
             for start in range(0, len(rows), self.eval_batch_prompts):
                 chunk = rows[start:start + self.eval_batch_prompts]

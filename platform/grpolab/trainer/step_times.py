@@ -8,7 +8,7 @@ passes). Its seconds are split three ways:
 - update: the rest of the window's ``training_step`` calls (log-probs, advantages, forward,
   backward, optimizer), update = sum(training_step) - generation - scoring.
 
-On a GPU the window ends with one ``torch.cuda.synchronize``, so that queued kernels are charged
+On a GPU the window ends with one ``torch.cuda.synchronize`` of the trainer's device, so that queued kernels are charged
 to the window that launched them (once per rollout: nothing measurable next to generation).
 ``time/generated_tokens_per_s`` = the rollout's generated tokens on every process
 (``tokens/generated``) / this process's generation seconds.
@@ -56,8 +56,9 @@ class StepTimes:
             self._clock, self._tokens_at_window_start = start, self.cumulative_tokens
         output = super().training_step(model, inputs, num_items_in_batch)
         window_ends = self._step % (self.args.steps_per_generation * self.num_iterations) == 0   # TRL counted it
-        if window_ends and torch.cuda.is_available():
-            torch.cuda.synchronize()
+        device = self.accelerator.device
+        if window_ends and device.type == "cuda":   # a rank on the CPU (gloo fallback) has no kernels queued
+            torch.cuda.synchronize(device)
         now = time.perf_counter()
         self._window_s += now - start
         if window_ends:
