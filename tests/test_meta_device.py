@@ -30,7 +30,11 @@ N, G, T, K = 8, 4, 5, 2
 
 
 def batch(device: str) -> dict:
-    """One batch of every shape an algorithm function reads, on ``device`` (drawn on the CPU)."""
+    """One batch of every shape an algorithm function reads, on ``device`` (drawn on the CPU), and
+    the inputs that are host tensors in production on the CPU whatever ``device`` is (``host_*``:
+    correctness from rollouts.correct_of, GFPO's lengths and rewards, which sampling.gfpo_filter
+    moves to the CPU), so a function that mixes them with device tensors without a .to() fails
+    here (meta + cpu raises) as it would on a GPU."""
     gen = torch.Generator(device="cpu").manual_seed(0)
 
     def rand(*shape):
@@ -43,7 +47,9 @@ def batch(device: str) -> dict:
             "old_logp": (logp - log_ratio).to(device), "ref_logp": -rand(N, T), "lengths": mask.sum(1).to(device),
             "greedy": rand(N), "sum_pi_squared": rand(N, T) * 0.5, "penalty": rand(N, T) * 0.01,
             "A": rand(N, 1) - 0.5, "values": rand(N, T),
-            "group_ids": (torch.arange(N, device="cpu") // G).to(device)}
+            "group_ids": (torch.arange(N, device="cpu") // G).to(device),
+            "host_correct": torch.rand(N, generator=gen, device="cpu") > 0.5,
+            "host_lengths": mask.sum(1), "host_r": torch.rand(N, generator=gen, device="cpu")}
 
 
 def _advantage(name: str, x: dict):
@@ -91,10 +97,10 @@ REGISTRIES = {
     "sampler_correction": (sampler_corrections.CORRECTION_FUNCTIONS, lambda name, x: [
         sampler_corrections.CORRECTION_FUNCTIONS[name](x["logp"] - x["old_logp"], 0.5, 2.0)]),
     "sampling_filter": (sampling_options.FILTER_FUNCTIONS, lambda name, x: [
-        sampling_options.FILTER_FUNCTIONS[name](x["r"], x["r"] > 0.5)]),
+        sampling_options.FILTER_FUNCTIONS[name](x["r"], x["host_correct"])]),
     "cap_policy": (sampling_options.CAP_FUNCTIONS, _cap_policy),
     "gfpo_metric": (sampling_options.GFPO_SCORES, lambda name, x: [
-        sampling_options.GFPO_SCORES[name](x["lengths"].view(-1, G), x["r"].view(-1, G))]),
+        sampling_options.GFPO_SCORES[name](x["host_lengths"].view(-1, G), x["host_r"].view(-1, G))]),
     "episode_norm": (gigpo.EPISODE_NORM_FUNCTIONS, lambda name, x: [gigpo.EPISODE_NORM_FUNCTIONS[name](
         x["r"], gigpo.EpisodeBatch([0.5] * N, [2] * N, G, std_norm=True, eps=1e-4, unbiased=True))]),
 }
@@ -146,13 +152,16 @@ def stats_stay_tensors(monkeypatch):
 
 
 ON_META = [c for c in CASES if c not in ON_THE_CPU]
+# registries whose every input is a host tensor in production (sampling.gfpo_filter): outputs stay on the CPU
+HOST_SIDE = {"gfpo_metric"}
 
 
 @pytest.mark.parametrize("registry,name", ON_META, ids=["/".join(c) for c in ON_META])
 def test_runs_on_meta_inputs_and_returns_meta_tensors(registry, name, stats_stay_tensors):
     out = _tensors(_call(registry, name, batch("meta")))
     assert out or (registry, name) == ("cap_policy", "fail")
-    assert [t.device.type for t in out] == ["meta"] * len(out), f"{registry}/{name} returned a tensor off its inputs' device"
+    want = "cpu" if registry in HOST_SIDE else "meta"
+    assert [t.device.type for t in out] == [want] * len(out), f"{registry}/{name} returned a tensor off its inputs' device"
 
 
 @pytest.mark.parametrize("registry,name", sorted(ON_THE_CPU), ids=["/".join(c) for c in sorted(ON_THE_CPU)])
