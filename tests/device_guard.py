@@ -9,6 +9,7 @@ on the CPU even when its operands are on CUDA. A tensor meant for the CPU says `
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 from pathlib import Path
@@ -17,14 +18,23 @@ import torch
 from torch.overrides import TorchFunctionMode, _pop_mode_temporarily
 
 FACTORIES = frozenset({torch.arange, torch.zeros, torch.ones, torch.full, torch.empty, torch.tensor,
-                       torch.as_tensor, torch.rand, torch.randn, torch.randint, torch.randperm,
-                       torch.linspace, torch.logspace, torch.eye})
+                       torch.as_tensor, torch.asarray, torch.scalar_tensor, torch.empty_strided,
+                       torch.rand, torch.randn, torch.randint, torch.randperm, torch.normal,
+                       torch.linspace, torch.logspace, torch.eye, torch.tril_indices, torch.triu_indices,
+                       torch.bartlett_window, torch.blackman_window, torch.hamming_window, torch.hann_window,
+                       torch.kaiser_window, torch.sparse_coo_tensor})
+
+
+@functools.lru_cache(maxsize=4096)   # once per source file: a factory call costs a dict lookup, not a realpath
+def normalised(path: str) -> str:
+    """``path`` with symlinks resolved: the package root and a frame's file name compare alike."""
+    return os.path.realpath(path)
 
 
 def package_root() -> str:
     """grpolab's source folder as imported (so the guard also watches an older checkout's code)."""
     import grpolab
-    return str(Path(grpolab.__file__).resolve().parent)
+    return normalised(os.path.dirname(grpolab.__file__))
 
 
 class FactoryGuard(TorchFunctionMode):
@@ -33,7 +43,7 @@ class FactoryGuard(TorchFunctionMode):
 
     def __init__(self, root: str | None = None):
         super().__init__()
-        self.root = os.path.join(root or package_root(), "")   # with its separator: grpolab/, not grpolab_x/
+        self.root = os.path.join(normalised(root) if root else package_root(), "")   # grpolab/, not grpolab_x/
         self.unguarded: list[str] = []
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -42,8 +52,9 @@ class FactoryGuard(TorchFunctionMode):
             frame = sys._getframe(1)
             while frame is not None and frame.f_code.co_name == "__torch_function__":   # another mode above
                 frame = frame.f_back
-            if frame is not None and frame.f_code.co_filename.startswith(self.root):
-                where = f"{Path(frame.f_code.co_filename).relative_to(self.root).as_posix()}:{frame.f_lineno}"
+            filename = frame and normalised(frame.f_code.co_filename)
+            if filename and filename.startswith(self.root):
+                where = f"{Path(filename).relative_to(self.root).as_posix()}:{frame.f_lineno}"
                 call = f"{Path(self.root).name}/{where} torch.{func.__name__}(...) names no device"
                 if call not in self.unguarded:
                     self.unguarded.append(call)
@@ -59,6 +70,9 @@ def outside_the_guard(fn):
     """``fn`` run with the innermost torch-function mode (the guard) set aside, at full speed: for
     work that stays on the CPU by design, such as the warm start's SFT (world/warmstart.py)."""
     def run(*args, **kwargs):
+        from torch.overrides import _get_current_function_mode
+        current = _get_current_function_mode()
+        assert isinstance(current, FactoryGuard), f"outside_the_guard: the innermost torch-function mode is {current!r}"
         with _pop_mode_temporarily():
             return fn(*args, **kwargs)
     return run

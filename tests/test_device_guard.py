@@ -1,0 +1,85 @@
+"""The device guard itself (device_guard.py): it flags every tensor factory grpolab could call
+without a device, whatever path the package is imported by, it is the mode outside_the_guard
+sets aside, and grpolab builds no tensor through the legacy constructors it cannot see."""
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from device_guard import FactoryGuard, outside_the_guard, package_root
+
+# Legacy constructors and host-memory views: always on the CPU, and not reached by a
+# TorchFunctionMode. A line that needs one says why with this marker.
+LEGACY = re.compile(r"torch\.(Tensor|LongTensor|FloatTensor|IntTensor|BoolTensor|DoubleTensor|HalfTensor|ByteTensor)\("
+                    r"|torch\.from_numpy\b|torch\.frombuffer\b")
+REASON = "# host tensor on purpose:"
+
+
+def _flagged(code: str, filename: str, root: str | None = None) -> list[str]:
+    with FactoryGuard(root) as guard:
+        exec(compile(code, filename, "exec"), {"torch": torch})
+    return guard.unguarded
+
+
+def test_a_deviceless_factory_in_grpolabs_source_is_flagged():
+    """The canary: code compiled with a file name under package_root() is grpolab's to the guard."""
+    assert _flagged("torch.arange(2)", os.path.join(package_root(), "canary.py")) == [
+        "grpolab/canary.py:1 torch.arange(...) names no device"]
+    assert _flagged("torch.arange(2, device='cpu')", os.path.join(package_root(), "canary.py")) == []
+    assert _flagged("torch.arange(2)", os.path.join(os.path.dirname(package_root()), "elsewhere.py")) == []
+
+
+@pytest.mark.parametrize("call", ["torch.asarray([1.0])", "torch.scalar_tensor(1.0)", "torch.empty_strided((2,), (1,))",
+                                  "torch.normal(0.0, 1.0, (2,))", "torch.tril_indices(3, 3)", "torch.triu_indices(3, 3)",
+                                  "torch.hann_window(4)", "torch.kaiser_window(4)", "torch.bartlett_window(4)",
+                                  "torch.blackman_window(4)", "torch.hamming_window(4)",
+                                  "torch.sparse_coo_tensor([[0], [1]], [1.0], (2, 2))"])
+def test_every_factory_is_watched(call):
+    name = call.split("(")[0].removeprefix("torch.")
+    assert _flagged(call, os.path.join(package_root(), "f.py")) == [f"grpolab/f.py:1 torch.{name}(...) names no device"]
+
+
+def test_the_root_and_the_frames_file_compare_with_symlinks_resolved(tmp_path):
+    real = tmp_path / "real" / "grpolab"
+    real.mkdir(parents=True)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "real")
+    assert _flagged("torch.zeros(1)", str(real / "m.py"), root=str(link / "grpolab")) == [
+        "grpolab/m.py:1 torch.zeros(...) names no device"]
+    assert _flagged("torch.zeros(1)", str(link / "grpolab" / "m.py"), root=str(real)) == [
+        "grpolab/m.py:1 torch.zeros(...) names no device"]
+
+
+def test_outside_the_guard_sets_aside_only_the_guard():
+    seen = []
+    unguarded = outside_the_guard(lambda: seen.append(torch.arange(1)))
+    with FactoryGuard():
+        unguarded()
+        with TorchFunctionMode():   # another mode innermost: popping it would leave the guard running
+            with pytest.raises(AssertionError, match="outside_the_guard: the innermost torch-function mode is"):
+                unguarded()
+    with pytest.raises(AssertionError, match="innermost torch-function mode is None"):
+        unguarded()
+    assert len(seen) == 1
+
+
+def test_grpolab_builds_no_tensor_through_legacy_constructors():
+    """torch.Tensor(...), torch.LongTensor(...), torch.from_numpy, torch.frombuffer make CPU tensors
+    the guard cannot see; a line that needs one gives its reason after the marker."""
+    found = []
+    for path in sorted(Path(package_root()).rglob("*.py")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if LEGACY.search(line.split("#")[0]) and REASON not in line:
+                found.append(f"{path.relative_to(package_root())}:{number}: {line.strip()}")
+    assert not found, f"legacy tensor constructors (CPU only, unseen by the device guard; add '{REASON} <why>'):\n" + \
+        "\n".join(found)
+
+
+def test_the_legacy_pattern_matches_what_it_must():
+    for line in ("x = torch.Tensor([1])", "torch.LongTensor(ids)", "torch.from_numpy(a)", "torch.frombuffer(b)"):
+        assert LEGACY.search(line), line
+    assert not LEGACY.search("x: torch.Tensor = y") and not LEGACY.search("isinstance(t, torch.Tensor)")
