@@ -109,8 +109,24 @@ def entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, top_quantile: floa
         valid = gather(valid)
     if valid.numel() == 0:
         return torch.zeros_like(mask, dtype=torch.bool)
-    threshold = torch.quantile(valid, 1 - top_quantile)
+    threshold = quantile(valid, 1 - top_quantile)
     return ((entropies * mask.float()) >= threshold) & mask.bool()
+
+
+def quantile(values: torch.Tensor, q: float) -> torch.Tensor:
+    """``torch.quantile(values, q)`` of a 1-D tensor, linear interpolation, without its limit of
+    2^24 elements (a global batch of long completions passes it): with the rank r = q (n - 1)
+    computed in the values' dtype, as torch does, and v_(k) the k-th smallest (1-based),
+    quantile = lerp(v_(floor r + 1), v_(ceil r + 1), r - floor r). kthvalue selects without a full sort."""
+    n = values.numel()
+    rank = torch.tensor(q, dtype=values.dtype, device="cpu") * (n - 1)   # a host scalar: no device sync
+    below, above = int(rank), int(torch.ceil(rank))
+    low, high = values.kthvalue(below + 1).values, values.kthvalue(above + 1).values
+    return torch.lerp(low, high, float(rank - below))
+
+
+def _at_least_fp32(t: torch.Tensor | None) -> torch.Tensor | None:
+    return t.float() if t is not None and t.dtype in (torch.bfloat16, torch.float16) else t
 
 
 def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
@@ -131,6 +147,9 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
     trained policy (vLLM: w = pi_train / pi_vllm, truncated or masked, engines.py); the per-token
     policy term (not the KL) is multiplied by w before aggregation, as TRL and verl do. ``keep`` (B, 1) or (B, T) of
     0/1: rows (tokens) whose surrogate term is dropped, the KL kept (TRL's off-policy sequence mask)."""
+    # bf16 / fp16 log-probs carry 3 significant digits: the ratio exp(logp - old_logp), the KL and
+    # the surrogate are computed in float32 (fp32 and fp64 inputs are left as they are)
+    logp, old_logp, ref_logp = (_at_least_fp32(t) for t in (logp, old_logp, ref_logp))
     mask = mask.to(logp.dtype)
     A = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
     stats: dict[str, float] = {}
