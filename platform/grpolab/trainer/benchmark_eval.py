@@ -28,6 +28,7 @@ import warnings
 import torch
 
 from grpolab.tasks.answers import EXTRACTORS, make_extractor
+from grpolab.tasks.benchmarks import answer_equivalence
 from grpolab.tasks.benchmarks import rng_devices
 from grpolab.trainer import dropin
 from grpolab.world.benchmark_scores import benchmark_scores
@@ -41,7 +42,6 @@ def resolve_answer_extractor(answer_extractor, correctness) -> tuple[object, obj
     if answer_extractor is None:
         if task is None or getattr(task, "extract", None) is None:
             return None, None
-        from grpolab.tasks.benchmarks import answer_equivalence
         return task.extract, answer_equivalence(task)
     if isinstance(answer_extractor, str):
         if answer_extractor not in EXTRACTORS or answer_extractor == "regex":
