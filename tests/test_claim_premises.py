@@ -140,10 +140,24 @@ def _claim_file(tmp_path, **changes):
     ({"metric": "steps_to:eval/pass_at_1>=1.5"}, "threshold is a fraction in (0, 1]"),
     ({"premise": {"premise": "p", "gates": [{"measure": "entropy_drop", "at_least": 0.5}], "rows": "both"}},
      "premise.rows: 'both'; valid: control, treatment"),
+    # a premise on the rows the change was applied to partly measures the change's own effect
+    ({"premise": {"premise": "p", "gates": [{"measure": "all_correct_groups", "at_least": 0.2}], "rows": "treatment"}},
+     "premise.rows: treatment measures the premise on the rows the change was applied to, partly its own effect; "
+     "use rows: control (the 'static sampling' rows)"),
 ])
 def test_bad_claim_premises_scales_and_thresholds_are_refused(tmp_path, changes, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         load_claim(_claim_file(tmp_path, **changes))
+
+
+def test_shipped_premises_read_the_control_unless_the_control_is_a_fixed_value():
+    """Every shipped claim with a premise gates it on the control rows; the only treatment-side one
+    is a one-arm claim against a fixed value, where no change was applied to the rows it reads."""
+    sides = {p.stem: (c.premise.rows, c.control.rung) for p in sorted(CLAIMS_DIR.glob("*.yaml"))
+             if (c := load_claim(p)).premise is not None}
+    assert sides["all_correct_fraction_rises"] == ("control", "static sampling")
+    assert sides["upper_clipped_low_probability"] == ("treatment", None)
+    assert all(rows == "control" for name, (rows, rung) in sides.items() if rung is not None)
 
 
 def test_a_threshold_relative_to_a_rung_is_set_per_seed():

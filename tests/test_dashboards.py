@@ -278,8 +278,8 @@ def test_ladder_table_and_dashboard_open_with_one_answer_line_per_rung(ladder, s
     delta, half = frame.delta_vs_prev.iloc[1], frame.delta_ci95.iloc[1]
     assert lines[1] == f"- GRPO: reference, mean {frame['mean'].iloc[0]:.3f} (2 seeds)"
     interval = "[interval not measured]" if math.isnan(half) else f"[{delta - half:+.3f}, {delta + half:+.3f}]"
-    assert lines[0].startswith("dash_ladder: 0 of 1 decided, 0 familywise; smallest effect that matters 0.05 of "
-                               "final:eval/pass_at_1 beside the published increments +8 (DAPO")
+    assert lines[0].startswith("dash_ladder: 0 of 1 decided (0 fragile), 0 familywise (0 fragile); smallest effect "
+                               "that matters 0.05 of final:eval/pass_at_1 beside the published increments +8 (DAPO")
     assert lines[2] == (f"- + Clip-Higher: {frame.verdict_vs_prev.iloc[1]}, {delta:+.3f} {interval} (2 paired seeds); "
                         "familywise: not in the family (underpowered); regime none declared")   # 2 < 5 seeds: no test
     assert lines[3] == "" and lines[4].startswith("dash_ladder: final:eval/pass_at_1")   # then the caption
@@ -287,5 +287,5 @@ def test_ladder_table_and_dashboard_open_with_one_answer_line_per_rung(ladder, s
     body = page.split("<body>", 1)[1]
     assert body.index('<section id="answer">') < body.index("<h2>Ablation table</h2>") < body.index('class="grid"')
     answer = re.search(r'<section id="answer">(.*?)</section>', body).group(1)
-    assert "<p>0 of 1 decided, 0 familywise; smallest effect that matters 0.05" in answer
+    assert "<p>0 of 1 decided (0 fragile), 0 familywise (0 fragile); smallest effect that matters 0.05" in answer
     assert [html_lib.unescape(item) for item in re.findall(r"<li>(.*?)</li>", answer)] == [lines[1][2:], lines[2][2:]]

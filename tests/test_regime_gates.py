@@ -81,7 +81,8 @@ def test_a_ladder_without_truncation_reads_regime_absent_for_overlong_filtering(
     line = answer_lines(frame)[1]
     assert line.startswith("+ Overlong Filtering: regime absent: not a test of the claim, +0.101 [")
     assert "familywise: regime absent: not a test of the claim" in line
-    assert answer_header(frame, cfg).startswith("0 of 1 decided, 0 familywise; smallest effect that matters 0.02 "
+    assert answer_header(frame, cfg).startswith("0 of 1 decided (0 fragile), 0 familywise (0 fragile); smallest "
+                                                "effect that matters 0.02 "
                                                 "of final:eval/pass_at_1 beside the published increments +6")
 
 
@@ -98,7 +99,7 @@ def test_a_present_regime_leaves_the_label_and_counts_it_decided(monkeypatch):
     salvageable = _history(length__truncated_fraction=0.1, length__truncated_salvageable=0.45)
     frame, cfg = _ladder(CLEAR_RISE, {0: salvageable, 1: salvageable}, monkeypatch)
     assert frame.iloc[1].label == REPRODUCED and frame.iloc[1].regime.startswith("present: ")
-    assert answer_header(frame, cfg).startswith("1 of 1 decided, 1 familywise")
+    assert answer_header(frame, cfg).startswith("1 of 1 decided (0 fragile), 1 familywise (0 fragile)")
 
 
 @pytest.mark.parametrize("measure, curves, value", [
@@ -192,15 +193,64 @@ def test_header_counts_per_rung_and_familywise_labels():
     family = with_family([rise, small])
     assert small.verdict == NO_EFFECT and small.high == pytest.approx(0.01949, abs=1e-5)
     assert family[1].family_label == "underpowered"
-    assert decided_counts(family) == (2, 1, 2)        # the small one is decided per rung, not familywise
+    assert decided_counts(family) == (2, 0, 1, 0, 2)  # the small one is decided per rung, not familywise
     frame = pd.DataFrame({"label": ["", family[0].verdict, family[1].verdict, REGIME_ABSENT],
                           "family_label": ["", family[0].family_label, family[1].family_label, REGIME_ABSENT]})
     cfg = StudyConfig(name="x", kind="ladder", path="x", base={}, seeds=(0,),
                       objectives=(Objective("final:eval/pass_at_1", "maximize", 0.02),),
                       rungs=(Rung("a", {}, 30.0), Rung("b", {"k": 1}, 36.0), Rung("c", {"k": 2}, 38.0),
                              Rung("d", {"k": 3}, 41.0)))
-    assert answer_header(frame, cfg) == ("2 of 3 decided, 1 familywise; smallest effect that matters 0.02 of "
-                                         "final:eval/pass_at_1 beside the published increments +6, +2, +3")
+    assert answer_header(frame, cfg) == ("2 of 3 decided (0 fragile), 1 familywise (0 fragile); smallest effect "
+                                         "that matters 0.02 of final:eval/pass_at_1 beside the published "
+                                         "increments +6, +2, +3")
+
+
+def test_a_familywise_label_is_checked_for_fragility_on_its_own_interval():
+    """Mean rise 0.010 over 16 seeds, smaller than claimed: at 95 % its bounds +0.0026 and +0.0174
+    clear 0 and 0.02 by more than 2 sd (0.0012); at the family's 97.5 % they are +0.0014 and
+    +0.0186, within 2 sd: the familywise label is fragile, crossing with probability
+    Phi(-0.00137 / 0.0012) = 13 %, and the header counts it."""
+    from grpolab.analysis.strength import with_family_fragility, with_fragility
+    rung = paired_verdict({s: 0.010 + 0.012 * ((s % 4) - 1.5) for s in range(16)}, "increase", 0.02)
+    other = paired_verdict({s: 0.05 + 0.004 * (s % 3) for s in range(16)}, "increase", 0.02)
+    family = with_family([with_fragility(rung, 0.0012), other])
+    v = with_family_fragility(family[0], 0.0012)
+    assert v.verdict == v.family_label == "direction holds, smaller than claimed"
+    assert v.low == pytest.approx(0.00262, abs=1e-5) and v.fragile == ""
+    assert v.family_fragile.startswith("fragile: the familywise lower bound +0.0014 is 0.0014 from its boundary +0")
+    assert "crosses it with probability 13 %; fragile: the familywise upper bound +0.0186" in v.family_fragile
+    assert decided_counts([v, family[1]]) == (2, 0, 2, 1, 2)
+    frame = pd.DataFrame({"label": [v.verdict], "family_label": [v.family_label], "fragile": [False],
+                          "family_fragile": [True]})
+    cfg = StudyConfig(name="x", kind="ladder", path="x", base={}, seeds=(0,),
+                      objectives=(Objective("final:eval/pass_at_1", "maximize", None),), rungs=())
+    assert answer_header(frame, cfg) == "1 of 1 decided (0 fragile), 1 familywise (1 fragile)"
+
+
+def test_fragile_means_within_two_eval_sd_and_says_the_crossing_probability():
+    """A bound 1.5 sd from its boundary crosses on a fresh draw with probability Phi(-1.5) = 6.7 %:
+    fragile (the old one-sd rule let it stand); at 2.5 sd (0.6 %) it is not."""
+    from grpolab.analysis.strength import crossing_probability
+    assert crossing_probability(0.0017, 0.0017) == pytest.approx(0.1587, abs=1e-4)
+    assert crossing_probability(-0.0034, 0.0017) == pytest.approx(0.02275, abs=1e-5)
+    note = fragility(_verdict(OPPOSITE, -0.029, -0.00255), 0.0017)
+    assert note.startswith("fragile: the upper bound -0.0026 is 0.0026 from its boundary +0, within 2 x the evaluation")
+    assert note.endswith("crosses it with probability 6.7 %")
+    assert fragility(_verdict(OPPOSITE, -0.029, -0.00425), 0.0017) == ""
+
+
+def test_eval_draws_read_a_whole_benchmark_files_rows_and_its_pass_at_1(tmp_path):
+    """size 0 on a file benchmark reads every row: P is the file's row count; pass_at_1 of a named
+    benchmark has the same binomial bound, with k its n samples."""
+    from grpolab.analysis.strength import eval_draws
+    data = tmp_path / "bench.jsonl"
+    data.write_text("".join(f'{{"prompt": "{i}+1", "answer": "{i + 1}"}}\n' for i in range(37)))
+    ev = {"prompts": 64, "k": 4, "final_prompts": 1024, "final_k": 2,
+          "benchmarks": [{"name": "mine", "source": {"path": str(data)}, "size": 0, "n": 8}]}
+    assert eval_draws("final:eval/mine/avg@8", ev) == (37, 8)
+    assert eval_draws("final:eval/mine/pass_at_1", ev) == (37, 8)
+    ev["benchmarks"][0]["size"] = 20
+    assert eval_draws("final:eval/mine/pass_at_1", ev) == (20, 8)
 
 
 def test_a_skewed_or_not_a_test_look_does_not_stop_like_a_decided_one():
@@ -235,6 +285,7 @@ def test_both_dapo_ladders_gate_every_rung_by_the_same_scale_free_rule():
     with planning():   # the Qwen file's GPU-only settings are recorded, not refused, on CPU
         toy, qwen = (load_study(REPO / "studies" / f"{n}.yaml") for n in ("dapo_table1", "dapo_table1_qwen"))
     assert toy.rungs[0].regime is None and all(r.regime is not None for r in toy.rungs[1:])
+    assert toy.base["eval"]["salvage"] is qwen.base["eval"]["salvage"] is True   # the salvage gate's curve is logged
     assert [r.regime for r in toy.rungs] == [r.regime for r in qwen.rungs]
     assert [g.measure for r in toy.rungs[1:] for g in r.regime.gates] == [
         "truncated_fraction", "salvage_rate", "entropy_drop", "correct_in_soft_zone", "length_cv",
@@ -271,3 +322,44 @@ def test_salvage_continues_only_truncated_samples_to_twice_the_cap_and_scores_th
     assert result.truncated == 2 and result.salvage_rate == 0.5 and len(calls) == 3
     plain = evaluate(None, None, Sums(), [ex], 4, sampler=sampler, max_new_tokens=4)
     assert math.isnan(plain.salvage_rate) and plain.truncated == 0 and len(calls) == 5   # no salvage call
+
+
+def test_salvage_moves_no_random_draw_of_the_evaluation_or_of_training():
+    """The continuations sample with the torch generator restored afterwards: the next prompt's
+    draw and the generator state left for training are the same with salvage on or off."""
+    import torch
+
+    from grpolab.world.generation import evaluate
+    from grpolab.world.tasks import Example
+
+    class Sums:
+        name, max_completion_length = "sums", 4
+
+        def is_correct(self, ex, text):
+            return text.strip() == ex.answer
+
+    def sampler(prompts, n, max_new, temp=1.0, greedy=False):
+        draws = torch.rand(len(prompts) * n)
+        return (["1234" if d < 0.5 else "5" for d in draws], [4 if d < 0.5 else 1 for d in draws])
+
+    runs = []
+    for salvage in (False, True):
+        torch.manual_seed(7)
+        result = evaluate(None, None, Sums(), [Example(prompt=f"q{i}:", answer="5") for i in range(8)], 4,
+                          sampler=sampler, max_new_tokens=4, batch_prompts=2, salvage=salvage)
+        runs.append((result.pass_at_1, torch.rand(1).item()))
+    assert runs[0] == runs[1] and result.truncated > 0
+
+
+def test_a_salvage_gate_on_rows_that_never_log_salvage_is_refused_at_load(tmp_path):
+    """salvage_rate reads length/truncated_salvageable, logged only with eval.salvage: true; a
+    ladder whose gated rows leave it off could only ever read 'regime not measured'."""
+    from conftest import REPO
+    from grpolab.studies.definition import load_study
+    text = (REPO / "studies" / "dapo_table1.yaml").read_text()
+    assert load_study(REPO / "studies" / "dapo_table1.yaml").rung_experiment(0, 100)["eval"]["salvage"] is True
+    off = tmp_path / "ladder.yaml"
+    off.write_text(text.replace("salvage: true}", "salvage: false}"))
+    with pytest.raises(ConfigError, match=r"rungs\[1\] \(\+ Overlong Filtering\)\.regime: the gate salvage_rate reads a "
+                                          r"curve logged only with eval\.salvage: true.*set eval\.salvage: true in base\.eval"):
+        load_study(off)

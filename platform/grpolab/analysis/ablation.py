@@ -54,7 +54,8 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
         mean, half = mean_ci(list(done.value))
         entry = {"rung": rung.name, "n": len(done), "censored": int(done.censored.sum()), "mean": mean, "ci95": half,
                  "pairs": math.nan, "delta_vs_prev": math.nan, "delta_ci95": math.nan, "published": rung.published, "verdict_vs_prev": "",
-                 "why": "", "tests": "", "familywise": "", "label": "", "family_label": "", "precondition": "",
+                 "why": "", "tests": "", "familywise": "", "label": "", "family_label": "", "fragile": False,
+                 "family_fragile": False, "precondition": "",
                  "regime": "",
                  "missing_or_failed": ", ".join(f"s{s}:{st}" for s, st in
                                                 rows[(rows.rung == i) & (rows.state != "COMPLETE")][["seed", "state"]].values)}
@@ -74,6 +75,7 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
                 entry["tests"] = holm_text(v)
                 entry["familywise"] = family_text(v)
                 entry["label"], entry["family_label"] = v.verdict, v.family_label   # as judged, unmarked
+                entry["fragile"], entry["family_fragile"] = bool(v.fragile), bool(v.family_fragile)
             mech = rung.mechanism
             entry["precondition"] = ("none named" if mech is None else f"{mech.metric} = {rv.mechanism_value:.3g} "
                                      f"(floor {mech.at_least:g}, {mech.rows} rung's rows)")

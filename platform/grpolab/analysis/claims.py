@@ -15,7 +15,8 @@ is written, and the pre-registered toy test of it.
     requires: [rollout_reuse]               # checked before anything runs
     mechanism: {metric: tail:clip/high_fraction, at_least: 0.001}   # a precondition's floor; rows: control (default) | treatment
     premise: {premise: the control's entropy collapses, gates: [{measure: entropy_drop, at_least: 0.5}]}
-                                            # the regime the claim names (studies/regime.py), rows: control | treatment
+                                            # the regime the claim names (studies/regime.py), rows: control
+                                            # (treatment only against a fixed value: a one-arm claim)
     scale: log10                            # optional: judge log10(treatment) - log10(control), a ratio claim
     threshold_of: static sampling           # optional, steps_to:/tokens_to: only: the threshold x is a fraction
                                             # of that rung's final value of the same key on the same seed
@@ -42,7 +43,7 @@ from grpolab.analysis import DIRECTIONS
 from grpolab.errors import ConfigError
 from grpolab.studies.definition import Mechanism, StudyConfig, load_study, parse_mechanism
 from grpolab.studies.objectives import check_metric, parse_threshold
-from grpolab.studies.regime import Regime, parse_regime
+from grpolab.studies.regime import Regime, check_logged, parse_regime
 from grpolab.studies.registration import parse_deviations
 from grpolab.yaml_input import check_input_file, read_yaml_mapping
 
@@ -174,8 +175,27 @@ def load_claim(path: str | Path) -> Claim:
                   *_scale_and_threshold(data, path.name, study))
     if mechanism is not None and mechanism.rows == "control" and claim.control.rung is None:
         raise ConfigError(f"{path.name}: mechanism.rows: control is a fixed value here; use rows: treatment")
+    _check_premise_rows(claim, study, path.name)
     check_requirements(claim, study)
     return claim
+
+
+def _check_premise_rows(claim: Claim, study: StudyConfig, where: str) -> None:
+    """A premise is gated on the control, never on the change's own effect: ``rows: treatment`` is
+    refused where the control is a rung (the change was applied to the treatment rows, so they
+    partly measure its effect). Against a fixed value (a one-arm claim) the treatment rows are the
+    only rows and nothing was changed on them: there the premise reads them, and says so."""
+    premise = claim.premise
+    if premise is None:
+        return
+    if premise.rows == "treatment" and claim.control.rung is not None:
+        raise ConfigError(f"{where}: premise.rows: treatment measures the premise on the rows the change was applied "
+                          f"to, partly its own effect; use rows: control (the {claim.control.rung!r} rows)")
+    if premise.rows == "control" and claim.control.rung is None:
+        raise ConfigError(f"{where}: premise.rows: control is a fixed value here; use rows: treatment")
+    side = claim.control if premise.rows == "control" else claim.treatment
+    rung = [r.name for r in study.rungs].index(side.rung)
+    check_logged(premise, f"{where}: premise", study.rung_experiment(rung, study.seeds[0]))
 
 
 def _scale_and_threshold(data: dict, where: str, study: StudyConfig) -> tuple[str, str | None]:

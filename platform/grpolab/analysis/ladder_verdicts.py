@@ -12,7 +12,8 @@ every interval is one of the planned looks' at the per-look level it states. The
 as claims: censoring (``verdicts.with_censoring``), the rung's ``mechanism`` (a precondition: a
 floor fixed in advance, measured on this or the previous rung's rows), the rung's ``regime`` gates
 on the previous rung's judged rows (``regimes.with_regime``), the label's fragility under the
-evaluation draw (``strength``), and the ladder's judged rungs as one family (``verdicts.with_family``).
+evaluation draw (``strength``), and the ladder's judged rungs as one family (``verdicts.with_family``),
+whose familywise labels are checked for fragility the same way.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pandas as pd
 
 from grpolab.analysis.histories import mean_window, run_history, train_keys
 from grpolab.analysis.regimes import RegimeCheck, check_regime, with_regime
-from grpolab.analysis.strength import eval_draws, eval_noise_sd, with_fragility
+from grpolab.analysis.strength import eval_draws, eval_noise_sd, with_family_fragility, with_fragility
 from grpolab.analysis.verdicts import Verdict, paired_verdict, with_censoring, with_family, with_mechanism
 from grpolab.experiment.config import EvalCfg
 from grpolab.studies.definition import StudyConfig
@@ -165,8 +166,8 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
         v = with_fragility(with_regime(v, regime), noise)
         out.append(RungVerdict(i, direction, v, value, tuple(common), regime, noise))
     scored = [r for r in out if r.verdict is not None]
-    for r, v in zip(scored, with_family([r.verdict for r in scored])):
-        out[out.index(r)] = dataclasses.replace(r, verdict=v)
+    for r, v in zip(scored, with_family([r.verdict for r in scored])):   # then the family label's own fragility
+        out[out.index(r)] = dataclasses.replace(r, verdict=with_family_fragility(v, r.eval_noise))
     return rows, out
 
 

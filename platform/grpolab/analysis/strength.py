@@ -11,16 +11,24 @@ the mean paired difference with sd
 
 with p the mean of the metric over both rungs' judged rows. Only a pass-rate metric has this
 bound (``eval_draws``): ``final:eval/pass_at_1`` (P = eval.final_prompts, k = eval.final_k, each
-falling back to eval.prompts, eval.k) and a named benchmark's ``final:eval/<name>/avg@n`` (P its
-size, k = n; DAPO's AIME 2024 avg@32 is P 30, k 32); any other metric gets no fragility check.
+falling back to eval.prompts, eval.k) and a named benchmark's ``final:eval/<name>/avg@n`` or
+``final:eval/<name>/pass_at_1`` (P its size: a held-out draw's eval.final_prompts, a file's row
+count where size is 0; k = n; DAPO's AIME 2024 avg@32 is P 30, k 32); any other metric, or a
+benchmark file not readable here, gets no fragility check.
 
 Deciding bounds (signed so the claimed direction is positive, delta the smallest effect):
 reproduced lo vs delta; direction holds, smaller than claimed: lo vs 0 and hi vs delta;
 direction holds, size undetermined: lo vs 0; opposite direction: hi vs 0; no effect that
 matters: lo vs -delta and hi vs delta; (claim of no effect) reproduced: lo vs -delta and hi vs
 delta; effect that matters: lo vs delta or hi vs -delta. A label is fragile when some deciding
-bound lies within sigma_eval of its boundary: a fresh evaluation draw of the same checkpoints
-could cross it.
+bound b lies within 2 sigma_eval of its boundary e. A fresh evaluation draw of the same
+checkpoints shifts the interval by about N(0, sigma_eval^2), so it crosses e with probability
+
+    P(cross) = Phi(-|b - e| / sigma_eval)
+
+about 16 % at 1 sigma_eval (too likely to call the label stable) and 2.3 % at 2 sigma_eval; the
+mark states that probability. The familywise label is checked the same way on the family's
+Bonferroni interval (``family_fragility``).
 """
 
 from __future__ import annotations
@@ -30,9 +38,10 @@ import math
 import re
 
 from grpolab.analysis.verdicts import (DECIDED, EFFECT, NO_EFFECT, OPPOSITE, REPRODUCED, SMALLER, UNDETERMINED,
-                                       Verdict)
+                                       Verdict, paired_verdict)
 
-AVG_AT = re.compile(r"^final:eval/([A-Za-z0-9][A-Za-z0-9_.-]*)/avg(?:@|_at_)([1-9][0-9]*)$")
+AVG_AT = re.compile(r"^final:eval/([A-Za-z0-9][A-Za-z0-9_.-]*)/(?:avg(?:@|_at_)([1-9][0-9]*)|pass_at_1)$")
+FRAGILE_SDS = 2.0   # a bound closer than this many sigma_eval crosses on a fresh draw with probability > 2.3 %
 
 
 def eval_draws(metric: str, ev: dict) -> tuple[int, int] | None:
@@ -46,8 +55,21 @@ def eval_draws(metric: str, ev: dict) -> tuple[int, int] | None:
     bench = next((b for b in ev.get("benchmarks") or () if b.get("name") == match.group(1)), None)
     if bench is None:
         return None
-    size = bench.get("size") or ((ev["final_prompts"] or ev["prompts"]) if bench.get("source") == "held_out" else 0)
-    return (int(size), int(match.group(2))) if size else None
+    source = bench.get("source", "held_out")
+    size = bench.get("size") or ((ev["final_prompts"] or ev["prompts"]) if source == "held_out" else file_rows(source))
+    samples = int(match.group(2)) if match.group(2) else int(bench.get("n", 1))   # pass_at_1 averages its n samples
+    return (int(size), samples) if size else None
+
+
+def file_rows(source) -> int:
+    """Rows of a benchmark file or hub dataset read whole (size 0); 0 where it is not readable here
+    (a hub dataset not in the cache: no download for a fragility check)."""
+    from grpolab.tasks.sources import locate_rows, read_rows
+    if not isinstance(source, dict) or "path" not in source:
+        return 0
+    rows = locate_rows(source["path"], source.get("split"), source.get("config"), source.get("revision"),
+                       "eval.benchmarks")
+    return len(read_rows(rows)[0]) if rows.available else 0
 
 
 def eval_noise_sd(p: float, prompts: int, samples: int, seeds: int) -> float:
@@ -70,13 +92,35 @@ def deciding_bounds(v: Verdict) -> list[tuple[str, float, float]]:
     return [(names[i], sign * b, sign * edge) for i, b, edge in pairs]
 
 
-def fragility(v: Verdict, noise: float) -> str:
-    """Why ``v``'s label is fragile at evaluation noise ``noise`` (sigma_eval), or ''."""
+def crossing_probability(distance: float, noise: float) -> float:
+    """Phi(-|b - e| / sigma_eval): the chance a fresh evaluation draw moves a bound across its boundary."""
+    return 0.5 * math.erfc(abs(distance) / noise / math.sqrt(2))
+
+
+def fragility(v: Verdict, noise: float, which: str = "") -> str:
+    """Why ``v``'s label is fragile at evaluation noise ``noise`` (sigma_eval), or ''. ``which``:
+    a word naming the interval (e.g. 'familywise ')."""
     if v.verdict not in DECIDED or v.face_value or not math.isfinite(noise) or not math.isfinite(v.low):
         return ""
-    close = [(name, b, edge) for name, b, edge in deciding_bounds(v) if abs(b - edge) < noise]
-    return "; ".join(f"fragile: the {name} bound {b:+.4f} is {abs(b - edge):.4f} from its boundary {edge:+g}, within "
-                     f"the evaluation noise sd {noise:.4f} of the mean paired difference" for name, b, edge in close)
+    close = [(name, b, edge) for name, b, edge in deciding_bounds(v) if abs(b - edge) < FRAGILE_SDS * noise]
+    return "; ".join(f"fragile: the {which}{name} bound {b:+.4f} is {abs(b - edge):.4f} from its boundary {edge:+g}, "
+                     f"within {FRAGILE_SDS:g} x the evaluation noise sd {noise:.4f} of the mean paired difference: "
+                     f"a fresh evaluation draw crosses it with probability "
+                     f"{100 * crossing_probability(b - edge, noise):.2g} %" for name, b, edge in close)
+
+
+def family_fragility(v: Verdict, noise: float) -> str:
+    """Why ``v``'s familywise label is fragile: the same check on the family's Bonferroni interval
+    (``verdicts.with_family``), or ''."""
+    if not v.family_label or v.face_value or not v.differences or not math.isfinite(v.family_level):
+        return ""
+    fam = paired_verdict(v.differences, v.direction, v.smallest_effect, v.family_level)
+    return fragility(dataclasses.replace(fam, verdict=v.family_label), noise, "familywise ")
+
+
+def with_family_fragility(v: Verdict, noise: float) -> Verdict:
+    note = family_fragility(v, noise)
+    return dataclasses.replace(v, family_fragile=note, diagnostics=v.diagnostics + (note,)) if note else v
 
 
 def with_fragility(v: Verdict, noise: float) -> Verdict:
@@ -89,8 +133,22 @@ def shown_label(v: Verdict) -> str:
     return v.verdict + (" (*fragile*)" if v.fragile else "")
 
 
-def decided_counts(verdicts: list[Verdict | None]) -> tuple[int, int, int]:
-    """(decided per rung or claim, decided familywise, judged): a label counts as decided when it
-    is one of ``DECIDED`` (not a check outside the data such as ``regime absent``)."""
+def shown_family_label(v: Verdict) -> str:
+    """The familywise label as every output shows it, '*fragile*' marked the same way."""
+    return v.family_label + (" (*fragile*)" if v.family_fragile and v.family_label else "")
+
+
+def decided_counts(verdicts: list[Verdict | None]) -> tuple[int, int, int, int, int]:
+    """(decided per rung or claim, of those fragile, decided familywise, of those fragile, judged):
+    a label counts as decided when it is one of ``DECIDED`` (not a check outside the data such as
+    ``regime absent``), fragile or not."""
     judged = [v for v in verdicts if v is not None]
-    return (sum(v.verdict in DECIDED for v in judged), sum(v.family_label in DECIDED for v in judged), len(judged))
+    decided = [v for v in judged if v.verdict in DECIDED]
+    family = [v for v in judged if v.family_label in DECIDED]
+    return (len(decided), sum(bool(v.fragile) for v in decided), len(family),
+            sum(bool(v.family_fragile) for v in family), len(judged))
+
+
+def counts_text(decided: int, fragile: int, family: int, family_fragile: int, judged: int) -> str:
+    """'k of 5 decided (f fragile), j familywise (g fragile)': the header's counts."""
+    return f"{decided} of {judged} decided ({fragile} fragile), {family} familywise ({family_fragile} fragile)"

@@ -119,6 +119,7 @@ class Verdict:
     face_value: str = ""         # the data's label when a check outside the data replaced it
     skewed: bool = False         # the skew diagnostic fired: the interval may cover less than its level
     fragile: str = ""            # why the label is fragile (``strength.with_fragility``), '' when it is not
+    family_fragile: str = ""     # why the familywise label is fragile (``strength.with_family_fragility``)
 
     @property
     def interval(self) -> str:
@@ -315,4 +316,5 @@ def family_text(v: Verdict) -> str:
     if not v.family_label:
         return f"not in the family ({v.verdict})"
     looks = f" x {v.looks} looks" if v.looks > 1 else ""
-    return f"{v.family_label} at {100 * v.family_level:.4g} % simultaneous (family of {v.family}{looks})"
+    mark = " (*fragile*)" if v.family_fragile else ""
+    return f"{v.family_label}{mark} at {100 * v.family_level:.4g} % simultaneous (family of {v.family}{looks})"

@@ -16,6 +16,7 @@ import pandas as pd
 from grpolab.analysis.ablation import ladder_rows, ladder_table, load_results, search_table
 from grpolab.analysis.compute_hours import add_hours_column, add_run_hours
 from grpolab.analysis.scaling import scaling_frame
+from grpolab.analysis.strength import counts_text
 from grpolab.analysis.verdicts import DECIDED
 from grpolab.errors import ConfigError
 from grpolab.studies.definition import StudyConfig, load_study
@@ -84,8 +85,9 @@ def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: 
                f"probability >= 95%; threshold metrics never reached count at the budget (a lower bound, column "
                f"censored) and make a rung's label inconclusive; precondition: a floor showing the change can act at "
                f"all; regime: the gates on the premise the rung's mechanism needs, measured on the previous rung's rows "
-               f"(failed: 'regime absent: not a test of the claim'); *fragile*: a deciding bound within the evaluation "
-               f"noise sd sqrt(2 p (1 - p) / (prompts x samples x pairs)) of its boundary")
+               f"(failed: 'regime absent: not a test of the claim'); *fragile*: a deciding bound within 2 x the evaluation "
+               f"noise sd sqrt(2 p (1 - p) / (prompts x samples x pairs)) of its boundary (a fresh evaluation draw "
+               f"crosses it with probability > 2.3 %), the familywise label checked on its own interval")
     if cfg.published_source:
         caption += f"; published: {cfg.published_source}"
     caption += f"; deviations: {'; '.join(d.text() for d in cfg.deviations) or 'none'}"
@@ -111,19 +113,21 @@ def answer_lines(frame: pd.DataFrame) -> list[str]:
         seeds = f"{int(row.pairs)} paired seed{'s' if row.pairs != 1 else ''}"
         low, high = row.delta_vs_prev - row.delta_ci95, row.delta_vs_prev + row.delta_ci95
         interval = f"[{low:+.3f}, {high:+.3f}]" if not pd.isna(row.delta_ci95) else "[interval not measured]"
-        family = row.family_label or ("not judged" if not row.label else f"not in the family ({row.label})")
+        family = ((row.family_label + (" (*fragile*)" if getattr(row, "family_fragile", False) else ""))
+                  or ("not judged" if not row.label else f"not in the family ({row.label})"))
         lines.append(f"{row.rung}: {row.verdict_vs_prev or 'not judged'}, {row.delta_vs_prev:+.3f} {interval} ({seeds}); "
                      f"familywise: {family}; regime {row.regime}")
     return lines
 
 
 def answer_header(frame: pd.DataFrame, cfg: StudyConfig, objective: int = 0) -> str:
-    """'k of 5 decided, j familywise' (``DECIDED`` labels only: a regime that is absent or not
-    measured, a precondition not met, decide nothing), and the smallest effect that matters beside
-    the published increments of the rungs."""
+    """'k of 5 decided (f fragile), j familywise (g fragile)' (``DECIDED`` labels only: a regime
+    that is absent or not measured, a precondition not met, decide nothing; fragile: ``strength``),
+    and the smallest effect that matters beside the published increments of the rungs."""
     judged = frame[frame.label != ""]
-    counts = (f"{int(judged.label.isin(DECIDED).sum())} of {len(judged)} decided, "
-              f"{int(judged.family_label.isin(DECIDED).sum())} familywise")
+    decided, family = judged[judged.label.isin(DECIDED)], judged[judged.family_label.isin(DECIDED)]
+    flag = (lambda rows, col: int(rows[col].astype(bool).sum()) if col in rows else 0)
+    counts = counts_text(len(decided), flag(decided, "fragile"), len(family), flag(family, "family_fragile"), len(judged))
     obj = cfg.objectives[objective]
     if obj.smallest_effect is None:
         return counts

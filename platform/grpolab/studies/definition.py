@@ -29,7 +29,7 @@ from grpolab.studies.devices import check_devices
 from grpolab.studies.launch_options import LaunchOptions, parse_launcher
 from grpolab.studies.registration import parse_deviations
 from grpolab.studies.objectives import check_metric
-from grpolab.studies.regime import Regime, parse_regime
+from grpolab.studies.regime import Regime, check_logged, parse_regime
 from grpolab.studies.search_space import check_space
 from grpolab.tracking.held_out import canonical_metric
 from grpolab.tracking.naming import flat_keys
@@ -241,6 +241,8 @@ def load_study(path: str | Path) -> StudyConfig:
     if kind == "ladder":
         study = StudyConfig(**common, rungs=_rungs(data.get("rungs")), published_source=data.get("published_source", ""))
         _check_rungs_differ(study)
+        for i, rung in enumerate(study.rungs[1:], 1):   # a ladder's regime reads the previous rung's rows
+            check_logged(rung.regime, f"rungs[{i}] ({rung.name}).regime", study.rung_experiment(i - 1, study.seeds[0]))
         return study
     if len(objectives) > 1 and data.get("pruner"):
         raise ConfigError("pruner: Optuna cannot prune multi-objective studies; remove the pruner or keep one objective")

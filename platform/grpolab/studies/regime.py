@@ -88,6 +88,22 @@ class Regime:
         return [w for g in self.gates for w in MEASURES[g.measure].windows]
 
 
+# measures whose curve a run logs only under a setting: (the experiment key, what it must be)
+LOGGED_ONLY_WITH = {"salvage_rate": ("eval", "salvage")}
+
+
+def check_logged(regime: Regime | None, where: str, rows_experiment: dict) -> None:
+    """Refuse a gate whose curve the rows it reads would never log (``LOGGED_ONLY_WITH``): such a
+    rung could only ever read ``regime not measured``."""
+    for g in regime.gates if regime else ():
+        if g.measure in LOGGED_ONLY_WITH:
+            section, key = LOGGED_ONLY_WITH[g.measure]
+            if not (rows_experiment.get(section) or {}).get(key):
+                raise ConfigError(f"{where}: the gate {g.measure} reads a curve logged only with {section}.{key}: true, "
+                                  f"which the rows it reads ({rows_experiment.get('name', '?')}) do not set; "
+                                  f"set {section}.{key}: true in base.{section} (or drop the gate)")
+
+
 def parse_regime(raw, where: str, sides: tuple[str, ...]) -> Regime | None:
     """``{premise: TEXT, gates: [{measure: NAME, at_least|at_most: NUMBER}, ...][, rows: SIDE]}``."""
     if raw is None:

@@ -80,7 +80,9 @@ def evaluate(model, tokenizer, task: Task, examples: list[Example], k: int,
         texts, lens = sampler(prompts, k, cap, temperature)
         lengths.extend(lens)
         if salvage:
-            n_cut, n_saved = salvaged(sampler, task, [e for e in chunk for _ in range(k)], texts, lens, cap, temperature)
+            with _kept_rng(model):
+                n_cut, n_saved = salvaged(sampler, task, [e for e in chunk for _ in range(k)], texts, lens, cap,
+                                          temperature)
             cut, saved = cut + n_cut, saved + n_saved
         for i, ex in enumerate(chunk):
             hits = [task.is_correct(ex, t) for t in texts[i * k:(i + 1) * k]]
@@ -96,6 +98,18 @@ def evaluate(model, tokenizer, task: Task, examples: list[Example], k: int,
         greedy_accuracy=greedy_hits / n, mean_length=sum(lengths) / max(len(lengths), 1), samples=samples,
         salvage_rate=saved / cut if cut else math.nan, truncated=cut,
     )
+
+
+def _kept_rng(model):
+    """The torch generators saved and restored around the salvage continuations, so that measuring
+    salvage moves no draw of the evaluation's later prompts nor of training: a row with
+    eval.salvage on trains exactly as one without. Only the sampling model's own CUDA device is
+    forked (the rule of tasks.benchmarks.rng_devices); an engine with its own generator (vLLM) is
+    not covered."""
+    params = getattr(model, "parameters", None)
+    device = next(params()).device if callable(params) else torch.device("cpu")
+    cuda = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    return torch.random.fork_rng(devices=cuda)
 
 
 def salvaged(sampler, task: Task, examples: list[Example], texts: list[str], lengths: list[int], cap: int,
