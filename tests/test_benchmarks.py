@@ -387,3 +387,16 @@ def test_vllm_benchmark_sampling_is_seeded_per_request(mode, tiny_model_dir, mon
     # 2 prompts per call (8 // n): colocate seeds each prompt seed + index * n, server one seed per call
     seeds = [c["seed"] for c in calls[:len(calls) // 3]]
     assert seeds == ([5, 9, 13] if mode == "colocate" else [5, 13])
+
+
+def test_vllm_backed_benchmarks_take_their_own_top_p_but_the_trainers_temperature(monkeypatch):
+    from grpolab.experiment import engines
+    monkeypatch.setattr(engines, "vllm_installed", lambda: True)
+    vllm = {"generation": {"backend": "vllm"}}
+
+    def cfg(bench):
+        return build_config({"name": "b", "task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"},
+                             "train": {"temperature": 0.9}, "eval": {"benchmarks": [bench]}, **vllm})
+    assert cfg({"name": "a", "temperature": 0.9, "top_p": 0.8, "seed": 3}).eval.benchmarks[0]["top_p"] == 0.8
+    with pytest.raises(ConfigError, match=r"benchmarks\[0\]\.temperature: .* trainer's temperature 0\.9"):
+        cfg({"name": "a", "temperature": 1.0})

@@ -223,14 +223,15 @@ def score_benchmark(bench: Benchmark, task, examples: list, sampler, seed: int,
 def resolve_benchmarks(raw, task, eval_cap: int, engine_sampling: tuple[float, float] | None = None) -> list[dict]:
     """``eval.benchmarks`` checked against the run and written out in full (max_tokens 0 -> the
     eval cap), as the run logs and stores them. ``engine_sampling``: (temperature, top_p) of a vLLM
-    engine the run evaluates with, whose sampling settings are the trainer's."""
+    engine the run evaluates with: its temperature is the trainer's (vllm_eval.py refuses another),
+    while top_p and the seed travel in each request's own SamplingParams."""
     benchmarks = parse_benchmarks(raw)
     check_for_task(benchmarks, task)
     out = []
     for i, bench in enumerate(benchmarks):
-        if engine_sampling is not None and (bench.temperature, bench.top_p) != engine_sampling:
-            raise ConfigError(f"eval.benchmarks[{i}]: with generation.backend vllm a benchmark samples with the "
-                              f"trainer's settings, temperature {engine_sampling[0]} and top_p {engine_sampling[1]} "
-                              f"(train.temperature, train.trl.top_p); got {bench.temperature} and {bench.top_p}")
+        if engine_sampling is not None and bench.temperature != engine_sampling[0]:
+            raise ConfigError(f"eval.benchmarks[{i}].temperature: with generation.backend vllm a benchmark samples "
+                              f"at the trainer's temperature {engine_sampling[0]} (train.temperature); got "
+                              f"{bench.temperature} (top_p and seed may differ: they go into each vLLM request)")
         out.append(dataclasses.asdict(dataclasses.replace(bench, max_tokens=bench.max_tokens or eval_cap)))
     return out
