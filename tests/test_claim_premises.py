@@ -53,6 +53,21 @@ def test_clip_higher_entropy_is_no_test_without_a_collapse_in_the_control(monkey
     assert "entropy_drop = 0.093 (>= 0.5: failed)" in flat.verdict.reason   # 1 - 0.4535 / 0.5
 
 
+def test_a_premise_reads_only_the_judged_paired_seeds(monkeypatch, tmp_path):
+    """Seed 107 has a control row but no treatment row: it is not paired, so its entropy (rising
+    from 0.8 to 4.0, a drop of -4) stays out of the premise, as out of the interval."""
+    rows = _entropy_rows(0.8, 0.2)
+    rows["eps_high 0.28"] = rows["eps_high 0.28"][:7]
+    rows["eps_high 0.2"][7] = RunHistory({80: {}}, {"entropy": _curve(0.8, 4.0), "clip/high_fraction": _curve(0.01, 0.01)})
+    runs = {rung: {s: f"{rung}-{s}" for s, _ in zip(SEEDS, hs)} for rung, hs in rows.items()}
+    table = {f"{rung}-{s}": h for rung, hs in rows.items() for s, h in zip(SEEDS, hs)}
+    monkeypatch.setattr(claim_runs, "_claim_rows", lambda *a, **k: (runs, table, (0.95, 1), ""))
+    result = claim_runs.judge(load_claim(CLAIMS_DIR / "clip_higher_entropy.yaml"), tmp_path / "state", None)
+    assert result.verdict.n == 7 and result.premise.status == "present"
+    assert result.premise.gates[0].value == pytest.approx(1 - (0.2 + 0.003) / 0.8)   # seeds 100-106: tails 0.200-0.206
+    assert "of the 7 paired seeds" in result.premise.rows
+
+
 def test_all_correct_rising_needs_accuracy_to_rise(monkeypatch, tmp_path):
     def rows(acc_tail):
         return {"static sampling": [RunHistory({80: {}}, {"groups/all_correct": _curve(0.1, 0.2 + 0.01 * i),

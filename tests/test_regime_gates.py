@@ -363,3 +363,36 @@ def test_a_salvage_gate_on_rows_that_never_log_salvage_is_refused_at_load(tmp_pa
     with pytest.raises(ConfigError, match=r"rungs\[1\] \(\+ Overlong Filtering\)\.regime: the gate salvage_rate reads a "
                                           r"curve logged only with eval\.salvage: true.*set eval\.salvage: true in base\.eval"):
         load_study(off)
+
+
+def test_the_saturation_gate_reports_the_all_wrong_share_beside_it():
+    """Dynamic sampling's filter drops all-wrong groups too; the gate stays on all-correct groups
+    (DAPO's stated premise) and says what share was all wrong, ungated."""
+    regime = parse_regime({"premise": "saturation", "gates": [{"measure": "all_correct_groups", "at_least": 0.2}]},
+                          "regime", ("previous",))
+    rows = [_history(groups__all_correct=0.05, groups__all_wrong=0.4), _history(groups__all_correct=0.07,
+                                                                              groups__all_wrong=0.3)]
+    check = check_regime(regime, rows, "'Token-level Loss' rows")
+    assert check.status == ABSENT
+    assert check.gates[0].text() == "all_correct_groups = 0.06 (>= 0.2: failed; all_wrong_groups = 0.35 beside it, not gated)"
+
+
+def test_mechanism_floors_read_the_previous_rung_and_the_length_floor_is_scale_free():
+    """A floor on the rung's own rows would partly measure its own effect: the DAPO rungs' floors
+    read the previous rung's rows; the token-level loss floor is length sd / mean, not tokens."""
+    import torch
+
+    from conftest import REPO
+    from grpolab.planning import planning
+    from grpolab.studies.definition import load_study
+    from grpolab.trainer.metrics import rollout_metrics
+    with planning():
+        for name in ("dapo_table1", "dapo_table1_qwen"):
+            study = load_study(REPO / "studies" / f"{name}.yaml")
+            # dynamic sampling's rounds exist only where it is on: its own rows, whether it acted at all
+            assert [r.mechanism.rows for r in study.rungs[1:]] == ["previous"] * 4 + ["this"]
+            assert study.rungs[4].mechanism.metric == "tail:length/cv" and study.rungs[4].mechanism.at_least == 0.15
+            assert "all-wrong groups" in study.rungs[5].regime.premise
+    lengths = torch.tensor([4.0, 8.0, 12.0, 16.0])   # mean 10, sd (N-1) 5.164
+    out = rollout_metrics(torch.zeros(4), torch.zeros(4).bool(), lengths, lengths >= 24, 2)
+    assert out["length/cv"] == pytest.approx(0.5164, abs=1e-4)

@@ -161,10 +161,11 @@ def judge(claim: Claim, state: Path, storage_url: str | None, seeds: int | None 
         value = mean_window(m.metric, [histories[r] for r in runs.get(side.rung, {}).values()])
         result.mechanism_value = value
         result.verdict = with_mechanism(result.verdict, m.metric, value, m.at_least, f"{side.rung!r} rows")
-    if claim.premise:
+    if claim.premise:   # on the judged paired seeds only, as a ladder rung's regime
         side = claim.control if claim.premise.rows == "control" else claim.treatment
-        result.premise = check_regime(claim.premise, [histories[r] for r in runs.get(side.rung, {}).values()],
-                                      f"{side.rung!r} rows")
+        on = runs.get(side.rung, {})
+        result.premise = check_regime(claim.premise, [histories[on[s]] for s in sorted(diffs) if s in on],
+                                      f"{side.rung!r} rows of the {len(diffs)} paired seeds")
         result.verdict = with_regime(result.verdict, result.premise)
     study_cfg = load_study(claim.study_path)
     result.preregistration = preregistration.status(state, _prereg_key(claim), _registered(claim, study_cfg),

@@ -30,6 +30,7 @@ class GateResult:
     gate: Gate
     value: float          # NaN: not measured
     missing: str = ""     # why not measured
+    beside: float = math.nan   # the measure's ``beside`` measure on the same rows, reported only
 
     @property
     def status(self) -> str:
@@ -42,7 +43,9 @@ class GateResult:
         if self.status == UNMEASURED:
             return f"{self.gate.text()}: not measured ({self.missing})"
         side = "<=" if self.gate.at_most else ">="
-        return f"{self.gate.measure} = {self.value:.3g} ({side} {self.gate.bound:g}: {self.status})"
+        other = MEASURES[self.gate.measure].beside
+        note = f"; {other} = {self.beside:.3g} beside it, not gated" if other and math.isfinite(self.beside) else ""
+        return f"{self.gate.measure} = {self.value:.3g} ({side} {self.gate.bound:g}: {self.status}{note})"
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,13 @@ def measure_gate(gate: Gate, histories: list) -> GateResult:
     values = [v for v in (run_measure(gate.measure, h) for h in histories) if math.isfinite(v)]
     if not values:
         return GateResult(gate, math.nan, "no control row has a finite value")
-    return GateResult(gate, sum(values) / len(values))
+    return GateResult(gate, sum(values) / len(values), beside=_mean_measure(MEASURES[gate.measure].beside, histories))
+
+
+def _mean_measure(name: str, histories: list) -> float:
+    """A measure's mean over the rows with a finite value; NaN for no measure or no such row."""
+    values = [v for v in (run_measure(name, h) for h in histories) if math.isfinite(v)] if name else []
+    return sum(values) / len(values) if values else math.nan
 
 
 def check_regime(regime: Regime, histories: list, rows: str) -> RegimeCheck:

@@ -20,7 +20,10 @@ the control rows whose value is finite:
                              their mean (a smooth tail, not a few fixed lengths)
     incorrect_length_growth  tail(length/incorrect) / head(length/incorrect): growth of the
                              incorrect completions' length (room for degenerate long answers)
-    all_correct_groups       tail(groups/all_correct): share of saturated (all-correct) groups
+    all_correct_groups       tail(groups/all_correct): share of saturated (all-correct) groups;
+                             DAPO's stated premise. Its filter drops all-wrong groups too, so the
+                             gate reports all_wrong_groups beside it (``beside``), not gated
+    all_wrong_groups         tail(groups/all_wrong): share of all-wrong groups
     accuracy_gain            tail(accuracy) - head(accuracy): rise of training accuracy
     low_prob_token_share     tail(clip/low_old_prob_fraction): share of trained tokens whose
                              old-policy probability is below 0.2 (DAPO Fig. 3a's line)
@@ -44,6 +47,7 @@ class Measure:
     windows: tuple[str, ...]  # the windows it reads (one for window; numerator, denominator otherwise)
     what: str                 # what it says about the regime, in a few words
     how: str = ""             # what logs its curve, where a run does not by default
+    beside: str = ""          # a measure reported beside the gate's, never gated (what the gate leaves out)
 
 
 MEASURES: dict[str, Measure] = {
@@ -56,7 +60,9 @@ MEASURES: dict[str, Measure] = {
     "length_cv": Measure("ratio", ("tail:length/std", "tail:length/mean"), "length sd / mean"),
     "incorrect_length_growth": Measure("ratio", ("tail:length/incorrect", "head:length/incorrect"),
                                        "incorrect completions' length, tail / head"),
-    "all_correct_groups": Measure("window", ("tail:groups/all_correct",), "all-correct groups"),
+    "all_correct_groups": Measure("window", ("tail:groups/all_correct",), "all-correct groups",
+                                  beside="all_wrong_groups"),
+    "all_wrong_groups": Measure("window", ("tail:groups/all_wrong",), "all-wrong groups"),
     "accuracy_gain": Measure("gain", ("tail:accuracy", "head:accuracy"), "training accuracy, tail - head"),
     "low_prob_token_share": Measure("window", ("tail:clip/low_old_prob_fraction",),
                                     "trained tokens with old-policy probability < 0.2"),

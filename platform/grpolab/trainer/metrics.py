@@ -60,6 +60,7 @@ def rollout_metrics(rewards: torch.Tensor, correct: torch.Tensor, lengths: torch
         "length/correct": lengths[correct].mean().item() if correct.any() else float("nan"),
         "length/incorrect": lengths[~correct].mean().item() if (~correct).any() else float("nan"),
         "length/std": lengths.std().item() if lengths.numel() > 1 else 0.0,
+        "length/cv": (lengths.std() / lengths.mean()).item() if lengths.numel() > 1 and lengths.mean() > 0 else 0.0,
         "length/truncated_fraction": truncated.float().mean().item(),
         "groups/zero_variance": zero_var.float().mean().item(),
         "groups/all_correct": g_c.all(1).float().mean().item(),
@@ -117,6 +118,8 @@ DEFINITIONS: dict[str, str] = {
     "length/std": "generated: std (N-1) of completion lengths in tokens, EOS included, over the generation batch: "
                   "the spread that token-level aggregation (token_mean) weighs differently from sequence-level "
                   "(seq_mean_token_mean); 0 when every completion has the same length",
+    "length/cv": "generated: length/std / length/mean, the spread of completion lengths relative to their mean: "
+                 "scale-free, so one floor serves 24-token and 20k-token completions; 0 when all lengths agree",
     "length/truncated_fraction": "generated: fraction of completions that hit the length cap without EOS",
     "length/soft_penalized_fraction": "generated: fraction of completions in soft overlong punishment's zone, "
                                       "|o| > L_max - L_cache (DAPO eq. 13 gives them a penalty < 0; truncated "
