@@ -39,6 +39,7 @@ import re
 
 from grpolab.analysis.verdicts import (DECIDED, EFFECT, NO_EFFECT, OPPOSITE, REPRODUCED, SMALLER, UNDETERMINED,
                                        Verdict, paired_verdict)
+from grpolab.tasks.sources import locate_rows, read_rows
 
 AVG_AT = re.compile(r"^final:eval/([A-Za-z0-9][A-Za-z0-9_.-]*)/(?:avg(?:@|_at_)([1-9][0-9]*)|pass_at_1)$")
 FRAGILE_SDS = 2.0   # a bound closer than this many sigma_eval crosses on a fresh draw with probability > 2.3 %
@@ -64,7 +65,6 @@ def eval_draws(metric: str, ev: dict) -> tuple[int, int] | None:
 def file_rows(source) -> int:
     """Rows of a benchmark file or hub dataset read whole (size 0); 0 where it is not readable here
     (a hub dataset not in the cache: no download for a fragility check)."""
-    from grpolab.tasks.sources import locate_rows, read_rows
     if not isinstance(source, dict) or "path" not in source:
         return 0
     rows = locate_rows(source["path"], source.get("split"), source.get("config"), source.get("revision"),
