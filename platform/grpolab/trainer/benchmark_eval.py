@@ -77,14 +77,14 @@ class BenchmarkEvaluation:
                               "(no avg@k, pass@k, maj@k); give correctness=<reward name | column | callable>", stacklevel=3)
                 self._warned_no_benchmark = True
             return {}
-        rows = list(dataset)
+        examples = list(dataset)
         n = self.args.num_generations_eval or self.args.num_generations
         model = self.accelerator.unwrap_model(self.model)
         hits, answers, lengths = [], [], []
         with torch.random.fork_rng(devices=rng_devices(next(model.parameters()).device)):
             torch.manual_seed(self.args.seed)
-            for start in range(0, len(rows), self.eval_batch_prompts):
-                chunk = rows[start:start + self.eval_batch_prompts]
+            for start in range(0, len(examples), self.eval_batch_prompts):
+                chunk = examples[start:start + self.eval_batch_prompts]
                 texts, lens = sample(model, self.processing_class, [self._prompt_text(r["prompt"]) for r in chunk], n,
                                      self.args.max_completion_length, self.args.temperature,
                                      top_p=self.args.top_p if self.args.top_p is not None else 1.0)
@@ -116,20 +116,20 @@ class BenchmarkEvaluation:
             return prompt
         return self.processing_class.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
 
-    def _benchmark_correct(self, rows: list[dict], texts: list[str]) -> list[bool]:
+    def _benchmark_correct(self, examples: list[dict], texts: list[str]) -> list[bool]:
         """Correctness of each completion by the trainer's source, called as TRL calls rewards."""
         kind, key = self._correct_kind, self._correct_key
-        conversational = isinstance(rows[0]["prompt"], list)
+        conversational = isinstance(examples[0]["prompt"], list)
         completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
         if kind == "column":
-            return dropin.correct_from_column(completions, [r[key] for r in rows])
+            return dropin.correct_from_column(completions, [r[key] for r in examples])
         ids = self.processing_class(texts, add_special_tokens=False)["input_ids"]
-        columns = {k: [r[k] for r in rows] for k in rows[0] if k != "prompt"}
+        columns = {k: [r[k] for r in examples] for k in examples[0] if k != "prompt"}
         call = key if kind == "callable" else self.reward_funcs[key]
         if isinstance(call, torch.nn.Module):
             raise ValueError(f"correctness: {self.reward_func_names[key]!r} is a reward model; evaluation's "
                              "benchmark scores need a reward function, a dataset column or a callable")
-        out = call(prompts=[r["prompt"] for r in rows], completions=completions, completion_ids=ids,
+        out = call(prompts=[r["prompt"] for r in examples], completions=completions, completion_ids=ids,
                    trainer_state=self.state, **columns)
         if kind == "callable":
             return [bool(v) for v in out]
