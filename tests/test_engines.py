@@ -91,24 +91,27 @@ def test_ranks_train_on_cuda_only_with_a_device_each(monkeypatch, ranks, devices
         assert engines.trains_on_cuda() is cuda
 
 
+def _falls_back_then_trains_on_cuda(monkeypatch, variable, cpu_case, cuda_case, message):
+    """``cpu_case`` / ``cuda_case``: (visible devices, the variable's value)."""
+    _launcher_env(monkeypatch, cpu_case[0], **{variable: cpu_case[1]})
+    with pytest.warns(UserWarning, match=message):
+        assert engines.trains_on_cuda() is False
+    _launcher_env(monkeypatch, cuda_case[0], **{variable: cuda_case[1]})
+    assert engines.trains_on_cuda() is True
+
+
 @pytest.mark.parametrize("variable", ["SLURM_NTASKS_PER_NODE", "OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_SIZE",
                                       "WORLD_SIZE"])
 def test_ranks_of_srun_and_mpirun_count_without_local_world_size(monkeypatch, variable):
     """srun / mpirun set no LOCAL_WORLD_SIZE: their own count of the node's ranks is read instead."""
-    _launcher_env(monkeypatch, 2, **{variable: "4"})
-    with pytest.warns(UserWarning, match=f"4 ranks on this node \\({variable}\\) but 2 visible CUDA device"):
-        assert engines.trains_on_cuda() is False
-    _launcher_env(monkeypatch, 4, **{variable: "4"})
-    assert engines.trains_on_cuda() is True
+    _falls_back_then_trains_on_cuda(monkeypatch, variable, (2, "4"), (4, "4"),
+                                    f"4 ranks on this node \\({variable}\\) but 2 visible CUDA device")
 
 
 @pytest.mark.parametrize("variable", ["LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK"])
 def test_a_local_rank_past_the_visible_devices_trains_on_the_cpu(monkeypatch, variable):
-    _launcher_env(monkeypatch, 2, **{variable: "2"})
-    with pytest.warns(UserWarning, match=f"local rank 2 \\({variable}\\) but 2 visible CUDA device"):
-        assert engines.trains_on_cuda() is False
-    _launcher_env(monkeypatch, 2, **{variable: "1"})
-    assert engines.trains_on_cuda() is True
+    _falls_back_then_trains_on_cuda(monkeypatch, variable, (2, "2"), (2, "1"),
+                                    f"local rank 2 \\({variable}\\) but 2 visible CUDA device")
 
 
 def test_cpu_fallback_refuses_fp16_bf16_without_cpu_support_and_vllm_colocate(monkeypatch):

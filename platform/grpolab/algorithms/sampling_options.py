@@ -46,8 +46,8 @@ def fill(by_group: torch.Tensor, informative: torch.Tensor, target: int) -> torc
     """The informative groups, then the others by descending reward std (ties: generation order)
     up to ``target`` groups."""
     std = by_group.std(1)
-    rest = torch.tensor([i for i in range(by_group.size(0)) if i not in set(informative.tolist())], dtype=torch.long,
-                        device=by_group.device)
+    kept = set(informative.tolist())
+    rest = torch.tensor([i for i in range(by_group.size(0)) if i not in kept], device=by_group.device, dtype=torch.long)
     order = rest[torch.argsort(std[rest], descending=True, stable=True)]
     return torch.cat([informative, order[:target - len(informative)]])
 

@@ -98,8 +98,8 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
                 self.reward_funcs.append(func)
                 self.reward_func_names.append(dropin.reward_func_names([func])[0])
                 self.reward_processing_classes.append(None)
-            self.reward_weights = torch.cat([self.reward_weights, torch.ones(len(late), dtype=self.reward_weights.dtype,
-                                                                               device=self.reward_weights.device)])
+            added = torch.ones(len(late), device=self.reward_weights.device, dtype=self.reward_weights.dtype)
+            self.reward_weights = torch.cat([self.reward_weights, added])
             self._own_reward_columns = list(range(first, len(self.reward_funcs)))
         # report_to="mlflow": the run named, its params trimmed and tagged as a CLI run's (mlflow_report.py)
         mlflow_report.report_like_the_cli(self, self._describe_run, dropin.mlflow_tags(self.method_name, spec,
