@@ -55,10 +55,30 @@ def tiny_model_dir(tmp_path_factory):
     return path
 
 
+def session_models_dir(tmp_path_factory) -> Path:
+    """One model cache for the whole test session, every xdist worker included (their base temps
+    share a parent): a warm start is minutes of SFT on a CPU, and each worker (and each test with a
+    state folder of its own) would otherwise train the same one again. The cache is made for
+    concurrent users: a warm start trains under a file lock and the others load it."""
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent
+    path = root / "session-models"
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def share_models(state: Path, tmp_path_factory) -> Path:
+    """Point ``state``'s model cache at the session's (see session_models_dir); returns ``state``."""
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "models").symlink_to(session_models_dir(tmp_path_factory), target_is_directory=True)
+    return state
+
+
 @pytest.fixture(scope="session")
 def shared_state(tmp_path_factory):
     """One state folder for the session, so the warm start is trained once and reused."""
-    path = tmp_path_factory.mktemp("state")
+    path = share_models(tmp_path_factory.mktemp("state"), tmp_path_factory)
     os.environ["GRPOLAB_STATE"] = str(path)
     from grpolab.tracking.stores import prepare_stores
     prepare_stores(path)   # the MLflow store exists before any test's subprocess and reader race to create it
