@@ -14,7 +14,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from conftest import REPO, run_study_data
+from conftest import REPO, run_study_data, share_models
 from test_run import interactive_signals
 from grpolab.analysis.ablation import ladder_rows, ladder_table, load_results, mean_ci
 from grpolab.report.tables import study_table
@@ -119,8 +119,9 @@ def test_two_workers_exactly_once_on_postgresql(tmp_path, shared_state, postgres
     _workers_exactly_once(tmp_path, shared_state, postgres_url)
 
 
-def test_interrupted_study_resumes_without_redoing_rows(tmp_path):
-    shared_state = tmp_path / "state"   # its own state (see test_run.test_signal_ends_killed)
+def test_interrupted_study_resumes_without_redoing_rows(tmp_path, tmp_path_factory):
+    # its own state (see test_run.test_signal_ends_killed), with the session's model cache
+    shared_state = share_models(tmp_path / "state", tmp_path_factory)
     path = ladder_file(tmp_path, "resume_me", steps=400, seeds=(0,), rungs=2)
     env = {**os.environ, "GRPOLAB_STATE": str(shared_state)}
     proc = subprocess.Popen([sys.executable, "-m", "grpolab.cli", "study", str(path)], env=env,
@@ -217,12 +218,13 @@ def test_every_shipped_study_validates():
     assert last["aggregation"] == "token_mean" and last["sampling"] == "dynamic"
 
 
-def test_ctrl_c_that_a_library_turns_into_another_error_still_interrupts_the_row(tmp_path, monkeypatch):
+def test_ctrl_c_that_a_library_turns_into_another_error_still_interrupts_the_row(tmp_path, tmp_path_factory,
+                                                                                monkeypatch):
     """Optuna's journal lock, interrupted while it waits, re-raises a KeyboardInterrupt as
     RuntimeError("did not possess lock"): the row must be recorded interrupted (and re-queued),
     not failed with an error while the study goes on (the CI flake of the Ctrl-C test)."""
     import grpolab.experiment.runner
-    state = tmp_path / "state"
+    state = share_models(tmp_path / "state", tmp_path_factory)
     path = ladder_file(tmp_path, "converted_signal", steps=1, seeds=(0,), rungs=2)
     signal.signal(signal.SIGINT, signal.default_int_handler)   # whatever this process was started with
     real_run = grpolab.experiment.runner.run_experiment
