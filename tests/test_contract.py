@@ -5,6 +5,7 @@ fallback to TRL's own loss or advantages would be caught), and, where the method
 non-trivial distinguishing statistic. Methods not implemented yet must raise, never run.
 """
 
+import json
 import math
 
 import pytest
@@ -61,8 +62,19 @@ DISTINGUISHING = {
     "otb": ("otb/sum_pi_squared_mean", lambda v: 0 < v < 1),
     "tir_otb": ("otb/sum_pi_squared_mean", lambda v: 0 < v < 1),
 }
-TASK_FOR = {"gdpo": {"name": "addition_format"}, "gigpo": {"name": "gridworld"},
+TASK_FOR = {"gigpo": {"name": "gridworld"},
             "tir_otb": {"name": "gridworld"}}   # tool-turn OTB: environment tokens leave holes in the mask
+
+
+def two_coin_task(folder) -> dict:
+    """A local dataset scored by two independent coins (coin_rewards.py): two reward components that
+    both vary on a random-init model, which GDPO's per-component normalisation needs."""
+    rows = folder / "sums.jsonl"
+    if not rows.exists():
+        rows.write_text("\n".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(40)))
+    coins = [{"name": "coin_rewards:coin", "label": f"coin_{b}", "timeout_s": 0, "params": {"byte": b}} for b in (0, 1)]
+    return {"name": "local_dataset", "path": str(rows), "extract": "last_number", "grade": "numeric",
+            "max_completion_length": 4, "rewards": coins}
 
 
 class Capture(TrainerCallback):
@@ -80,9 +92,9 @@ class Capture(TrainerCallback):
             self.logs.append(dict(logs))
 
 
-def method_cfg(key):
-    task = TASK_FOR.get(key, {"name": "random_reward"})
-    warm = task["name"] != "random_reward"   # random rewards give signal even to a random model
+def method_cfg(key, folder=None):
+    task = two_coin_task(folder) if key == "gdpo" else TASK_FOR.get(key, {"name": "random_reward"})
+    warm = task["name"] not in ("random_reward", "local_dataset")   # coins give signal even to a random model
     train = {"steps": 2, "group_size": 4, "prompts_per_rollout": 4, "learning_rate": 0.001}
     train.update({k: v for k, v in METHODS[key].regime.items()})
     if key == "spo":
@@ -105,11 +117,11 @@ RUNNABLE = [k for k, m in METHODS.items() if not m.missing]
 
 
 @pytest.mark.parametrize("key", RUNNABLE)
-def test_every_registered_method_trains(key, shared_state):
+def test_every_registered_method_trains(key, shared_state, tmp_path):
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        cfg = method_cfg(key)
+        cfg = method_cfg(key, tmp_path)
     cap = Capture()
     result = run_experiment(cfg, shared_state, callbacks=[cap])
     # one log window per rollout (minibatches x num_iterations optimizer steps, runner.py)
