@@ -16,6 +16,7 @@ import torch
 
 from grpolab.algorithms import advantages as adv
 from grpolab.algorithms import baselines
+from grpolab.algorithms.registrar import registrar
 from grpolab.method.advantages import ADVANTAGES
 
 
@@ -54,16 +55,7 @@ class EstimatorFn:
 ESTIMATORS: dict[str, EstimatorFn] = {}
 
 
-def register(name: str, unscorable: Callable | None = None):
-    """Attach the decorated function to the method-floor entry ``name`` (one function per entry)."""
-    def attach(fn):
-        if name not in ADVANTAGES:
-            raise ValueError(f"advantage {name!r} has no entry in grpolab.method.advantages.ADVANTAGES")
-        if name in ESTIMATORS:
-            raise ValueError(f"advantage {name!r} has a function already")
-        ESTIMATORS[name] = EstimatorFn(fn, unscorable)
-        return fn
-    return attach
+register = registrar(ADVANTAGES, ESTIMATORS, "advantage", "grpolab.method.advantages.ADVANTAGES", EstimatorFn)
 
 
 def _local(x: AdvantageInputs, r: torch.Tensor) -> torch.Tensor:

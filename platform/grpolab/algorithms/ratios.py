@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from grpolab.algorithms.losses import geometric_mean_loss
+from grpolab.algorithms.registrar import registrar
 from grpolab.method.ratios import RATIOS
 
 
@@ -26,16 +27,7 @@ class RatioFn:
 RATIO_FUNCTIONS: dict[str, RatioFn] = {}
 
 
-def register(name: str, loss: Callable | None = None):
-    """Attach the decorated function to the method-floor entry ``name`` (one function per entry)."""
-    def attach(fn):
-        if name not in RATIOS:
-            raise ValueError(f"ratio {name!r} has no entry in grpolab.method.ratios.RATIOS")
-        if name in RATIO_FUNCTIONS:
-            raise ValueError(f"ratio {name!r} has a function already")
-        RATIO_FUNCTIONS[name] = RatioFn(fn, loss)
-        return fn
-    return attach
+register = registrar(RATIOS, RATIO_FUNCTIONS, "ratio", "grpolab.method.ratios.RATIOS", RatioFn)
 
 
 def _sequence_mean(log_ratio: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

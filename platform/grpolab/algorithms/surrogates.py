@@ -17,6 +17,7 @@ import torch
 
 from grpolab.algorithms import losses as L
 from grpolab.algorithms.ratios import RATIO_FUNCTIONS
+from grpolab.algorithms.registrar import registrar
 from grpolab.method.ratios import RATIOS
 from grpolab.method.surrogates import SURROGATES
 
@@ -46,16 +47,7 @@ class SurrogateLoss:
 SURROGATE_LOSSES: dict[str, SurrogateLoss] = {}
 
 
-def register(name: str, **kind):
-    """Attach the decorated function to the method-floor entry ``name`` (one function per entry)."""
-    def attach(fn):
-        if name not in SURROGATES:
-            raise ValueError(f"surrogate {name!r} has no entry in grpolab.method.surrogates.SURROGATES")
-        if name in SURROGATE_LOSSES:
-            raise ValueError(f"surrogate {name!r} has a function already")
-        SURROGATE_LOSSES[name] = SurrogateLoss(fn, **kind)
-        return fn
-    return attach
+register = registrar(SURROGATES, SURROGATE_LOSSES, "surrogate", "grpolab.method.surrogates.SURROGATES", SurrogateLoss)
 
 
 def masked_mean(x: torch.Tensor, m: torch.Tensor) -> float:
