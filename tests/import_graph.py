@@ -16,8 +16,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "platform" / "grpolab"
 # The ground floor is the package's loose modules; each floor above is one sub-package (or
 # the front-door modules). Rooms on one floor never import each other (api <-> bench).
 FLOORS = [
-    {"grpolab", "grpolab.errors", "grpolab.state", "grpolab.signals", "grpolab.yaml_input", "grpolab.hub",
-     "grpolab.planning", "grpolab.startup"},
+    {"grpolab", "grpolab.errors", "grpolab.state", "grpolab.signals", "grpolab.yaml_input", "grpolab.validation",
+     "grpolab.hub", "grpolab.planning", "grpolab.startup"},
     {"grpolab.method"},
     {"grpolab.algorithms"},
     {"grpolab.world"},

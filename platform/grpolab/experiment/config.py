@@ -41,6 +41,7 @@ from grpolab.tasks import TASK_NAMES as TASKS
 from grpolab.tasks import make_task, spec_with_task_weights
 from grpolab.tasks.benchmarks import resolve_benchmarks
 from grpolab.trainer.trl_passthrough import check_report_to, check_trl_settings
+from grpolab.validation import typed
 from grpolab.world.models import PRESETS
 from grpolab.world.tasks import TASKS as GENERATED_TASKS
 from grpolab.yaml_input import read_yaml_mapping
@@ -177,39 +178,8 @@ def _section(cls, data, prefix: str):
     for key, value in data.items():
         if key not in valid:
             raise ConfigError(f"{prefix}.{key}: unknown key{did_you_mean(key, valid)}; valid: {', '.join(valid)}")
-        values[key] = _typed(f"{prefix}.{key}", value, valid[key].type, valid[key].default)
+        values[key] = typed(f"{prefix}.{key}", value, valid[key].type, valid[key].default)
     return cls(**values)
-
-
-def _typed(key: str, value, type_name: str, default):
-    if type_name.startswith("dict"):
-        if not (isinstance(value, dict) or (value is None and "None" in type_name)):
-            raise ConfigError(f"{key}: expected a mapping, got {type(value).__name__} {value!r}")
-        return value
-    if type_name == "list[dict]":   # checked entry by entry where it is read (tasks/benchmarks.py)
-        if not isinstance(value, list):
-            raise ConfigError(f"{key}: expected a list of mappings, got {type(value).__name__} {value!r}")
-        return value
-    if type_name == "list":
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(f"{key}: expected a list of names, got {value!r}")
-        return value
-    if type_name == "tuple":
-        if not isinstance(value, (list, tuple)) or len(value) != 2:
-            raise ConfigError(f"{key}: expected a [low, high] pair, got {value!r}")
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value):
-            raise ConfigError(f"{key}: expected a [low, high] pair of finite numbers, got {value!r}")
-        return tuple(float(v) for v in value)
-    if "None" in type_name and value is None:
-        return None
-    if "float" in type_name and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    expected = {"str": str, "bool": bool, "int": int, "float": float}[type_name.split(" ")[0]]
-    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-        raise ConfigError(f"{key}: expected {type_name}, got {type(value).__name__} {value!r}")
-    if expected is float and not math.isfinite(value):   # inf/nan pass every range check
-        raise ConfigError(f"{key}: expected a finite number, got {value!r}")
-    return value
 
 
 def _method(raw) -> tuple[str, dict, MethodSpec]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
@@ -24,6 +23,7 @@ from grpolab.method.ratios import RATIOS, TOKEN
 from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.method.sampling_options import SAMPLING_OPTIONS
 from grpolab.method.surrogates import SURROGATES
+from grpolab.validation import typed
 
 
 class _AxisChoices(Mapping):
@@ -139,27 +139,6 @@ SPEC_FIELDS = {f.name: f for f in fields(MethodSpec)}
 _HASHED_UNLESS_DEFAULT = ("step_omega", "step_gamma", "anchor_similarity", "episode_norm",
                           "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
                           "entropy_coef_min", "entropy_coef_max", "dro_beta", "gfpo_keep", "gfpo_metric")
-_TYPES = {"str": str, "bool": bool, "float": float, "int": int}
-
-
-def _coerce(key: str, value, type_name: str):
-    if key == "reward_weights":
-        if value is None:
-            return None
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
-            raise ConfigError(f"method.reward_weights: expected a list of numbers, got {value!r}")
-        if not all(math.isfinite(v) for v in value):
-            raise ConfigError(f"method.reward_weights: expected finite numbers, got {value!r}")
-        return tuple(float(v) for v in value)
-    expected = _TYPES[type_name]
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-        raise ConfigError(f"method.{key}: expected {type_name}, got {type(value).__name__} {value!r}")
-    unbounded_ok = value == math.inf and MethodSpec.__dataclass_fields__[key].default == math.inf   # "no bound"
-    if expected is float and not math.isfinite(value) and not unbounded_ok:   # inf/nan pass every range check below
-        raise ConfigError(f"method.{key}: expected a finite number, got {value!r}")
-    return value
 
 
 def build_spec(values: dict) -> MethodSpec:
@@ -168,7 +147,7 @@ def build_spec(values: dict) -> MethodSpec:
     for key, value in values.items():
         if key not in SPEC_FIELDS:
             raise ConfigError(f"method.{key}: unknown axis; valid: {', '.join(SPEC_FIELDS)}")
-        clean[key] = _coerce(key, value, str(SPEC_FIELDS[key].type).split(" ")[0])
+        clean[key] = typed(f"method.{key}", value, str(SPEC_FIELDS[key].type), SPEC_FIELDS[key].default)
     spec = MethodSpec(**clean)
     validate_spec(spec)
     return spec

@@ -49,6 +49,7 @@ from grpolab.studies.definition import StudyConfig
 from grpolab.studies.hand_back import reap_job_trials
 from grpolab.studies.processes import row_flags
 from grpolab.studies.rows import row_states
+from grpolab.validation import MISMATCH, as_kind, refusal
 
 log = logging.getLogger(__name__)
 
@@ -102,20 +103,15 @@ def _typed(name: str, value, annotation):
                            else (annotation,)) if o is not type(None)]
     kinds = [typing.get_origin(o) or o for o in options]
     kinds = [list if k is collections.abc.Iterable else k for k in kinds]
-    if bool in kinds and isinstance(value, bool):
-        return value
-    if int in kinds and isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if str in kinds and isinstance(value, (str, int)) and not isinstance(value, bool):
-        return str(value)
-    if list in kinds and isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return value
-    if dict in kinds and isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return value
+    if str in kinds and int not in kinds and as_kind(value, int) is not MISMATCH:
+        value = str(value)   # sbatch lines are text: an integer given for a string parameter is that text
+    for kind in (k for k in (bool, int, str, list, dict) if k in kinds):
+        got = as_kind(value, kind)
+        if got is not MISMATCH and (kind is not dict or all(isinstance(key, str) for key in got)):
+            return got
     if not any(k in _TYPE_NAMES for k in kinds):
         return value
-    expected = " or ".join(_TYPE_NAMES[k] for k in kinds if k in _TYPE_NAMES)
-    raise ConfigError(f"--slurm-param {name}: expected {expected}, got {value!r}")
+    raise refusal(f"--slurm-param {name}", " or ".join(_TYPE_NAMES[k] for k in kinds if k in _TYPE_NAMES), value)
 
 
 def parse_time(text: str) -> int:
