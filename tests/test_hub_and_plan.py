@@ -233,3 +233,12 @@ def test_shipped_real_scale_studies_plan_offline_without_weights_or_torch(study,
     assert main(["--state", str(tmp_path / "state"), "study", f"studies/{study}.yaml"]) == 2
     err = capsys.readouterr().err
     assert "HF_HUB_OFFLINE is set" in err and str(empty) in err and not (tmp_path / "state").exists()
+
+
+def test_qwen_ladder_soft_punishment_weighs_against_the_reward_range_as_dapos_does():
+    """DAPO's soft overlong penalty reaches -1 against rewards of +-1 (a range of 2); grpolab's
+    correctness is 1 / 0 (a range of 1), so the same weight is a penalty of 0.5."""
+    study = yaml.safe_load((REPO / "studies" / "dapo_table1_qwen.yaml").read_text())   # bf16: not loadable on a CPU
+    soft = next(r for r in study["rungs"] if r["name"] == "+ Soft Overlong Punishment")
+    assert soft["changes"]["method.overlong_penalty"] / (1 - 0) == pytest.approx(1.0 / (1 - (-1)))
+    assert any("overlong_penalty 1.0 -> 0.5" in d["change"] for d in study["deviations"])
