@@ -133,3 +133,32 @@ def test_a_save_cut_short_resumes_from_the_previous_checkpoint_and_ends_equal(ru
         checkpoints.check_resume(tmp_path, run_id, cfg.resolved())
     assert "checkpoint-4: its completion marker grpolab_complete.json cannot be read" in str(refused.value)
     assert "checkpoint-6: model.safetensors is" in str(refused.value)
+
+
+class StopAfterLastCheckpoint(TrainerCallback):
+    """A process ended between its last checkpoint (at the last step) and the run's end: in the final
+    evaluation, the final save or the worker's report."""
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.global_step == STEPS:
+            raise Stopped(state.global_step)
+
+
+def test_a_run_stopped_after_its_last_checkpoint_resumes_without_training_past_its_budget(runs, tmp_path):
+    """Resumed from a checkpoint at its last step, the run trains no further step (transformers'
+    Trainer, resumed at max_steps mid-epoch, would train one more before checking its budget): it
+    restores the weights and random state, evaluates and ends as the undisturbed run."""
+    undisturbed, cfg, started = runs[0], build_config(EXPERIMENT), []
+    with pytest.raises(Stopped):
+        run_experiment(cfg, tmp_path, callbacks=[StopAfterLastCheckpoint()], on_run=started.append)
+    (run_id,) = started
+    assert checkpoints.checkpoint_step(checkpoints.find_resumable(tmp_path, run_id)) == STEPS
+    resumed = run_experiment(cfg, tmp_path, resume_run_id=run_id)
+    assert resumed.steps == STEPS
+    assert resumed.evals == undisturbed.evals                    # the final evaluation too: same weights, same draws
+    assert sorted(resumed.train_curves) == sorted(undisturbed.train_curves)
+    for key, points in undisturbed.train_curves.items():
+        assert [step for step, _ in resumed.train_curves[key]] == [step for step, _ in points], key
+        if not key.startswith(MEASURED_TIME):
+            assert resumed.train_curves[key] == points, key
+    assert [s for s, _ in checkpoints.complete_checkpoints(checkpoints.run_dir(tmp_path, run_id))] == [4, 6]

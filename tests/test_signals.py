@@ -189,6 +189,34 @@ def test_a_claim_interrupted_before_its_heartbeat_is_handed_back_at_once(tmp_pat
     assert len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) == 1
 
 
+def test_a_store_error_while_a_row_unwinds_from_sigterm_is_an_interruption(tmp_path, monkeypatch):
+    """Found by the fault soak: a SIGTERMed worker whose run could not be recorded KILLED (the MLflow
+    store answered "database is locked") reported its row failed with that error, which no rerun
+    re-queues. An error raised while unwinding from the signal stands for the signal: the row is
+    interrupted (re-queued), and the worker stops on the signal."""
+    import grpolab.studies.trials as study_trials
+    from grpolab.studies.storage import create_or_load
+    from grpolab.studies.coordinator import enqueue_missing_rows
+    _, cfg = _ladder(tmp_path, "unwinding")
+    study = create_or_load(cfg, f"journal:{tmp_path / 'optuna.journal'}")
+    enqueue_missing_rows(study, cfg, False)
+
+    def killed_then_the_store_refuses(*args, **kwargs):
+        try:
+            raise RunKilled("received signal 15")
+        except RunKilled:   # the run's KILLED status cannot be written
+            raise RuntimeError("(sqlite3.OperationalError) database is locked") from None
+    monkeypatch.setattr(study_trials, "_train_trial", killed_then_the_store_refuses)
+    with pytest.raises(RunKilled, match="signal 15"):
+        study_trials.run_one_trial(study, cfg, tmp_path, "no-parent-run")
+    [trial] = study.get_trials(deepcopy=False)
+    assert (trial.state, trial.user_attrs.get("outcome"), trial.user_attrs.get("error")) == (
+        TrialState.FAIL, "interrupted", None)
+    assert not signal_pending()
+    enqueue_missing_rows(study, cfg, False)   # the next coordinator re-queues it
+    assert len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) == 1
+
+
 def test_a_nan_objective_makes_the_row_an_error_not_an_interruption(tmp_path, shared_state, monkeypatch):
     """Review finding 6: a NaN objective value was reported 'complete', Optuna failed the trial
     with a warning, and the row read as interrupted: re-queued by every later run of the study."""

@@ -52,6 +52,19 @@ def forget_signals() -> None:
     _received.clear()
 
 
+def signal_behind(exc: BaseException | None) -> BaseException | None:
+    """The signal's exception (KeyboardInterrupt, RunKilled) that ``exc`` was raised while handling,
+    if any. An error made while unwinding from a signal (the store refusing the write that records
+    the run KILLED) stands for the signal: what stopped the work is the signal, not that error."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, (KeyboardInterrupt, RunKilled)):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__context__
+    return None
+
+
 def raise_if_signalled(cause: BaseException | None = None) -> None:
     """Raise the pending signal's exception (from ``cause``, the error a library made of it)."""
     if _received:

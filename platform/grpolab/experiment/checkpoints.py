@@ -155,6 +155,26 @@ def load_extra_state(trainer, folder: Path) -> None:
         trainer.critic_opt.load_state_dict(extra["critic_opt"])
 
 
+def restores_without_training(trainer, resume_step: int | None, steps: int) -> bool:
+    """Whether a resumed run is restored by ``restore_finished`` instead of ``trainer.train``: its
+    checkpoint is at its last step (killed in the final evaluation, the final save or the report)
+    and its weights load outside the training loop (DeepSpeed and FSDP load them into the engine
+    the loop prepares, so those runs still go through ``train``)."""
+    return (resume_step is not None and resume_step >= steps
+            and not (trainer.is_deepspeed_enabled or trainer.is_fsdp_enabled))
+
+
+def restore_finished(trainer, ckpt: Path) -> None:
+    """Restore a run whose checkpoint is at its last step as a resumed ``trainer.train`` restores
+    it (weights, Trainer state with its global step, random states), without training: resumed at
+    ``max_steps`` in mid-epoch, transformers' Trainer trains one more step before it checks its
+    budget (its stop test follows each step), so the run would end one step past it."""
+    from transformers.trainer_callback import TrainerState
+    trainer._load_from_checkpoint(str(ckpt))
+    trainer.state = TrainerState.load_from_json(str(Path(ckpt) / "trainer_state.json"))
+    trainer._load_rng_state(str(ckpt))   # the final evaluation draws from them as right after training
+
+
 class CheckpointCallback(TrainerCallback):
     """After the Trainer has written checkpoint-<step>: add grpolab's state, store every metric
     point up to this step (a resumed run never re-logs them), mark it complete, and delete

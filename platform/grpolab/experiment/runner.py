@@ -401,7 +401,10 @@ def _train(run: _Run, trainer, callback) -> None:
         if run.recorder:
             run.evals, callback.curves = checkpoints.resume_history(run.recorder, run.resume_step)
     before = trainer.device_seconds   # a resumed run's, from its checkpoint
-    trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
+    if checkpoints.restores_without_training(trainer, run.resume_step, run.cfg.train.steps):
+        checkpoints.restore_finished(trainer, run.resume_from)
+    else:
+        trainer.train(resume_from_checkpoint=str(run.resume_from) if run.resume_from else None)
     run.evaluate(trainer.state.global_step, final=True)
     run.device_seconds = before + (time.perf_counter() - started) * _world()
 

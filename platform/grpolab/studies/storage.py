@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from pathlib import Path
 
 import optuna
@@ -26,7 +27,8 @@ def open_storage(url: str):
     """An Optuna storage from a URL: ``journal:/path`` or any SQLAlchemy URL. A journal is locked
     with ``JournalFileOpenLock`` (an O_EXCL lock file, which Optuna documents as safe on NFSv3 and
     later), so the same file serves local workers and Slurm jobs on a shared file system; every
-    process opening a journal uses this one lock kind."""
+    process opening a journal uses this one lock kind. A database storage outlives a restart of
+    its server (``rides_out_restarts``)."""
     if url.startswith("journal:"):
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
@@ -34,7 +36,39 @@ def open_storage(url: str):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         drop_partial_record(path)
         return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
-    return optuna.storages.RDBStorage(url)
+    storage = optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+    rides_out_restarts(storage.engine)
+    return storage
+
+
+RECONNECT_S = 60.0   # how long a database that has answered may stay away (a restart, a fail-over)
+
+
+def rides_out_restarts(engine, patience: float = RECONNECT_S) -> None:
+    """Make ``engine`` wait for its database across a restart instead of failing the caller.
+
+    A restart cuts every pooled connection: ``pool_pre_ping`` finds a cut one before a statement
+    uses it and connects again, and a connection that cannot be made yet is tried again each second
+    for up to ``patience`` seconds. Otherwise a worker's next store call after a restart (naming its
+    run, reporting its finished row) fails, and its row is recorded failed with an error, which a
+    rerun does not re-queue. Called once the storage has connected (RDBStorage's constructor
+    does): an unreachable storage still fails at once."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "do_connect")
+    def connect(dialect, connection_record, cargs, cparams):
+        deadline, tries = time.monotonic() + patience, 0
+        while True:
+            try:
+                return dialect.connect(*cargs, **cparams)
+            except dialect.loaded_dbapi.OperationalError as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                tries += 1
+                if tries == 1:
+                    log.warning("study storage unreachable (%s); trying again for up to %.0f s",
+                                (str(exc).strip().splitlines() or [type(exc).__name__])[0], patience)
+                time.sleep(1.0)
 
 
 def drop_partial_record(path: str) -> int:

@@ -18,7 +18,8 @@ from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
 from grpolab.experiment.config import apply_overrides, as_overrides
-from grpolab.signals import RunKilled, forget_signals, raise_if_signalled, signal_pending, signals_raise
+from grpolab.signals import (RunKilled, forget_signals, raise_if_signalled, signal_behind, signal_pending,
+                             signals_raise)
 from grpolab.studies.definition import StudyConfig, quiet_build
 from grpolab.studies.heartbeat import Heartbeat, TrialReaped
 from grpolab.studies.objectives import objective_value
@@ -98,9 +99,13 @@ def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run
         _report(study, trial, heartbeat, state, "interrupted", TrialState.FAIL)
         raise
     except Exception as exc:  # noqa: BLE001 - recorded on the trial and in MLflow, the study goes on
-        if signal_pending():   # a library turned the signal's raise into this error (Optuna's journal lock)
+        # a library turned the signal's raise into this error (Optuna's journal lock), or a store write
+        # failed while the row unwound from the signal (a locked MLflow database): interrupted, not an error
+        behind = signal_behind(exc)
+        if signal_pending() or behind is not None:
             _report(study, trial, heartbeat, state, "interrupted", TrialState.FAIL)
             raise_if_signalled(exc)
+            raise type(behind)(*behind.args) from exc
         _report(study, trial, heartbeat, state, "error", TrialState.FAIL, error=f"{type(exc).__name__}: {exc}"[:2000])
         log.error("trial %d failed: %s", trial.number, exc)
     else:
