@@ -294,8 +294,12 @@ def _cmd_table(args) -> int:
     from grpolab.studies.definition import load_study
     study = load_study(args.study)   # the file and --metric are answered before any store is opened
     metrics = [o.metric for o in study.objectives]
-    if args.metric is not None and args.metric not in metrics:
-        raise ConfigError(f"--metric: {args.metric!r} is not an objective of {study.name}; valid: {', '.join(metrics)}")
+    from grpolab.analysis.rescored import is_rescored, parse_rescored
+    if is_rescored(args.metric):
+        parse_rescored(args.metric)
+    elif args.metric is not None and args.metric not in metrics:
+        raise ConfigError(f"--metric: {args.metric!r} is not an objective of {study.name}; valid: {', '.join(metrics)}, "
+                          "or a re-scored one: rescored:eval/<benchmark>/<score> (README)")
     from grpolab.analysis.scaling import check_window
     check_window(args.scaling_skip, args.scaling_fit_upto)
     from grpolab.report.tables import study_table
@@ -490,7 +494,10 @@ def _add_table(sub) -> None:
     table.add_argument("study", help="path to studies/<name>.yaml")
     table.add_argument("--storage", default=None)
     table.add_argument("--format", choices=["markdown", "csv", "latex"], default="markdown")
-    table.add_argument("--metric", default=None, help="which objective of the study (default: the first)")
+    table.add_argument("--metric", default=None,
+                       help="which objective of the study (default: the first), or a score `grpolab eval` re-scored: "
+                            "rescored[QUALIFIERS]:[auc:]eval/<benchmark>/<score>, e.g. rescored:eval/aime/avg@16 "
+                            "(the final models; qualifiers step=N, n, temperature, top_p, max_tokens, size, seed)")
     table.add_argument("--scaling-x", choices=["tokens", "accelerator_hours"], default="tokens",
                        help="compute axis of the scaling fit beside a ladder's table")
     table.add_argument("--scaling-skip", type=float, default=0.0, metavar="C",

@@ -37,17 +37,17 @@ def ladder_rows(study, cfg: StudyConfig, objective: int = 0) -> pd.DataFrame:
 
 
 def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state: Path | None = None,
-                 level: float = 0.95, looks: int = 1, plan: tuple[int, ...] = ()) -> pd.DataFrame:
+                 level: float = 0.95, looks: int = 1, plan: tuple[int, ...] = (), draws: dict | None = None) -> pd.DataFrame:
     """Per rung: mean over seeds with its t-interval (censored values at their budget, counted),
     the paired delta against the previous rung with the verdict's interval, label, reason, Holm
     p-value, familywise label, precondition check and regime gates (``ladder_verdicts``: the same numbers the
     dashboard shows); a fragile label is marked (``strength``).
     ``plan``: a sequential plan's looks; the delta then uses the paired seeds its verdict judged
-    (n and mean count every complete row)."""
+    (n and mean count every complete row). ``draws``: a re-scored metric's evaluation draws per rung."""
     from grpolab.analysis.ladder_verdicts import rung_verdicts
     from grpolab.analysis.strength import shown_label
     from grpolab.analysis.verdicts import family_text, holm_text
-    rows, verdicts = rung_verdicts(rows, cfg, objective, state, level, looks, plan)
+    rows, verdicts = rung_verdicts(rows, cfg, objective, state, level, looks, plan, draws)
     out = []
     for i, rung in enumerate(cfg.rungs):
         done = rows[(rows.rung == i) & (rows.state == "COMPLETE")]

@@ -78,11 +78,16 @@ def look_note(judged: JudgedSeeds, paired: int, beyond: int) -> str:
     return ""
 
 
-def rung_eval_noise(cfg: StudyConfig, rung: int, metric: str, values: list[float], n: int) -> float:
+def rung_eval_noise(cfg: StudyConfig, rung: int, metric: str, values: list[float], n: int,
+                    draws: dict | None = None) -> float:
     """sigma_eval of the rung's mean paired difference (``strength.eval_noise_sd``) from the draws of
-    the rung's final evaluation (``strength.eval_draws``); NaN for a metric that is no pass rate."""
-    ev = {**dataclasses.asdict(EvalCfg()), **(cfg.rung_experiment(rung, cfg.seeds[0]).get("eval") or {})}
-    draws = eval_draws(metric, ev)
+    the rung's final evaluation (``strength.eval_draws``), or ``draws[rung]`` (prompts, samples) where
+    the metric is measured apart from it (a re-scored one); NaN for a metric that is no pass rate."""
+    if draws is not None:
+        draws = draws.get(rung)
+    else:
+        ev = {**dataclasses.asdict(EvalCfg()), **(cfg.rung_experiment(rung, cfg.seeds[0]).get("eval") or {})}
+        draws = eval_draws(metric, ev)
     finite = [x for x in values if math.isfinite(x)]
     if draws is None or not finite:
         return math.nan
@@ -128,10 +133,12 @@ def censored_rows(rows: pd.DataFrame, metric: str, histories) -> pd.DataFrame:
 
 
 def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state: Path | None = None,
-                  level: float = 0.95, looks: int = 1, plan: tuple[int, ...] = ()) -> tuple[pd.DataFrame, list[RungVerdict]]:
+                  level: float = 0.95, looks: int = 1, plan: tuple[int, ...] = (),
+                  draws: dict | None = None) -> tuple[pd.DataFrame, list[RungVerdict]]:
     """(rows with censored values at their budget, one RungVerdict per rung >= 1); ``level`` and
     ``looks``: a sequential plan's (``studies.verdict_plan``); ``plan``: its looks' seed counts
-    (``studies.plan_looks``), each rung then judged on its largest complete look."""
+    (``studies.plan_looks``), each rung then judged on its largest complete look; ``draws``: per rung
+    the evaluation draws of a metric measured apart from the rung's evaluation (``rung_eval_noise``)."""
     obj = cfg.objectives[objective]
     histories = _Histories(state)
     rows = censored_rows(rows, obj.metric, histories)
@@ -152,7 +159,8 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
         regime = cfg.rungs[i].regime and check_regime(
             cfg.rungs[i].regime, [histories(before.run_id[s], cfg.rungs[i].regime.windows()) for s in common],
             f"{cfg.rungs[i - 1].name!r} rows")
-        noise = rung_eval_noise(cfg, i, obj.metric, [*mine.value[common], *before.value[common]], len(common))
+        noise = rung_eval_noise(cfg, i, obj.metric, [*mine.value[common], *before.value[common]], len(common),
+                                draws)
         if obj.smallest_effect is None:
             out.append(RungVerdict(i, direction, None, value, tuple(common), regime, noise))
             continue

@@ -15,6 +15,7 @@ import pandas as pd
 
 from grpolab.analysis.ablation import ladder_rows, ladder_table, load_results, search_table
 from grpolab.analysis.compute_hours import add_hours_column, add_run_hours
+from grpolab.analysis.rescored import is_rescored, rescored_rows
 from grpolab.analysis.scaling import scaling_frame
 from grpolab.analysis.strength import counts_text
 from grpolab.analysis.verdicts import DECIDED
@@ -154,17 +155,36 @@ def markdown_table(frame: pd.DataFrame) -> str:
     return frame.map(clean).rename(columns=clean).to_markdown(index=False, floatfmt=".4g")
 
 
+def rescored_view(cfg: StudyConfig, study, state: Path, storage_url: str | None, metric: str) -> tuple[LadderView, StudyConfig]:
+    """A ladder's table (``load_results``' cfg and study) under a re-scored metric (``analysis.rescored``),
+    and the study config whose one objective it is: the same verdicts and intervals as ``ladder_view``, its caption first saying what
+    was re-scored and how. The csv's first column names it too (it has no caption)."""
+    from grpolab.studies.storage import plan_looks, verdict_plan
+    picked = rescored_rows(ladder_rows(study, cfg), cfg, state, metric, cfg.path, storage_url)
+    level, looks, _ = verdict_plan(study)
+    frame = ladder_table(picked.rows, picked.cfg, 0, state, level, looks, plan_looks(study), picked.draws)
+    frame = add_hours_column(frame, picked.rows, state)
+    frame.insert(0, "metric", f"{picked.cfg.objectives[0].metric} (re-scored: {picked.settings})")
+    caption = f"{picked.description}. {ladder_caption(picked.cfg, 0, state, level, study)}"
+    return LadderView(frame, caption, level), picked.cfg
+
+
 def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "markdown", metric: str | None = None,
                 scaling: dict | None = None) -> str:
     """The printed table of a study; ``scaling``: the scaling fit's compute axis and window
-    (``scaling_frame``'s compute, skip_below, fit_upto)."""
+    (``scaling_frame``'s compute, skip_below, fit_upto); ``metric``: an objective, or a re-scored
+    metric (``analysis.rescored``)."""
     cfg, study = load_results(path, state, storage_url)
     names = [o.metric for o in cfg.objectives]
-    if metric is not None and metric not in names:
-        raise ConfigError(f"--metric: {metric!r} is not an objective of {cfg.name}; valid: {', '.join(names)}")
-    index = names.index(metric) if metric else 0
-    metric = names[index]
-    if cfg.kind == "ladder":
+    if metric is not None and metric not in names and not is_rescored(metric):
+        raise ConfigError(f"--metric: {metric!r} is not an objective of {cfg.name}; valid: {', '.join(names)}, "
+                          "or a re-scored one: rescored:eval/<benchmark>/<score> (README)")
+    index = names.index(metric) if metric in names else 0
+    if is_rescored(metric):   # cfg: the study with the re-scored metric as its one objective
+        (frame, caption, level), cfg = rescored_view(cfg, study, state, storage_url, metric)
+        if fmt != "csv":   # the caption says it; the csv carries it in its first column
+            frame = frame.drop(columns="metric")
+    elif cfg.kind == "ladder":
         frame, caption, level = ladder_view(path, state, storage_url, index)
     else:
         frame = add_run_hours(search_table(study, cfg), state)   # each trial's measured GPU-hours
