@@ -108,6 +108,13 @@ def run_study_data(folder, data: dict, state, file_name: str = "study.yaml"):
     return load_results(str(path), state, None)
 
 
+def write_sums(path: Path, n: int = 40) -> Path:
+    """A local ``.jsonl`` dataset of ``n`` doubling sums (``"3+3="`` -> ``"6"``) at ``path``."""
+    import json
+    path.write_text("\n".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(n)))
+    return path
+
+
 def tiny_dataset(n=64):
     import datasets
     from grpolab.world.tasks import make_task

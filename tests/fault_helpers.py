@@ -1,7 +1,6 @@
 """Helpers shared by the fault tests: a study whose rows are held mid-row by a flag file, and a
 training command killed right after its first complete checkpoint."""
 
-import json
 import signal
 import subprocess
 import time
@@ -9,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from conftest import write_sums
 from grpolab.experiment import checkpoints
 
 BASE = {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
@@ -33,8 +33,7 @@ def held_study(folder: Path, model_dir: Path, flag: Path, name: str = "kill_rows
     raced rows that finish in seconds). ``folder`` must be importable by the workers (the reward
     module ``hold_reward`` is written there); ``study_keys`` go into the study file as given."""
     (folder / "hold_reward.py").write_text(HOLD_REWARD)
-    sums = folder / "sums.jsonl"
-    sums.write_text("\n".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(40)))
+    sums = write_sums(folder / "sums.jsonl")
     base = {**BASE, "model": {"path": str(model_dir)},
             "task": {"name": "local_dataset", "path": str(sums), "extract": "last_number", "grade": "numeric",
                      "max_completion_length": 4,

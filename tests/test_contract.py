@@ -5,7 +5,6 @@ fallback to TRL's own loss or advantages would be caught), and, where the method
 non-trivial distinguishing statistic. Methods not implemented yet must raise, never run.
 """
 
-import json
 import math
 
 import pytest
@@ -16,6 +15,7 @@ from grpolab.experiment.config import build_config, rollout_steps
 from grpolab.errors import ConfigError
 from grpolab.method.registry import METHODS
 from grpolab.experiment.runner import run_experiment
+from conftest import write_sums
 from device_guard import factories_name_their_device, outside_the_guard
 
 
@@ -69,9 +69,7 @@ TASK_FOR = {"gigpo": {"name": "gridworld"},
 def two_coin_task(folder) -> dict:
     """A local dataset scored by two independent coins (coin_rewards.py): two reward components that
     both vary on a random-init model, which GDPO's per-component normalisation needs."""
-    rows = folder / "sums.jsonl"
-    if not rows.exists():
-        rows.write_text("\n".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(40)))
+    rows = write_sums(folder / "sums.jsonl")
     coins = [{"name": "coin_rewards:coin", "label": f"coin_{b}", "timeout_s": 0, "params": {"byte": b}} for b in (0, 1)]
     return {"name": "local_dataset", "path": str(rows), "extract": "last_number", "grade": "numeric",
             "max_completion_length": 4, "rewards": coins}

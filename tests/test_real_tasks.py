@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from conftest import write_sums
 from grpolab.errors import ConfigError
 from grpolab.tasks import make_task
 from grpolab.tasks.answers import make_extractor, make_grader
@@ -272,8 +273,7 @@ def test_a_raising_reward_is_counted_and_the_run_goes_on_all_failing_stops_it(
     from mlflow.tracking import MlflowClient
     from grpolab.experiment.runner import run_experiment
     from grpolab.tracking.recorder import tracking_uri
-    path = tmp_path / "sums.jsonl"
-    path.write_text("\n".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(40)))
+    path = write_sums(tmp_path / "sums.jsonl")
     cfg = _local_run_config(path, tiny_model_dir, ["correctness", {"name": "my_rewards:alternating", "on_error": -1.0}])
     result = run_experiment(cfg, shared_state)
     c = MlflowClient(tracking_uri(shared_state))

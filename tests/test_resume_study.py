@@ -12,7 +12,6 @@ A study's end results (tables, dashboard) that fail to write are reported and wr
 next run of the command, with no row run again."""
 
 import errno
-import json
 import os
 import signal
 import subprocess
@@ -25,7 +24,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from conftest import tiny_two_rung_ladder
+from conftest import tiny_two_rung_ladder, write_sums
 from grpolab.analysis.ablation import load_results
 from grpolab.experiment import checkpoints
 from grpolab.report.publish import record_study_tables
@@ -53,8 +52,7 @@ RUNGS = [{"name": "base"}, {"name": "+ clip higher", "changes": {"method.eps_hig
 def _study(folder, model_dir, flag, state, name="resume_rows", rungs=RUNGS, seeds=(0, 1)):
     """The study file; its reward module ``hold_ckpt`` is written in ``folder`` (on the workers' path)."""
     (folder / "hold_ckpt.py").write_text(HOLD_AFTER_CHECKPOINT)
-    sums = folder / "sums.jsonl"
-    sums.write_text("\n".join(json.dumps({"prompt": f"{i}+{i}=", "answer": str(2 * i)}) for i in range(40)))
+    sums = write_sums(folder / "sums.jsonl")
     marker = str(state / "runs" / "*" / "checkpoint-*" / checkpoints.COMPLETE)
     base = {"method": {"base": "grpo", "kl_coef": 0.0}, "model": {"path": str(model_dir)},
             "warm_start": {"enabled": False}, "tracking": {"experiment": "resume_study", "flush_every": 1},
