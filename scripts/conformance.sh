@@ -1,38 +1,59 @@
 #!/bin/sh
 # TRL's own GRPO trainer tests (tests/conformance, vendored with provenance), offline:
-#   1. against stock trl.GRPOTrainer,
-#   2. against GrpoLabTrainer without method= (it must train what GRPOConfig says), plus TRL's basic training tests
-#      once per registered grpolab method (tests/conformance/test_methods.py).
+#   the drop-in arm: GrpoLabTrainer without method= (it must train what GRPOConfig says), plus TRL's basic
+#     training tests once per registered grpolab method (tests/conformance/test_methods.py);
+#   the control arm: stock trl.GRPOTrainer on the same tests.
 # Every test, the `slow` ones included (CONFORMANCE_MARK='not slow' leaves them out: the quick subset).
-# CONFORMANCE_PARALLEL=1 runs the two at once, one test process each on one core (GRPOLAB_TEST_CORES=1), their
-# outputs printed in order when both end: `make test` runs this beside the main suite. Otherwise one after the
-# other, two test processes each.
-# Both runs always happen; the exit status is the first non-zero pytest status (1 = a test failed, including a
-# strict xfail that passed; 2-5 = interrupted, internal, usage error, nothing collected), else 0.
+# CONFORMANCE_CONTROL=all (default) runs the control arm on every test. CONFORMANCE_CONTROL=drift (`make test`)
+# runs it where its answer can change a conclusion: on the DRIFT tests (strict xfails: stock must fail them too,
+# so the failure is TRL 1.16's, not the drop-in's) and, after the drop-in arm, on every test the drop-in arm
+# failed (a failure stock shares is TRL's or the offline fixtures'; one stock passes is the drop-in's).
+# A control arm that passes everywhere the drop-in passes says nothing about grpolab; `make conformance` runs it.
+# CONFORMANCE_PARALLEL=1 (`make test`, beside the main suite) gives each running arm one test process on one core
+# (GRPOLAB_TEST_CORES=1) with CONTROL=all, and the drop-in arm two with CONTROL=drift; otherwise each arm in turn
+# gets two. Outputs are printed in order when both end.
+# The exit status is the first non-zero pytest status of the drop-in arm, then the control arm's drift tests
+# (1 = a test failed, including a strict xfail that passed; 2-5 = interrupted, internal, usage error, nothing
+# collected), else 0. The diagnostic re-run of the drop-in's failures on stock never changes it.
 set -u
 PYTHON=${PYTHON:-python3}
 MARK=${CONFORMANCE_MARK:-}
 PARALLEL=${CONFORMANCE_PARALLEL:-0}
+CONTROL=${CONFORMANCE_CONTROL:-all}
+case "$CONTROL" in all|drift) ;; *) echo "CONFORMANCE_CONTROL must be all or drift, not '$CONTROL'" >&2; exit 4;; esac
+
+# run TRAINER WORKERS [ONLY] [NODE ...]
 run() {
-    echo "== conformance: trainer=$1${MARK:+, -m '$MARK'}"
-    if [ "$PARALLEL" = 1 ]; then workers=1; else workers=2; fi
-    GRPOLAB_CONFORMANCE_TRAINER=$1 GRPOLAB_CONFORMANCE_METHOD=none \
-        "$PYTHON" -m pytest -q -p no:cacheprovider -n $workers --dist worksteal ${MARK:+-m "$MARK"} --durations=10 \
-        tests/conformance
+    trainer=$1; workers=$2; only=$3; shift 3
+    echo "== conformance: trainer=$trainer${only:+, only the $only tests}${MARK:+, -m '$MARK'}${1:+, the drop-in arm's failures}"
+    GRPOLAB_CONFORMANCE_TRAINER=$trainer GRPOLAB_CONFORMANCE_METHOD=none GRPOLAB_CONFORMANCE_ONLY=$only \
+        "$PYTHON" -m pytest -q -p no:cacheprovider -n "$workers" --dist worksteal ${MARK:+-m "$MARK"} --durations=10 \
+        "${@:-tests/conformance}"
 }
-if [ "$PARALLEL" = 1 ]; then
-    logs=$(mktemp -d)
-    GRPOLAB_TEST_CORES=1 run stock > "$logs/stock" 2>&1 &
-    stock=$!
-    GRPOLAB_TEST_CORES=1 run grpolab > "$logs/grpolab" 2>&1 &
-    grpolab=$!
-    status=0; wait $stock || status=$?
-    code=0; wait $grpolab || code=$?
+
+logs=$(mktemp -d)
+if [ "$CONTROL" = all ]; then
+    if [ "$PARALLEL" = 1 ]; then
+        GRPOLAB_TEST_CORES=1 run stock 1 "" > "$logs/stock" 2>&1 & stock=$!
+        GRPOLAB_TEST_CORES=1 run grpolab 1 "" > "$logs/grpolab" 2>&1 & grpolab=$!
+        control=0; wait $stock || control=$?
+        status=0; wait $grpolab || status=$?
+    else
+        control=0; run stock 2 "" > "$logs/stock" 2>&1 || control=$?
+        status=0; run grpolab 2 "" > "$logs/grpolab" 2>&1 || status=$?
+    fi
     cat "$logs/stock" "$logs/grpolab"
-    rm -rf "$logs"
 else
-    status=0; run stock || status=$?
-    code=0; run grpolab || code=$?
+    control=0; run stock 1 drift > "$logs/stock" 2>&1 || control=$?
+    status=0; run grpolab 2 "" > "$logs/grpolab" 2>&1 || status=$?
+    cat "$logs/stock" "$logs/grpolab"
+    failed=$(sed -n 's/^FAILED \([^ ]*\).*/\1/p' "$logs/grpolab" | sort -u)
+    if [ -n "$failed" ]; then
+        # shellcheck disable=SC2086  # node ids hold no spaces
+        run stock 2 "" $failed || true
+        echo "== conformance: a drop-in failure that stock TRL shares is TRL's or the offline fixtures'; one stock passes is the drop-in's"
+    fi
 fi
-[ "$status" -ne 0 ] || status=$code
+rm -rf "$logs"
+[ "$status" -ne 0 ] || status=$control
 exit "$status"

@@ -32,7 +32,8 @@ def _cmd_run(args) -> int:
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     check_stores(state_path(args.state))   # fail fast (seconds, nothing written) on an unreachable store
-    from grpolab.experiment.progress import TrainProgress, where
+    from grpolab.experiment.progress import TrainProgress
+    from grpolab.tracking.location import where
     from grpolab.experiment.runner import run_experiment
     state = state_dir(args.state)
     prepare_stores(state)   # a fresh MLflow database is created once, under the setup lock
@@ -247,7 +248,7 @@ def _seeds_on_demand(args):
 
 def _print_study_location(args) -> None:
     """Where the study's runs are: its MLflow experiment's runs page and how to open it."""
-    from grpolab.experiment.progress import where
+    from grpolab.tracking.location import where
     from grpolab.state import state_dir
     state = state_dir(args.state)
     parent = _parent_run_id(args.study, state, args.storage)

@@ -8,8 +8,11 @@ collector paced while it loads the training stack (own_process, freeze_training_
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import csv
 import gc
+import importlib.metadata
 import logging
 import os
 import warnings
@@ -53,6 +56,52 @@ def own_process() -> None:
     IMPORT_THRESHOLDS until the training stack is loaded (freeze_training_stack)."""
     _owned["process"] = True
     gc.set_threshold(*IMPORT_THRESHOLDS)
+    importlib.metadata.packages_distributions = _packages_distributions_once
+
+
+# importlib.metadata.packages_distributions() maps import names to distributions. Importing the stack
+# asks for it twice (transformers caches one answer, TRL keeps another as a module constant), and each
+# answer scans every installed distribution, parsing the RECORD of each wheel without top_level.txt
+# into path objects (numpy, scipy, pandas, plotly: 0.7 CPU-s per scan on the 2-core test machine, 204
+# distributions). A process the command line owns computes it once, reading RECORD as text (0.1 s):
+# the same mapping (tests/test_startup_packages.py compares it with the standard library's).
+_distributions: list = []
+
+
+def _packages_distributions_once() -> dict[str, list[str]]:
+    if not _distributions:
+        _distributions.append(scan_packages_distributions())
+    return _distributions[0]
+
+
+def scan_packages_distributions() -> dict[str, list[str]]:
+    """{import name: [distribution names]}, as ``importlib.metadata.packages_distributions()``: a
+    distribution's top_level.txt names, else the first part of every ``.py`` path its RECORD lists
+    (the module name itself for a top-level module file)."""
+    found = collections.defaultdict(list)
+    for dist in importlib.metadata.distributions():
+        names = (dist.read_text("top_level.txt") or "").split()
+        record = None if names else dist.read_text("RECORD")
+        if not names and record is None:
+            names = importlib.metadata._top_level_inferred(dist)   # no RECORD: the library's own walk
+        elif not names:
+            paths = (row[0] for row in csv.reader(record.splitlines()) if row)
+            names = {path.partition("/")[0] if "/" in path else path[:-3] for path in paths if path.endswith(".py")}
+        project = _project_name(dist)
+        for name in names:
+            found[name].append(project)
+    return dict(found)
+
+
+def _project_name(dist) -> str:
+    """The metadata's Name header, read without parsing the whole message."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    for line in text.splitlines():
+        if not line:
+            break
+        if line.startswith("Name:"):
+            return line[len("Name:"):].strip()
+    return dist.metadata["Name"]
 
 
 def freeze_training_stack() -> None:

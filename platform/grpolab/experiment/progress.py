@@ -1,5 +1,5 @@
-"""What `grpolab run` prints while it works (stderr, so stdout stays one JSON document) and where
-its run lives: the MLflow run id, the UI address of the experiment's runs and the state folder."""
+"""What `grpolab run` prints while it works (stderr, so stdout stays one JSON document); where its
+run lives in MLflow is grpolab.tracking.location's."""
 
 from __future__ import annotations
 
@@ -9,9 +9,6 @@ import time
 from pathlib import Path
 
 from transformers import TrainerCallback
-
-MLFLOW_UI_PORT = 5000   # `mlflow ui` / `mlflow server` default
-
 
 class TrainProgress(TrainerCallback):
     """Live progress over optimizer steps with the latest reward, entropy and held-out pass@1
@@ -85,20 +82,3 @@ class TrainProgress(TrainerCallback):
             self.bar.close()
             self.bar = None
         print("final held-out evaluation ...", file=self.stream, flush=True)
-
-
-def where(run_id: str, state: Path) -> dict:
-    """MLflow coordinates of a run: id, experiment, tracking URI and the UI addresses (the
-    experiment's runs page: MLflow 3's UI otherwise opens on its GenAI overview)."""
-    from grpolab.tracking.recorder import client_for, is_server_uri
-    client = client_for(state)
-    run = client.get_run(run_id)
-    uri = client.tracking_uri
-    eid = run.info.experiment_id
-    base = uri.rstrip("/") if is_server_uri(uri) else f"http://127.0.0.1:{MLFLOW_UI_PORT}"
-    out = {"run_id": run_id, "experiment_id": eid, "tracking_uri": uri,
-           "experiment_runs_url": f"{base}/#/experiments/{eid}/runs",
-           "run_url": f"{base}/#/experiments/{eid}/runs/{run_id}"}
-    if not is_server_uri(uri):
-        out["ui_command"] = f"mlflow ui --backend-store-uri {uri} --port {MLFLOW_UI_PORT}"
-    return out
