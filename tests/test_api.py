@@ -1,7 +1,7 @@
 """The Python API (grpolab.run / load / study / results / curves) against the real stores: the
 tidy results frame reproduces the printed table, a run from a dict with overrides records what
 was asked, curves equal MLflow's histories, bad input raises before anything is written, and
-the README's "Use from Python" code blocks run as written."""
+docs/api.md's "Use from Python" code blocks run as written."""
 
 from __future__ import annotations
 
@@ -172,23 +172,23 @@ def test_import_grpolab_stays_cheap_and_lists_its_public_names():
         grpolab.nope  # noqa: B018
 
 
-def readme_python_blocks() -> list[str]:
-    text = (REPO / "README.md").read_text()
+def api_page_python_blocks() -> list[str]:
+    text = (REPO / "docs" / "api.md").read_text()
     section = text.split("## Use from Python", 1)[1]
     section = re.split(r"\n## ", section, maxsplit=1)[0]
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)
 
 
 @pytest.mark.slow
-def test_readme_use_from_python_blocks_run(tmp_path, monkeypatch):
-    blocks = readme_python_blocks()
+def test_api_page_use_from_python_blocks_run(tmp_path, monkeypatch):
+    blocks = api_page_python_blocks()
     assert len(blocks) >= 3
     shutil.copytree(REPO / "experiments", tmp_path / "experiments")
     monkeypatch.chdir(tmp_path)                                  # files the examples write land here
     monkeypatch.setenv("GRPOLAB_STATE", str(tmp_path / "state"))  # and the state folder too
     namespace: dict = {"__name__": "__readme__"}
     for block in blocks:                                          # one namespace, like a notebook
-        exec(compile(block, "README.md", "exec"), namespace)      # noqa: S102
+        exec(compile(block, "docs/api.md", "exec"), namespace)      # noqa: S102
     assert (tmp_path / "state" / "mlflow.db").is_file()
 
 

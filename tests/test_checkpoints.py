@@ -94,7 +94,7 @@ def test_sigkill_then_resume_continues_the_same_run_exactly(tmp_path, experiment
     ref_loss = [m.value for m in sorted(ref_client.get_metric_history(ref_run.info.run_id, "loss"), key=lambda m: m.step)]
     loss = [m.value for m in sorted(client.get_metric_history(run.info.run_id, "loss"), key=lambda m: m.step)]
     assert loss == pytest.approx(ref_loss, rel=1e-5, abs=1e-7)
-    # every metric's last value, exactly, but the wall-clock ones (README: what resume cannot make equal)
+    # every metric's last value, exactly, but the wall-clock ones (docs/runs.md: what resume cannot make equal)
     last = {k: v for k, v in client.get_run(run.info.run_id).data.metrics.items() if not k.startswith(MEASURED_TIME)}
     ref_last = {k: v for k, v in ref_client.get_run(ref_run.info.run_id).data.metrics.items()
                 if not k.startswith(MEASURED_TIME)}

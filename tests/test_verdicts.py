@@ -257,11 +257,11 @@ def test_verdict_panel_scales_by_smallest_effect_and_marks_the_published_directi
     assert list(seeds.data[0].x) == pytest.approx([1.0, 3.0])
 
 
-def test_the_readme_defines_every_label_in_one_table():
+def test_the_studies_page_defines_every_label_in_one_table():
     from conftest import REPO
-    readme = (REPO / "README.md").read_text()
+    studies = (REPO / "docs" / "studies.md").read_text()
     for label, meaning in LABELS.items():
-        assert f"| `{label}` | {meaning} |" in readme, label
+        assert f"| `{label}` | {meaning} |" in studies, label
 
 
 def test_a_construction_check_holds_exactly_only_when_every_difference_is_zero():
