@@ -300,7 +300,7 @@ def _cmd_table(args) -> int:
         parse_rescored(args.metric)
     elif args.metric is not None and args.metric not in metrics:
         raise ConfigError(f"--metric: {args.metric!r} is not an objective of {study.name}; valid: {', '.join(metrics)}, "
-                          "or a re-scored one: rescored:eval/<benchmark>/<score> (README)")
+                          "or a re-scored one: rescored:eval/<benchmark>/<score> (docs/studies.md)")
     from grpolab.analysis.scaling import check_window
     check_window(args.scaling_skip, args.scaling_fit_upto)
     from grpolab.report.tables import study_table

@@ -5,7 +5,7 @@ evidence is the per-seed paired difference d_s = treatment_s - control_s, signed
 claimed direction is positive: e_s = +d_s for ``increase``, -d_s for ``decrease`` (``none``: a
 claim of no effect). [lo, hi] is the paired t-interval of mean(e) (``inference.t_interval``; its
 coverage measured in docs/coverage.md), delta > 0 the smallest effect that matters, fixed with
-the claim. ``LABELS`` is the one table of outcomes (README, every output); the rules, in order:
+the claim. ``LABELS`` is the one table of outcomes (docs/studies.md, every output); the rules, in order:
 
 1. no paired seed: ``not run``; fewer than ``MIN_SEEDS``: ``underpowered`` (the face-value
    outcome in the reason); all differences equal (``inference.zero_spread``): the size is
@@ -65,7 +65,7 @@ REGIME_UNMEASURED = "regime not measured: not a test of the claim"
 NOT_RUN = "not run"
 HOLDS_EXACTLY = "holds exactly on every seed"
 
-LABELS = {   # label -> what happened (README's table is generated from this)
+LABELS = {   # label -> what happened (docs/studies.md's table is checked against this)
     REPRODUCED: "the whole interval lies at or beyond the smallest effect that matters (delta) in the claimed "
                 "direction; for a claim of no effect: the interval lies inside (-delta, delta)",
     SMALLER: "the interval excludes 0 in the claimed direction and lies wholly below delta",

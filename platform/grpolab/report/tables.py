@@ -80,7 +80,7 @@ def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: 
                f"verdict_vs_prev: each rung against the previous one on paired seeds, {100 * level:.4g}% paired "
                f"t-interval of the difference (delta_ci95 its half-width"
                + ("" if level == 0.95 else "; the per-look level of seeds added until decided")
-               + f"), smallest effect that matters {delta} (labels: README); family: the judged rungs of this "
+               + f"), smallest effect that matters {delta} (labels: docs/studies.md); family: the judged rungs of this "
                f"table; tests: each rung's H0 (mean 0) p with Holm's adjustment over the family; familywise: the "
                f"label on the Bonferroni interval at 1 - 0.05/(rungs x looks), all of which hold together with "
                f"probability >= 95%; threshold metrics never reached count at the budget (a lower bound, column "
@@ -178,7 +178,7 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
     names = [o.metric for o in cfg.objectives]
     if metric is not None and metric not in names and not is_rescored(metric):
         raise ConfigError(f"--metric: {metric!r} is not an objective of {cfg.name}; valid: {', '.join(names)}, "
-                          "or a re-scored one: rescored:eval/<benchmark>/<score> (README)")
+                          "or a re-scored one: rescored:eval/<benchmark>/<score> (docs/studies.md)")
     index = names.index(metric) if metric in names else 0
     if is_rescored(metric):   # cfg: the study with the re-scored metric as its one objective
         (frame, caption, level), cfg = rescored_view(cfg, study, state, storage_url, metric)

@@ -97,7 +97,7 @@ def family_statement(results) -> str:
             "(warm_start.seed) on its one held-out set (eval.seed), conditional on both. tests: each claim's primary hypothesis, fixed by its "
             "direction (H0: mean 0; for a claim of no effect Heq: |mean| >= delta), with Holm's adjustment over the "
             "family. familywise: the same label rules on Bonferroni intervals at 1 - 0.05/(claims x looks), which "
-            f"all hold together with probability >= 95%. Labels: README, 'Verdict labels'. {claims_count(results)}.")
+            f"all hold together with probability >= 95%. Labels: docs/studies.md, 'Verdict labels'. {claims_count(results)}.")
 
 
 def render_verdicts(results, fmt: str = "markdown") -> str:
