@@ -34,6 +34,7 @@ from grpolab.signals import RunKilled
 from grpolab.state import confine_caches
 from grpolab.tracking.figures import curves_figure
 from grpolab.tracking.naming import clean_metric_name, flat_keys, resolve_path_tag, standard_tags
+from grpolab.tracking.sqlite_schema import create_from_schema
 
 MAX_BATCH = 1000        # MLflow's limit of metrics per log_batch call
 MAX_PARAM_LEN = 6000
@@ -81,6 +82,8 @@ def artifact_root(state_dir: Path) -> str:
 def client_for(state_dir: Path) -> MlflowClient:
     Path(state_dir).mkdir(parents=True, exist_ok=True)
     uri = tracking_uri(state_dir)
+    if uri.startswith("sqlite:///") and "?" not in uri:   # a fresh store from MLflow's migrated schema
+        create_from_schema(Path(uri[len("sqlite:///"):]))
     if uri.startswith("sqlite:"):
         relocate_artifacts(uri, state_dir)
     return MlflowClient(tracking_uri=uri)
