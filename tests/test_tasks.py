@@ -27,9 +27,26 @@ def test_addition_verifier_and_carries():
 
 
 def test_splits_are_deterministic_in_the_seed():
+    from grpolab.world import tasks
     t = make_task("countdown")
-    assert [e.prompt for e in t.splits(5, 50, 10)[0]] == [e.prompt for e in t.splits(5, 50, 10)[0]]
+    first = [e.prompt for e in t.splits(5, 50, 10)[0]]
+    tasks._SPLITS.clear()                                    # drawn again, not the kept draw
+    assert first == [e.prompt for e in t.splits(5, 50, 10)[0]]
     assert [e.prompt for e in t.splits(5, 50, 10)[0]] != [e.prompt for e in t.splits(6, 50, 10)[0]]
+
+
+def test_splits_asked_again_are_the_drawn_examples_in_fresh_lists():
+    from grpolab.world import tasks
+    task = make_task("addition", digits=3)
+    first = task.splits(7, 20, 5)
+    tasks._SPLITS.clear()
+    drawn_again = task.splits(7, 20, 5)                      # drawn anew: equal
+    second = task.splits(7, 20, 5)                           # kept: the same examples, not drawn again
+    assert first == drawn_again == second
+    assert all(a is b for a, b in zip(second[0] + second[1], task.splits(7, 20, 5)[0] + task.splits(7, 20, 5)[1]))
+    second[0].clear()                                        # a caller's list is its own
+    assert len(task.splits(7, 20, 5)[0]) == 20
+    assert make_task("addition", digits=4).splits(7, 20, 5) != first   # the params are part of the key
 
 
 def test_scratchpad_is_reward_neutral():

@@ -122,11 +122,11 @@ def method_label(spec: MethodSpec, name: str, reference: MethodSpec | None = Non
     """The method a run actually trains: the registered method with this exact update rule if
     there is one (a DAPO ladder's last rung is ``dapo``), else ``name + <axes changed>`` relative
     to ``reference`` (a ladder's first rung) or to the registered method ``name``."""
-    digest = spec.spec_hash()
-    if name in METHODS and not METHODS[name].missing and METHODS[name].spec().spec_hash() == digest:
+    digest, registered = spec.spec_hash(), _registered_digests()
+    if registered.get(name) == digest:
         return name
-    for key, method in METHODS.items():
-        if not method.missing and method.spec().spec_hash() == digest:
+    for key, known in registered.items():
+        if known == digest:
             return key
     if reference is None and name in METHODS and not METHODS[name].missing:
         reference = METHODS[name].spec()
@@ -135,6 +135,20 @@ def method_label(spec: MethodSpec, name: str, reference: MethodSpec | None = Non
     changed = [f"{f.name}={getattr(spec, f.name)}" for f in dataclasses.fields(spec)
                if getattr(spec, f.name) != getattr(reference, f.name)]
     return f"{name} + {', '.join(changed)}"[:250] if changed else name
+
+
+_registered: dict = {}
+
+
+def _registered_digests() -> dict[str, str]:
+    """{method: spec hash} of every implemented registered method, in registry order. Built once
+    per registry content (every run asks several times; building all specs costs ~0.1 s), again
+    when a method is registered."""
+    keys = tuple(METHODS)
+    if _registered.get("keys") != keys:
+        _registered.update(keys=keys, digests={key: method.spec().spec_hash()
+                                               for key, method in METHODS.items() if not method.missing})
+    return _registered["digests"]
 
 
 def ladder_run_name(rung: int, rung_name: str, seed: int) -> str:

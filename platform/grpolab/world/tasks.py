@@ -43,10 +43,17 @@ class Task:
         benchmark for every run seed, still disjoint from each seed's train stream. The eval draw is
         sequential, so the first m of n eval prompts are the m-prompt set (a subset, same order)."""
         held = seed if held_out_seed is None else held_out_seed
-        eval_rng, train_rng = random.Random(f"{self.name}-eval-{held}"), random.Random(f"{self.name}-train-{seed}")
-        eval_set = _unique(lambda: self._generate(eval_rng, self.params), n_eval, exclude=set())
-        train_set = _unique(lambda: self._generate(train_rng, self.params), n_train, exclude={e.prompt for e in eval_set})
-        return train_set, eval_set
+        key = (self.name, tuple(sorted(self.params.items())), seed, n_train, n_eval, held)
+        if key not in _SPLITS:   # a pure function of the key: a run asks for its splits ~5 times
+            eval_rng, train_rng = random.Random(f"{self.name}-eval-{held}"), random.Random(f"{self.name}-train-{seed}")
+            eval_set = _unique(lambda: self._generate(eval_rng, self.params), n_eval, exclude=set())
+            train_set = _unique(lambda: self._generate(train_rng, self.params), n_train,
+                                exclude={e.prompt for e in eval_set})
+            if len(_SPLITS) >= _SPLITS_KEPT:
+                del _SPLITS[next(iter(_SPLITS))]
+            _SPLITS[key] = (tuple(train_set), tuple(eval_set))
+        train_set, eval_set = _SPLITS[key]
+        return list(train_set), list(eval_set)
 
     def target(self, example: Example, rng: random.Random) -> str:
         return self._target(example, rng, self.params)
@@ -56,6 +63,11 @@ class Task:
 
     def is_correct(self, example: Example, completion: str) -> bool:
         return self._correct(example, completion)
+
+
+# The splits drawn last (a task's params are integers, its generator deterministic), oldest dropped first.
+_SPLITS: dict[tuple, tuple[tuple[Example, ...], tuple[Example, ...]]] = {}
+_SPLITS_KEPT = 32
 
 
 def _unique(draw, n: int, exclude: set[str]) -> list[Example]:
