@@ -15,8 +15,9 @@ import gc
 import importlib.metadata
 import logging
 import os
+import sys
 import warnings
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from grpolab.state import confine_caches, state_path
 
@@ -53,40 +54,48 @@ _owned = {"process": False, "frozen": False}
 def own_process() -> None:
     """The command line's, when it is the process's entry point (``grpolab ...``; not ``main([...])``
     called by other code, whose process stays as its owner set it): the collector runs at
-    IMPORT_THRESHOLDS until the training stack is loaded (freeze_training_stack)."""
+    IMPORT_THRESHOLDS until the training stack is loaded (freeze_training_stack), and the installed
+    distributions are scanned once (packages_distributions_once)."""
     _owned["process"] = True
     gc.set_threshold(*IMPORT_THRESHOLDS)
-    importlib.metadata.packages_distributions = _packages_distributions_once
+    importlib.metadata.packages_distributions = packages_distributions_once
 
 
 # importlib.metadata.packages_distributions() maps import names to distributions. Importing the stack
 # asks for it twice (transformers caches one answer, TRL keeps another as a module constant), and each
-# answer scans every installed distribution, parsing the RECORD of each wheel without top_level.txt
-# into path objects (numpy, scipy, pandas, plotly: 0.7 CPU-s per scan on the 2-core test machine, 204
-# distributions). A process the command line owns computes it once, reading RECORD as text (0.1 s):
-# the same mapping (tests/test_startup_packages.py compares it with the standard library's).
-_distributions: list = []
+# answer scans every installed distribution, turning every RECORD line of each wheel without
+# top_level.txt into a path object (numpy, scipy, pandas, plotly: 0.7 CPU-s per scan on the 2-core test
+# machine, 204 distributions). A process the command line owns scans once; on Python 3.11 it also reads
+# RECORD as text and makes path objects only of its .py lines (0.1 s), by 3.11's rule (3.12 changed it:
+# there the library's own scan runs, once). tests/test_startup_packages.py compares both with the library.
+_scanned: list = []
 
 
-def _packages_distributions_once() -> dict[str, list[str]]:
-    if not _distributions:
-        _distributions.append(scan_packages_distributions())
-    return _distributions[0]
+def packages_distributions_once() -> dict[str, list[str]]:
+    """The first scan's mapping, in fresh lists for every caller (as the library gives)."""
+    if not _scanned:
+        _scanned.append(scan_packages_distributions() if sys.version_info[:2] == (3, 11)
+                        else _LIBRARY_PACKAGES_DISTRIBUTIONS())
+    return {name: list(projects) for name, projects in _scanned[0].items()}
 
 
-def scan_packages_distributions() -> dict[str, list[str]]:
-    """{import name: [distribution names]}, as ``importlib.metadata.packages_distributions()``: a
-    distribution's top_level.txt names, else the first part of every ``.py`` path its RECORD lists
-    (the module name itself for a top-level module file)."""
+_LIBRARY_PACKAGES_DISTRIBUTIONS = importlib.metadata.packages_distributions
+
+
+def scan_packages_distributions(dists=None) -> dict[str, list[str]]:
+    """{import name: [distribution names]} by Python 3.11's rule: a distribution's top_level.txt
+    names, else for each ``.py`` file its RECORD lists, the path's first part (the module name itself
+    for a file at the top), else (no RECORD) the library's own walk of the egg-info file lists.
+    ``dists``: these distributions instead of the installed ones."""
     found = collections.defaultdict(list)
-    for dist in importlib.metadata.distributions():
+    for dist in importlib.metadata.distributions() if dists is None else dists:
         names = (dist.read_text("top_level.txt") or "").split()
         record = None if names else dist.read_text("RECORD")
-        if not names and record is None:
-            names = importlib.metadata._top_level_inferred(dist)   # no RECORD: the library's own walk
+        if not names and not record:
+            names = importlib.metadata._top_level_inferred(dist)
         elif not names:
-            paths = (row[0] for row in csv.reader(record.splitlines()) if row)
-            names = {path.partition("/")[0] if "/" in path else path[:-3] for path in paths if path.endswith(".py")}
+            files = (PurePosixPath(row[0]) for row in csv.reader(record.splitlines()) if row and row[0].endswith(".py"))
+            names = {f.parts[0] if len(f.parts) > 1 else f.with_suffix("").name for f in files if f.suffix == ".py"}
         project = _project_name(dist)
         for name in names:
             found[name].append(project)
@@ -94,13 +103,18 @@ def scan_packages_distributions() -> dict[str, list[str]]:
 
 
 def _project_name(dist) -> str:
-    """The metadata's Name header, read without parsing the whole message."""
+    """The metadata's Name header as the email parser reads it (leading blanks dropped), found
+    without parsing the whole message; anything unusual (no Name line before the body, an empty or
+    folded value) is left to the parser."""
     text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
     for line in text.splitlines():
         if not line:
             break
         if line.startswith("Name:"):
-            return line[len("Name:"):].strip()
+            value = line[len("Name:"):].lstrip(" \t")
+            if value:
+                return value
+            break
     return dist.metadata["Name"]
 
 

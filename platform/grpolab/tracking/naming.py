@@ -141,10 +141,10 @@ _registered: dict = {}
 
 
 def _registered_digests() -> dict[str, str]:
-    """{method: spec hash} of every implemented registered method, in registry order. Built once
-    per registry content (every run asks several times; building all specs costs ~0.1 s), again
-    when a method is registered."""
-    keys = tuple(METHODS)
+    """{method: spec hash} of every implemented registered method, in registry order. Built again
+    only when an entry is added, removed or replaced (every run asks several times; building all
+    specs costs ~0.1 s); an entry's axes are fixed once registered."""
+    keys = tuple((key, id(method)) for key, method in METHODS.items())
     if _registered.get("keys") != keys:
         _registered.update(keys=keys, digests={key: method.spec().spec_hash()
                                                for key, method in METHODS.items() if not method.missing})

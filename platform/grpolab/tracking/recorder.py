@@ -82,8 +82,11 @@ def artifact_root(state_dir: Path) -> str:
 def client_for(state_dir: Path) -> MlflowClient:
     Path(state_dir).mkdir(parents=True, exist_ok=True)
     uri = tracking_uri(state_dir)
-    if uri.startswith("sqlite:///") and "?" not in uri:   # a fresh store from MLflow's migrated schema
-        create_from_schema(Path(uri[len("sqlite:///"):]))
+    if uri.startswith("sqlite:///"):   # a fresh store from MLflow's migrated schema
+        from sqlalchemy.engine import make_url
+        database = make_url(uri).database   # as SQLAlchemy reads it: %-decoded, without ?options
+        if database and database != ":memory:":
+            create_from_schema(Path(database))
     if uri.startswith("sqlite:"):
         relocate_artifacts(uri, state_dir)
     return MlflowClient(tracking_uri=uri)

@@ -5,13 +5,17 @@ MLflow creates an empty SQLite store by running every alembic migration since it
 they end at, for the pinned MLflow, is shipped as SQL text (``mlflow_sqlite_schema.sql``: SQLite's
 own dump of a store MLflow migrated, alembic head included), and a new store is created from it in
 0.04 s. MLflow then opens it as any store at head. With another MLflow version installed than the
-one the file was dumped from, MLflow migrates as usual (``python -m grpolab.tracking.sqlite_schema``
-rewrites the file; tests/test_sqlite_schema.py fails until it does).
+one the file was dumped from, a warning line says so and MLflow migrates as usual
+(``python -m grpolab.tracking.sqlite_schema`` rewrites the file; tests/test_sqlite_schema.py fails
+until it does).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import secrets
 import sqlite3
 import sys
 import tempfile
@@ -37,23 +41,32 @@ def migrated_dump() -> str:
 
 
 def schema_of(dump: str) -> set[str]:
-    """What a dump defines, independent of order: each CREATE statement with a table's columns and
+    """What a dump holds, independent of order: every statement, with a table's columns and
     constraints sorted (MLflow's migrations rebuild tables with constraints in set order, so two
-    migrated stores list them differently), and the alembic revision; other rows are data."""
+    migrated stores list them differently) and its options after the body kept."""
     statements = set()
-    for line in _statements(dump):
-        if line.startswith("CREATE TABLE"):
-            head, body = line.split("(", 1)
-            statements.add(head.strip() + " (" + ", ".join(sorted(_items(body.rsplit(")", 1)[0]))) + ")")
-        elif line.startswith(("CREATE", 'INSERT INTO "alembic_version"')):
-            statements.add(" ".join(line.split()))
+    for statement in _statements(dump):
+        if statement.startswith("CREATE TABLE"):
+            head, rest = statement.split("(", 1)
+            body, options = rest.rsplit(")", 1)
+            statements.add(f"{head.strip()} ({', '.join(sorted(_items(body)))}){options}")
+        else:
+            statements.add(statement)
     return statements
 
 
 def _statements(dump: str) -> list[str]:
-    """The dump's statements (a CREATE TABLE spans lines), comments left out."""
-    text = "\n".join(line for line in dump.splitlines() if not line.startswith("--"))
-    return [" ".join(part.split()) for part in text.split(";\n") if part.strip()]
+    """The dump's complete SQL statements, whitespace-normalised, comments left out (a trigger's
+    body holds statements of its own: a statement ends where SQLite says it is complete)."""
+    out, pending = [], ""
+    for line in dump.splitlines():
+        if line.startswith("--"):
+            continue
+        pending += line + "\n"
+        if sqlite3.complete_statement(pending):
+            out.append(" ".join(pending.split()))
+            pending = ""
+    return out + ([" ".join(pending.split())] if pending.strip() else [])
 
 
 def _items(body: str) -> list[str]:
@@ -80,26 +93,52 @@ def shipped_version() -> str | None:
 
 
 def create_from_schema(db: Path) -> bool:
-    """Create the store ``db`` from the shipped schema when it does not exist yet and the schema is
-    the installed MLflow's; True if it did. Written under a temporary name and linked into place:
-    a reader never sees a half-made store, and of two processes creating it at once one store wins
-    (a link fails where the name exists; a rename would replace a store already in use)."""
+    """Create the store ``db`` from the shipped schema when it does not exist yet; True if it did.
+    Written under a temporary name and linked into place: a reader never sees a half-made store,
+    and of two processes creating it at once one store wins (a link fails where the name exists; a
+    rename would replace a store already in use). Where it cannot (another MLflow than the schema's,
+    a file system without hard links), it says so on stderr once and MLflow migrates a new store."""
     import mlflow
-    if db.exists() or shipped_version() != mlflow.__version__:
+    if db.exists():
         return False
+    if shipped_version() != mlflow.__version__:
+        _warn_once(f"grpolab's SQLite schema is MLflow {shipped_version()}'s, MLflow {mlflow.__version__} is "
+                   "installed: MLflow migrates each new store (seconds; python -m grpolab.tracking.sqlite_schema "
+                   "rewrites the schema)")
+        return False
+    return link_new_store(db)
+
+
+def link_new_store(db: Path) -> bool:
+    """The schema written to a new file beside ``db`` (the umask's permissions, as SQLite makes a
+    store) and linked to ``db``; False, with nothing changed, when ``db`` exists by then."""
     db.parent.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(prefix=".mlflow-", suffix=".db", dir=db.parent)
-    os.close(fd)
+    partial = db.parent / f".mlflow-{os.getpid()}-{secrets.token_hex(4)}.db"
+    os.close(os.open(partial, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
     try:
-        with sqlite3.connect(partial) as connection:
+        with contextlib.closing(sqlite3.connect(partial)) as connection:
             connection.executescript(SCHEMA_FILE.read_text())
-        connection.close()
         os.link(partial, db)
     except FileExistsError:
         return False
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+            raise
+        _warn_once(f"{db.parent}: this file system makes no hard links ({exc.strerror}): MLflow migrates "
+                   "each new store there (seconds)")
+        return False
     finally:
-        os.unlink(partial)
+        partial.unlink()
     return True
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _warned:
+        _warned.add(message)
+        print(f"warning: {message}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":   # rewrite the shipped schema for the installed MLflow

@@ -43,7 +43,8 @@ class Task:
         benchmark for every run seed, still disjoint from each seed's train stream. The eval draw is
         sequential, so the first m of n eval prompts are the m-prompt set (a subset, same order)."""
         held = seed if held_out_seed is None else held_out_seed
-        key = (self.name, tuple(sorted(self.params.items())), seed, n_train, n_eval, held)
+        # the streams are named by the seeds' text (1 and 1.0 draw differently); examples are shared, never changed
+        key = (self.name, repr(sorted(self.params.items())), f"{seed}", f"{held}", n_train, n_eval)
         if key not in _SPLITS:   # a pure function of the key: a run asks for its splits ~5 times
             eval_rng, train_rng = random.Random(f"{self.name}-eval-{held}"), random.Random(f"{self.name}-train-{seed}")
             eval_set = _unique(lambda: self._generate(eval_rng, self.params), n_eval, exclude=set())
