@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from grpolab.algorithms import overlong_buffer, soft_overlong_penalty
-from grpolab.trainer.metrics import DEFINITIONS, REQUIRED_RUN_METRICS, rollout_metrics, soft_penalized_fraction
+from grpolab.tracking.metric_catalog import lookup, required_keys
+from grpolab.trainer.metrics import rollout_metrics, soft_penalized_fraction
 
 
 def _stats(lengths, overlong=None, cap=24):
@@ -53,7 +54,7 @@ def test_length_std_by_hand():
 
 def test_both_curves_are_defined_and_required_of_every_run():
     for key in ("length/std", "length/soft_penalized_fraction"):
-        assert key in DEFINITIONS and key in REQUIRED_RUN_METRICS
+        assert lookup(key).name == key and key in required_keys()
 
 
 def test_bad_overlong_buffer_is_refused():

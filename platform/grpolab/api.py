@@ -156,12 +156,12 @@ def _final_metrics(result) -> dict:
     """The last finite point of every training curve and the last held-out evaluation, under
     MLflow's names and with MLflow's exclusions (tracking.RunRecorder.log_metrics)."""
     from grpolab.tracking.naming import clean_metric_name
-    from grpolab.tracking.recorder import DROPPED
+    from grpolab.tracking.recorder import stored_name
     out = {}
     for key, points in result.train_curves.items():
         finite = [(step, value) for step, value in points if math.isfinite(value)]
-        if finite and key not in DROPPED and not key.startswith("completions/"):
-            out[clean_metric_name(key)] = max(finite, key=lambda p: p[0])[1]
+        if finite and stored_name(key) is not None:
+            out[stored_name(key)] = max(finite, key=lambda p: p[0])[1]
     out.update({clean_metric_name(k): float(v) for k, v in result.final_eval.items()})
     return out
 

@@ -75,7 +75,7 @@ def _cmd_methods(args) -> int:
 
 
 def _cmd_metrics_doc(args) -> int:
-    from grpolab.trainer.metrics import render_doc
+    from grpolab.tracking.metric_catalog import render_doc
     print(render_doc(), end="")
     return 0
 

@@ -22,16 +22,7 @@ from grpolab.method.kl import kl_in_loss
 from grpolab.method.spec import MethodSpec
 
 __all__ = ["compute_advantages", "gae_advantages", "policy_loss", "entropy_mask", "ValueTracker",
-           "soft_overlong_penalty", "overlong_buffer", "combine_rewards", "TRL_NAMED_STATS"]
-
-# Statistics ``policy_loss`` reports under TRL 1.16's own metric names and meanings (its
-# ``GRPOTrainer._compute_loss``), beside grpolab's curves: TRL logs them once per micro-batch and
-# averages them over the logging window. ``policy_loss``: the aggregated policy term incl. an in-loss
-# KL, before the entropy bonus and gradient-accumulation scaling; ``clip_ratio/*`` (PPO-clip
-# surrogates): token fractions low / high / low|high clipped, and the min (max) over sequences of a
-# sequence's low (high) clipped fraction; ``cispo_clip_ratio``: tokens with rho > 1 + eps_high and A > 0.
-TRL_NAMED_STATS = frozenset({"policy_loss", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
-                             "clip_ratio/low_min", "clip_ratio/high_max", "cispo_clip_ratio"})
+           "soft_overlong_penalty", "overlong_buffer", "combine_rewards"]
 
 
 def combine_rewards(rewards: torch.Tensor, weights: tuple[float, ...] | None) -> torch.Tensor:

@@ -210,7 +210,8 @@ def clip_stats(spec, coef, A, old_logp, mask, stats) -> None:
 
 
 def _trl_clip_stats(spec, kind, coef, A_full, low, high, mask, stats) -> None:
-    """TRL's own clip curves (``TRL_NAMED_STATS``), as its ``_compute_loss`` defines them."""
+    """TRL's own clip curves (``tracking.metric_catalog.trl_loss_keys``), as its ``_compute_loss``
+    defines them."""
     if kind == "truncate":
         stats["cispo_clip_ratio"] = masked_mean((coef > 1 + spec.eps_high) & (A_full > 0), mask)
         return

@@ -4,22 +4,15 @@ Read and checked here without plotly or pandas, so that a bad ``--layout`` is an
 from __future__ import annotations
 
 from grpolab.errors import ConfigError
+from grpolab.tracking.metric_catalog import label
 from grpolab.tracking.naming import X_AXES
 from grpolab.yaml_input import read_yaml_mapping
 
+# the default page's panels, in order; each panel's title is its metric's label in the catalog
+DEFAULT_PANELS = ("eval/pass_at_1", "reward/mean", "entropy", "length/correct", "length/incorrect",
+                  "clip/region_fraction", "clip/high_old_prob", "groups/all_correct", "groups/all_wrong", "kl")
 DEFAULT_LAYOUT = {
-    "panels": [
-        {"title": "Held-out pass@1", "metric": "eval/pass_at_1"},
-        {"title": "Reward (rollout mean)", "metric": "reward/mean"},
-        {"title": "Policy entropy", "metric": "entropy"},
-        {"title": "Length of correct completions", "metric": "length/correct"},
-        {"title": "Length of incorrect completions", "metric": "length/incorrect"},
-        {"title": "Clip fraction (either bound binds)", "metric": "clip/region_fraction"},
-        {"title": "Old-policy probability of upper-clipped tokens", "metric": "clip/high_old_prob"},
-        {"title": "All-correct groups (zero variance)", "metric": "groups/all_correct"},
-        {"title": "All-wrong groups (zero variance)", "metric": "groups/all_wrong"},
-        {"title": "KL to the reference", "metric": "kl"},
-    ],
+    "panels": [{"title": label(metric), "metric": metric} for metric in DEFAULT_PANELS],
     "ablation": True,
     "paired_delta": True,
     "optuna": True,

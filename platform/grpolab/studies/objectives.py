@@ -29,13 +29,10 @@ from __future__ import annotations
 import math
 
 from grpolab.errors import ConfigError
-from grpolab.tracking.held_out import BENCHMARK_KEY, EVAL_KEYS, canonical_metric, is_eval_key
+from grpolab.tracking.held_out import EVAL_KEYS, canonical_metric, is_eval_key
+from grpolab.tracking.metric_catalog import range_of
 
 METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")   # a study objective's; analysis adds head:, start:
-# a metric key's range of values, by its prefix
-UNIT_INTERVAL = ("eval/pass", "eval/greedy_accuracy", "accuracy", "groups/", "clip/", "length/truncated_fraction",
-                 "sampling/kept_fraction", "entropy/kept_fraction", "override/")
-NON_NEGATIVE = ("length/", "tokens/", "time/", "entropy", "step_time", "eval/mean_length", "steps_to:", "tokens_to:")
 
 
 def objective_value(metric: str, evals: dict[int, dict], curves: dict[str, list]) -> float:
@@ -164,13 +161,10 @@ def censored_value(metric: str, value: float, history) -> tuple[float, bool]:
 
 
 def metric_range(metric: str) -> tuple[float, float]:
-    """The values a metric (or study objective such as ``final:eval/pass_at_1``) can take."""
+    """The values a metric (or study objective such as ``final:eval/pass_at_1``) can take: the
+    catalog's range of the key (``tracking.metric_catalog``); a step or token count for steps_to:
+    and tokens_to:."""
     metric = canonical_metric(metric)
-    key = metric.split(":", 1)[1] if metric.split(":", 1)[0] in ("final", "auc", "tail") else metric
-    if BENCHMARK_KEY.match(key):   # scores are fractions of prompts; sd and mean_length are not
-        return (0.0, math.inf) if key.rsplit("/", 1)[1].startswith(("sd_", "mean_length")) else (0.0, 1.0)
-    if key.startswith(UNIT_INTERVAL):
-        return 0.0, 1.0
-    if key.startswith(NON_NEGATIVE):
+    if metric.startswith(("steps_to:", "tokens_to:")):
         return 0.0, math.inf
-    return -math.inf, math.inf
+    return range_of(metric.split(":", 1)[1] if metric.split(":", 1)[0] in ("final", "auc", "tail") else metric)

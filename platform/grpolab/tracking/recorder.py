@@ -33,30 +33,25 @@ from mlflow.tracking import MlflowClient
 from grpolab.signals import RunKilled
 from grpolab.state import confine_caches
 from grpolab.tracking.figures import curves_figure
+from grpolab.tracking.metric_catalog import dropped_keys, dropped_prefixes
 from grpolab.tracking.naming import clean_metric_name, flat_keys, resolve_path_tag, standard_tags
 from grpolab.tracking.sqlite_schema import create_from_schema
 
 MAX_BATCH = 1000        # MLflow's limit of metrics per log_batch call
 MAX_PARAM_LEN = 6000
-# TRL keys that duplicate grpolab's curves or mislead: frac_reward_zero_std is a whole-batch flag
-# under batch scaling and miscounts non-dyadic rewards (TRL_NOTES.md); completions/* repeat length/*.
-# TRL's end-of-train summary (train_runtime, total_flos, ...) is one point at the last step that
-# repeats the tags (wall seconds) or means nothing here (FLOPs of a toy model): not a curve.
-# The drop-in trainer also logs TRL's own loss-side names (grpolab.algorithms.TRL_NAMED_STATS: policy_loss,
-# clip_ratio/*, cispo_clip_ratio), per micro-batch as TRL does, for TRL users: clip/* carry them here.
-DROPPED = frozenset({"frac_reward_zero_std", "reward", "reward_std", "num_tokens", "epoch", "train_runtime",
-                     "train_samples_per_second", "train_steps_per_second", "total_flos", "train_loss",
-                     "policy_loss", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean",
-                     "clip_ratio/low_min", "clip_ratio/high_max", "cispo_clip_ratio"})
+# TRL keys that duplicate grpolab's curves or mislead, and TRL's end-of-train summary (one point at
+# the last step, not a curve): the catalog's records with stored=False, each saying why.
+DROPPED = dropped_keys()
+DROPPED_PREFIXES = dropped_prefixes()   # completions/*: they repeat length/*
 ARTIFACTS_DIR = "mlartifacts"
 
 
 def stored_name(key: str) -> str | None:
     """The name MLflow stores a logged key under, or None for a key grpolab does not store
-    (``DROPPED``, ``completions/*``). The one definition of a run's history keys: the recorder
+    (``DROPPED``, ``DROPPED_PREFIXES``). The one definition of a run's history keys: the recorder
     writes under it, a live run keys its curves by it, and a resumed run reads the stored names
     back unchanged, so a resumed row and a live one name every metric alike."""
-    if key in DROPPED or key.startswith("completions/"):
+    if key in DROPPED or key.startswith(DROPPED_PREFIXES):
         return None
     return clean_metric_name(key)
 

@@ -27,6 +27,7 @@ from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.entropy_modes import ENTROPY_MODES
 from grpolab.method.kl import kl_in_reward
 from grpolab.method.sampling_modes import SAMPLING_MODES
+from grpolab.tracking.metric_catalog import trl_loss_keys
 from grpolab.trainer import mlflow_report
 from grpolab.trainer import dropin
 from grpolab.trainer.benchmark_eval import BenchmarkEvaluation, resolve_answer_extractor
@@ -43,7 +44,6 @@ from grpolab.trainer.step_times import StepTimes
 from grpolab.trainer.rollouts import (Generated, RolloutRow, ScoredRound, completion_rows, correct_of, generated_mask,
                                       lengths_of, truncated_of)
 from grpolab.trainer.vllm_engine import VllmEngineAccess
-
 
 class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSampling, EstimatorInputs, PiOldEntropy,
                      VllmEngineAccess, StepTimes, BenchmarkEvaluation, GRPOTrainer):
@@ -278,7 +278,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
             sampling_weights=inputs.get("importance_sampling_ratio"),  # TRL's vLLM correction (engines.py)
             keep=keep,
         )
-        trl_stats = {k: stats.pop(k) for k in list(stats) if k in algorithms.TRL_NAMED_STATS}
+        trl_stats = {k: stats.pop(k) for k in list(stats) if k in trl_loss_keys()}
         if self.aux_loss_enabled:   # as TRL 1.16: + coef * aux_loss, scaled for gradient accumulation below
             loss = loss + self.router_aux_loss_coef * aux_loss
             trl_stats["aux_loss"] = float(aux_loss.detach())
@@ -304,7 +304,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         return loss
 
     def _log_trl_stats(self, stats: dict, mode: str, tokens: float) -> None:
-        """TRL's own loss-side curves (``algorithms.TRL_NAMED_STATS``, ``aux_loss``) under TRL's names,
+        """TRL's own loss-side curves (``metric_catalog.trl_loss_keys``, ``aux_loss``) under TRL's names,
         once per micro-batch as TRL logs them (its ``log`` averages over the logging window), combined
         over processes as TRL combines them: the token fractions ``clip_ratio/*_mean`` and
         ``cispo_clip_ratio`` as token-weighted means over every process's tokens (TRL's

@@ -14,9 +14,11 @@ import math
 
 import torch
 
-# statistic -> how it is weighted; "tokens" unless listed
-PER_MICRO_BATCH = frozenset({"dpo/pairs", "critic/warmup"})
-PER_HIGH_CLIPPED = frozenset({"clip/high_old_prob"})
+from grpolab.tracking.metric_catalog import weighted_by
+
+# statistic -> how it is weighted (the catalog's weighting); "tokens" unless listed
+PER_MICRO_BATCH = weighted_by("micro-batch")
+PER_HIGH_CLIPPED = weighted_by("upper-clipped token")
 
 
 def weighted(stats: dict[str, float], tokens: float, processes: int) -> dict[str, tuple[float, float]]:
