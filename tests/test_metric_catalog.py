@@ -14,7 +14,7 @@ from grpolab.tracking.metric_catalog import CATALOG, lookup, range_of, render_do
 from grpolab.tracking.metric_record import VARIABLE
 
 PACKAGE = REPO / "platform" / "grpolab"
-CATALOG_FILES = {"metric_catalog.py", "metric_entries.py", "metric_entries_update.py", "metric_record.py"}
+CATALOG_FILES = {"metric_catalog.py", "metric_entries.py", "metric_entries_loss.py", "metric_record.py"}
 METRIC_DICTS = {"stats", "trl_stats", "curves"}          # the dicts whose entries become curves
 KEY_SHAPE = re.compile(r"^[a-z][a-z0-9_]*(?:/[A-Za-z0-9_.<>-]+)+$")
 OBJECTIVE = re.compile(r"^(?:final|auc|tail|head|start|steps_to|tokens_to):([^<>=]+)(?:>=.*)?$")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import cache
 
 from grpolab.tracking.metric_entries import ROLLOUT_AND_RUN
-from grpolab.tracking.metric_entries_update import TRL_DROPPED, UPDATE
+from grpolab.tracking.metric_entries_loss import TRL_DROPPED, UPDATE
 from grpolab.tracking.metric_record import ANY, REQUIRED, TRAINED, Metric, range_text
 
 CATALOG: tuple[Metric, ...] = ROLLOUT_AND_RUN + UPDATE + TRL_DROPPED

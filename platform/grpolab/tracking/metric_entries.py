@@ -1,6 +1,6 @@
 """The rollout curves (over what is generated, and ``trained/`` over what the update uses), the
 held-out and benchmark scores, and the run's own (loss, learning rate, wall time): one record each.
-Loss-side, method-specific and multi-turn curves are in ``metric_entries_update``."""
+Loss-side, method-specific and multi-turn curves are in ``metric_entries_loss``."""
 
 from __future__ import annotations
 

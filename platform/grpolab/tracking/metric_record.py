@@ -1,5 +1,5 @@
 """One tracked metric's facts (``Metric``) and the words its fields take; the records themselves
-are in ``metric_entries`` and ``metric_entries_update``, read through ``metric_catalog``."""
+are in ``metric_entries`` and ``metric_entries_loss``, read through ``metric_catalog``."""
 
 from __future__ import annotations
 
