@@ -2,7 +2,6 @@
 
 Public names (``grpolab.__all__``) are imported on first use (PEP 562 ``__getattr__``), so
 ``import grpolab`` -- and every command-line answer -- stays free of torch, TRL and MLflow:
-
     run(experiment, **overrides) -> RunOutcome      train one experiment (YAML path or dict)
     load(experiment, **overrides) -> RunConfig      the same validation, without training
     study(path, workers=1) -> StudyOutcome          run or resume a ladder or search

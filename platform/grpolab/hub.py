@@ -6,16 +6,7 @@ of a local file or folder. The cache is the one the hub client uses, found as it
 ``HF_HUB_CACHE``, else ``$HF_HOME/hub``, else ``~/.cache/huggingface/hub``; ``HF_HUB_OFFLINE``
 (or ``TRANSFORMERS_OFFLINE``) forbids downloads. Read at call time, not at import.
 
-Validation looks in the cache only (``huggingface_hub.snapshot_download(..., local_files_only=True)``:
-nothing is downloaded, transformers is not imported):
-- cached: that snapshot folder (``<cache>/models--org--name/snapshots/<commit>/``) is used, and
-  runs record its commit (the tag ``grpolab.hub.<key>``). A cached revision is used as it is, so
-  every row of a study sees the same snapshot; to move ``main`` on, download it again (``hf download``)
-  or name a commit;
-- not cached, ``HF_HUB_OFFLINE`` set: an error naming the id and the cache folder (exit 2),
-  before anything is written;
-- not cached, online: a warning; the run downloads it into the cache as it starts;
-- while planning (``grpolab study --plan``): noted as "not in the local cache: will be downloaded".
+Detail: docs/real-models.md, "grpolab.hub".
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ initialised. Tokenizers use the real Qwen2 byte-level BPE vocabulary when the `q
 trained locally and `HAS_REAL_QWEN_VOCAB` is False (conftest skips the id-dependent tests). Every family gets the chat
 template TRL bundles for it (`trl/chat_templates/*.jinja`), which is what TRL matches on for tool parsing.
 
-Datasets come from TRL's own `scripts/generate_zen_dataset.py` (vendored unchanged), with `push_to_hub` captured.
+Datasets come from TRL's own `trl_tests/scripts/generate_zen_dataset.py` (vendored unchanged), with `push_to_hub` captured.
 
 Usage: `python build_hub_cache.py [DIR]` prints the cache dir; `ensure_hub_cache()` builds once per key (file lock).
 """

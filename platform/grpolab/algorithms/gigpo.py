@@ -5,33 +5,7 @@ Notation: an episode group holds the G episodes that start from the same initial
 prompt, one environment seed); episode i takes actions a_1..a_{T_i} in states s_1..s_{T_i} and
 receives step rewards r_1..r_{T_i}.
 
-- Episode level (Eq. 3): R(tau_i) = sum_t r_t^(i);
-      A^E(tau_i) = (R(tau_i) - mean_g R) / F_norm,   F_norm = std_g R + eps (mean-and-std) or 1 (mean only).
-  This is grpolab's ``group_std`` / ``group_mean`` estimator applied to episode returns. The
-  population of mean_g and std_g is a named choice, ``method.episode_norm``:
-  ``episode`` (default, the paper's Eq. 3): one sample per episode, each of the G episodes once;
-  ``step``: one sample per step row, episode i counted T_i times (its number of turns),
-      mean_g = sum_i T_i R_i / sum_i T_i,   std_g^2 = sum_i T_i (R_i - mean_g)^2 / (sum_i T_i - 1),
-  which is what verl-agent does by default: in gigpo/core_gigpo.py, ``episode_norm_reward`` has
-  ``compute_mean_std_cross_steps=True`` (each batch row is one step and carries its episode's
-  score; ``compute_gigpo_outcome_advantage`` leaves the default), False being "standard
-  episode-level" per trajectory. With ``step`` a longer episode weighs more in the baseline.
-- Anchor states (Eq. 6): within one episode group, every step whose state equals s~ (or, for text
-  states with a similarity threshold, is similar to the group's first such state) joins the step
-  group G^S(s~) = {(i, t) : s_t^(i) = s~}.
-- Step returns (Eq. 5): R_t^(i) = sum_{k >= t} gamma^(k - t) r_k^(i) (discounted from the step on).
-- Step level (Eq. 7): A^S(a_t^(i)) = (R_t^(i) - mean_{G^S} R) / F_norm over the step group; a
-  singleton group (a state seen once in the episode group) gives 0: no other action from that
-  state to compare with. verl-agent gets the same 0 another way: in gigpo/core_gigpo.py,
-  ``step_norm_reward`` gives a one-member group mean = its own return and std = 1, so
-  (R - R) / (1 + eps) = 0 (it is ``episode_norm_reward`` that uses mean 0, std 1 for a lone
-  episode and passes its score through). grpolab takes std 0 for a singleton, so mean-only gives
-  R - R = 0 and mean-and-std (R - R) / (0 + eps) = 0; with eps = 0 the zero denominator is
-  answered with 0 explicitly.
-- A state visited twice in one episode puts both steps (i, t) and (i, t') in the same step group
-  (Eq. 6 ranges over all (i, t)), each with its own discounted return R_t^(i), R_t'^(i).
-- Combined (Eq. 8): A(a_t^(i)) = A^E(tau_i) + omega * A^S(a_t^(i)), applied to every model token of
-  turn t (environment tokens get 0 and are masked out of the loss anyway).
+Detail: docs/methods.md, "grpolab.algorithms.gigpo".
 """
 
 from __future__ import annotations

@@ -2,20 +2,7 @@
 every rung x seed row exists exactly once), read each row's metric windows back from MLflow
 (``analysis/histories.py``), and judge every claim on its paired seeds. Nothing here trains directly.
 
-Every verdict carries, besides its label and reason: the precondition check (``mechanism:``, a
-floor fixed in advance), the premise gates (``premise:``, ``regimes.with_regime``: a claim whose
-named dynamic is absent on the measured rows is no test of it), the censoring policy
-(``verdicts.with_censoring``), its Holm-adjusted p-value within the run's family of claims, its
-deviations and its pre-registration status. A ratio claim (``scale: log10``) is judged on
-log10(treatment) - log10(control); a threshold relative to a rung (``threshold_of``) is set per
-seed from that rung's final value (``seed_threshold``).
-
-A claim study with a seeds-on-demand design (``seeds: {first, batch, cap}``, the shipped ones) runs
-its own registered plan (``until_decided.run_until_decided``: looks until its rungs are decided),
-and its claims are judged on its rows at the per-look level it recorded. For claim studies without
-one, ``--until-decided --max-seeds N`` adds paired seeds in batches until every verdict is decided or
-N is reached; each look's interval is at the Bonferroni-spent level 1 - alpha/K over the K
-planned looks (``inference.sequential_level``; its error rate measured in ``coverage``).
+Detail: docs/studies.md, "grpolab.analysis.claim_runs".
 """
 
 from __future__ import annotations

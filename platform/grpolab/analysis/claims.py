@@ -1,36 +1,7 @@
 """Claims as data (``studies/claims/*.yaml``, one claim per file): a published statement, where it
 is written, and the pre-registered toy test of it.
 
-    name: clip_higher_entropy
-    source: "DAPO (Yu et al. 2025, arXiv:2503.14476), Section 3.1, Figure 2, p. 3"
-    statement: Without Clip-Higher the policy entropy falls faster
-    published: "entropy ~0.4 with Clip-Higher vs near 0 without, step 1000 (Fig. 2 right)"
-    study: clip_higher_entropy.yaml         # relative to studies/ (or to the claim file)
-    treatment: {rung: "eps_high 0.28"}      # a rung, optionally with its own metric
-    control: {rung: "eps_high 0.2"}         # a rung, or {value: 0.2} (a fixed reference)
-    metric: tail:entropy                    # the pre-registered window (see studies' metrics)
-    direction: increase                     # of treatment - control: increase | decrease | none
-    smallest_effect: 0.02                   # the smallest difference that matters
-    regime: rollout reuse so the upper clip can bind
-    requires: [rollout_reuse]               # checked before anything runs
-    mechanism: {metric: tail:clip/high_fraction, at_least: 0.001}   # a precondition's floor; rows: control (default) | treatment
-    premise: {premise: the control's entropy collapses, gates: [{measure: entropy_drop, at_least: 0.5}]}
-                                            # the regime the claim names (studies/regime.py), rows: control
-                                            # (treatment only against a fixed value: a one-arm claim)
-    scale: log10                            # optional: judge log10(treatment) - log10(control), a ratio claim
-    threshold_of: static sampling           # optional, steps_to:/tokens_to: only: the threshold x is a fraction
-                                            # of that rung's final value of the same key on the same seed
-    report: [tail:clip/high_fraction]       # shown beside the verdict (paired means)
-    kind: reproduction                      # or construction_check: holds by how the toy is built
-    statistic_note: ""                      # where the toy's statistic differs from the paper's
-    deviations: []                          # {date, change, after_seeing}: changes made after seeing results
-
-Besides the studies' metrics a claim may use two windows for within-run contrasts:
-``head:<train key>`` (mean over the first quarter of the curve) and ``start:<eval key>`` (the
-held-out value before any RL step).
-
-The verdict itself is ``grpolab.analysis.verdicts.paired_verdict`` on the per-seed differences; the
-fields that decide it (``PREREGISTERED``) are hashed at its first verdict (``preregistration``).
+Detail: docs/studies.md, "grpolab.analysis.claims".
 """
 
 from __future__ import annotations

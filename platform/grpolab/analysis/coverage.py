@@ -1,29 +1,6 @@
 """Measured coverage of the verdict interval, and the error rate of sequential verdicts.
 
-An interval states a level only where a simulation shows it keeps that level at the seed counts
-used. ``coverage_table`` draws many paired samples of n seeds from each generator below (the
-true mean of the paired difference known), computes the verdict's paired t-interval
-(``inference.t_interval``, vectorised here) and counts how often it covers the truth. The
-generators are the shapes grpolab's paired differences really take:
-
-- ``normal``, ``t3``: the textbook case and heavy tails;
-- ``pass@1, 64 prompts x 4``: a held-out pass@1 of each arm on the same 64 prompts (per-prompt
-  difficulty shared by both arms and varying by seed; 4 samples per prompt; resolution 1/256);
-- ``steps to threshold (eval every 10)``: steps until an accuracy threshold, a multiple of 10,
-  many ties;
-- ``clip fraction near 0``: fractions of clipped tokens of order 1e-3, bounded below by 0;
-- ``lognormal``: strong skew, where the t-interval's assumption fails (reported, not asserted).
-
-``sequential_error`` measures how often ``--until-decided`` (looks at start, start+batch, ...,
-max seeds; per-look level from ``inference.sequential_level``) ever excludes a true null, against
-naive re-testing at the nominal level at every look.
-
-``ladder_plan_error`` runs a whole ladder's seeds on demand as ``analysis.until_decided`` does
-(per-rung stopping, ``rows_needed``, ``max_rows``) on simulated rows with known rung effects and
-counts wrong decided labels: a label whose claim the true effect contradicts.
-
-``python -m grpolab.analysis.coverage`` prints the tables of docs/coverage.md
-(``... coverage ladder``: the ladder plan's table only).
+Detail: docs/coverage.md, "grpolab.analysis.coverage".
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """Paired-seed inference: the interval, p-values, power, multiplicity and sequential looks behind
 every verdict. Pure numpy/scipy; no grpolab imports, so it is the ground every verdict stands on.
 
-The unit of evidence is the per-seed paired difference e_s (treatment - control, signed so that
-the claimed direction is positive), s = 1..n. Its mean is estimated with the paired t-interval
-
-    mean(e) +- t_{n-1, 1 - alpha/2} * sd(e) / sqrt(n)
-
-chosen by measurement (``grpolab.analysis.coverage``, docs/coverage.md): at n = 5, 8 and 10 it keeps
-93-97 % coverage on normal, t3 and the discrete differences grpolab produces, where the BCa
-bootstrap it replaced covered 73-86 % at n = 5 (only 126 distinct resamples, never outside the
-data's range). Where its assumption visibly fails (strong skew) the verdict carries a diagnostic.
-
-p-values match the interval: ``p_mean(values, mu0)`` is the two-sided paired t-test of mean mu0
-(p < alpha exactly when the interval excludes mu0); ``p_equivalence`` is the TOST p-value against the margin
-(-delta, delta) on the same scale (p < alpha exactly when the interval lies inside the margin).
+Detail: docs/studies.md, "grpolab.analysis.inference".
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """Each rung of a ladder judged against the previous one, paired by seed: the one function behind
 the ladder table's verdict column and the dashboard's rung panels, so they cannot disagree.
 
-Per rung i >= 1 and objective k: the direction is the published one when both rungs carry
-different published values and k is the study's first objective (the published values are in its
-unit), otherwise objective k's own direction; the smallest effect is objective k's own (none set:
-no verdict). With a sequential plan (seeds added until decided, looks at n_1 < n_2 < ... seeds), a
-rung is judged on the first n_j seeds of the study's seed list, n_j the largest planned look whose
-seeds all have complete rows on both rungs of its pair, as ``until_decided`` judged each look:
-complete rows beyond that look (a look stopped part-way) are shown in the table, never judged, so
-every interval is one of the planned looks' at the per-look level it states. Then the same checks
-as claims: censoring (``verdicts.with_censoring``), the rung's ``mechanism`` (a precondition: a
-floor fixed in advance, measured on this or the previous rung's rows), the rung's ``regime`` gates
-on the previous rung's judged rows (``regimes.with_regime``), the label's fragility under the
-evaluation draw (``strength``), and the ladder's judged rungs as one family (``verdicts.with_family``),
-whose familywise labels are checked for fragility the same way.
+Detail: docs/studies.md, "grpolab.analysis.ladder_verdicts".
 """
 
 from __future__ import annotations

@@ -1,29 +1,7 @@
 """Re-scored study metrics: what ``grpolab table STUDY --metric rescored:...`` reads in place of the
-training-time evaluation. ``grpolab eval`` (rescore.py) records each re-scored model as an MLflow run
-nested under the row's run, tagged ``grpolab.eval.of_run`` (the row's run), ``grpolab.eval.step``
-(the model's step) and ``grpolab.eval.model`` (its folder, ``.../final`` for the final model), with
-its benchmarks' settings as params ``benchmarks.<name>.<setting>`` and the scores logged at that step:
+training-time evaluation, from the runs ``grpolab eval`` (rescore.py) nests under each row's run.
 
-    rescored:eval/<benchmark>/<score>           each row's final model
-    rescored:final:eval/<benchmark>/<score>     the same, spelled like a study metric
-    rescored[step=N]:eval/<benchmark>/<score>   each row's model at step N (a checkpoint or the final one)
-    rescored:auc:eval/<benchmark>/<score>       trapezoid area under the re-scored curve / its step span,
-                                                over the steps re-scored (``--checkpoints all``; >= 2)
-
-<score> as a study metric writes it (avg@16, pass@1, maj@16, sd@16, mean_length). Qualifiers in
-[...], comma-separated ``setting=value`` (step, n, temperature, top_p, max_tokens, size, seed), keep
-only the re-scorings with those settings. A re-scoring's settings are its benchmark's as
-``grpolab eval`` ran it (the run's declaration, the command's flags replacing them, defaults filled
-in). Every row must be read under one setting (max_tokens apart: its default is each row's own
-completion cap): several left after the qualifiers is an error naming each and the qualifier that
-picks it, and so is one row with several max_tokens. The same settings re-scored twice: the latest.
-A complete row without its re-scoring is an error naming the rows and the ``grpolab eval`` command
-that makes them; never a partial table.
-
-Verdicts take the direction and smallest effect of the study objective the score re-measures: the
-objective with the same key, else for a pass rate (avg, pass, maj) the first objective that is one
-(a final: or auc: eval key in [0, 1]); none: shown, not judged. The rungs' published values stay
-only when that objective is the study's first (they are in its unit).
+Detail: docs/studies.md, "grpolab.analysis.rescored".
 """
 
 from __future__ import annotations

@@ -1,19 +1,7 @@
 """Compute-scaling fits (as in the ScaleRL work): a saturating curve per method,
+R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B), fitted per seed, its parameters' intervals over seeds.
 
-    R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B),       C > 0,
-
-where R is the held-out metric after compute C (generated tokens, or measured accelerator-hours:
-``COMPUTE_AXES``), R0 the
-value before any compute (the warm start), A the asymptote, C_mid the compute at which half of
-the gain A - R0 is reached (efficiency: smaller is faster) and B the steepness. Fitted with
-scipy's curve_fit per seed; the parameter intervals come from the spread of the per-seed fits
-(mean and 95 % t-interval over seeds), not from one fit's covariance, so seed-to-seed variation
-is what the interval states.
-
-As ScaleRL does, a fit can leave out an early window (points with 0 < C < ``skip_below``: the
-noisy start) and can be fitted on a prefix only (C <= ``fit_upto`` x the run's largest C), its
-extrapolation checked on the rest: the mean over seeds of mean_j |R(C_j) - R_j| over the points
-past the prefix.
+Detail: docs/studies.md, "grpolab.analysis.scaling".
 """
 
 from __future__ import annotations

@@ -1,34 +1,7 @@
 """How strongly a label holds: whether its deciding bound clears its boundary by more than the
 evaluation draw alone could move it (*fragile* when not), and how many labels of a family stand.
 
-Evaluation noise. A row's final metric avg@k over P held-out prompts averages P x k Bernoulli
-draws, so re-scoring the same checkpoint moves it with sd at most sqrt(p (1 - p) / (P k)) (the
-binomial bound; per-prompt heterogeneity only lowers it). A paired difference holds two
-independent draws and the label reads the mean over n seeds, so the evaluation draw alone moves
-the mean paired difference with sd
-
-    sigma_eval = sqrt(2 p (1 - p) / (P k n))
-
-with p the mean of the metric over both rungs' judged rows. Only a pass-rate metric has this
-bound (``eval_draws``): ``final:eval/pass_at_1`` (P = eval.final_prompts, k = eval.final_k, each
-falling back to eval.prompts, eval.k) and a named benchmark's ``final:eval/<name>/avg@n`` or
-``final:eval/<name>/pass_at_1`` (P its size: a held-out draw's eval.final_prompts, a file's row
-count where size is 0; k = n; DAPO's AIME 2024 avg@32 is P 30, k 32); any other metric, or a
-benchmark file not readable here, gets no fragility check.
-
-Deciding bounds (signed so the claimed direction is positive, delta the smallest effect):
-reproduced lo vs delta; direction holds, smaller than claimed: lo vs 0 and hi vs delta;
-direction holds, size undetermined: lo vs 0; opposite direction: hi vs 0; no effect that
-matters: lo vs -delta and hi vs delta; (claim of no effect) reproduced: lo vs -delta and hi vs
-delta; effect that matters: lo vs delta or hi vs -delta. A label is fragile when some deciding
-bound b lies within 2 sigma_eval of its boundary e. A fresh evaluation draw of the same
-checkpoints shifts the interval by about N(0, sigma_eval^2), so it crosses e with probability
-
-    P(cross) = Phi(-|b - e| / sigma_eval)
-
-about 16 % at 1 sigma_eval (too likely to call the label stable) and 2.3 % at 2 sigma_eval; the
-mark states that probability. The familywise label is checked the same way on the family's
-Bonferroni interval (``family_fragility``).
+Detail: docs/studies.md, "grpolab.analysis.strength".
 """
 
 from __future__ import annotations

@@ -1,42 +1,6 @@
 """Verdicts on paired seeds: what happened to a claimed direction, with its reason.
 
-A claim (or a ladder rung) compares a treatment with a control on the same seeds, so the unit of
-evidence is the per-seed paired difference d_s = treatment_s - control_s, signed so that the
-claimed direction is positive: e_s = +d_s for ``increase``, -d_s for ``decrease`` (``none``: a
-claim of no effect). [lo, hi] is the paired t-interval of mean(e) (``inference.t_interval``; its
-coverage measured in docs/coverage.md), delta > 0 the smallest effect that matters, fixed with
-the claim. ``LABELS`` is the one table of outcomes (docs/studies.md, every output); the rules, in order:
-
-1. no paired seed: ``not run``; fewer than ``MIN_SEEDS``: ``underpowered`` (the face-value
-   outcome in the reason); all differences equal (``inference.zero_spread``): the size is
-   unmeasured, never certain: the exact sign test (2/2^n) may still show a direction
-   (``direction holds, size undetermined`` or ``opposite direction``), else ``inconclusive``;
-2. ``increase``/``decrease``:
-   lo >= delta                        -> ``reproduced``  (at least the smallest effect shown)
-   lo > 0 and hi < delta              -> ``direction holds, smaller than claimed``
-   lo > 0 (delta inside the interval) -> ``direction holds, size undetermined``
-   hi < 0                             -> ``opposite direction``
-   -delta < lo and hi < delta         -> ``no effect that matters`` (equivalence)
-3. ``none``: -delta < lo and hi < delta -> ``reproduced``; lo >= delta or hi <= -delta ->
-   ``effect that matters``;
-4. otherwise ``inconclusive`` when 80 % power at delta needs no more seeds than were run (t-based,
-   at the observed spread: advisory, it conditions on the outcome), else ``underpowered``.
-
-Every label of one claim is read off one interval, so they hold together with its coverage. A
-family (a ``verdicts`` run, a ladder table) of k judged claims, each looked at K times, gets two
-multiplicity results side by side (``with_family``): the **familywise label**, the same rules on
-the Bonferroni interval at level 1 - alpha/(k K) (simultaneous: every familywise label of the
-family holds together with probability >= 1 - alpha, direction and size included); and the
-**Holm-adjusted p** of each claim's primary hypothesis, fixed by its direction before the data
-(H0, mean 0, for increase/decrease; Heq, |mean| >= delta by TOST, for none), times K.
-
-The label is monotone in the evidence: narrowing the interval around the same estimate moves
-``inconclusive``/``underpowered`` to a decided label and never to one that contradicts it:
-``reproduced`` and ``effect that matters`` stay once reached; an effect below delta may first read
-``no effect that matters`` and, measured more precisely, ``direction holds, smaller than claimed``
-or ``opposite direction`` (all three say: smaller than what matters). Checks outside the data (``precondition not met``, censoring, the regime
-gates of ``analysis.regimes``) are applied by ``with_mechanism``, ``with_censoring`` and
-``regimes.with_regime``; ``with_family`` adds familywise intervals and Holm-adjusted p-values over a family.
+Detail: docs/studies.md, "grpolab.analysis.verdicts".
 """
 
 from __future__ import annotations

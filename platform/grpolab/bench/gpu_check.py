@@ -2,27 +2,7 @@
 fast, in one JSON report. vLLM is one part of the report, not a gate: without it every check
 that needs only transformers still runs.
 
-Checks, in order (each is ``ok``, ``failed: <why>`` or ``not checked: <why>``):
-
-- gpu: the CUDA devices torch sees (name, memory); the report's ``ran_on`` names torch's version
-  and the CUDA version it was built for;
-- versions: torch, vLLM, TRL, transformers, accelerate, deepspeed as installed (read from the
-  package metadata: nothing is imported for it);
-- method:<name>: every registered method, 2 optimizer steps in bf16 on CUDA (bench/gpu_training.py);
-- micro_ladder: a 2-rung x 2-seed ladder (GRPO, then + clip-higher) with transformers generation
-  and ``train.dtype: bf16``, run as ``grpolab study`` runs it, in this state folder;
-- trainer_timing: stock TRL GRPOTrainer against GrpoLabTrainer, seconds per optimizer step, bf16,
-  on a Qwen2.5-0.5B-shaped model with 64 completions of 128 tokens a step;
-- vllm_import / vllm_load: vLLM as TRL 1.16 imports it (``trl.generation.vllm_generation``), then
-  an ``LLM`` loaded from a tiny model this command builds (or ``--model DIR``), in bf16, and one
-  prompt generated;
-- vllm_micro_ladder / vllm_trainer_timing: the two above with vLLM colocate generation.
-
-Without vLLM installed the vLLM rows read ``not checked``. Without a GPU driver every check but
-versions is reported ``not checked`` with the reason and the command exits 0: a CPU machine is
-not broken, it is simply not the machine this checks; it is answered without importing torch.
-A GPU driver that torch cannot use (a CPU build of torch, a driver too old for torch's CUDA)
-is the broken GPU machine this command exists to catch: ``gpu: failed: <why>``, exit 1.
+Detail: docs/clusters-and-gpus.md, "grpolab.bench.gpu_check".
 """
 
 from __future__ import annotations

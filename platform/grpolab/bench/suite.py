@@ -1,19 +1,6 @@
 """Benchmarks (reported, never enforced by tests).
 
-tracking: the same run with MLflow tracking on and off, alternating; reports the median
-          training seconds per optimizer step of each and the overhead.
-trainer:  grpolab's GrpoLabTrainer (GRPO spec) against stock TRL GRPOTrainer (loss_type grpo,
-          beta 0.04) on the same data and weights, alternating in one process, in fp32 (what runs
-          use on CPU) and bf16 autocast; then the drop-in against stock TRL on TRL's quickstart
-          script; reports each step-time ratio.
-workers:  rows per minute of the same small study with 1 and with 2 worker processes, and their
-          ratio (bench/workers.py).
-throughput: one row of a study or experiment file, its generated tokens per second on this machine
-          (bench/throughput.py): the --tokens-per-second of `grpolab study FILE --plan`.
-cli:      seconds from starting `grpolab` to its answer for a typo'd subcommand (exit 2), a typo'd
-          key in an experiment file (`run experiments/smoke.yaml train.stepz=3`, exit 2),
-          `--version` and `methods` (median of fresh processes): parsing and validating never
-          import torch, TRL or MLflow.
+Detail: docs/testing.md, "grpolab.bench.suite".
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
 """Benchmark: study throughput with 1 and with 2 worker processes (reported, never enforced).
 
-The workload is the main job's: the first rows/2 rungs of the DAPO Table 1 ladder
-(studies/dapo_table1.yaml, its base, eval and rollout settings) x 2 paired seeds, whose warm
-starts are trained (or found in the cache) before any timing. It runs as fresh studies in the
-same state folder in three configurations: 1 worker with torch's default threads (all cores:
-what ``--workers 1`` does), 1 worker pinned to one thread, and 2 workers (one thread each),
-rotating the order across repeats so that drift in machine load favours none. Each is timed as
-the command a user runs, ``grpolab study FILE --workers N`` in a fresh process: imports, worker
-start-up and exit included (timing the 1-worker case in a process that had already imported
-torch, as this benchmark first did, left out ~6 s that only the 2-worker case paid).
-
-Two throughputs per configuration: end to end (rows / wall seconds of the command) and steady
-state (rows / seconds from the first row's MLflow start to the last row's end: start-up and exit
-left out, which is what a long study sees). Their 2-worker / 1-worker ratios are the figures of
-merit (target 1.7x on 2 cores). One worker with torch's 2 threads is itself ~1.2x a 1-thread
-worker on this workload (2026-11-25: 6.3 s vs 7.6 s a row), so two 1-thread workers (at most 2x a
-1-thread worker) can give at most ~1.66x it (measured 1.63x steady, 1.46x end to end); the ratio
-against the 1-thread worker (1.95x steady) shows what process parallelism itself buys.
-CPU seconds (user + sys of the command and its workers) are reported beside the wall time:
-unlike wall time they are not inflated by other processes sharing the cores; the load average
-before and after says whether the wall-clock ratios are the machine's.
+Detail: docs/testing.md, "grpolab.bench.workers".
 """
 
 from __future__ import annotations

@@ -5,12 +5,7 @@ An environment is any object with
     reset(seed: int) -> observation: str
     step(action: str) -> (observation: str, reward: float, done: bool, state_key: hashable)
 
-It must be deterministic given the seed and the actions (an episode group replays one initial
-state G times; GiGPO compares the steps taken from equal states). ``state_key`` identifies the
-state *after* the step, for anchor grouping; the state an episode starts in is keyed by
-``env.state_key()`` when the environment defines it, else by its reset observation. The runner
-caps every episode at ``max_turns`` steps (an episode still running then is truncated and
-counted), so an environment that never says ``done`` cannot hang a run.
+Detail: docs/runs.md, "grpolab.envs.base".
 """
 
 from __future__ import annotations

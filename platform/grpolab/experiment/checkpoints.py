@@ -1,28 +1,6 @@
 """Checkpoints and resume: one folder per MLflow run, kept complete, continued in place.
 
-Layout: ``<state>/runs/<mlflow_run_id>/`` belongs to one run and is never shared::
-
-    config.json               the resolved configuration the run started with
-    checkpoint-<step>/        transformers Trainer's checkpoint (model, optimizer, scheduler,
-                              RNG states, trainer_state.json with global_step) plus
-      grpolab_state.pt        grpolab's own trainer state (cumulative tokens, adaptive entropy
-                              coefficient, value tracker, critic, dynamic-sampling RNG)
-      grpolab_complete.json   written last, with every file's size: a checkpoint without it (killed
-                              mid-save) or with a file cut since is passed over for the newest intact one
-    final/                    the final model (adapter only for LoRA runs), path tagged on the run
-
-Saving uses transformers' own checkpointing (``save_steps``); grpolab adds its state, the
-completion marker and the rotation (keep the last ``train.keep_checkpoints`` complete ones).
-The data position is restored by the Trainer, which skips the micro-batches already consumed
-(``global_step * grad_accum`` of the seeded RepeatSampler stream). A checkpoint is only taken at
-a rollout boundary (``train.save_every`` is a multiple of ``minibatches * num_iterations``), so
-no buffered, half-used rollout is lost.
-
-Metric points: a run killed after its last checkpoint may already have stored points for
-later steps. MLflow cannot delete single points, so the resumed process does not write a
-(key, step) point that is already stored ("first write wins"); it re-computes those steps from
-the checkpoint and, training being deterministic on a fixed machine, the values coincide.
-The number of points it skipped is tagged ``grpolab.resume.skipped_points``.
+Detail: docs/runs.md, "grpolab.experiment.checkpoints".
 """
 
 from __future__ import annotations

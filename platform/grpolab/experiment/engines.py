@@ -1,21 +1,6 @@
 """Precision, memory and generation engines: grpolab's settings -> TRL's own paths, checked early.
 
-- ``train.dtype``: fp32, or bf16 / fp16 mixed precision (transformers' autocast; the master
-  weights and the optimizer stay fp32). bf16 needs hardware support (a CUDA GPU with bf16, or a
-  CPU with AVX512-BF16 / AMX); fp16 needs a CUDA GPU (transformers' grad scaler is GPU-only).
-- ``train.gradient_checkpointing``: recompute activations in the backward (transformers').
-- ``train.cast_lm_head_to_fp32``: TRL's ScaleRL option, the lm head and its log-probs in fp32;
-  needs untied embeddings; it has no effect in fp32 (warned).
-- ``model.lora: {r, alpha, target_modules, dropout}``: a peft LoRA adapter; only its parameters
-  train, and the reference model is the same network with the adapter disabled (TRL's way).
-- ``generation: {backend: vllm, mode: colocate|server, ...}``: TRL's vLLM generation. vLLM is the
-  optional extra ``grpolab[gpu]``; without it the setting is refused at config time.
-  vLLM samples with its own kernels, so its log-probs differ from the trainer's; TRL's
-  importance-sampling correction re-weights the loss by ``w = pi_train(y) / pi_vllm(y)`` per
-  token (``token_*``) or per sequence (product over tokens, ``sequence_*``); ``*_truncate``
-  clips w to [is_min, is_max], ``*_mask`` sets w = 0 outside it; ``none`` turns it off.
-  grpolab's loss multiplies every per-token term by w, as TRL's does. The held-out eval samples
-  from the same engine with the same sampling settings, after a weight sync (vllm_eval.py).
+Detail: docs/runs.md, "grpolab.experiment.engines".
 """
 
 from __future__ import annotations

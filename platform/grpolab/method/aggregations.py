@@ -1,16 +1,6 @@
 """The aggregation axis as one registry: every value's facts, as data, in one entry.
 
-An aggregation turns per-token losses L_it (mask m_it) into the micro-batch's scalar loss. An entry
-says its formula and source, whether its normaliser counts tokens (only such a normaliser can leave
-a dropped group out: zero-variance filtering needs one), what it reads from the trainer beyond the
-micro-batch, and how stock TRL 1.16 names it (TRL's ``loss_type`` encodes the surrogate and the
-aggregation together: the name here is the PPO-clip loss type; the other surrogates' loss types are
-in ``grpolab.method.surrogates``). Its torch function is attached by name one floor up
-(``grpolab.algorithms.aggregations``; a test checks one function per entry and one entry per
-function). The axis's valid values (``spec.AXIS_CHOICES``) and the checks that depend on a
-normaliser's kind (``spec.validate_spec``) derive from here.
-Adding an aggregation: one entry here, its function in ``algorithms/aggregations.py``, and its test.
-Pure data, no torch: validating an experiment imports this.
+Detail: docs/methods.md, "grpolab.method.aggregations".
 """
 
 from __future__ import annotations

@@ -1,16 +1,7 @@
 """The KL term's two axes as registries: the estimator of KL(pi_theta || pi_ref) per token, and
 where the penalty beta * KL enters (the loss, or the reward before the advantages).
 
-An entry says its formula and source and how stock TRL 1.16 names it (TRL's ``beta`` is the k3
-estimator added to the loss; it has no reward-side KL and no other estimator). The estimators'
-torch functions are attached by name one floor up (``grpolab.algorithms.kl``; a test checks one
-function per entry and one entry per function). Both axes act only with ``kl_coef > 0`` (their
-requirement, ``requirements``) and are logged only then (``tracking.naming``); the in-loss placement
-also reads ``kl_ratio_correction``. The axes' valid values (``spec.AXIS_CHOICES``), TRL's settings
-(``trl_names``, ``trainer.trl_fields``) and every "where is the KL" check (``kl_in_loss``,
-``kl_in_reward``) derive from here.
-Adding an estimator or a placement: one entry here, its function (an estimator) or its use (a
-placement), and its test. Pure data, no torch.
+Detail: docs/methods.md, "grpolab.method.kl".
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
 """The ratio axis as one registry: every importance-ratio granularity's facts, as data, in one entry.
 
-An entry says its formula and source, when it can act (a ratio that differs from the per-token one
-only off-policy needs rollout reuse), whether it clips in log space and replaces the surrogate
-(GMPO's geometric mean), and how stock TRL 1.16 names it (``GRPOConfig.importance_sampling_level``).
-Its torch function is attached by name one floor up (``grpolab.algorithms.ratios``; a test checks
-one function per entry and one entry per function). The axis's valid values (``spec.AXIS_CHOICES``),
-its requirement (``requirements``), TRL's settings (``trl_names``, ``trainer.trl_settings``) and the
-drop-in's reading of ``importance_sampling_level`` (``trainer.trl_fields``) derive from here.
-The ratio is always logged (``tracking.naming.CORE_AXES``); no entry reads a parameter of its own
-(the clip bounds are the surrogate's).
-Adding a ratio: one entry here, its function in ``algorithms/ratios.py``, and its test.
-Pure data, no torch: validating an experiment imports this.
+Detail: docs/methods.md, "grpolab.method.ratios".
 """
 
 from __future__ import annotations

@@ -1,17 +1,7 @@
 """The sampler-correction axis as one registry: how the loss corrects for a sampler that is not
 the trained policy (vLLM samples with its own kernels, so its log-probs differ from the trainer's).
 
-Every value re-weights the per-token policy term by w built from d_t = log pi_train(o_t) -
-log pi_sampler(o_t) over valid tokens: per token (w_t = exp(d_t)) or per sequence (w_i =
-exp(sum_t d_t)), then truncated to [C_min, C_max] or masked (w = 0 outside it). An entry says its
-formula and source, what it reads (``generation.is_min`` / ``is_max``: C_min / C_max, logged under
-it), what it needs (vLLM generation: with transformers the sampler is the trained policy and w = 1)
-and the ``GRPOConfig`` settings under which TRL 1.16 computes exactly it. Its torch function is
-attached by name one floor up (``grpolab.algorithms.sampler_corrections``; a test checks one
-function per entry and one entry per function). The experiment key is ``generation.is_correction``
-(``experiment.engines``, which writes ``trl_settings``); the drop-in reads TRL's fields back to the
-same entry (``trl_sampler_correction``), and both log it the same way (``logged``).
-Adding a correction: one entry here, its function, and its test. Pure data, no torch.
+Detail: docs/methods.md, "grpolab.method.sampler_corrections".
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
 """Who holds a study trial, and whether that holder is gone or hung.
 
-Optuna's own heartbeat exists for database storages only (not the journal file), so grpolab
-keeps one equivalent for every storage, in the trial's user attributes:
-
-- ``worker``: the holder (host identity, pid, process start time), written right after the
-  worker claims the trial.
-- ``heartbeat``: a wall-clock timestamp rewritten every ``GRPOLAB_HEARTBEAT_INTERVAL`` seconds
-  (default 10) by a thread of the worker (``heartbeat.py``).
-- ``progress``: when the row last made progress (run started, a training step ended, an
-  evaluation reported), stored by the same thread: a hung row keeps beating but stops progressing.
-
-A holder is gone (``holder_gone``) when it is provably gone or silent:
-- same host (hostname and boot id): the holder's pid does not exist, is a zombie, or belongs
-  to a newer process (start time differs). No clock is involved, so a slow but live worker on
-  this host is never reaped, however late its heartbeat.
-- another host: no heartbeat for ``GRPOLAB_HEARTBEAT_GRACE`` seconds (default 120; hosts need
-  clocks in sync to well within that, e.g. NTP). A trial with no heartbeat yet (killed between
-  claiming it and writing its holder) ages from its start time.
-A holder that is alive but has made no progress for the study's ``row_timeout_s`` (e.g. a reward
-function that never returns) is hung (``stalled_reason``).
+Detail: docs/clusters-and-gpus.md, "grpolab.studies.holders".
 """
 
 from __future__ import annotations

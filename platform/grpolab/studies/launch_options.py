@@ -2,23 +2,7 @@
 gives it: the Slurm options of its worker jobs (slurm.py) and an accelerate / DeepSpeed
 configuration for rows on several processes (ranks.py).
 
-    launcher:
-      accelerate_config: studies/accelerate/zero2.yaml   # --accelerate-config FILE
-      slurm:                                             # used with --launcher slurm
-        account: proj123                                 # --account
-        partition: gpu                                   # --partition
-        qos: normal                                      # --qos
-        mem: 64G                                         # --mem
-        constraint: a100                                 # --constraint
-        exclude: node[01-02]                             # --exclude
-        setup: ["module load cuda/12.4", "conda activate grpolab"]   # --setup LINE (repeatable)
-        time: "4:00:00"                                  # --time
-        jobs: 2                                          # --jobs
-        cpus_per_job: 8                                  # --cpus-per-job
-        params: {mail_type: END, gres: "gpu:a100:2"}     # --slurm-param key=value (repeatable)
-
-Every check here reads files and names only: no torch, no submitit import (the names of
-submitit's Slurm parameters are checked by slurm.py, before anything is submitted).
+Detail: docs/clusters-and-gpus.md, "grpolab.studies.launch_options".
 """
 
 from __future__ import annotations

@@ -1,27 +1,7 @@
 """The one objective function: a study metric of one run's history, so the results table, the
 trial value Optuna stores and the pruner's intermediate reports can never disagree.
 
-A history is the held-out evals so far ``{step: {eval key: value}}`` and the training curves so
-far ``{key: [(step, value), ...]}``. With the whole run it gives the trial value (what tables
-show); with the history up to an eval step it gives the intermediate value the pruner compares
-across trials at that step:
-
-    final:<eval key>            value at the latest eval step
-    auc:<eval key>              trapezoid area under the eval curve / its step span
-                                (the step-weighted mean; one eval point: that value)
-    tail:<train key>            mean of the curve's finite points in the last quarter of the
-                                steps seen, i.e. at steps > 3/4 of the latest step (at least the
-                                latest point)
-    steps_to:<eval key>>=<x>    first eval step whose value is >= x; inf if none yet (censored)
-    tokens_to:<eval key>>=<x>   tokens/cumulative at that step (the last point logged at or
-                                before it; 0 if reached at step 0, an error if no point);
-                                inf if not reached
-
-Analysis adds two windows a claim may read (``window_value``): ``head:<train key>``, the mirror
-of tail: (steps <= 1/4 of the latest step), and ``start:<eval key>``, the value at the first eval
-step. ``check_metric`` validates a study objective; ``metric_range`` is the range of values a
-metric can take (figures clip error bars to it); a threshold never reached is censored at the
-run's budget (``censored_bound``, ``censored_value``).
+Detail: docs/studies.md, "grpolab.studies.objectives".
 """
 
 from __future__ import annotations

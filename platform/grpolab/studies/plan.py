@@ -4,26 +4,7 @@ planning (grpolab.planning): no model is loaded and torch is not imported; what 
 runs it needs (a GPU, vLLM, hub downloads not in the local cache) is listed, not raised; the
 file's own mistakes still exit 2.
 
-Per row (a ladder's rung x seed; a search's trial), from its validated experiment:
-
-- rollouts = ceil(train.steps / (minibatches x num_iterations)): generation batches;
-- train tokens = rollouts x prompts_per_rollout x group_size x L;
-- evals = 2 + floor((train.steps - 1) / eval.every) (the start, every ``every`` steps, the end; 2
-  when ``every`` is 0); eval tokens = [(evals - 1) x eval.prompts x (eval.k + 1) + final_prompts x
-  (final_k + 1)] x L_eval (k samples and one greedy completion per prompt; the last evaluation is
-  the fixed benchmark, eval.final_prompts x eval.final_k, each eval.prompts / eval.k when 0),
-  plus evals x the named benchmarks' size x n x L_benchmark (``eval.benchmarks``: a held-out
-  source's size 0 is eval.final_prompts, a file's every row; L_benchmark at its max_tokens);
-- seeds on demand (``seeds: {first, batch, cap}``): the first batch's and the cap's rows, tokens and
-  GPU-hours;
-- L: the study's ``plan.expected_completion_tokens`` when declared (at most the completion cap),
-  else the cap itself, an upper bound (completions stop at EOS); L_eval likewise at the eval cap;
-- dynamic sampling regenerates until the batch is full: up to ``method.max_sampling_rounds`` x the
-  train tokens (shown as the bound, not added);
-- devices: ``--gpus-per-row``, else ``plan.devices_per_row``, else 1;
-- GPU-hours = devices x (train + eval tokens) / tokens_per_second / 3600, where tokens_per_second is
-  one row's generated tokens per second on its devices, end to end (generation and update), as
-  ``grpolab bench --what throughput FILE`` measures it on the machine that will run the study.
+Detail: docs/studies.md, "grpolab.studies.plan".
 """
 
 from __future__ import annotations

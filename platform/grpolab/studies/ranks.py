@@ -7,28 +7,7 @@ MASTER_ADDR and MASTER_PORT, and accelerate (inside TRL) joins them in one proce
 CPU, NCCL on GPUs; rank r uses device r of its worker's CUDA_VISIBLE_DEVICES). Rank 0 holds the
 row's one MLflow run and evaluates (experiment/runner.py: several processes log one run).
 
-The worker owns the rendezvous port, as torchrun's agent does: it hosts the row's TCPStore on a
-port the kernel assigns when the store binds it (port 0), keeps it bound until the ranks are done,
-and tells the ranks to join that store rather than start one (``TORCHELASTIC_USE_AGENT_STORE``).
-A port picked free and released before the ranks bind it could be taken in between by another
-row starting at the same moment; a port held from the start cannot. (With an accelerate config,
-below, accelerate's launcher binds the port itself, so there it is still picked free first.)
-
-The ranks are started directly rather than through torchrun's agent, so that the worker owns each
-of them: it stops them all when the row is handed back (reaped), when the worker is signalled, or
-when one rank fails (the others would wait in a collective for ever); and each rank asks the
-kernel to kill it when its worker dies (PR_SET_PDEATHSIG), so not even a SIGKILLed worker leaves
-ranks training.
-
-With an accelerate config (``--accelerate-config FILE``, e.g. a DeepSpeed ZeRO-3 file) the worker
-starts one ``accelerate launch --config_file FILE --num_processes K`` instead, and accelerate's
-launcher (torchrun's agent, or DeepSpeed's) starts the K ranks and gives them their environment.
-The launcher dies with the worker (PR_SET_PDEATHSIG) and each rank with the launcher, so the
-chain holds; stopping the launcher (SIGTERM) stops its ranks.
-
-Rank 0 tells the worker through files in a scratch folder: ``progress`` (touched at each step and
-evaluation: the heartbeat's progress), ``run_id`` (the MLflow run, once open) and ``result.json``
-(evaluations and curves, or why it was pruned or failed).
+Detail: docs/clusters-and-gpus.md, "grpolab.studies.ranks".
 """
 
 from __future__ import annotations

@@ -1,35 +1,7 @@
 """Regime gates: the training regime a mechanism needs before its effect can test the published
 claim, declared per ladder rung (``regime:``) and per claim (``premise:``).
 
-A gate reads one named, scale-free measure (a fraction or a ratio, so one rule serves a toy with
-24-token answers and a 32B model with 20k-token ones) on the control rows, the rows the mechanism
-is added to, never on the change's own effect. Each measure is a function of the per-run windows
-of ``studies.objectives`` (tail: = last quarter of the run, head: = first quarter), averaged over
-the control rows whose value is finite:
-
-    truncated_fraction       tail(length/truncated_fraction)
-    salvage_rate             tail(length/truncated_salvageable): of the truncated held-out
-                             completions, the fraction that end correct when continued from their
-                             prefix to twice the cap (truncation is noise, not a certain failure);
-                             logged at each held-out evaluation with eval.salvage: true
-    entropy_drop             1 - tail(entropy) / head(entropy): the relative head-to-tail fall of
-                             the sampling policy's entropy (collapse under symmetric clipping)
-    correct_in_soft_zone     tail(length/soft_penalized_correct_fraction): share of CORRECT
-                             completions inside the soft-punishment zone |o| > L_max - L_cache
-    length_cv                tail(length/std) / tail(length/mean): spread of lengths relative to
-                             their mean (a smooth tail, not a few fixed lengths)
-    incorrect_length_growth  tail(length/incorrect) / head(length/incorrect): growth of the
-                             incorrect completions' length (room for degenerate long answers)
-    all_correct_groups       tail(groups/all_correct): share of saturated (all-correct) groups;
-                             DAPO's stated premise. Its filter drops all-wrong groups too, so the
-                             gate reports all_wrong_groups beside it (``beside``), not gated
-    all_wrong_groups         tail(groups/all_wrong): share of all-wrong groups
-    accuracy_gain            tail(accuracy) - head(accuracy): rise of training accuracy
-    low_prob_token_share     tail(clip/low_old_prob_fraction): share of trained tokens whose
-                             old-policy probability is below 0.2 (DAPO Fig. 3a's line)
-
-A measure whose curve no control row logged is ``not measured`` (the missing curve named); a gate
-never falls back to another measure.
+Detail: docs/studies.md, "grpolab.studies.regime".
 """
 
 from __future__ import annotations

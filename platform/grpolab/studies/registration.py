@@ -1,23 +1,6 @@
 """Deviations and pre-registration: what was fixed before the data, and what changed after.
 
-A claim or study may carry ``deviations:``, one entry per change made after results were seen:
-
-    deviations:
-      - {date: 2026-11-23, change: "threshold 0.3 -> 0.5", after_seeing: "every row crossed 0.3 at its first eval"}
-
-Every verdict output shows them. Independently, grpolab stores a hash of each claim's (and
-ladder's) verdict fields and of its study's whole definition (base, budget, rungs, seeds,
-metrics) in the state folder the first time it is judged or run (``state/preregistration.json``),
-with the number of its study's rows already complete then. ``status`` then says, truthfully:
-
-- ``registered in this state before any of its rows ran; unchanged``: the most grpolab can
-  verify. It never says "pre-registered": a study file may have been tuned on results seen in
-  another state, which only its ``deviations:`` can tell;
-- ``registered in this state before any of its rows ran, but N deviation(s) declared``: the files
-  declare changes made after results were seen (in another state, or an earlier version's rows);
-- ``not registered before its rows``: first hashed after N rows had run;
-- ``CHANGED``: the fields differ from the first hash (declared when a deviation is dated on or
-  after the first hash's date, undeclared otherwise).
+Detail: docs/studies.md, "grpolab.studies.registration".
 """
 
 from __future__ import annotations

@@ -8,22 +8,7 @@ before anything is submitted. MLflow must be reachable from
 the jobs too: a state folder on a shared file system, or a tracking server (MLFLOW_TRACKING_URI,
 which the jobs inherit with the rest of the environment).
 
-While the jobs run, the coordinator shows progress as for local workers, and watches the jobs'
-states (``sacct``, through submitit's watcher). A job that leaves the RUNNING state (cancelled,
-preempted, out of time, failed, its node lost) hands its row back at once: the row's trial is
-failed as interrupted and its MLflow run ended KILLED with the reason (its worker does that
-itself on SIGTERM, or on submitit's SIGUSR2 warning; the coordinator does it for a worker that had
-no time to: the trial's worker record names its job, hand_back.reap_job_trials), then the row is
-queued again, once (under the setup lock), for a job still running to take. Jobs that all ended
-with rows still waiting are replaced, at most ``--jobs`` replacements in all. Ctrl-C (or any
-error) in the coordinator cancels the jobs it submitted: their workers hand their rows back.
-
-Cluster options (account, partition, qos, mem, constraint, exclude, setup lines, any other
-submitit Slurm parameter through ``params``) come from the study file's ``launcher.slurm`` and the
-command line (launch_options.py); their names are checked against submitit's SlurmExecutor.
-
-``--gpus-per-row K`` asks Slurm for K GPUs per job (``--gpus-per-node``); Slurm sets the job's
-CUDA_VISIBLE_DEVICES, and with K > 1 each row runs as K processes (ranks.py).
+Detail: docs/clusters-and-gpus.md, "grpolab.studies.slurm".
 """
 
 from __future__ import annotations

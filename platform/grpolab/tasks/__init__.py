@@ -1,24 +1,6 @@
 """The task registry: every ``task.name`` an experiment may use, built and validated here.
 
-- Toy tasks (``addition``, ``addition_scratchpad``, ``addition_format``, ``countdown``,
-  ``sorting``, ``random_reward``): the embedded offline world (``grpolab.world.tasks``), as
-  before: character-level prompts, exact verifiers, the fast default.
-- ``local_dataset``: your rows, from a local ``.jsonl``/``.json``/``.parquet``/``.csv`` file or
-  a ``datasets`` folder (``save_to_disk``), or a hub dataset ``org/name`` from the Hugging Face
-  cache (``config``, ``split`` default train, ``revision``; grpolab.hub). Keys: ``path``,
-  ``prompt_field`` (prompt; a column of chat messages gives its last user message),
-  ``answer_field`` (answer; dotted paths reach nested columns: ``reward_model.ground_truth``),
-  ``split`` (datasets folders and hub datasets), ``eval_fraction`` (0.1), ``held_out`` (another
-  path / hub id, split or config held out instead, with its own ``prompt_field``, ...),
-  ``reference_extract`` (none; ``hash`` takes GSM8K's "... #### 42" reference as ``42``).
-- ``reasoning_gym``: a procedural reasoning-gym dataset. Keys: ``dataset`` (e.g.
-  ``basic_arithmetic``, ``chain_sum``, ``gsm_symbolic``, ``countdown``), ``config`` (its
-  generator settings). Held-out and training examples come from different generator seeds.
-
-Keys shared by ``local_dataset`` and ``reasoning_gym`` (prompting.py, answers.py, rewards.py):
-``template`` (with ``{prompt}``), ``system``, ``chat`` (auto | true | false), ``extract``,
-``regex``, ``grade`` (math | numeric | exact | task), ``tolerance``, ``rewards`` (a list of
-named, weighted rewards, default ``[correctness]``), ``max_completion_length`` (tokens).
+Detail: docs/runs.md, "grpolab.tasks".
 """
 
 from __future__ import annotations

@@ -9,12 +9,7 @@ Extractors (``task.extract``):
 - ``none``: the whole completion, stripped (exact-match datasets).
 An extractor returns None when the completion holds no answer in its format.
 
-Graders (``task.grade``):
-- ``math``: ``math-verify`` equivalence (``1/2`` = ``0.5`` = ``\\frac{1}{2}``; sets, intervals,
-  LaTeX), with its own parsing and verification timeouts.
-- ``numeric``: ``|x - y| <= tolerance`` after parsing both as numbers (commas dropped, ``a/b`` read as a fraction).
-- ``exact``: string equality after stripping whitespace.
-- ``task``: the task's own scorer (reasoning-gym's ``score_answer``), correct when it gives 1.0.
+Detail: docs/runs.md, "grpolab.tasks.answers".
 """
 
 from __future__ import annotations

@@ -1,21 +1,6 @@
 """Named benchmarks: evaluation sets a run (or ``grpolab eval``) scores as papers report them.
 
-``eval.benchmarks`` lists them; each is::
-
-    {name: aime24,                 # logged as eval/<name>/<score> (world/benchmark_scores.py)
-     source: held_out,             # the run task's held-out draw (default), or a file / hub dataset:
-                                   # {path, split, config, revision, prompt_field, answer_field,
-                                   #  reference_extract} read as task.held_out reads it (sources.py)
-     size: 0,                      # prompts (0: eval.final_prompts for held_out, every row of a file)
-     n: 32,                        # samples per prompt
-     temperature: 1.0, top_p: 1.0,
-     max_tokens: 0,                # completion cap (0: eval.max_completion_length)
-     seed: -1}                     # sampling seed (-1: the run seed)
-
-A benchmark is graded by the run's task (its extractor and grader, or a toy task's verifier),
-and its prompts are rendered as the task renders training prompts. Sampling is seeded apart
-from training: the generator state is saved and restored around it, so a benchmark changes
-nothing of the training run, and the same model, seed and settings give the same scores.
+Detail: docs/runs.md, "grpolab.tasks.benchmarks".
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
 """A time limit on a call that the call cannot switch off: the limit of a user reward (``timeout_s``).
 
-The process alarm (``signal.alarm``/``SIGALRM``) cannot carry it: a reward commonly calls
-math-verify, whose own timeout installs its SIGALRM handler and cancels the alarm when it returns,
-so a limit kept in the alarm would silently vanish. The limit is kept instead by a watchdog thread
-(``threading.Timer``) that, when time is up:
-
-- in the main thread, sends the main thread a signal of its own (``signal.pthread_kill``; a
-  real-time signal, ``SIGRTMIN + 3`` on Linux, ``SIGVTALRM`` elsewhere). Its handler, installed
-  when this module is imported in the main thread and never taken back, raises while a fired limit
-  is still armed, and a blocking system call (``time.sleep``, a socket read, a lock wait) returns at
-  once to let it;
-- in any other thread (where Python runs no signal handler), raises in that thread
-  asynchronously (``PyThreadState_SetAsyncExc``): Python code stops at its next instruction, but a
-  blocking call is left to finish first.
-
-What it cannot do: stop a call that runs in C without returning to the interpreter (a long
-regular-expression match, a native extension's loop). That call is stopped when it returns; only
-a separate process could be killed sooner. The interruption is a BaseException inside the call,
-so a reward's ``except Exception`` cannot swallow it; a reward that swallows even that still ends
-in ``RewardTimeout`` once it returns.
+Detail: docs/runs.md, "grpolab.tasks.deadline".
 """
 
 from __future__ import annotations

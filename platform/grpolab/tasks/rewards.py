@@ -1,31 +1,6 @@
 """Named, weighted reward components of a task (``task.rewards``), one TRL reward function each.
 
-Each entry is a name or a mapping ``{name, weight, label, on_error, timeout_s, params}``:
-- ``correctness``: 1.0 when the extracted answer grades correct, else 0.0.
-- ``format``: 1.0 when the extractor finds an answer in its format, else 0.0.
-- ``length``: DAPO's soft overlong punishment of the completion's token length L against the
-  cap L_max with buffer B (``params: {buffer, penalty}``; buffer defaults to 20 % of L_max):
-  0 if L <= L_max - B, -penalty * (L - (L_max - B)) / B inside the buffer, -penalty beyond.
-- ``"package.module:function"``: a user reward, imported when the experiment is loaded. It is
-  called once per completion with keyword arguments, and must return a finite number::
-
-      def my_reward(*, prompt: str, completion: str, answer: str, extracted: str | None,
-                    meta: dict, completion_length: int, **params) -> float
-
-  ``prompt`` is the task question (before templating), ``answer`` the reference,
-  ``extracted`` the answer the task's extractor found (None if none), ``meta`` the example's
-  metadata (e.g. the reasoning-gym entry), ``completion_length`` the completion's token count
-  and ``params`` the entry's ``params`` mapping. A function without ``**kwargs`` receives only
-  the arguments it names; naming any other argument is an error when the experiment loads.
-
-Weights become the method's ``reward_weights`` (so GDPO's decoupled normalisation sees every
-component apart). Failures: a reward that raises, returns a non-finite or non-numeric value, or
-runs past ``timeout_s`` (default 5 s; kept by a watchdog thread, not the process alarm, so a
-reward that uses ``signal.alarm`` itself, as math-verify does, cannot cancel it: tasks/deadline.py
-says how it interrupts, and what it cannot) is scored ``on_error`` (default 0.0) for that completion
-and counted in the curve ``rewards/<label>/failure_rate`` (fraction of the rollout's
-completions, averaged over processes). A reward that fails on every completion of a rollout
-raises ``RewardFailedError``: the run stops FAILED with the reason.
+Detail: docs/runs.md, "grpolab.tasks.rewards".
 """
 
 from __future__ import annotations

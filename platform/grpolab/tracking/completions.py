@@ -5,15 +5,7 @@
   reward, the advantage, the length in tokens, the truncated and correct flags, the group index.
 - ``eval_completions.jsonl``: each held-out evaluation's samples, with the benchmark's name.
 
-Both live in the run folder (``<state>/runs/<run id>/``) and are written by rank 0. A rollout's
-rows are one ``write`` of whole lines to a file closed at once (handed to the operating system),
-so a killed process (SIGKILL included) keeps every rollout logged before it; a line cut by a full disk or a power loss is
-the only partial one: readers skip it, and a table reopened (a resumed run) drops it first. At the run's end (finished, failed or killed by a
-signal) the recorder copies both files to the MLflow run's artifacts. Appending costs one JSON
-encoding per row and one open-write-close per rollout: 2 to 4 ms for 16 rows of 0.6k to 2.3k
-characters, plus about 1 ms to build them from the rollout (measured on a busy 2-core machine;
-generation takes seconds), where MLflow's ``log_table`` re-reads and rewrites the whole table on
-every append. The trainer builds only the rows kept (``tracking.samples``).
+Detail: docs/runs.md, "grpolab.tracking.completions".
 """
 
 from __future__ import annotations

@@ -1,17 +1,6 @@
 """MLflow: run layout, tags, batched logging and honest statuses.
 
-- Store: ``$MLFLOW_TRACKING_URI`` if set, else a SQLite file in the state folder (never the
-  deprecated ./mlruns file store). Artifacts go to ``<state>/mlartifacts`` for every database
-  store (also a user's ``sqlite:`` URI: MLflow's default would be ./mlruns of the current
-  folder); an ``http(s)://`` tracking server keeps its own artifact store (proxied uploads).
-- A moved state folder: MLflow stores absolute artifact paths, so the first command that opens
-  a SQLite store from a state folder at a new path re-points the stored paths under the old
-  folder to the new one (``relocate_artifacts``); the stock ``mlflow ui`` then finds them too.
-- Tags are strings (the REST API of ``mlflow server`` rejects other types).
-- Metrics are buffered and written with one ``log_batch`` call per ``flush_every`` steps:
-  one call per point costs ~16 ms on SQLite, a batch of 1000 points ~0.1 s.
-- Status: FINISHED only for a completed run; FAILED with the error recorded for any exception
-  (non-finite loss included); KILLED for SIGINT/SIGTERM.
+Detail: docs/runs.md, "grpolab.tracking.recorder".
 """
 
 from __future__ import annotations

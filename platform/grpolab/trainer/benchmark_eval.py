@@ -5,20 +5,7 @@ reward metrics, under the same ``eval_`` prefix (``eval_<name>_`` for a dict of 
     eval_avg_at_n, eval_pass_at_k (k = 1, 2, 4, ... <= n, and n), eval_maj_at_n, eval_sd_at_n,
     eval_mean_length          (world/benchmark_scores.py: formulas, tie-breaking)
 
-n is ``num_generations_eval`` (else ``num_generations``), decoded with the GRPOConfig's
-``temperature``, ``top_p`` and ``max_completion_length`` by transformers ``generate`` on the
-trained weights, seeded by ``args.seed`` (the generator state is restored afterwards, so the
-evaluation changes nothing of training). A completion is correct by the trainer's
-``correctness=`` source (a reward function > 0, a dataset column, a callable). The majority vote
-counts extracted answers (``answer_extractor=``: a callable completion text -> answer or None, or
-an extractor name of tasks/answers.py: boxed, hash, last_number, answer_tag, none; default: the
-extractor of a CLI task given as ``correctness=task_correctness(task, ...)``, whose grader's
-equivalence also clusters the votes). Whole reasoning completions rarely match each other, so
-without an extractor no maj_at_n is reported, said once as a warning. Without a correctness
-source the evaluation reports TRL's reward metrics only, said once as a warning. Every process scores the whole set (identical
-results): generation under sharded weights needs every process to take part.
-
-A mixin of ``GrpoLabTrainer``; it overrides transformers' public ``Trainer.evaluation_loop``.
+Detail: docs/runs.md, "grpolab.trainer.benchmark_eval".
 """
 
 from __future__ import annotations

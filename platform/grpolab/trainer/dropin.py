@@ -7,15 +7,7 @@ their defaults as axis overrides), which ``GRPOConfig`` settings that method dec
 (``trl_settings``), the warnings that announce both, and where per-completion correctness comes
 from. ``grpo_trainer.py`` calls these first thing in its constructor.
 
-Correctness sources (``correctness=``):
-- the name of one of the reward functions: a completion is correct when that reward is > 0
-  (None / NaN count as incorrect), e.g. TRL's ``accuracy_reward`` (1 / 0);
-- the name of a dataset column: correct when the completion, stripped of surrounding
-  whitespace, equals ``str(value)`` of that column (use a reward function for anything looser);
-- a callable with TRL's reward-function signature returning one truthy value per completion:
-  an observer, never added to the reward (the CLI's tasks use this, named ``correctness``).
-With none, the correctness curves are replaced by reward-above-group-mean curves (``PROXY_NAMES``)
-and an accuracy filter filters on the reward instead; both are said once, as a warning.
+Detail: docs/runs.md, "grpolab.trainer.dropin".
 """
 
 from __future__ import annotations

@@ -1,24 +1,6 @@
 """The MLflow run of a drop-in ``GrpoLabTrainer`` with ``report_to="mlflow"``, as CLI runs have it.
 
-transformers' ``MLflowCallback`` names the run ``args.run_name`` (None by default: MLflow picks a
-random name) and logs every ``TrainingArguments`` field plus the model config as params (224 on
-a GRPOConfig): one column of noise per constant flag in the MLflow UI. ``GrpoLabMlflowCallback``
-takes its place in the trainer's callback list (same position, so callbacks after it still find
-the run open) and changes only what it logs:
-
-- run name: ``<method>-s<seed>`` like a CLI run's ``<experiment>-s<seed>`` (``args.run_name`` wins
-  when set);
-- params: the CLI's trimmed set under the CLI's names (``method.*`` from
-  ``tracking.naming.method_params``, ``train.*`` read from the GRPOConfig, ``model.path``,
-  ``task.reward_funcs``, ``task.correctness``, ``seed``), flat ``a.b`` keys;
-- grpolab's tags (``dropin.mlflow_tags``);
-- the full GRPOConfig and model config, which TRL logged as params, as the ``trl_config.json``
-  artifact.
-
-Everything else is transformers' own ``setup``: ``MLFLOW_TRACKING_URI``, ``MLFLOW_EXPERIMENT_NAME``,
-``MLFLOW_RUN_ID``, ``MLFLOW_NESTED_RUN``, ``MLFLOW_TAGS``, ``MLFLOW_MAX_LOG_PARAMS`` and
-``HF_MLFLOW_LOG_ARTIFACTS`` act as documented there. ``MLFLOW_FLATTEN_PARAMS`` has nothing left to
-do (these params are flat already); a run that sets it is told so once.
+Detail: docs/runs.md, "grpolab.trainer.mlflow_report".
 """
 
 from __future__ import annotations

@@ -8,12 +8,7 @@ passes). Its seconds are split three ways:
 - update: the rest of the window's ``training_step`` calls (log-probs, advantages, forward,
   backward, optimizer), update = sum(training_step) - generation - scoring.
 
-On a GPU the window ends with one ``torch.cuda.synchronize`` of the trainer's device, so that queued kernels are charged
-to the window that launched them (once per rollout: nothing measurable next to generation).
-``time/generated_tokens_per_s`` = the rollout's generated tokens on every process
-(``tokens/generated``) / this process's generation seconds.
-``time/accelerator_hours``: processes x wall seconds since training started / 3600, cumulative (the
-x-axis of compute-indexed curves: on a CPU machine these are CPU-process hours).
+Detail: docs/runs.md, "grpolab.trainer.step_times".
 """
 
 from __future__ import annotations

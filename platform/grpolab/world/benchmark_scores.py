@@ -1,30 +1,6 @@
 """The scores a benchmark reports from n samples per prompt, as papers report them.
 
-For one prompt with n samples of which c are correct:
-
-    pass@k = 1 - C(n-c, k) / C(n, k)                     (Chen et al. 2021, unbiased, k <= n)
-           = 1 - prod_{i=n-c+1}^{n} (1 - k / i)           (the same, as a product: no huge binomials)
-
-over the prompts, the mean. Every k <= n that is a power of 2 is reported, and k = n.
-
-    avg@n  = mean over prompts of c / n                   (= pass@1; DAPO's "avg@32")
-    maj@n  = fraction of prompts whose majority answer is correct. Answers vote by the grader's
-             equivalence (``equivalent(a, b)``; default string equality), so ``\\frac{1}{2}``, ``1/2``
-             and ``0.5`` are one answer under a math grader: each answer joins the first cluster
-             whose first answer it is equivalent to, else starts one (O(n^2) comparisons per
-             prompt at most). The majority is the largest cluster; a tie goes to the tied cluster
-             whose first answer appears first in sample order (deterministic: sample order is the
-             seeded generation order); that first sample's correctness scores the prompt. Samples
-             without an answer do not vote; no answer at all counts as wrong. Reported only when
-             answers are given (a source that cannot extract answers reports no maj@n).
-    sd@n   = sample standard deviation, over the n sample indices j, of acc_j = the mean
-             correctness of sample j over the prompts: the spread of single-sample accuracy across
-             the n samples (how much a one-sample evaluation varies), NOT the standard error of
-             avg@n; 0 when n = 1
-             (avg@n's standard error over the P prompts, not reported here, is
-             sqrt(sum_p (c_p / n - avg@n)^2 / (P (P - 1))))
-
-Keys are the names MLflow stores (``avg_at_32``; MLflow refuses '@' in metric names).
+Detail: docs/runs.md, "grpolab.world.benchmark_scores".
 """
 
 from __future__ import annotations
