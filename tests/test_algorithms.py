@@ -1,4 +1,4 @@
-"""Hand-computed checks for every axis value and the invariants of VARIANTS.md."""
+"""Hand-computed checks for every axis value and the invariants of the method axes (docs/methods.md)."""
 
 import math
 

@@ -20,6 +20,11 @@ PENDING = {"grpolab/api.py", "grpolab/analysis/rescore.py", "grpolab/experiment/
 TOP_DIRS = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith("."))
 SUFFIXES = "md|py|yaml|yml|toml|txt|json|cfg|sh|ini|csv|html"
 REPO_PATH = re.compile(rf"(?<![\w/.-])((?:{'|'.join(map(re.escape, TOP_DIRS))})/[\w./-]*\w\.(?:{SUFFIXES}))\b")
+# A page named without its folder (``README.md``) must exist somewhere in the repository; these
+# are files a run or study writes, not pages.
+DOC_NAME = re.compile(r"(?<![\w/.-])([A-Za-z][\w-]*\.md)\b")
+WRITTEN = {"table.md"}
+PENDING_NAMES = {"platform/grpolab/studies/coordinator.py: TRACKING_NOTES.md"}   # in PENDING's coordinator.py
 
 
 def long_docstrings(package: Path) -> list[str]:
@@ -38,12 +43,15 @@ def missing_paths(roots: list[Path], repo: Path = ROOT, package: Path = PKG) -> 
     nowhere. Inside the package ``studies/plan.py`` means the package's own module and a
     test may name a file beside it, so a path counts as present under the repository root, the
     package or the naming file's folder."""
+    pages = {p.name for p in repo.rglob("*.md") if ".git" not in p.parts}
     found = []
     for root in roots:
         for path in sorted(root.rglob("*.py")):
             for line, text in _texts(path):
                 found += [f"{path.relative_to(repo)}:{line}: {name}" for name in REPO_PATH.findall(text)
                           if not any((base / name).exists() for base in (repo, package, path.parent))]
+                found += [f"{path.relative_to(repo)}:{line}: {name}" for name in DOC_NAME.findall(text)
+                          if name not in pages | WRITTEN]
     return found
 
 
@@ -56,6 +64,9 @@ def test_module_docstrings_fit_in_twelve_lines():
 
 def test_named_repository_files_exist():
     found = missing_paths([r for r in SCANNED if r.is_dir()])
+    named = {re.sub(r":\d+:", ":", f) for f in found}
+    assert not PENDING_NAMES - named, f"fixed now, drop from PENDING_NAMES: {sorted(PENDING_NAMES - named)}"
+    found = [f for f in found if re.sub(r":\d+:", ":", f) not in PENDING_NAMES]
     assert not found, "comments name files that are not there:\n" + "\n".join(found)
 
 
@@ -68,9 +79,9 @@ def test_the_lints_catch_a_long_docstring_and_a_dangling_path(tmp_path):
     (tmp_path / "docs" / "here.md").write_text("# here\n")
     (package / "short.py").write_text('"""' + "\n".join(f"line {i}" for i in range(12)) + '"""\n')
     (package / "long.py").write_text('"""' + "\n".join(f"line {i}" for i in range(13)) + '"""\n')
-    (package / "cites.py").write_text('"""See docs/here.md and docs/gone.md."""\n\n'
+    (package / "cites.py").write_text('"""See docs/here.md and docs/gone.md, here.md and GONE.md."""\n\n'
                                       "X = 1   # docs/also_gone.md, tests/gone.py; short.py sits beside\n")
     assert long_docstrings(package) == ["pkg/long.py: 13 lines"]
     found = missing_paths([package], repo=tmp_path, package=package)
     assert found == ["platform/pkg/cites.py:3: docs/also_gone.md", "platform/pkg/cites.py:3: tests/gone.py",
-                     "platform/pkg/cites.py:1: docs/gone.md"]
+                     "platform/pkg/cites.py:1: docs/gone.md", "platform/pkg/cites.py:1: GONE.md"]
