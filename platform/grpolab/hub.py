@@ -86,7 +86,7 @@ def cached(repo_id: str, repo_type: str = "model", revision: str | None = None, 
 
 
 def resolve(repo_id: str, repo_type: str, revision: str | None, key: str) -> HubRef:
-    """Validation: the cached snapshot, or what happens without one (module docstring)."""
+    """Validation: the cached snapshot, or what happens without one (docs/real-models.md, "grpolab.hub")."""
     if revision is not None and (not isinstance(revision, str) or not revision.strip()):
         raise ConfigError(f"{key.rpartition('.')[0] or key}.revision: expected a branch, tag or commit, got {revision!r}")
     ref = cached(repo_id, repo_type, revision, key)

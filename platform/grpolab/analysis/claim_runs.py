@@ -216,8 +216,8 @@ def judge_family(claims: list[Claim], state: Path, storage_url: str | None) -> l
 def run_claims(names: list[str] | None, state: Path, storage_url: str | None, workers: int, echo=print,
                until_decided: bool = False, max_seeds: int | None = None, batch: int = 2, publish=None) -> list[ClaimResult]:
     """Validate every claim first, register them, run each needed study's missing rows once, then
-    judge; with ``until_decided``, add seeds and look again (see the module docstring). ``publish``
-    is passed to each study run (``run_study``)."""
+    judge; with ``until_decided``, add seeds and look again (docs/studies.md,
+    "grpolab.analysis.claim_runs"). ``publish`` is passed to each study run (``run_study``)."""
     claims = [load_claim(p) for p in claim_files(names)]      # bad claims stop here, before any training
     looks = _plan_looks(claims, until_decided, max_seeds, batch)
     Path(state).mkdir(parents=True, exist_ok=True)

@@ -73,7 +73,7 @@ def check_window(skip_below: float, fit_upto: float) -> None:
 def fit_seeds(curves: dict, pin_r0: bool = True, level: float = 0.95, skip_below: float = 0.0,
               fit_upto: float = 1.0) -> SeedFit:
     """curves: seed -> (compute array, value array), compute 0 holding R0. One fit per seed on its
-    points with C >= ``skip_below`` and C <= ``fit_upto`` x max C (module docstring); each
+    points with C >= ``skip_below`` and C <= ``fit_upto`` x max C (docs/studies.md, "grpolab.analysis.scaling"); each
     parameter's mean and t-interval over the seeds that converged."""
     check_window(skip_below, fit_upto)
     fits, errors = [], []

@@ -90,7 +90,7 @@ BUDGET_KEYS = ("train.steps", "train.prompts_per_rollout", "train.group_size", "
 
 
 def plan_study(path: str, gpus_per_row: int | None = None) -> StudyPlan:
-    """Validate the study for a plan and size each of its rows (module docstring)."""
+    """Validate the study for a plan and size each of its rows (docs/studies.md, "grpolab.studies.plan")."""
     if gpus_per_row is not None and (isinstance(gpus_per_row, bool) or gpus_per_row < 1):
         raise ConfigError(f"--gpus-per-row: must be an integer >= 1, got {gpus_per_row!r}")
     with planning() as needs, warnings.catch_warnings():
@@ -140,7 +140,8 @@ def _row(name: str, rows: int, cfg, expected: int | None, devices: int) -> RowPl
 
 
 def _benchmark_tokens(ev, expected: int | None) -> int:
-    """Tokens of one evaluation's named benchmarks: size x n x L_benchmark each (module docstring)."""
+    """Tokens of one evaluation's named benchmarks: size x n x L_benchmark each (docs/studies.md,
+    "grpolab.studies.plan")."""
     total = 0
     for b in ev.benchmarks:
         size = b["size"] or (ev.final_prompts or ev.prompts if b["source"] == "held_out" else _file_rows(b))

@@ -74,7 +74,7 @@ def record(state: Path, key: str, fields: dict, rows_done: int) -> None:
 
 
 def status(state: Path, key: str, fields: dict, deviations: tuple[Deviation, ...]) -> str:
-    """One line: pre-registered or not, and why (see the module docstring)."""
+    """One line: pre-registered or not, and why (docs/studies.md, "grpolab.studies.registration")."""
     first = _load(state).get(key)
     n_dev = f"{len(deviations)} deviation(s) declared" if deviations else ""
     if first is None:

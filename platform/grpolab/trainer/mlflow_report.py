@@ -58,8 +58,8 @@ class _ArgsAsGrpolabLogsThem:
 
 class GrpoLabMlflowCallback(MLflowCallback):
     """transformers' MLflow reporting with grpolab's run name, params, tags and config artifact
-    (module docstring). ``describe(args, state)`` returns (run name, params) at setup, when the
-    number of steps is known."""
+    (docs/runs.md, "grpolab.trainer.mlflow_report"). ``describe(args, state)`` returns (run name,
+    params) at setup, when the number of steps is known."""
 
     def __init__(self, describe, tags: dict):
         super().__init__()
