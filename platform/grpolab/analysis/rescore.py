@@ -13,7 +13,9 @@ training prompts is refused, naming the count (tasks/benchmarks.py).
 Each model's scores are recorded as an MLflow run nested under the original run, in its
 experiment, tagged with the checkpoint step (``grpolab.eval.step``) and logged at that step, so
 the re-scored curve lines up with the run's own. Sampling is seeded (the benchmark's seed, else
-the run's) with transformers ``generate``, so the same model and settings give the same scores.
+the run's) with transformers ``generate``, so the same model and settings give the same scores; a
+run that generated with vLLM is re-scored through vLLM the same way (its engine path: colocate or
+its server, experiment/vllm_eval.py); without vLLM here it is refused, never scored by another engine.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from grpolab.experiment.benchmark_runs import RunBenchmarks
 from grpolab.experiment.checkpoints import CONFIG, complete_checkpoints, run_dir
 from grpolab.experiment.config import EvalCfg, TrainCfg
 from grpolab.experiment.runner import run_splits
+from grpolab.experiment.vllm_eval import SavedModelVllm, uses_vllm
 from grpolab.tasks import make_task
 from grpolab.tracking.naming import flat_keys, state_relative
 from grpolab.tracking.recorder import RunRecorder, client_for
@@ -58,6 +61,7 @@ class SavedRun:
     train: TrainCfg
     eval: EvalCfg
     lora: bool
+    generation: dict = dataclasses.field(default_factory=dict)   # a run that generated with vLLM is re-scored by it
 
 
 def read_saved_run(folder: Path) -> SavedRun:
@@ -71,7 +75,8 @@ def read_saved_run(folder: Path) -> SavedRun:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: tuple(v) if k == "band" else v for k, v in (raw or {}).items() if k in names})
     return SavedRun(data["task"], int(data.get("seed", 0)), section(TrainCfg, data.get("train")),
-                    section(EvalCfg, data.get("eval")), bool((data.get("model") or {}).get("lora")))
+                    section(EvalCfg, data.get("eval")), bool((data.get("model") or {}).get("lora")),
+                    dict(data.get("generation") or {}))
 
 
 def runs_to_score(target: str, state: Path, storage_url: str | None = None) -> list[RunToScore]:
@@ -154,11 +159,13 @@ def rescore(target: str, state: Path, names: list[str], overrides: dict | None =
     if unknown:
         raise ConfigError(f"overrides: unknown {sorted(unknown)[0]!r}; valid: {', '.join(OVERRIDES)}")
     out = []
-    for run in runs_to_score(target, Path(state), storage_url):
-        saved = read_saved_run(run.folder)
+    runs = [(run, read_saved_run(run.folder)) for run in runs_to_score(target, Path(state), storage_url)]
+    # a run that needs vLLM where there is none is refused before any model is scored
+    engines = [uses_vllm(saved.generation, f"run {run.run_id or run.folder}") for run, saved in runs]
+    for (run, saved), vllm in zip(runs, engines):
         specs = benchmark_specs(names, saved, overrides or {})
         for step, model_dir in models_to_score(run.folder, saved, which):
-            metrics = score_model(saved, specs, model_dir)
+            metrics = score_model(saved, specs, model_dir, vllm)
             nested = record(state, run.run_id, step, model_dir, specs, metrics)
             out.append(Rescored(run.run_id, step, model_dir, metrics, nested))
             shown = ", ".join(f"{k.removeprefix('eval/')} {v:.4g}" for k, v in metrics.items() if "/avg_at_" in k
@@ -167,12 +174,14 @@ def rescore(target: str, state: Path, names: list[str], overrides: dict | None =
     return out
 
 
-def score_model(saved: SavedRun, specs: list[dict], model_dir: Path) -> dict:
-    """The benchmarks' scores of one saved model, drawn exactly as the run would draw them."""
+def score_model(saved: SavedRun, specs: list[dict], model_dir: Path, vllm: bool = False) -> dict:
+    """The benchmarks' scores of one saved model, drawn exactly as the run would draw them: through
+    transformers generate, or through vLLM (``vllm``) when the run generated with it."""
     task = make_task(saved.task["name"], **{k: v for k, v in saved.task.items() if k != "name"})
     train, _ = run_splits(saved, task)
-    model, tokenizer = load_model(model_dir)
-    metrics, _ = RunBenchmarks.for_run(saved, task, train, tokenizer, specs).evaluate(task, model, tokenizer)
+    engine = SavedModelVllm(saved.generation, saved.train.trl, model_dir) if vllm else None
+    model, tokenizer = (engine.model, engine.tokenizer) if engine else load_model(model_dir)
+    metrics, _ = RunBenchmarks.for_run(saved, task, train, tokenizer, specs).evaluate(task, model, tokenizer, engine)
     return metrics
 
 

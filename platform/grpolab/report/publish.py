@@ -8,13 +8,18 @@ study`` that ran rows, the dashboard when such a study has finished all its rows
 ``grpolab table`` / ``grpolab dashboard`` on the study (overwriting the parent's copies, so the
 parent shows the latest view: e.g. after ``--retry-failed`` rows were added). Dashboards other
 than the standard view (another layout, x-axis or seed view) go to ``dashboards/<page>.html``.
+``grpolab eval`` on a ladder puts the table and a page of each score it re-scored in
+``rescored/<metric>/`` (publish_rescored).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
+from grpolab.errors import ConfigError
+from grpolab.report.ladder_caption import caption_html
 from grpolab.tracking.recorder import client_for
 
 log = logging.getLogger(__name__)
@@ -80,3 +85,74 @@ def attach_dashboard(state: Path, parent_run_id: str, html_path: Path, name: str
     for script in Path(html_path).parent.glob("plotly-*.min.js"):
         if script.name in page:
             client.log_artifact(parent_run_id, str(script), folder)
+
+
+def rescored_metrics(results, overrides: dict) -> list[str]:
+    """The re-scored metric (``analysis.rescored``) of each benchmark ``grpolab eval`` just scored:
+    the final models' avg@n, qualified by the settings the command gave, so the table reads this
+    re-scoring rather than another of the same benchmark."""
+    from grpolab.analysis.rescored import parse_rescored
+    keys = sorted({k for r in results for k in r.metrics if re.fullmatch(r"eval/[^/]+/avg_at_[0-9]+", k)})
+    quals = ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted((overrides or {}).items())
+                     if v is not None and k != "n")   # n is in the key
+    return [parse_rescored(f"rescored{f'[{quals}]' if quals else ''}:{key}").label for key in keys]
+
+
+def rescored_folder(metric: str) -> str:
+    """``rescored/<metric as one path part>``: where a re-scored metric's pages go on the parent run."""
+    return "rescored/" + re.sub(r"[^A-Za-z0-9_.=-]+", "_", metric).strip("_")
+
+
+def publish_rescored(state: Path, target: str, results, overrides: dict, storage_url: str | None,
+                     echo=print) -> list[str]:
+    """After ``grpolab eval`` on a ladder study: each re-scored metric's table (``table.md`` /
+    ``table.csv``, as ``grpolab table STUDY --metric METRIC`` prints them) and a page of it
+    (``dashboard.html``) in ``rescored_folder(METRIC)`` on the study's parent run, as a finished
+    study's own are put there. A table that cannot be made yet (rows not re-scored) is said, not put."""
+    from grpolab.analysis.ablation import load_results
+    from grpolab.studies.rows import PARENT_RUN_ATTR
+    if not Path(target).is_file() or not results:
+        return []
+    cfg, study = load_results(target, state, storage_url, create=False)
+    parent = study.user_attrs.get(PARENT_RUN_ATTR) if study is not None else None
+    if parent is None or cfg.kind != "ladder":   # a search's table has no re-scored form
+        return []
+    client, done = client_for(state), []
+    for metric in rescored_metrics(results, overrides):
+        try:
+            pages = {name: rescored_page(state, target, storage_url, metric, fmt)
+                     for name, fmt in (("table.md", "markdown"), ("table.csv", "csv"), ("dashboard.html", "html"))}
+        except ConfigError as exc:
+            echo(f"{metric}: not put on the study's parent run {parent}: {exc}")
+            continue
+        for name, text in pages.items():
+            client.log_text(parent, text, f"{rescored_folder(metric)}/{name}")
+        echo(f"{metric}: table.md, table.csv and dashboard.html in {rescored_folder(metric)}/ on the study's "
+             f"MLflow parent run {parent}")
+        done.append(metric)
+    return done
+
+
+def rescored_page(state: Path, study_path: str, storage_url: str | None, metric: str, fmt: str) -> str:
+    """The re-scored table as ``grpolab table`` prints it (markdown, csv), or an HTML page of it (html):
+    the rungs' means with their intervals, the paired deltas, the table with its caption."""
+    from grpolab.report.tables import study_table
+    if fmt != "html":
+        return study_table(study_path, state, storage_url, fmt, metric)
+    import html
+
+    from grpolab.analysis.ablation import load_results
+    from grpolab.analysis.rescored import parse_rescored
+    from grpolab.report.figures import ablation_figure, paired_delta_figure
+    from grpolab.report.page import render_page
+    from grpolab.report.tables import rescored_view
+    cfg, study = load_results(study_path, state, storage_url)
+    (frame, caption, level), _ = rescored_view(cfg, study, state, storage_url, metric)
+    shown = f"final:{parse_rescored(metric).key}"   # its range and label on the charts
+    sections = [("Re-scored ablation", ablation_figure(frame, shown, cfg.published_source))]
+    if len(frame) > 1:
+        sections.append(("Paired delta vs previous rung", paired_delta_figure(frame, shown, level)))
+    above, below = caption_html(caption)   # as the study's own page shows its table's caption
+    table = (f"<h2>{html.escape(metric)}</h2>" + above
+             + frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="--") + below)
+    return render_page(f"grpolab study: {cfg.name}, re-scored {metric}", sections, [], [table])
