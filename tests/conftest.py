@@ -189,6 +189,31 @@ def postgres_url(postgres_server):
     return postgres_server.database("optuna")
 
 
+@pytest.fixture
+def own_postgres():
+    """(SQLAlchemy URL, pg_ctl(*args), port, socket folder) of a fresh PostgreSQL server on 127.0.0.1 for
+    one test, which may stop and start it (the session's server is shared by other tests)."""
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+    if not bins:
+        pytest.fail("PostgreSQL is not installed: `make test` installs it (apt-get install postgresql)")
+    bin_dir, root = Path(bins[-1]), Path(tempfile.mkdtemp(prefix="grpolab-pg-restart-"))
+    data, sock, log = root / "data", root / "sock", root / "log"
+    sock.mkdir()
+    as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    for path in (root, sock) if as_pg else ():   # a 0700 root folder is closed to the postgres user
+        shutil.chown(path, "postgres")
+    subprocess.run(as_pg + [str(bin_dir / "initdb"), "-D", str(data), "-U", "grpolab", "--auth=trust"], check=True,
+                   capture_output=True)
+    port = _start_on_a_free_port(as_pg, bin_dir, data, sock, log)
+
+    def pg_ctl(*args):
+        subprocess.run(as_pg + [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", *args], check=True,
+                       capture_output=True)
+    yield f"postgresql+psycopg2://grpolab@127.0.0.1:{port}/postgres", pg_ctl, port, sock
+    subprocess.run(as_pg + [str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
+    shutil.rmtree(root, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
 def _signal_dispositions_restored(request):
     """Each test leaves SIGINT/SIGTERM as it found them (handler and mask). Subprocesses inherit

@@ -7,7 +7,9 @@ state folder that already holds a recorded 2-row study) and must: exit 2; print 
 ``error:`` line (``warning:`` lines aside) naming the key or path and what is valid; print no
 traceback; create no MLflow run; write no file (state copy, cwd and $HOME byte-identical after,
 so nothing recorded is lost either); and, where the answer needs no model, never import torch.
-The cases run concurrently once per module; each test then reads its own outcome.
+The cases run concurrently once per module; each test then reads its own outcome. A ``--storage``
+whose server goes away between rows is the corpus's store case, in test_bad_input_storage_gone.py
+(it needs a PostgreSQL server of its own, stopped mid-study).
 """
 
 from __future__ import annotations

@@ -1,47 +1,19 @@
 """A study storage on PostgreSQL outlives a restart of its server: the first call after a restart
 (every pooled connection cut) and a call made while the server is down (it waits for it) succeed,
-and a storage opened while the server is down still fails at once. A real server of the test's
-own, restarted with pg_ctl (the session's server is shared by other tests)."""
+a storage opened while the server is down still fails at once, and one whose server stays away
+past its patience fails at once after that wait until it answers again. A real server of the test's
+own (conftest.own_postgres), restarted with pg_ctl (the session's server is shared by other tests)."""
 
-import glob
-import os
-import shutil
-import subprocess
-import tempfile
 import threading
 import time
-from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy
 from optuna.trial import TrialState
 
-from conftest import _start_on_a_free_port
-from grpolab.studies.storage import open_storage
-
-
-@pytest.fixture
-def own_postgres():
-    """(SQLAlchemy URL, pg_ctl(*args)) of a fresh PostgreSQL server on 127.0.0.1."""
-    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
-    if not bins:
-        pytest.fail("PostgreSQL is not installed: `make test` installs it (apt-get install postgresql)")
-    bin_dir, root = Path(bins[-1]), Path(tempfile.mkdtemp(prefix="grpolab-pg-restart-"))
-    data, sock, log = root / "data", root / "sock", root / "log"
-    sock.mkdir()
-    as_pg = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    for path in (root, sock) if as_pg else ():   # a 0700 root folder is closed to the postgres user
-        shutil.chown(path, "postgres")
-    subprocess.run(as_pg + [str(bin_dir / "initdb"), "-D", str(data), "-U", "grpolab", "--auth=trust"], check=True,
-                   capture_output=True)
-    port = _start_on_a_free_port(as_pg, bin_dir, data, sock, log)
-
-    def pg_ctl(*args):
-        subprocess.run(as_pg + [str(bin_dir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", *args], check=True,
-                       capture_output=True)
-    yield f"postgresql+psycopg2://grpolab@127.0.0.1:{port}/postgres", pg_ctl, port, sock
-    subprocess.run(as_pg + [str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
-    shutil.rmtree(root, ignore_errors=True)
+from grpolab.studies import storage
+from grpolab.studies.storage import open_storage, rides_out_restarts
 
 
 def test_a_postgresql_storage_outlives_a_restart_of_its_server(own_postgres):
@@ -61,9 +33,26 @@ def test_a_postgresql_storage_outlives_a_restart_of_its_server(own_postgres):
     (stored,) = optuna.load_study(study_name="restarted", storage=open_storage(url)).trials
     assert (stored.state, stored.value, stored.user_attrs) == (TrialState.COMPLETE, 1.0, {"while_down": 1})
 
+    engine = sqlalchemy.create_engine(url, pool_pre_ping=True)
+    rides_out_restarts(engine, url, patience=2.0)
+    engine.connect().close()                               # a storage that has answered
+
     pg_ctl("stop", "-m", "fast")
     started = time.monotonic()
     with pytest.raises(Exception, match="refused|could not connect"):   # a storage never reached: no waiting
         open_storage(url)
     assert time.monotonic() - started < 10
-    print(f"\nSTORE_RESTART waited_s={waited:.1f} (server down 3 s)")
+
+    gone = []                                              # (seconds, error) of each call while it stays away
+    for _ in range(2):
+        started = time.monotonic()
+        with pytest.raises(sqlalchemy.exc.OperationalError, match="refused"):
+            engine.connect()
+        gone.append(time.monotonic() - started)
+    assert gone[0] >= 2.0 and gone[1] < 1.0, gone          # its patience once, then no wait at each later call
+    pg_ctl("start", "-o", f"-p {port} -k {sock} -c listen_addresses=127.0.0.1")
+    with engine.connect() as conn:                         # back: it connects, and would wait again
+        assert conn.execute(sqlalchemy.text("select 1")).scalar() == 1
+    assert url not in storage._given_up
+    print(f"\nSTORE_RESTART waited_s={waited:.1f} (server down 3 s); gone for good: {gone[0]:.1f} s, "
+          f"then {gone[1]:.2f} s")

@@ -65,6 +65,23 @@ def signal_behind(exc: BaseException | None) -> BaseException | None:
     return None
 
 
+STORE_LIBRARIES = ("sqlalchemy",)
+
+
+def in_store_library(frame) -> bool:
+    """Whether ``frame`` runs inside the database library, where a raise is not safe: SQLAlchemy
+    dispatches a connection's ``commit`` event before its guarded DBAPI commit, and an exception
+    raised there leaves the write transaction open in the connection pool (a SQLite store stays
+    locked for every writer, this process's KILLED status included, until the process exits:
+    tests/test_signal_in_store.py). The store call returns in milliseconds, or after its own
+    timeout, and the noted signal is raised at the next safe point."""
+    while frame is not None:
+        if (frame.f_globals.get("__name__") or "").partition(".")[0] in STORE_LIBRARIES:
+            return True
+        frame = frame.f_back
+    return False
+
+
 def raise_if_signalled(cause: BaseException | None = None) -> None:
     """Raise the pending signal's exception (from ``cause``, the error a library made of it)."""
     if _received:
@@ -88,7 +105,8 @@ def signals_raise():
 
     def handler(signum, frame):
         note_signal(signum)
-        raise signal_exception(signum)
+        if not in_store_library(frame):   # there it waits for the next safe point (in_store_library)
+            raise signal_exception(signum)
     hook_before = sys.unraisablehook
     sys.unraisablehook = quiet = quiet_unraisable(hook_before)
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, handler)}

@@ -59,10 +59,11 @@ from grpolab.studies.rows import (
     summary,
     trial_row_state,
 )
-from grpolab.studies.storage import create_or_load, default_storage, seed_param, with_added_seeds
+from grpolab.studies.storage import (create_or_load, default_storage, seed_param, storage_loss_ends_command,
+                                     with_added_seeds)
 from grpolab.studies.trials import worker_loop
 from grpolab.tracking.recorder import RunRecorder, client_for
-from grpolab.tracking.stores import check_stores, init_tracking_store, setup_lock
+from grpolab.tracking.stores import StoreUnreachable, check_stores, init_tracking_store, setup_lock
 
 log = logging.getLogger(__name__)
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -242,24 +243,28 @@ def _coordinate(study, cfg: StudyConfig, state: Path, storage_url: str, procs: l
     duplicate key: the PostgreSQL round of the three-coordinator test lost a coordinator to it)."""
     started, tick = time.time(), _ticker(study, cfg, state, workers, echo)
     try:
-        if launcher is not None:
-            if pending:   # rows handed back by a job Slurm ended are queued again (once: under the lock) meanwhile
-                launcher.run(study, cfg, storage_url, state, tick, echo, requeue=lambda: _requeue(study, cfg, locked))
-        elif workers <= 1 if in_process is None else in_process:
-            with watchdog(study, state, cfg.row_timeout_s, echo):   # this process runs rows: check them from a thread
-                worker_loop(cfg, storage_url, state, tick)
-        else:
-            for line in run_workers(procs, tick):
-                echo(line)
-        while study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            tick()   # rows run by other coordinators' workers: wait until they end or are handed back
-            time.sleep(2)
-    except BaseException:
+        with storage_loss_ends_command(storage_url):
+            if launcher is not None:
+                if pending:   # rows handed back by a job Slurm ended are queued again (once: under the lock) meanwhile
+                    launcher.run(study, cfg, storage_url, state, tick, echo,
+                                 requeue=lambda: _requeue(study, cfg, locked))
+            elif workers <= 1 if in_process is None else in_process:
+                # the inner one ends first: a storage found gone stops the watchdog's wait for it before the join
+                with watchdog(study, state, cfg.row_timeout_s, echo), storage_loss_ends_command(storage_url):
+                    worker_loop(cfg, storage_url, state, tick)
+            else:
+                for line in run_workers(procs, tick):
+                    echo(line)
+            while study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                tick()   # rows run by other coordinators' workers: wait until they end or are handed back
+                time.sleep(2)
+    except BaseException as exc:
         if pending:
             try:   # not under the lock: an interrupted coordinator must never wait on it
-                _close_parent(state, parent, progress(study, cfg, started, workers), interrupted=True)
-            except Exception as exc:  # noqa: BLE001 - the interruption is what is reported
-                log.warning("could not close the study's parent run: %s", exc)
+                final = None if isinstance(exc, StoreUnreachable) else progress(study, cfg, started, workers)
+                _close_parent(state, parent, final, interrupted=True)
+            except Exception as error:  # noqa: BLE001 - the interruption is what is reported
+                log.warning("could not close the study's parent run: %s", error)
         raise
     with locked():
         final = progress(study, cfg, started, workers)
@@ -293,9 +298,12 @@ def has_pending_rows(study: optuna.Study, cfg: StudyConfig) -> bool:
     return len(finished) < cfg.n_trials
 
 
-def _close_parent(state: Path, parent_run_id: str, final: dict, interrupted: bool = False) -> None:
+def _close_parent(state: Path, parent_run_id: str, final: dict | None, interrupted: bool = False) -> None:
+    """End the study's parent run; ``final``: the rows' progress, None when the study storage
+    went away (the parent is still ended KILLED, without its rows count)."""
     client = client_for(state)
-    status = "KILLED" if interrupted else ("FAILED" if final["failed"] else (
+    status = "KILLED" if interrupted or final is None else ("FAILED" if final["failed"] else (
         "FINISHED" if final["done"] >= final["total"] else "KILLED"))
-    client.set_tag(parent_run_id, "grpolab.rows_done", f"{final['done']}/{final['total']}")
+    if final is not None:
+        client.set_tag(parent_run_id, "grpolab.rows_done", f"{final['done']}/{final['total']}")
     client.set_terminated(parent_run_id, status=status)

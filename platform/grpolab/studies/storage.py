@@ -3,6 +3,7 @@ with it (seeds added on demand, the fixed sequential plan)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -13,8 +14,10 @@ import optuna
 from optuna.trial import TrialState
 
 from grpolab.errors import ConfigError
+from grpolab.signals import raise_if_signalled
 from grpolab.studies.definition import StudyConfig
 from grpolab.studies.registration import definition_hash  # noqa: F401  (re-exported: tests, check_definition)
+from grpolab.tracking.stores import StoreUnreachable, redact, unreachable_reason
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +40,15 @@ def open_storage(url: str):
         drop_partial_record(path)
         return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
     storage = optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
-    rides_out_restarts(storage.engine)
+    rides_out_restarts(storage.engine, url)
     return storage
 
 
 RECONNECT_S = 60.0   # how long a database that has answered may stay away (a restart, a fail-over)
+_given_up: set[str] = set()   # storage URLs found gone for good: their connections are tried once, not waited for
 
 
-def rides_out_restarts(engine, patience: float = RECONNECT_S) -> None:
+def rides_out_restarts(engine, url: str = "", patience: float = RECONNECT_S) -> None:
     """Make ``engine`` wait for its database across a restart instead of failing the caller.
 
     A restart cuts every pooled connection: ``pool_pre_ping`` finds a cut one before a statement
@@ -52,7 +56,12 @@ def rides_out_restarts(engine, patience: float = RECONNECT_S) -> None:
     for up to ``patience`` seconds. Otherwise a worker's next store call after a restart (naming its
     run, reporting its finished row) fails, and its row is recorded failed with an error, which a
     rerun does not re-queue. Called once the storage has connected (RDBStorage's constructor
-    does): an unreachable storage still fails at once."""
+    does): an unreachable storage still fails at once.
+
+    A server that stays away longer is gone: once one wait ran out (or ``give_up(url)`` said so),
+    every later connection of a storage at ``url`` is tried once, so a command that must end
+    (closing what it can) does not wait ``patience`` again at each store call, nor in each thread;
+    a connection that succeeds again ends that."""
     from sqlalchemy import event
 
     @event.listens_for(engine, "do_connect")
@@ -60,15 +69,51 @@ def rides_out_restarts(engine, patience: float = RECONNECT_S) -> None:
         deadline, tries = time.monotonic() + patience, 0
         while True:
             try:
-                return dialect.connect(*cargs, **cparams)
+                connection = dialect.connect(*cargs, **cparams)
+                _given_up.discard(url)
+                return connection
             except dialect.loaded_dbapi.OperationalError as exc:
+                if url in _given_up:
+                    raise
                 if time.monotonic() >= deadline:
+                    give_up(url)
                     raise
                 tries += 1
                 if tries == 1:
                     log.warning("study storage unreachable (%s); trying again for up to %.0f s",
                                 (str(exc).strip().splitlines() or [type(exc).__name__])[0], patience)
+                raise_if_signalled()   # no connection yet, so no transaction to leave open (signals.in_store_library)
                 time.sleep(1.0)
+
+
+def give_up(url: str) -> None:
+    """The storage at ``url`` is gone: connections still waiting for it stop at their next try."""
+    if url:
+        _given_up.add(url)
+
+
+@contextlib.contextmanager
+def storage_loss_ends_command(url: str):
+    """An error raised while the database storage at ``url`` cannot be reached is that: the command
+    ends with one line saying so (``StoreUnreachable``, exit 2) instead of the store library's
+    error. What the storage recorded before it went away (complete rows) is kept in it, and the
+    same command run again once it is back resumes from there. A signal a library turned into
+    the error stays the signal; an error while the storage answers is raised as it is."""
+    try:
+        yield
+    except StoreUnreachable:
+        raise
+    except Exception as exc:
+        raise_if_signalled(exc)
+        if url.startswith("journal:"):
+            raise
+        reason = unreachable_reason(url)
+        if reason is None:
+            raise
+        give_up(url)
+        raise StoreUnreachable(f"study storage {redact(url)}: unreachable ({reason}); the rows it recorded as "
+                               "complete are kept there: once it is back (restart it), run the same command "
+                               "again to resume") from exc
 
 
 def drop_partial_record(path: str) -> int:

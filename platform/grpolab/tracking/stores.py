@@ -58,6 +58,18 @@ def _first_line(exc: BaseException) -> str:
 
 def check_database(url: str, what: str) -> None:
     """Connect once with a short timeout and run ``SELECT 1``."""
+    try:
+        reason = unreachable_reason(url)
+    except ModuleNotFoundError as exc:
+        raise StoreUnreachable(f"{what} {redact(url)}: its database driver is not installed ({exc}); for PostgreSQL "
+                               "install grpolab[postgres] and write postgresql+psycopg2://...") from None
+    if reason is not None:
+        raise StoreUnreachable(f"{what} {redact(url)}: cannot connect ({reason})")
+
+
+def unreachable_reason(url: str) -> str | None:
+    """Why the database at ``url`` cannot be used now (one connection and ``SELECT 1``, a short
+    timeout, no retries), or None when it answers. A missing driver raises ModuleNotFoundError."""
     import sqlalchemy
     from sqlalchemy.pool import NullPool
     try:
@@ -65,11 +77,11 @@ def check_database(url: str, what: str) -> None:
         with engine.connect() as conn:
             conn.execute(sqlalchemy.text("SELECT 1"))
         engine.dispose()
-    except ModuleNotFoundError as exc:
-        raise StoreUnreachable(f"{what} {redact(url)}: its database driver is not installed ({exc}); for PostgreSQL "
-                               "install grpolab[postgres] and write postgresql+psycopg2://...") from None
+    except ModuleNotFoundError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any driver error means the store is unusable
-        raise StoreUnreachable(f"{what} {redact(url)}: cannot connect ({_first_line(exc)})") from None
+        return _first_line(exc)
+    return None
 
 
 def check_http_tracking(uri: str) -> None:

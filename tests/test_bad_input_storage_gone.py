@@ -1,0 +1,116 @@
+"""Bad-input corpus, stores: a ``--storage`` URL whose server goes away between rows and stays away.
+
+A 2-row study (tiny model, 1 step a row) on a PostgreSQL server of the test's own: the server is
+stopped once the first row is COMPLETE and the coordinator is claiming the second, and is not
+started again while the command runs. The command must end as the corpus expects of a store it
+cannot use (exit 2, one ``error:`` line naming the URL, that it is unreachable and what to do, no
+traceback) without waiting out the storage's reconnect patience, and lose nothing: once the server
+is back the first row is COMPLETE with its MLflow run FINISHED, the second row still waits, and
+the same command run again finishes the study without training the first row again.
+
+Between rows is made exact, not raced: the first row is held by its reward (fault_helpers.held_study)
+until the test holds a row lock on the second row's trial, so the coordinator's claim of it
+(Optuna's ``SELECT ... FOR UPDATE``) waits; the server is stopped while it waits.
+"""
+
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import psycopg2
+from optuna.trial import TrialState
+
+from fault_helpers import held_study
+from grpolab.studies.rows import ROW_ATTR, RUN_ATTR
+from grpolab.studies.storage import RECONNECT_S
+
+
+def _until(what: str, check, timeout: float = 300, proc=None):
+    """Poll ``check()`` until it returns a true value; fail naming ``what`` (and the command's
+    output, when it ended first)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = check()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the study ended before {what}: {proc.communicate()[1][-3000:]}")
+        time.sleep(0.1)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def _query(conn, sql: str):
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+            return cur.fetchall()
+    except psycopg2.errors.UndefinedTable:   # the coordinator has not created Optuna's tables yet
+        return []
+
+
+def _runs(state: Path) -> dict:
+    with sqlite3.connect(f"file:{state / 'mlflow.db'}?mode=ro", uri=True) as db:
+        return {run: (status, end) for run, status, end in db.execute("select run_uuid, status, end_time from runs")}
+
+
+def test_a_study_storage_gone_for_good_between_rows_ends_in_one_line_and_keeps_the_first_row(
+        tmp_path, tiny_model_dir, own_postgres):
+    url, pg_ctl, port, sock = own_postgres
+    flag, state = tmp_path / "hold", tmp_path / "state"
+    flag.touch()
+    study_path = held_study(tmp_path, tiny_model_dir, flag, name="storage_gone", budget={"train.steps": 1})
+    cmd = [sys.executable, "-m", "grpolab.cli", "--state", str(state), "study", str(study_path), "--storage", url]
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        watch = psycopg2.connect(host="127.0.0.1", port=port, user="grpolab", dbname="postgres")
+        watch.autocommit = True
+        _until("both rows are queued", lambda: len(_query(watch, "select number from trials")) == 2, proc=proc)
+        lock = psycopg2.connect(host="127.0.0.1", port=port, user="grpolab", dbname="postgres")
+        with lock.cursor() as cur:   # held until the server stops: the second row cannot be claimed before
+            cur.execute("select trial_id from trials where number = 1 and state = 'WAITING' for update")
+            assert cur.rowcount == 1
+        flag.unlink()
+        _until("the first row is COMPLETE", lambda: _query(
+            watch, "select 1 from trials where number = 0 and state = 'COMPLETE'"), proc=proc)
+        _until("the coordinator claims the second row", lambda: _query(
+            watch, "select 1 from pg_stat_activity where wait_event_type = 'Lock'"), proc=proc)
+        pg_ctl("stop", "-m", "fast")                          # gone, and not started again while the command runs
+        stopped = time.monotonic()
+        out, err = proc.communicate(timeout=300)
+        seconds = time.monotonic() - stopped
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 2, (proc.returncode, err[-3000:])
+    assert "Traceback" not in out + err, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and err.strip().splitlines()[-1] == errors[0], err[-3000:]
+    print(f"\nSTORAGE_GONE {errors[0]}")
+    assert re.match(rf"error: study storage {re.escape(url)}: unreachable \(.+\); .*once it is back \(restart it\), "
+                    r"run the same command again to resume$", errors[0]), errors[0]
+    assert seconds < RECONNECT_S / 2, f"ended {seconds:.1f} s after the server stopped"   # no patience waited out
+    print(f"STORAGE_GONE ended_s={seconds:.1f} after the stop")
+
+    pg_ctl("start", "-o", f"-p {port} -k {sock} -c listen_addresses=127.0.0.1")
+    first, second = optuna.load_study(study_name="storage_gone", storage=url).get_trials(deepcopy=False)
+    assert (first.state, first.user_attrs[ROW_ATTR], second.state) == (TrialState.COMPLETE, "r0-s0", TrialState.WAITING)
+    runs = _runs(state)
+    row_run = first.user_attrs[RUN_ATTR]
+    assert runs[row_run][0] == "FINISHED"
+    assert sorted(status for status, _ in runs.values()) == ["FINISHED", "KILLED"]   # the row's run, the parent's
+
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-3000:]
+    trials = optuna.load_study(study_name="storage_gone", storage=url).get_trials(deepcopy=False)
+    assert [(t.number, t.state, t.user_attrs[ROW_ATTR]) for t in trials] == [
+        (0, TrialState.COMPLETE, "r0-s0"), (1, TrialState.COMPLETE, "r0-s1")]   # no row trained twice
+    after = _runs(state)
+    assert after[row_run] == runs[row_run]                    # the first row's run untouched
+    assert len(after) == 3 and all(status == "FINISHED" for status, _ in after.values())
