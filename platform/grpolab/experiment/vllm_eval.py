@@ -65,13 +65,15 @@ class SavedModelVllm:
         self.mode, self.vllm, self.model = generation.get("mode", "colocate"), vllm_generation, None
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         run = {**{f.name: f.default for f in dataclasses.fields(GRPOConfig)}, **(trl or {})}
-        self.fixed = {"repetition_penalty": run["repetition_penalty"], "top_k": run["top_k"], "min_p": run["min_p"] or 0.0}
+        self.fixed = {"repetition_penalty": run["repetition_penalty"], "top_k": run["top_k"],
+                      "min_p": run["min_p"] or 0.0}
         self.generation_kwargs = dict(run["generation_kwargs"] or {})
         if self.mode == "server":   # the weights travel from this process: the model is loaded here
             self.model, _ = load_model(model_dir)
-            self.client = vllm_generation.VLLMClient(base_url=generation.get("server_base_url"),
-                                                     group_port=run["vllm_group_port"],
-                                                     connection_timeout=run["vllm_server_timeout"])
+            self.client = vllm_generation.VLLMClient(
+                base_url=generation.get("server_base_url") or run["vllm_server_base_url"], host=run["vllm_server_host"],
+                server_port=run["vllm_server_port"], group_port=run["vllm_group_port"],
+                connection_timeout=run["vllm_server_timeout"])
             self.client.init_communicator(device=_device_index())
             self.push(self.model)
         else:
