@@ -2,12 +2,13 @@
 every train stream (the warm start's SFT data included), seeds on demand, and each design choice
 recorded as a deviation of the study file."""
 
+import json
 from pathlib import Path
 
 import pytest
 
 from grpolab.errors import ConfigError
-from grpolab.experiment.config import build_config
+from grpolab.experiment.config import apply_overrides, build_config
 from grpolab.experiment.runner import run_splits, warm_start_config
 from grpolab.studies.definition import load_study
 from grpolab.world.tasks import make_task
@@ -23,7 +24,7 @@ def _prompts(examples) -> list[str]:
 
 def test_final_benchmark_is_one_set_for_every_seed_and_rung_and_disjoint_from_training():
     study = load_study(LADDER)
-    benchmarks, warm_starts = set(), set()
+    benchmarks, models = set(), set()
     for rung in range(len(study.rungs)):
         for seed in (study.seeds[0], study.seeds[1], study.seeds[0] + study.on_demand.cap - 1):
             cfg = build_config(study.rung_experiment(rung, seed))
@@ -33,11 +34,19 @@ def test_final_benchmark_is_one_set_for_every_seed_and_rung_and_disjoint_from_tr
             assert not set(_prompts(train)) & set(_prompts(held_out))       # this seed's train stream
             assert len(train) == cfg.train.n_train_prompts
             benchmarks.add(tuple(_prompts(held_out)))
-            ws = warm_start_config(cfg)
-            warm_starts.add(cache_key(cfg.model.preset, task, cfg.warm_start.seed, ws))
-    assert len(benchmarks) == 1 and len(warm_starts) == 1                   # one benchmark, one base model
+            models.add((cfg.model.path, cfg.model.sha256))
+    assert len(benchmarks) == 1 and len(models) == 1                        # one benchmark, one base model
     held = set(next(iter(benchmarks)))
-    sft, band_check = sft_splits(task, cfg.warm_start.seed, ws)
+    # the shipped base model is the warm start its provenance names; its SFT data and band check
+    # kept out of the benchmark
+    provenance = json.loads((REPO / cfg.model.path / "base_model.json").read_text())
+    trained = build_config(apply_overrides(study.rung_experiment(0, study.seeds[0]),
+                                           ["model.path=null", f"model.preset={provenance['preset']}", "model.sha256=null",
+                                            f"warm_start.seed={provenance['warm_start_seed']}"]))
+    ws = warm_start_config(trained)
+    key = cache_key(trained.model.preset, task, trained.warm_start.seed, ws)
+    assert provenance["warm_start_cache"] == f"{trained.model.preset}-{task.name}-{key}"
+    sft, band_check = sft_splits(task, trained.warm_start.seed, ws)
     assert not set(_prompts(sft)) & held and not set(_prompts(band_check)) & held   # nor the warm start's
     assert len(band_check) == ws.eval_prompts
     # the curves' evaluations use the benchmark's first eval.prompts prompts

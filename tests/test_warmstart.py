@@ -64,7 +64,7 @@ def test_run_passes_its_eval_cap_to_the_warm_start(tmp_path, monkeypatch):
     base = {"method": "grpo", "task": {"name": "addition_scratchpad", "digits": 2}}
     for train, expected in (({"max_completion_length": 24, "minibatches": 2}, 24), ({"minibatches": 2}, 44)):
         cfg = build_config({**base, "train": train})
-        runner._resolve_model(cfg, make_task("addition_scratchpad", digits=2), tmp_path)
+        runner.resolve_model(cfg, make_task("addition_scratchpad", digits=2), tmp_path)
         assert seen[-1].max_completion_length == expected
 
 

@@ -31,6 +31,7 @@ from grpolab.envs.task import check_episode_config
 from grpolab.errors import ConfigError, did_you_mean
 from grpolab.planning import unmet_here
 from grpolab.experiment.engines import GenerationCfg, check_engines
+from grpolab.experiment.model_files import check_model_digest
 from grpolab.experiment.pretrained import PRETRAINED, check_model_path, preset_file
 from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.registry import METHODS, get_method
@@ -54,6 +55,8 @@ class ModelCfg:
                                        # org/name from the Hugging Face cache (hub.py); no warm start
     revision: str | None = None        # hub id only: branch, tag or commit (default main)
     lora: dict | None = None           # {r, alpha, target_modules, dropout}: train a peft LoRA adapter only
+    sha256: str | None = None          # a local model.path's content digest (model_files.content_digest), checked
+                                       # before the run: a shipped base model is one model on every machine
 
 
 @dataclass(frozen=True)
@@ -276,8 +279,16 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     if m.preset is not None and m.preset not in PRESETS and m.preset not in PRETRAINED:
         raise ConfigError(f"model.preset: unknown preset {m.preset!r}{did_you_mean(m.preset, [*PRESETS, *PRETRAINED])}; valid: {', '.join([*PRESETS, *PRETRAINED])}")
     if m.path is not None:
-        check_model_path(m.path, m.revision)   # a local Hugging Face directory, a .gguf file or a cached hub id
-    elif m.revision is not None:
+        hub = check_model_path(m.path, m.revision)   # a local Hugging Face directory, a .gguf file or a cached hub id
+        if m.sha256 is not None and hub is not None:
+            raise ConfigError(f"model.sha256: only for a local model.path; pin the hub id {m.path!r} with "
+                              "model.revision: <commit>")
+        if m.sha256 is not None:
+            check_model_digest(m.path, m.sha256)
+        _no_warm_start_settings(cfg.warm_start)
+    elif m.sha256 is not None:
+        raise ConfigError("model.sha256: only with model.path (the digest of a local model folder or file)")
+    if m.path is None and m.revision is not None:
         raise ConfigError("model.revision: only with model.path naming a hub id (org/name)")
     if m.preset in PRETRAINED:
         try:
@@ -315,6 +326,20 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     notes = check_engines(cfg)
     notes += inert_notes(cfg)   # each axis value declares one requirement (method/requirements.py); unmet: inert, warned once
     return notes
+
+
+def _no_warm_start_settings(ws: WarmStartCfg) -> None:
+    """A model.path run starts from that model: a warm start setting would be silently inert."""
+    defaults = WarmStartCfg()
+    changed = [f"warm_start.{k}" for k in ("band", "learning_rate", "max_steps", "check_every", "seed")
+               if _comparable(getattr(ws, k)) != _comparable(getattr(defaults, k))]
+    if changed:
+        raise ConfigError(f"{', '.join(changed)}: a run from model.path starts from that model and has no warm start "
+                          "(presets only); remove the setting, or train from model.preset")
+
+
+def _comparable(value):
+    return tuple(value) if isinstance(value, (list, tuple)) else value
 
 
 def final_prompts(ev) -> int:

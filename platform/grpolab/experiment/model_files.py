@@ -2,7 +2,8 @@
 what it claims to be, whole, so that a corrupt or truncated file is answered in one line naming
 it, not by a loader's traceback after the MLflow run exists.
 
-Only headers are read (plain ``struct`` and ``json``; no torch, no transformers):
+Only headers are read (plain ``struct`` and ``json``; no torch, no transformers), and where
+``model.sha256`` is declared, the files' content digest (``content_digest``):
 
 - GGUF: magic ``GGUF``, version, the metadata and tensor table walked to their end, and the file
   at least as long as ``data start + max(offset + size)`` over its tensors (sizes from the
@@ -21,6 +22,7 @@ Only headers are read (plain ``struct`` and ``json``; no torch, no transformers)
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import math
 import struct
@@ -237,3 +239,39 @@ def check_model_folder(folder: Path, label: str) -> None:
         if problem:
             raise ConfigError(f"model.path: weights file {str(path)!r} {problem}; give the complete file")
     _check_tokenizer(folder, label)
+
+
+def content_digest(path: Path) -> str:
+    """sha256 of a model file, or of a model folder as the manifest ``sha256sum`` prints for its
+    files in byte order of their relative paths, so a shell checks it without grpolab:
+
+        cd FOLDER && find . -type f | cut -c3- | LC_ALL=C sort | xargs sha256sum | sha256sum
+    """
+    path = Path(path)
+    if path.is_file():
+        return _file_sha256(path)
+    files = sorted((p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()), key=str.encode)
+    manifest = "".join(f"{_file_sha256(path / name)}  {name}\n" for name in files)
+    return hashlib.sha256(manifest.encode()).hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_model_digest(path: str, expected: str) -> None:
+    """model.sha256: the local model.path must have this ``content_digest`` (a base model shipped as
+    a file is the same model on every machine, whatever its CPU kernels would have trained)."""
+    if not (isinstance(expected, str) and len(expected) == 64 and all(c in "0123456789abcdef" for c in expected)):
+        raise ConfigError(f"model.sha256: need 64 lowercase hex digits (sha256), got {expected!r}")
+    try:
+        actual = content_digest(Path(path))
+    except OSError as exc:
+        raise ConfigError(f"model.path: {exc.filename or path!r} cannot be read ({exc.strerror})") from None
+    if actual != expected:
+        raise ConfigError(f"model.sha256: {path} has digest {actual}, not the declared {expected}: the files changed "
+                          "or are another model; restore them (git checkout -- PATH) or declare the new digest")

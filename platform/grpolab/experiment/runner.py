@@ -98,7 +98,7 @@ def _eval_metrics(result) -> dict:
     return {key: getattr(result, field) for key, field in HELD_OUT_METRICS.items()}
 
 
-def _resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
+def resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
     pretrained = resolve_pretrained(cfg.model.preset, cfg.model.path, state / "models")  # GGUF: converted once
     if pretrained is not None:
         return pretrained
@@ -151,10 +151,10 @@ def _resolve_model_once(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
     exists every process writes a complete copy aside and the first rename wins.)"""
     import torch.distributed as dist
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return _resolve_model(cfg, task, state)
-    resolved = _resolve_model(cfg, task, state) if dist.get_rank() == 0 else None
+        return resolve_model(cfg, task, state)
+    resolved = resolve_model(cfg, task, state) if dist.get_rank() == 0 else None
     dist.barrier()
-    return resolved or _resolve_model(cfg, task, state)
+    return resolved or resolve_model(cfg, task, state)
 
 
 def _grpo_args(cfg: RunConfig, task, output_dir: Path):

@@ -86,6 +86,8 @@ def run_params(cfg) -> dict:
         warm = {"band": list(ws.band), **{k: getattr(ws, k) for k in ("learning_rate", "max_steps", "seed")
                                           if getattr(ws, k) != getattr(defaults, k)}}
     model = {"path": cfg.model.path} if cfg.model.path is not None else {"preset": cfg.model.preset}
+    if getattr(cfg.model, "sha256", None) is not None:   # the file a shipped base model must be
+        model["sha256"] = cfg.model.sha256
     if getattr(cfg.model, "revision", None) is not None:   # a hub id's revision (the commit is the grpolab.hub.model tag)
         model["revision"] = cfg.model.revision
     g = cfg.generation   # a vLLM sampler: its correction and the bounds it reads (method/sampler_corrections.py)

@@ -1,0 +1,78 @@
+"""A study's base model shipped as files: its warm start trained once and written as a folder whose
+content digest every row checks (``model.path`` + ``model.sha256``).
+
+A warm start trained on each machine is one base model per machine: its floating-point path
+follows the CPU's kernels, so two machines start their rows from different models. A paper's
+ladder starts from one published checkpoint; this is that checkpoint for a toy ladder.
+
+    python -m grpolab.studies.base_model STUDY.yaml OUT_FOLDER [--state DIR]
+
+prints the ``model:`` lines to put in the study's ``base:``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import sys
+from pathlib import Path
+
+from grpolab.errors import ConfigError
+from grpolab.experiment.model_files import content_digest
+from grpolab.studies.definition import load_study, quiet_build
+from grpolab.tasks import make_task
+
+PROVENANCE = "base_model.json"
+
+
+def export_base_model(study_path: str, out: Path, state: Path) -> str:
+    """Train (or find in ``state``) the warm start of ``study_path``'s first rung, copy it to ``out``
+    with a provenance record, and return the folder's content digest."""
+    from grpolab.experiment.runner import resolve_model
+
+    study = load_study(study_path)
+    cfg = quiet_build(study.rung_experiment(0, study.seeds[0]))
+    if cfg.model.path is not None:
+        raise ConfigError(f"{study_path}: its base already starts from model.path {cfg.model.path}; nothing to export")
+    if cfg.warm_start.seed < 0:
+        raise ConfigError(f"{study_path}: warm_start.seed is the run seed, so every seed has its own base model; "
+                          "set warm_start.seed to share one before shipping it")
+    if out.exists() and any(out.iterdir()):
+        raise ConfigError(f"{out}: exists and is not empty; give a new folder")
+    task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
+    folder, record = resolve_model(cfg, task, state)
+    shutil.copytree(folder, out, dirs_exist_ok=True)
+    import torch
+    import transformers
+    (out / PROVENANCE).write_text(json.dumps({
+        "study": study.name, "file": str(study_path), "preset": cfg.model.preset, "task": dict(cfg.task),
+        "warm_start_seed": cfg.warm_start.seed, "warm_start_cache": folder.name,   # world.warmstart.cache_key
+        "warm_start": {k: v for k, v in record.items() if k not in ("history", "cache_hit")},
+        "exported_with": {"torch": torch.__version__, "transformers": transformers.__version__,
+                          "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine()},
+        "date": datetime.date.today().isoformat(),
+    }, indent=2, sort_keys=True) + "\n")
+    return content_digest(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m grpolab.studies.base_model", description=__doc__.split("\n\n")[0])
+    parser.add_argument("study")
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--state", type=Path, default=Path(os.environ.get("GRPOLAB_STATE", "grpolab-state")))
+    args = parser.parse_args(argv)
+    try:
+        digest = export_base_model(args.study, args.out, args.state)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"model: {{path: {args.out}, sha256: {digest}}}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
