@@ -19,7 +19,6 @@ import re
 from pathlib import Path
 
 from grpolab.errors import ConfigError
-from grpolab.report.ladder_caption import caption_html
 from grpolab.tracking.recorder import client_for
 
 log = logging.getLogger(__name__)
@@ -121,7 +120,8 @@ def publish_rescored(state: Path, target: str, results, overrides: dict, storage
     for metric in rescored_metrics(results, overrides):
         try:
             pages = {name: rescored_page(state, target, storage_url, metric, fmt)
-                     for name, fmt in (("table.md", "markdown"), ("table.csv", "csv"), ("dashboard.html", "html"))}
+                     for name, fmt in (("table.md", "markdown"), ("table.csv", "csv"))}
+            pages["dashboard.html"] = rescored_page(state, target, storage_url, metric, "html", pages["table.md"])
         except ConfigError as exc:
             echo(f"{metric}: not put on the study's parent run {parent}: {exc}")
             continue
@@ -133,9 +133,11 @@ def publish_rescored(state: Path, target: str, results, overrides: dict, storage
     return done
 
 
-def rescored_page(state: Path, study_path: str, storage_url: str | None, metric: str, fmt: str) -> str:
+def rescored_page(state: Path, study_path: str, storage_url: str | None, metric: str, fmt: str,
+                  markdown: str = "") -> str:
     """The re-scored table as ``grpolab table`` prints it (markdown, csv), or an HTML page of it (html):
-    the rungs' means with their intervals, the paired deltas, the table with its caption."""
+    the rungs' means with their intervals, the paired deltas, and ``markdown`` (the printed table:
+    its answer, caption and rows) as text."""
     from grpolab.report.tables import study_table
     if fmt != "html":
         return study_table(study_path, state, storage_url, fmt, metric)
@@ -147,12 +149,10 @@ def rescored_page(state: Path, study_path: str, storage_url: str | None, metric:
     from grpolab.report.page import render_page
     from grpolab.report.tables import rescored_view
     cfg, study = load_results(study_path, state, storage_url)
-    (frame, caption, level), _ = rescored_view(cfg, study, state, storage_url, metric)
+    (frame, _, level), _ = rescored_view(cfg, study, state, storage_url, metric)
     shown = f"final:{parse_rescored(metric).key}"   # its range and label on the charts
     sections = [("Re-scored ablation", ablation_figure(frame, shown, cfg.published_source))]
     if len(frame) > 1:
         sections.append(("Paired delta vs previous rung", paired_delta_figure(frame, shown, level)))
-    above, below = caption_html(caption)   # as the study's own page shows its table's caption
-    table = (f"<h2>{html.escape(metric)}</h2>" + above
-             + frame.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="--") + below)
+    table = f"<h2>{html.escape(metric)}</h2><pre>{html.escape(markdown)}</pre>"
     return render_page(f"grpolab study: {cfg.name}, re-scored {metric}", sections, [], [table])
