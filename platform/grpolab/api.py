@@ -4,6 +4,7 @@
     out = grpolab.run("experiments/smoke.yaml", train={"steps": 5}, seed=1)
     out.run_id, out.metrics["eval/pass_at_1"], out.final_model
     grpolab.study("studies/dapo_table1.yaml", workers=2)
+    grpolab.study("studies/dapo_table1.yaml", until_decided=True, max_seeds=8)   # paired seeds until decided
     grpolab.results("studies/dapo_table1.yaml")       # tidy: rung, seed, step, metric, value, run_id
     grpolab.curves([out.run_id], ["entropy"])          # the same shape, one row per logged point
 
@@ -173,31 +174,40 @@ def _tracking_uri(state: Path) -> str:
 
 def study(path: str | os.PathLike, *, workers: int | None = None, state: str | os.PathLike | None = None,
           storage: str | None = None, retry_failed: bool = False, accept_changed: bool = False,
-          progress: bool = True, gpus_per_row: int | None = None, devices: str | None = None) -> StudyOutcome:
-    """Run (or resume) a study file, as ``grpolab study`` does: every missing row of a ladder,
-    or a search's trial budget, with ``workers`` processes (default 1). ``storage``: an Optuna
-    storage URL (default: a journal file in the state folder). ``gpus_per_row``/``devices``: as
-    ``--gpus-per-row``/``--devices`` (each worker owns that many devices; default workers: pool //
-    K). ``progress``: print live progress to stderr. Returns when no row is left to run; rows that
-    failed are reported, never raised."""
-    from grpolab.state import state_dir, state_path
-    from grpolab.tracking.stores import check_stores
+          progress: bool = True, gpus_per_row: int | None = None, devices: str | None = None,
+          until_decided: bool = False, max_seeds: int | None = None, batch: int | None = None,
+          fixed_seeds: bool = False, launcher: str = "local", slurm: dict | None = None,
+          accelerate_config: str | None = None) -> StudyOutcome:
+    """Run (or resume) a study file, as ``grpolab study`` does (the same checks, then the same
+    ``execute``): every missing row of a ladder, or a search's trial budget, with ``workers``
+    processes (default 1). ``storage``: an Optuna storage URL (default: a journal file in the
+    state folder). ``progress``: print live progress to stderr. Returns when no row is left to
+    run; rows that failed are reported, never raised.
+
+    Seeds on demand, as ``--until-decided --max-seeds N --batch B``: ``until_decided=True`` adds
+    ``batch`` paired seeds per look (default: the file's, else 2) until every rung is decided or
+    ``max_seeds`` (default: the file's cap) ran; a file with ``seeds: {first, batch, cap}`` does so
+    by default, ``fixed_seeds=True`` runs its first seeds only. Where the workers run, as the
+    command line's launch flags: ``gpus_per_row``/``devices``/``accelerate_config`` (each worker
+    owns that many devices; default workers: pool // K), or ``launcher="slurm"`` with ``slurm``, a
+    dict of SlurmLauncher options (jobs, partition, time, folder, cpus_per_job, account, qos, mem,
+    constraint, exclude, setup: a list of shell lines, params: a dict of submitit parameters)."""
+    from grpolab.commands.study import execute, study_options
+    from grpolab.state import confine_caches, state_dir
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
         raise ConfigError(f"workers: must be an integer >= 1, got {workers!r}")
-    check_stores(state_path(state), storage)
-    from grpolab.state import confine_caches
-    confine_caches(state_path(state))
-    from grpolab.studies.coordinator import run_study
     echo = (lambda line: print(line, file=sys.stderr, flush=True)) if progress else (lambda line: None)
-    from grpolab.report.publish import record_study_tables
-    code = run_study(str(path), state_path(state), storage, workers, retry_failed, echo=echo,
-                     accept_changed=accept_changed, publish=record_study_tables, gpus_per_row=gpus_per_row,
-                     devices=devices)
-    from grpolab.analysis.ablation import load_results
-    from grpolab.studies.rows import PARENT_RUN_ATTR
-    cfg, optuna_study = load_results(str(path), state_dir(state), storage)
-    return StudyOutcome(path=str(path), name=cfg.name, complete=code == 0, state=state_dir(state).resolve(),
-                        storage=storage, parent_run_id=optuna_study.user_attrs.get(PARENT_RUN_ATTR))
+    options = study_options(path, state=state, storage=storage, workers=workers, retry_failed=retry_failed,
+                            accept_changed=accept_changed, until_decided=until_decided, max_seeds=max_seeds,
+                            batch=batch, fixed_seeds=fixed_seeds, gpus_per_row=gpus_per_row, devices=devices,
+                            launcher=launcher, slurm=slurm, accelerate_config=accelerate_config, echo=echo,
+                            where=False)
+    confine_caches(state_path(state))
+    code = execute(options)
+    from grpolab.commands.shared import parent_run_id
+    return StudyOutcome(path=options.path, name=options.study.name, complete=code == 0,
+                        state=state_dir(state).resolve(), storage=storage,
+                        parent_run_id=parent_run_id(options.study, state_dir(state), storage))
 
 
 def results(study: str | os.PathLike | StudyOutcome, *, state: str | os.PathLike | None = None,

@@ -1,0 +1,161 @@
+"""``grpolab study FILE``: run (or resume) a ladder or a search with Optuna; ``--plan`` sizes it
+and runs nothing. The Python API's ``grpolab.study`` builds the same record (``study_options``)
+and calls the same ``execute``."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+
+from grpolab.commands import shared, study_flags
+from grpolab.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class StudyOptions:
+    path: str
+    study: object | None              # the loaded StudyConfig (None with plan: the plan reads the file its way)
+    state: str | None = None
+    storage: str | None = None
+    workers: int | None = None
+    retry_failed: bool = False
+    accept_changed: bool = False
+    table: bool = False               # print the results table at the end
+    dashboard: bool = False           # write the study's dashboard at the end
+    plan: bool = False
+    tokens_per_second: float | None = None
+    gpus_per_row: int | None = None
+    devices: str | None = None
+    slurm: dict | None = None         # SlurmLauncher's keyword arguments; None: workers on this machine
+    accelerate_config: str | None = None
+    on_demand: object | None = None   # SeedsOnDemand: add paired seeds until decided; None: the file's seeds
+    echo: object = field(default=print)   # where progress lines go
+    where: bool = True                # say where the study's MLflow runs are, at the end
+
+
+def add(sub) -> None:
+    study = sub.add_parser("study", help="run an ablation ladder or search with Optuna (resumable)")
+    study.add_argument("study", help="path to studies/<name>.yaml")
+    study.add_argument("--workers", type=int, default=None,
+                       help="worker processes on this machine (default 1; with --gpus-per-row: pool // K)")
+    shared.storage_flag(study)
+    study.add_argument("--retry-failed", action="store_true", help="re-queue rows that failed with an error")
+    study.add_argument("--accept-changed", action="store_true",
+                       help="go on although the study file changed since its rows were made (keeps the old rows)")
+    study.add_argument("--table", action="store_true", help="print the results table at the end")
+    study.add_argument("--dashboard", action="store_true", help="write the study's HTML dashboard at the end")
+    study.add_argument("--plan", action="store_true", help="validate the whole study and print its rows, devices, "
+                       "generated tokens and GPU-hours; loads no model, runs and writes nothing")
+    study.add_argument("--tokens-per-second", type=float, default=None, metavar="X",
+                       help="with --plan: one row's generated tokens per second (grpolab bench --what throughput)")
+    shared.sequential_flags(study, "every rung verdict")
+    study.add_argument("--fixed-seeds", action="store_true",
+                       help="a study file with seeds: {first, batch, cap}: run its first seeds only, add none")
+    study_flags.add_launch_flags(study)
+    study.set_defaults(parse=parse, execute=execute)
+
+
+def parse(args) -> StudyOptions:
+    return study_options(
+        args.study, state=args.state, storage=args.storage, workers=args.workers, retry_failed=args.retry_failed,
+        accept_changed=args.accept_changed, table=args.table, dashboard=args.dashboard, plan=args.plan,
+        tokens_per_second=args.tokens_per_second, until_decided=args.until_decided, max_seeds=args.max_seeds,
+        batch=args.batch, fixed_seeds=args.fixed_seeds, gpus_per_row=args.gpus_per_row, devices=args.devices,
+        launcher=args.launcher, slurm=study_flags.slurm_values(args), accelerate_config=args.accelerate_config)
+
+
+def study_options(path, *, state=None, storage=None, workers=None, retry_failed=False, accept_changed=False,
+                  table=False, dashboard=False, plan=False, tokens_per_second=None, until_decided=False,
+                  max_seeds=None, batch=None, fixed_seeds=False, gpus_per_row=None, devices=None, launcher="local",
+                  slurm=None, accelerate_config=None, echo=print, where=True) -> StudyOptions:
+    """Every choice checked and the study file read (once), in the order the command line
+    answers them; nothing is opened or written."""
+    path = str(path)
+    common = dict(state=state, storage=storage, gpus_per_row=gpus_per_row, echo=echo, where=where)
+    if plan:
+        if tokens_per_second is not None and not tokens_per_second > 0:
+            raise ConfigError(f"--tokens-per-second: must be > 0, got {tokens_per_second}")
+        return StudyOptions(path, None, plan=True, tokens_per_second=tokens_per_second, **common)
+    if tokens_per_second is not None:
+        raise ConfigError("--tokens-per-second: only with --plan")
+    shared.at_least("--workers", workers, 1)
+    slurm = study_flags.launcher_options(launcher, dict(slurm or {}), until_decided, gpus_per_row, accelerate_config)
+    from grpolab.studies.definition import load_study
+    study = load_study(path)   # the whole file is answered before any store or the coordinator is loaded
+    on_demand = study_flags.seeds_on_demand(study.on_demand, fixed_seeds, until_decided, max_seeds, batch)
+    if on_demand is not None and (slurm is not None or gpus_per_row is not None):
+        raise ConfigError("seeds on demand (--until-decided or the study's seeds: {first, batch, cap}) run on this "
+                          "machine only for now: add --fixed-seeds to launch the first seeds with Slurm or --gpus-per-row")
+    return StudyOptions(path, study, workers=workers, retry_failed=retry_failed, accept_changed=accept_changed,
+                        table=table, dashboard=dashboard, devices=devices, slurm=slurm,
+                        accelerate_config=accelerate_config, on_demand=on_demand, **common)
+
+
+def execute(options: StudyOptions) -> int:
+    """Run the study's missing rows (adding seeds on demand when asked), then the table, the
+    dashboard and where the runs are, as asked. Returns run_study's exit code."""
+    if options.plan:
+        return _plan(options)
+    from grpolab.state import state_path
+    from grpolab.tracking.stores import check_stores
+    check_stores(state_path(options.state), options.storage)   # fail fast, before the study's imports
+    from grpolab.report.publish import record_study_tables
+    started = time.time()
+    state, on_demand = state_path(options.state), options.on_demand
+    if on_demand is not None:
+        from grpolab.analysis.until_decided import run_until_decided
+        code = run_until_decided(options.path, state, options.storage, options.workers or 1, on_demand.cap,
+                                 on_demand.batch, echo=options.echo, retry_failed=options.retry_failed,
+                                 accept_changed=options.accept_changed, publish=record_study_tables,
+                                 max_rows=on_demand.max_rows)
+    else:
+        from grpolab.studies.coordinator import run_study
+        launcher = None
+        if options.slurm is not None:
+            from grpolab.studies.slurm import SlurmLauncher
+            launcher = SlurmLauncher(**options.slurm)
+        code = run_study(options.path, state, options.storage, options.workers, options.retry_failed,
+                         echo=options.echo, accept_changed=options.accept_changed, publish=record_study_tables,
+                         gpus_per_row=options.gpus_per_row, devices=options.devices, launcher=launcher,
+                         accelerate_config=options.accelerate_config)
+    _report(options, started)
+    return code
+
+
+def _report(options: StudyOptions, started: float) -> None:
+    from grpolab.state import state_dir
+    state = state_dir(options.state)
+    parent = shared.parent_run_id(options.study, state, options.storage) \
+        if options.dashboard or options.where else None
+    if options.table:
+        from grpolab.report.tables import study_table
+        print(study_table(options.path, state, options.storage, "markdown"))
+    if options.dashboard:
+        from grpolab.report.dashboard import build_dashboard, default_output_name
+        from grpolab.report.publish import attach_dashboard
+        out = state / "dashboards" / default_output_name(options.path, None, None)
+        if not (out.exists() and out.stat().st_mtime >= started):   # not already built as the study finished
+            out = build_dashboard(state, out, options.path, storage_url=options.storage)
+            if parent:
+                attach_dashboard(state, parent, out)
+        print(f"dashboard: {out.resolve()}" + (f" (also on the study's MLflow parent run {parent})" if parent else ""))
+    if parent and options.where:   # where the study's runs are: its MLflow experiment's runs page
+        from grpolab.tracking.location import where
+        w = where(parent, state)
+        opener = f"{w['ui_command']}, then open " if "ui_command" in w else "open "
+        print(f"MLflow: {opener}{w['experiment_runs_url']} (parent run {parent})", file=sys.stderr, flush=True)
+
+
+def _plan(options: StudyOptions) -> int:
+    """`grpolab study FILE --plan`: validate and size the study (studies/plan.py); nothing is loaded,
+    run or written, and torch is not imported."""
+    from grpolab.analysis.compute_hours import study_hours
+    from grpolab.state import state_path
+    from grpolab.studies.plan import plan_study, render_plan
+    print(render_plan(plan_study(options.path, options.gpus_per_row), options.tokens_per_second))
+    measured = study_hours(options.path, state_path(options.state), options.storage)   # once rows ran: the actual total
+    if measured is not None:
+        print(measured.text())
+    return 0
+
