@@ -17,7 +17,8 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from grpolab.studies.registration import register_ladder
 from grpolab.studies.definition import load_study
 from grpolab.studies.rows import ROW_ATTR, RUN_ATTR, row_key
-from grpolab.report.tables import ladder_caption, study_table
+from grpolab.report.ladder_caption import caption_head, ladder_caption
+from grpolab.report.tables import study_table
 from grpolab.studies.storage import create_or_load, default_storage
 from grpolab.analysis.verdicts import NO_EFFECT, OPPOSITE, REPRODUCED, SMALLER, UNDERPOWERED, UNDETERMINED
 
@@ -111,9 +112,14 @@ def test_every_ladder_output_gives_the_same_labels_and_caveats(tmp_path):
         assert f"| {label} " in md and label in latex
     assert "unmeasured" not in rows[1]["why"] and "size, is unmeasured" in rows[6]["why"]
     caption = ladder_caption(cfg, 0, state)
-    assert "deviations: 2026-11-25: smallest_effect 0.05 (after seeing a pilot)" in caption
-    assert "but 1 deviation(s) declared: changed after results were seen" in caption and caption in md
-    assert "pre-registered" not in md and "Bonferroni interval at 1 - 0.05/(rungs x looks)" in caption
+    dated = "2026-11-25: smallest_effect 0.05 (after seeing a pilot)"
+    assert caption.deviation_lines() == [dated] and len(caption_head(caption).splitlines()) == 2
+    assert "but 1 deviation(s) declared: changed after results were seen" in caption.registration
+    assert caption_head(caption) in md and f"\n\ndeviations:\n- {dated}\n\ncolumns:\n" in md   # a list after the table
+    assert md.index("| rung") < md.index("deviations:") and all(f"- {note}" in md for note in caption.columns)
+    assert "Deviations:\n\\begin{itemize}\n\\item 2026-11-25: smallest\\_effect 0.05" in latex
+    assert {r["deviations"] for r in rows} == {dated}
+    assert "pre-registered" not in md and any("Bonferroni interval at 1 - 0.05/(rungs x looks)" in n for n in caption.columns)
     # the dashboard's panels and table: the same labels
     from grpolab.report.dashboard import _ladder_sections
     sections, tables = [], []
@@ -129,7 +135,11 @@ def test_every_ladder_output_gives_the_same_labels_and_caveats(tmp_path):
     plain = [re.sub(r"<[^>]*>|\s", "", fig.layout.title.text) for fig in (bars, panel)]   # titles are wrapped
     assert "95%pairedt-interval" in plain[0] and "95%pairedtCI" in plain[1]
     page = "".join(tables)   # the answer lines first, then the table with its caption
-    assert all(label in tables[0] for label in LABELS) and "smallest_effect 0.05 (after seeing a pilot)" in page
+    assert all(label in tables[0] for label in LABELS)
+    opened = re.search(r'<details class="deviations"><summary>(.*?)</summary><ol>(.*?)</ol></details>', page)
+    assert opened.groups() == ("Deviations: 1 change made after results were seen",
+                               "<li><time>2026-11-25</time>: smallest_effect 0.05 (after seeing a pilot)</li>")
+    assert page.index("<table") < opened.start()   # the table first, the deviations to open below it
 
 
 def test_each_objective_is_tested_in_its_own_direction(tmp_path):

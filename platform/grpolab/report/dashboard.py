@@ -24,6 +24,7 @@ from grpolab.analysis.side_by_side import final_step, side_by_side
 from grpolab.errors import ConfigError
 from grpolab.report import dashboard_data as data
 from grpolab.report.figures import ablation_figure, curve_figure, paired_delta_figure, titled  # noqa: F401 (re-exported)
+from grpolab.report.ladder_caption import caption_html
 from grpolab.report.page import plotly_script, render_page
 from grpolab.report.verdict_page import (  # rung verdicts: effect + paired t CI, and per-seed differences
     count_cell,
@@ -139,9 +140,10 @@ def _ladder_sections(state, study_path, storage_url, cfg, layout, sections, tabl
     tables.append('<section id="answer"><h2>Answer: each rung against the previous one</h2>'
                   f"<p>{html.escape(answer_header(table, cfg))}</p><ul>"
                   + "".join(f"<li>{html.escape(line)}</li>" for line in answer_lines(table)) + "</ul></section>")
-    tables.append(f"<h2>Ablation table</h2><p>{html.escape(table.attrs['caption'])}</p>"
+    above, below = caption_html(table.attrs["caption"])   # the design above; deviations, column notes to open
+    tables.append("<h2>Ablation table</h2>" + above
                   + table.to_html(index=False, float_format=lambda v: f"{v:.3f}", na_rep="--",
-                                  formatters={c: count_cell for c in table.columns if c in COUNT_COLUMNS}))
+                                  formatters={c: count_cell for c in table.columns if c in COUNT_COLUMNS}) + below)
 
 
 def _completions_table(state, study_path, storage_url, tables, notes) -> None:

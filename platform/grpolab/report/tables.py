@@ -20,13 +20,13 @@ from grpolab.analysis.scaling import scaling_frame
 from grpolab.analysis.strength import counts_text
 from grpolab.analysis.verdicts import DECIDED
 from grpolab.errors import ConfigError
-from grpolab.studies.definition import StudyConfig, load_study
-from grpolab.studies.registration import ladder_fields, ladder_key, status
+from grpolab.report.ladder_caption import LadderCaption, caption_head, caption_lists, ladder_caption, latex_lists
+from grpolab.studies.definition import StudyConfig
 
 
 class LadderView(NamedTuple):
-    frame: pd.DataFrame   # ladder_table
-    caption: str          # ladder_caption
+    frame: pd.DataFrame     # ladder_table
+    caption: LadderCaption  # ladder_caption
     level: float          # the verdicts' (per-look) level
 
 
@@ -40,65 +40,6 @@ def ladder_view(path: str, state: Path, storage_url: str | None, objective: int 
     frame = ladder_table(rows, cfg, objective, state, level, looks, plan_looks(study))
     frame = add_hours_column(frame, rows, state)   # each rung's measured GPU-hours (CPU-hours on a CPU machine)
     return LadderView(frame, ladder_caption(cfg, objective, state, level, study), level)
-
-
-def seed_ranges(seeds) -> str:
-    """'100-163' or '0-4, 7, 9-10': the seeds as runs of consecutive integers."""
-    runs: list[list[int]] = []
-    for s in sorted(int(s) for s in seeds):
-        if runs and s == runs[-1][1] + 1:
-            runs[-1][1] = s
-        else:
-            runs.append([s, s])
-    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
-
-
-def seeds_text(cfg: StudyConfig, plan: tuple[int, ...]) -> str:
-    """The seeds a ladder's table used: every seed that ran, and under a sequential plan its looks
-    (look j: the first n_j seeds of the list) and which seeds each rung is judged on."""
-    ran = f"seeds {seed_ranges(cfg.seeds)}"
-    if plan:
-        bounds = [0, *plan]
-        added = [f"look {j} {'seeds' if j == 1 else 'adds'} {seed_ranges(cfg.seeds[bounds[j - 1]:n])}"
-                 for j, n in enumerate(plan, 1) if n <= len(cfg.seeds)]
-        ran += (f" (looks planned at {', '.join(str(n) for n in plan)} seeds: {', '.join(added)}; each rung judged on "
-                "the largest look complete for both rungs of its pair; rows beyond it are counted in n and mean, "
-                "not judged)")
-    if cfg.seed_rungs:
-        ran = f"the seeds each rung ran (column n; pairs: the paired seeds of its difference) of {ran}"
-    return ran
-
-
-def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: float = 0.95, study=None) -> str:
-    """What the ladder table states: its metric, intervals, family, censoring, deviations and
-    pre-registration status (every output of a ladder's verdicts carries it)."""
-    from grpolab.studies.storage import plan_looks
-    obj = cfg.objectives[objective]
-    delta = f"{obj.smallest_effect:g}" if obj.smallest_effect is not None else "not set (no verdicts)"
-    seeds = seeds_text(cfg, plan_looks(study) if study is not None else ())
-    caption = (f"{cfg.name}: {obj.metric} ({obj.direction}), mean over {seeds} with 95% t-interval; "
-               f"verdict_vs_prev: each rung against the previous one on paired seeds, {100 * level:.4g}% paired "
-               f"t-interval of the difference (delta_ci95 its half-width"
-               + ("" if level == 0.95 else "; the per-look level of seeds added until decided")
-               + f"), smallest effect that matters {delta} (labels: docs/studies.md); family: the judged rungs of this "
-               f"table; tests: each rung's H0 (mean 0) p with Holm's adjustment over the family; familywise: the "
-               f"label on the Bonferroni interval at 1 - 0.05/(rungs x looks), all of which hold together with "
-               f"probability >= 95%; threshold metrics never reached count at the budget (a lower bound, column "
-               f"censored) and make a rung's label inconclusive; precondition: a floor showing the change can act at "
-               f"all; regime: the gates on the premise the rung's mechanism needs, measured on the previous rung's rows "
-               f"(failed: 'regime absent: not a test of the claim'); *fragile*: a deciding bound within 2 x the evaluation "
-               f"noise sd sqrt(2 p (1 - p) / (prompts x samples x pairs)) of its boundary (a fresh evaluation draw "
-               f"crosses it with probability > 2.3 %), the familywise label checked on its own interval")
-    if cfg.published_source:
-        caption += f"; published: {cfg.published_source}"
-    caption += f"; deviations: {'; '.join(d.text() for d in cfg.deviations) or 'none'}"
-    if study is not None:
-        from grpolab.studies.storage import sequential_note
-        caption += f"; {sequential_note(study)}" if sequential_note(study) else ""
-    if state is not None:
-        file_cfg = load_study(cfg.path)   # registered as written, without seeds added on demand
-        caption += f"; {status(state, ladder_key(file_cfg), ladder_fields(file_cfg), cfg.deviations)}"
-    return caption
 
 
 def answer_lines(frame: pd.DataFrame) -> list[str]:
@@ -139,12 +80,20 @@ def answer_header(frame: pd.DataFrame, cfg: StudyConfig, objective: int = 0) -> 
     return f"{counts}; smallest effect that matters {obj.smallest_effect:g} of {obj.metric}{beside}"
 
 
-def render(frame: pd.DataFrame, fmt: str, caption: str = "") -> str:
+def render(frame: pd.DataFrame, fmt: str, caption: str | LadderCaption = "") -> str:
+    """The table as csv, LaTeX or markdown. A ladder's caption puts its design above the table and
+    its dated deviations and column notes after it; the csv, which has no caption, carries the
+    deviations in a column (after the re-scored ``metric`` column where there is one)."""
+    ladder = isinstance(caption, LadderCaption)
     if fmt == "csv":
+        if ladder:
+            frame = frame.copy()
+            frame.insert(int("metric" in frame), "deviations", "; ".join(caption.deviation_lines()))
         return frame.to_csv(index=False)
     if fmt == "latex":
-        from grpolab.report.tables import latex_table
-        return latex_table(frame, caption)
+        if not ladder:
+            return latex_table(frame, caption)
+        return latex_table(frame, caption_head(caption).replace("\n", "; ")) + latex_lists(caption, escape_latex)
     return markdown_table(frame)
 
 
@@ -165,7 +114,8 @@ def rescored_view(cfg: StudyConfig, study, state: Path, storage_url: str | None,
     frame = ladder_table(picked.rows, picked.cfg, 0, state, level, looks, plan_looks(study), picked.draws)
     frame = add_hours_column(frame, picked.rows, state)
     frame.insert(0, "metric", f"{picked.cfg.objectives[0].metric} (re-scored: {picked.settings})")
-    caption = f"{picked.description}. {ladder_caption(picked.cfg, 0, state, level, study)}"
+    caption = ladder_caption(picked.cfg, 0, state, level, study)
+    caption = caption._replace(design=f"{picked.description}. {caption.design}")
     return LadderView(frame, caption, level), picked.cfg
 
 
@@ -194,11 +144,12 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
         return body
     if cfg.kind != "ladder":
         return f"{caption}\n\n{body}"
+    body += "\n\n" + caption_lists(caption)   # the dated deviations and the column notes, after the table
     body += scaling_section(state, path, storage_url, **(scaling or {}))   # asymptote A and efficiency C_mid
     answer = "\n".join(f"- {line}" for line in answer_lines(frame))   # the answer first, the details below
     return (f"{cfg.name}: {answer_header(frame, cfg, index)}. Each rung's label, effect on the previous rung and its "
-            f"{100 * level:.4g} % interval, paired seeds used, familywise label, regime gates\n{answer}\n\n{caption}"
-            f"\n\n{body}")
+            f"{100 * level:.4g} % interval, paired seeds used, familywise label, regime gates\n{answer}\n\n"
+            f"{caption_head(caption)}\n\n{body}")
 
 
 def latex_table(frame: pd.DataFrame, caption: str = "", float_format: str = "{:.3g}") -> str:
