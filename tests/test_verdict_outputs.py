@@ -259,3 +259,24 @@ def test_seeds_for_power_is_an_integer_in_every_output(tmp_path):
     table = page.read_text().split("<h2>Verdicts</h2>", 1)[1]
     assert "<td>7</td>" in table and "<td>12</td>" in table and not re.search(r"<td>\d+\.0+</td>", table)
     assert list(verdict_frame(results)[column][4:]) == ["7", "12"]
+
+
+def test_a_ladder_without_deviations_says_none_in_every_output():
+    """No deviation is stated as 'none' (never left out): the markdown list, the LaTeX list, the
+    csv column and the dashboard's section, whose summary counts them; two dated items, two rows."""
+    import pandas as pd
+
+    from grpolab.report.ladder_caption import LadderCaption, caption_html, caption_lists, latex_lists
+    from grpolab.report.tables import escape_latex, render
+    from grpolab.studies.registration import Deviation
+    bare = LadderCaption("toy: final:eval/pass_at_1 (maximize)", "", (), ("n: seeds run",))
+    frame = pd.DataFrame({"rung": ["a", "b"], "mean": [0.1, 0.2]})
+    assert caption_lists(bare).startswith("deviations:\n- none\n\ncolumns:\n- n: seeds run")
+    assert "Deviations:\n\\begin{itemize}\n\\item none\n" in latex_lists(bare, escape_latex)
+    assert list(pd.read_csv(io.StringIO(render(frame, "csv", bare))).deviations) == ["none", "none"]
+    assert "<summary>Deviations: none</summary><p>none declared</p>" in caption_html(bare)[1]
+    two = bare._replace(deviations=(Deviation("2026-11-20", "a -> b", "look 1"), Deviation("2026-11-21", "c", "d")))
+    below = caption_html(two)[1]
+    assert "<summary>Deviations: 2 changes made after results were seen</summary>" in below
+    assert re.findall(r"<li><time>(.*?)</time>", below) == ["2026-11-20", "2026-11-21"]
+    assert caption_lists(two).startswith("deviations:\n- 2026-11-20: a -> b (after seeing look 1)\n- 2026-11-21: c")
