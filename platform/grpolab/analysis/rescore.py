@@ -4,18 +4,7 @@ What is re-scored: a run (its MLflow id: its run folder ``<state>/runs/<id>/``),
 study (a study file), or a run folder given as a directory. Which models: the final one (default)
 or every complete checkpoint and the final one (``--checkpoints all``: a curve over steps).
 
-Which benchmarks (``--benchmark B``, repeatable): a name the run declares in ``eval.benchmarks``,
-``held_out`` (the run's own held-out set, eval.final_prompts prompts), or a file / hub dataset
-(named after the file). ``--n``, ``--temperature``, ``--top-p``, ``--max-tokens``, ``--size`` and
-``--seed`` replace the benchmark's own settings. A benchmark whose prompts overlap the run's
-training prompts is refused, naming the count (tasks/benchmarks.py).
-
-Each model's scores are recorded as an MLflow run nested under the original run, in its
-experiment, tagged with the checkpoint step (``grpolab.eval.step``) and logged at that step, so
-the re-scored curve lines up with the run's own. Sampling is seeded (the benchmark's seed, else
-the run's) with transformers ``generate``, so the same model and settings give the same scores; a
-run that generated with vLLM is re-scored through vLLM the same way (its engine path: colocate or
-its server, experiment/vllm_eval.py); without vLLM here it is refused, never scored by another engine.
+Detail: docs/studies.md, "grpolab.analysis.rescore".
 """
 
 from __future__ import annotations

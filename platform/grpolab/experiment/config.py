@@ -1,19 +1,7 @@
 """Experiment files -> one validated RunConfig. Everything is checked here, before any model
 is loaded or any MLflow run exists; errors name the key and what is valid.
 
-YAML layout (experiments/*.yaml)::
-
-    name: smoke
-    seed: 0
-    method: grpo                       # a registered method, or a mapping:
-    # method: {base: grpo, eps_high: 0.28}          registered method + axis overrides
-    # method: {name: mine, advantage: group_mean, aggregation: token_mean}   a new method
-    task: {name: addition, digits: 2}
-    model: {preset: tiny}              # or {path: /local/hf/model/dir}
-    warm_start: {band: [0.2, 0.6]}
-    train: {steps: 200, group_size: 8, prompts_per_rollout: 8}
-    eval: {every: 50, prompts: 64, k: 4}
-    tracking: {experiment: grpolab}
+Detail: docs/runs.md, "grpolab.experiment.config".
 """
 
 from __future__ import annotations

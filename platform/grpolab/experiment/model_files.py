@@ -2,21 +2,7 @@
 what it claims to be, whole, so that a corrupt or truncated file is answered in one line naming
 it, not by a loader's traceback after the MLflow run exists.
 
-Only headers are read (plain ``struct`` and ``json``; no torch, no transformers), and where
-``model.sha256`` is declared, the files' content digest (``content_digest``):
-
-- GGUF: magic ``GGUF``, version, the metadata and tensor table walked to their end, and the file
-  at least as long as ``data start + max(offset + size)`` over its tensors (sizes from the
-  ``gguf`` package's block table when it is installed, else ``offset + 1``).
-- safetensors: ``u64 n``, an ``n``-byte JSON header, and the file exactly ``8 + n + max(end)``
-  bytes long (the format stores every tensor's ``data_offsets``); each tensor has a known dtype,
-  a shape of non-negative integers and ``data_offsets = [start, end]`` integers with
-  ``0 <= start <= end`` and ``end - start = prod(shape) * bits(dtype) / 8``.
-- ``pytorch_model*.bin``: a zip archive (bytes ``PK 03 04``, what ``torch.save`` writes) or a
-  legacy pickle (``\x80``).
-- ``config.json``: a JSON object; the folder holds weights (``*.safetensors`` or
-  ``pytorch_model*.bin``), and a sharded index names only shards that are there.
-- tokenizer: at least one of ``TOKENIZER_FILES``, and each JSON one present parses to an object.
+Detail: docs/runs.md, "grpolab.experiment.model_files".
 """
 
 from __future__ import annotations

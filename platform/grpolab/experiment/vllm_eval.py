@@ -6,11 +6,7 @@ sampling settings. So the held-out pass@k is drawn from the same engine (colocat
 after the current weights are pushed into it (TRL's own weight sync, once per step: the next
 training generation reuses it). The prompts are tokenised as TRL tokenises training prompts.
 
-vLLM cannot run on the machines grpolab is tested on (no CUDA, no vLLM wheel): the tests drive
-this path through a test double of TRL 1.16's ``LLM`` / ``VLLMClient`` interface
-(tests/vllm_double.py), not through vLLM itself.
-
-``grpolab eval`` re-scores a saved model of such a run through the same engine path (SavedModelVllm).
+Detail: docs/runs.md, "grpolab.experiment.vllm_eval".
 """
 
 from __future__ import annotations

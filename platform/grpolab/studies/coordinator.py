@@ -1,24 +1,10 @@
 """Optuna driver: ladders (cumulative ablations, every rung x seed exactly once) and searches.
 
 Storage: a journal file in the state folder by default (safe for several local workers;
-SQLite ran fixed rows twice under concurrency, TRACKING_NOTES.md), or any RDB URL
+SQLite ran fixed rows twice under concurrency), or any RDB URL
 (PostgreSQL for workers on many machines: same command, same ``--storage``).
 
-Exactly-once ladder rows: the coordinator enqueues each missing (rung, seed) row once; workers
-pop enqueued trials through ``study.ask()``, which claims a WAITING trial atomically in the
-storage. A worker that finds no waiting row stops. Interrupted rows (Ctrl-C, SIGTERM, or a
-worker that died: its trial is reaped, hand_back.py) are re-queued when the command is run
-again; rows that failed with an error only with ``--retry-failed``; a failed or unfinished row
-is never skipped silently (the command exits 1 and lists it). With ``--launcher slurm`` the
-workers are Slurm jobs (slurm.py), and a row handed back while the study runs (its job was
-cancelled or preempted) is queued again at once, for a job still running.
-
-Several coordinators (on one machine or many) may run the same study at once: store creation,
-the parent run and enqueueing happen under the setup lock (stores.py), and each coordinator
-waits for the rows the others still run before it reports.
-
-MLflow: one parent run per study; each trial's run is its child, with the trial number as a
-tag, and the run id stored on the trial (``mlflow_run_id``): linked both ways.
+Detail: docs/studies.md, "grpolab.studies.coordinator".
 """
 
 from __future__ import annotations

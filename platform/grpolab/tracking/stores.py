@@ -5,12 +5,7 @@ Fail fast: before anything is written, every store named by the user (``$MLFLOW_
 ``StoreUnreachable`` (exit code 2, one line naming the URI with its password hidden) instead of
 MLflow's minutes of retries or a half-initialised database.
 
-Setup lock: first-time store initialisation (MLflow's and Optuna's table creation and
-migrations), the study's parent run and the enqueueing of rows must happen once even when
-several coordinators start together. On one machine an exclusive ``flock`` on a file in the
-state folder (and beside a journal file) serialises them; across machines a PostgreSQL
-session-level advisory lock on each PostgreSQL store does. Other database servers have no
-cross-machine lock here, which is warned about, never silently assumed.
+Detail: docs/runs.md, "grpolab.tracking.stores".
 """
 
 from __future__ import annotations
