@@ -125,3 +125,13 @@ def test_the_ladders_rows_start_from_the_shipped_files_on_another_cpu_kernel_pat
     assert machine["record"] == forced["record"] == {"source": "path"}
     assert not (tmp_path / "state" / "models").exists(), "a row from the shipped model trains no warm start"
     assert max(abs(a - b) for a, b in zip(machine["logits"], forced["logits"])) < 1e-4
+
+
+def test_the_ladders_caption_prints_its_base_model_with_the_sha256():
+    from grpolab.report.ladder_caption import caption_head, ladder_caption
+    from grpolab.studies.definition import load_study
+    declared = yaml.safe_load(LADDER.read_text())["base"]["model"]
+    head = caption_head(ladder_caption(load_study(LADDER), 0, None))
+    assert f"base model: {declared['path']} (sha256 {declared['sha256']})" in head.splitlines()
+    own = load_study(REPO / "studies" / "clip_higher_entropy.yaml")
+    assert "the warm start of seed 1000 (tiny preset), trained on each machine" in caption_head(ladder_caption(own, 0, None))

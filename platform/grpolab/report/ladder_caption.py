@@ -83,7 +83,8 @@ def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: 
     design = (f"{cfg.name}: {obj.metric} ({obj.direction}), mean over seeds {seed_ranges(cfg.seeds)} with 95% "
               f"t-interval; each rung judged against the previous one on paired seeds ({100 * level:.4g}% paired "
               f"t-interval), smallest effect that matters {delta}"
-              + (f"; published: {cfg.published_source}" if cfg.published_source else ""))
+              + (f"; published: {cfg.published_source}" if cfg.published_source else "")
+              + f"\n{base_model_text(cfg.base)}")
     registration = []
     if state is not None:
         file_cfg = load_study(cfg.path)   # registered as written, without seeds added on demand
@@ -91,6 +92,22 @@ def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: 
     if study is not None and sequential_note(study):
         registration.append(sequential_note(study))
     return LadderCaption(design, "; ".join(registration), tuple(cfg.deviations), column_notes(cfg, level, plan))
+
+
+def base_model_text(base: dict) -> str:
+    """The model every row starts from: shipped files with their sha256 (the same on every machine),
+    or a warm start that each machine trains for itself."""
+    model = base.get("model") or {}
+    warm = base.get("warm_start") or {}
+    if model.get("path"):
+        digest = f" (sha256 {model['sha256']})" if model.get("sha256") else " (no sha256 declared)"
+        return f"base model: {model['path']}{digest}"
+    if warm.get("enabled", True) is False:
+        return f"base model: {model.get('preset', 'tiny')} preset, randomly initialised per seed"
+    if warm.get("seed", -1) >= 0:
+        return (f"base model: the warm start of seed {warm['seed']} ({model.get('preset', 'tiny')} preset), trained "
+                "on each machine (its kernels decide its weights)")
+    return f"base model: each seed's own warm start ({model.get('preset', 'tiny')} preset)"
 
 
 def caption_head(caption: LadderCaption) -> str:
