@@ -133,7 +133,7 @@ def caption_html(caption: LadderCaption) -> tuple[str, str]:
     """(above the table, below it) on the dashboard: the design and registration as short
     paragraphs; the dated deviations and the column notes as sections the reader can open, the
     deviations' summary counting them so a closed section still says there are some."""
-    above = f"<p>{html.escape(caption.design)}</p>" + (
+    above = f"<p>{html.escape(caption.design).replace(chr(10), '<br>')}</p>" + (
         f"<p>registration: {html.escape(caption.registration)}</p>" if caption.registration else "")
     n = len(caption.deviations)
     summary = f"Deviations: {n} change{'s' if n != 1 else ''} made after results were seen" if n else "Deviations: none"
