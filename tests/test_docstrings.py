@@ -14,7 +14,7 @@ MAX_LINES = 12
 SCANNED = [PKG, ROOT / "tests", ROOT / "scripts"]
 # Modules still over the limit while their files are being split or rewritten in another change;
 # each leaves this set once its docstring is short (the test below says when).
-PENDING = {"grpolab/api.py"}
+PENDING: set[str] = set()
 TOP_DIRS = sorted(p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith("."))
 SUFFIXES = "md|py|yaml|yml|toml|txt|json|cfg|sh|ini|csv|html"
 REPO_PATH = re.compile(rf"(?<![\w/.-])((?:{'|'.join(map(re.escape, TOP_DIRS))})/[\w./-]*\w\.(?:{SUFFIXES}))\b")

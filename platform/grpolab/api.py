@@ -2,16 +2,13 @@
 
     import grpolab
     out = grpolab.run("experiments/smoke.yaml", train={"steps": 5}, seed=1)
-    out.run_id, out.metrics["eval/pass_at_1"], out.final_model
-    grpolab.study("studies/dapo_table1.yaml", workers=2)
-    grpolab.study("studies/dapo_table1.yaml", until_decided=True, max_seeds=8)   # paired seeds until decided
+    grpolab.study("studies/dapo_table1.yaml", until_decided=True, max_seeds=8)   # `grpolab study`'s execute
     grpolab.results("studies/dapo_table1.yaml")       # tidy: rung, seed, step, metric, value, run_id
     grpolab.curves([out.run_id], ["entropy"])          # the same shape, one row per logged point
 
-Input is validated exactly as the command line validates it: bad input raises ``ConfigError``
-(a ``ValueError``) naming the key and what is valid, before any model is loaded or any MLflow
-run is created. The state folder is ``state=`` if given, else ``$GRPOLAB_STATE``, else
-``./grpolab-state``.
+Input is validated as the command line validates it: bad input raises ``ConfigError`` (a
+``ValueError``) naming the key and what is valid, before any model is loaded or any MLflow run
+is created. The state folder is ``state=``, else ``$GRPOLAB_STATE``, else ``./grpolab-state``.
 """
 
 from __future__ import annotations
