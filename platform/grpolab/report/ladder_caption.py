@@ -84,7 +84,7 @@ def ladder_caption(cfg: StudyConfig, objective: int, state: Path | None, level: 
               f"t-interval; each rung judged against the previous one on paired seeds ({100 * level:.4g}% paired "
               f"t-interval), smallest effect that matters {delta}"
               + (f"; published: {cfg.published_source}" if cfg.published_source else "")
-              + f"\n{base_model_text(cfg.base)}")
+              + f"; {base_model_text(cfg.base)}")
     registration = []
     if state is not None:
         file_cfg = load_study(cfg.path)   # registered as written, without seeds added on demand
@@ -133,7 +133,7 @@ def caption_html(caption: LadderCaption) -> tuple[str, str]:
     """(above the table, below it) on the dashboard: the design and registration as short
     paragraphs; the dated deviations and the column notes as sections the reader can open, the
     deviations' summary counting them so a closed section still says there are some."""
-    above = f"<p>{html.escape(caption.design).replace(chr(10), '<br>')}</p>" + (
+    above = f"<p>{html.escape(caption.design)}</p>" + (
         f"<p>registration: {html.escape(caption.registration)}</p>" if caption.registration else "")
     n = len(caption.deviations)
     summary = f"Deviations: {n} change{'s' if n != 1 else ''} made after results were seen" if n else "Deviations: none"
