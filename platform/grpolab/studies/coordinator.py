@@ -52,7 +52,6 @@ from grpolab.tracking.recorder import RunRecorder, client_for
 from grpolab.tracking.stores import StoreUnreachable, check_stores, init_tracking_store, setup_lock
 
 log = logging.getLogger(__name__)
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # TPE's group=True
 
 

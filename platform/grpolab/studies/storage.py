@@ -20,6 +20,8 @@ from grpolab.studies.registration import definition_hash  # noqa: F401  (re-expo
 from grpolab.tracking.stores import StoreUnreachable, redact, unreachable_reason
 
 log = logging.getLogger(__name__)
+# Optuna's INFO lines ('Using an existing study ...', one per opening) repeat what grpolab prints
+optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def default_storage(state: Path) -> str:
