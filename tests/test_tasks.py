@@ -59,6 +59,30 @@ def test_scratchpad_is_reward_neutral():
     assert len(lengths) > 1  # SFT targets vary in length by design
 
 
+def test_addition_columns_length_grows_with_width_and_spreads():
+    from collections import Counter
+    from grpolab.errors import ConfigError
+    t = make_task("addition_columns")
+    train, held = t.splits(0, 3000, 100)
+    assert not {e.prompt for e in train} & {e.prompt for e in held}
+    assert {e.meta["digits"] for e in train} == {2, 3, 4, 5}          # width drawn per prompt
+    e = next(x for x in train if x.meta["digits"] == 4)
+    assert t.is_correct(e, "any work:" + e.answer) and not t.is_correct(e, e.answer + ":1")
+    work = {w: [len(t.target(x, random.Random(0))) for x in train if x.meta["digits"] == w] for w in (2, 5)}
+    assert min(work[5]) > max(work[2])      # the column work (a fresh seed-0 draw) is longer for wider sums
+    rng = random.Random(0)
+    lengths = Counter(len(t.target(x, rng)) + 1 for x in train)
+    assert max(lengths.values()) / len(train) < 0.3                     # no length holds 30 % of targets
+    assert max(lengths) < t.max_completion_length
+    skewed = Counter(x.meta["digits"] for x in make_task("addition_columns", width_decay=50).splits(0, 3000, 10)[0])
+    assert skewed[2] > skewed[3] > skewed[4] > skewed[5] > 0                # a thin tail of wide sums
+    assert {x.meta["digits"] for x in make_task("addition_columns", width_decay=0).splits(0, 50, 5)[0]} == {2}
+    with pytest.raises(ConfigError, match="min_digits"):
+        make_task("addition_columns", min_digits=5, max_digits=3)
+    with pytest.raises(ConfigError, match="task.direct"):
+        make_task("addition_columns", direct=101)
+
+
 def test_format_task_has_two_components():
     t = make_task("addition_format")
     e = t.splits(0, 10, 5)[0][0]

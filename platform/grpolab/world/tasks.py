@@ -113,16 +113,45 @@ def _answer_after_colon(completion: str) -> str:
     return _strip(completion.rsplit(":", 1)[-1])
 
 
-def _scratch_target(ex: Example, rng: random.Random, p: dict) -> str:
-    """Half the SFT targets show column work, half answer directly: lengths vary by design."""
-    if rng.random() < 0.5:
-        return ex.answer
+def _column_work(ex: Example) -> str:
+    """Every column, least significant first (``digit+digit+carry=sum``), then ``:`` and the answer."""
     a, b, carry, steps = ex.meta["a"], ex.meta["b"], 0, []
     while a or b or carry:
         s = a % 10 + b % 10 + carry
         steps.append(f"{a % 10}+{b % 10}+{carry}={s}")
         carry, a, b = s // 10, a // 10, b // 10
     return ",".join(steps) + ":" + ex.answer
+
+
+def _scratch_target(ex: Example, rng: random.Random, p: dict) -> str:
+    """Half the SFT targets show column work, half answer directly: lengths vary by design."""
+    return ex.answer if rng.random() < 0.5 else _column_work(ex)
+
+
+def _gen_columns(rng: random.Random, p: dict) -> Example:
+    """Two addends of one width, drawn per prompt, so the column work's length grows with the
+    difficulty and spreads over many lengths instead of a few fixed ones. Each extra digit of width
+    is drawn ``width_decay`` % as often as the one before: below 100 the lengths get a thin long
+    tail, so a cap near their 88th percentile leaves fewer correct answers just under it."""
+    widths = range(p["min_digits"], p["max_digits"] + 1)
+    weights = [(p["width_decay"] / 100) ** i for i in range(len(widths))]
+    # uniform widths through rng.choice: the same draws as randint over the range
+    width = rng.choice(widths) if p["width_decay"] == 100 else rng.choices(widths, weights)[0]
+    lo, hi = 10 ** (width - 1) if width > 1 else 0, 10 ** width - 1
+    a, b = rng.randint(lo, hi), rng.randint(lo, hi)
+    return Example(f"{a}+{b}=", str(a + b), {"a": a, "b": b, "digits": width, "carries": _carries(a, b)})
+
+
+def _columns_target(ex: Example, rng: random.Random, p: dict) -> str:
+    """``direct`` percent of the SFT targets answer directly (short, and wrong once the model cannot
+    add that wide in one go), the rest show every column."""
+    return ex.answer if rng.random() * 100 < p["direct"] else _column_work(ex)
+
+
+def _columns_cap(p: dict) -> int:
+    """Room for the longest column work: d + 1 columns of at most 8 characters, commas, ':', the
+    (d + 1)-digit answer and EOS. Runs set their own, shorter cap (train.max_completion_length)."""
+    return 9 * (p["max_digits"] + 1) + p["max_digits"] + 2
 
 
 def _format_target(ex: Example, rng: random.Random, p: dict) -> str:
@@ -203,12 +232,15 @@ def _format_correct(ex: Example, completion: str) -> bool:
 
 
 _ADDITION = {"digits": 2, "min_carries": 0, "max_carries": 99}
+_COLUMNS = {"min_digits": 2, "max_digits": 5, "direct": 50, "width_decay": 100}
 # name -> (defaults, reward names, max completion length(params), generate, target, score, correct)
 TASKS: dict[str, tuple] = {
     "addition": (_ADDITION, ("correct",), lambda p: p["digits"] + 4,
                  _gen_addition, _answer_only, _correct_only(_exact), _exact),
     "addition_scratchpad": (_ADDITION, ("correct",), lambda p: 12 * (p["digits"] + 1) + 8,
                             _gen_addition, _scratch_target, _correct_only(_scratch_correct), _scratch_correct),
+    "addition_columns": (_COLUMNS, ("correct",), _columns_cap,
+                         _gen_columns, _columns_target, _correct_only(_scratch_correct), _scratch_correct),
     "addition_format": (_ADDITION, ("format", "correct"), lambda p: p["digits"] + 6,
                         _gen_addition, _format_target, _format_score, _format_correct),
     "countdown": ({"numbers": 3, "max_number": 9, "max_target": 99}, ("correct",), lambda p: 4 * p["numbers"] + 4,
@@ -235,6 +267,11 @@ def make_task(name: str, **params) -> Task:
             raise ConfigError(f"task.{key}: expected a non-negative integer, got {value!r}")
     if "digits" in merged and not 1 <= merged["digits"] <= 12:
         raise ConfigError(f"task.digits: must be between 1 and 12, got {merged['digits']}")
+    if "max_digits" in merged and not 1 <= merged["min_digits"] <= merged["max_digits"] <= 12:
+        raise ConfigError(f"task.min_digits, task.max_digits: need 1 <= min_digits <= max_digits <= 12, "
+                          f"got {merged['min_digits']} and {merged['max_digits']}")
+    if merged.get("direct", 0) > 100:
+        raise ConfigError(f"task.direct: a percentage of SFT targets, 0 to 100, got {merged['direct']}")
     if merged.get("min_carries", 0) > merged.get("max_carries", 99):
         raise ConfigError("task.min_carries: must not exceed task.max_carries")
     for key in ("numbers", "length", "max_number", "max_target"):   # 0 would leave nothing to draw (countdown's
