@@ -62,7 +62,7 @@ def test_per_seed_held_out_sets_differ_without_a_fixed_seed():
 
 def test_design_choices_are_recorded_as_deviations():
     study = load_study(LADDER)
-    assert study.name == "dapo_table1_v4" and study.seeds == tuple(range(100, 116))   # fresh seeds
+    assert study.name == "dapo_table1_v5" and study.seeds == tuple(range(200, 216))   # fresh seeds
     assert tuple(study.on_demand) == (16, 64, 340)
     changes = " ".join(d.change for d in study.deviations if d.date in ("2026-11-26", "2026-11-27"))
     for part in ("benchmark", "warm start", "seeds on demand", "avg@2", "max_rows 320 -> 340", "cap 48 -> 64",
@@ -79,7 +79,7 @@ def test_design_choices_are_recorded_as_deviations():
     ({"first": 16, "batch": 16, "cap": 48, "start": -1}, "seeds.start: need an integer >= 0"),
 ])
 def test_bad_seeds_design_is_refused(tmp_path, seeds, message):
-    text = LADDER.read_text().replace("seeds: {first: 16, batch: 16, cap: 64, max_rows: 340, start: 100}", f"seeds: {seeds}")
+    text = LADDER.read_text().replace("seeds: {first: 16, batch: 16, cap: 64, max_rows: 340, start: 200}", f"seeds: {seeds}")
     assert text != LADDER.read_text()
     path = tmp_path / "ladder.yaml"
     path.write_text(text)

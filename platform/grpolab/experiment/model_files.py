@@ -229,15 +229,32 @@ def check_model_folder(folder: Path, label: str) -> None:
 
 def content_digest(path: Path) -> str:
     """sha256 of a model file, or of a model folder as the manifest ``sha256sum`` prints for its
-    files in byte order of their relative paths, so a shell checks it without grpolab:
+    regular files in byte order of their relative paths, so a shell checks it without grpolab:
 
-        cd FOLDER && find . -type f | cut -c3- | LC_ALL=C sort | xargs sha256sum | sha256sum
-    """
+        cd FOLDER && find . -type f -printf '%P\\0' | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum
+
+    A folder the manifest cannot state plainly is refused (ValueError): a symbolic link, a name
+    that is not UTF-8 or that ``sha256sum`` escapes (backslash, newline), no file at all."""
     path = Path(path)
     if path.is_file():
         return _file_sha256(path)
-    files = sorted((p.relative_to(path).as_posix() for p in path.rglob("*") if p.is_file()), key=str.encode)
-    manifest = "".join(f"{_file_sha256(path / name)}  {name}\n" for name in files)
+    names = []
+    for p in path.rglob("*"):
+        name = p.relative_to(path).as_posix()
+        if p.is_symlink():
+            raise ValueError(f"{path}: {name} is a symbolic link; a shipped model holds regular files only")
+        if not p.is_file():
+            continue
+        try:
+            name.encode()
+        except UnicodeEncodeError:
+            raise ValueError(f"{path}: a file name is not UTF-8 ({name.encode(errors='replace').decode()!r})") from None
+        if "\\" in name or "\n" in name:
+            raise ValueError(f"{path}: file name {name!r} holds a backslash or newline, which sha256sum escapes")
+        names.append(name)
+    if not names:
+        raise ValueError(f"{path}: holds no file")
+    manifest = "".join(f"{_file_sha256(path / name)}  {name}\n" for name in sorted(names, key=str.encode))
     return hashlib.sha256(manifest.encode()).hexdigest()
 
 
@@ -258,6 +275,8 @@ def check_model_digest(path: str, expected: str) -> None:
         actual = content_digest(Path(path))
     except OSError as exc:
         raise ConfigError(f"model.path: {exc.filename or path!r} cannot be read ({exc.strerror})") from None
+    except ValueError as exc:
+        raise ConfigError(f"model.sha256: {exc}") from None
     if actual != expected:
         raise ConfigError(f"model.sha256: {path} has digest {actual}, not the declared {expected}: the files changed "
                           "or are another model; restore them (git checkout -- PATH) or declare the new digest")

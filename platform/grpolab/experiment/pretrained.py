@@ -72,8 +72,9 @@ def check_model_path(path: str, revision: str | None = None) -> HubRef | None:
             _checked(check_model_folder, ref.folder, f"the cached snapshot of {ref.label()}")
         return ref
     else:
+        where = f"; a relative path is read from the working directory, {Path.cwd()}" if not p.is_absolute() else ""
         raise ConfigError(f"model.path: {path!r} is not a local model directory (no config.json), a .gguf file "
-                          "or a hub id (org/name)")
+                          f"or a hub id (org/name){where}")
     if revision is not None:
         raise ConfigError(f"model.revision: only for a hub id (org/name); {path!r} is a local path")
     return None

@@ -41,8 +41,9 @@ def export_base_model(study_path: str, out: Path, state: Path) -> str:
     if cfg.warm_start.seed < 0:
         raise ConfigError(f"{study_path}: warm_start.seed is the run seed, so every seed has its own base model; "
                           "set warm_start.seed to share one before shipping it")
-    if out.exists() and any(out.iterdir()):
-        raise ConfigError(f"{out}: exists and is not empty; give a new folder")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise ConfigError(f"{out}: exists{' and is not a folder' if not out.is_dir() else ' and is not empty'}; "
+                          "give a new folder")
     task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
     folder, record = resolve_model(cfg, task, state)
     shutil.copytree(folder, out, dirs_exist_ok=True)
@@ -52,6 +53,8 @@ def export_base_model(study_path: str, out: Path, state: Path) -> str:
         "study": study.name, "file": str(study_path), "preset": cfg.model.preset, "task": dict(cfg.task),
         "warm_start_seed": cfg.warm_start.seed, "warm_start_cache": folder.name,   # world.warmstart.cache_key
         "warm_start": {k: v for k, v in record.items() if k not in ("history", "cache_hit")},
+        # a warm start found in the state's cache may have been trained on another machine than this one
+        "found_in_state_cache": bool(record.get("cache_hit")),
         "exported_with": {"torch": torch.__version__, "transformers": transformers.__version__,
                           "cpu_capability": torch.backends.cpu.get_cpu_capability(), "machine": platform.machine()},
         "date": datetime.date.today().isoformat(),
