@@ -189,6 +189,32 @@ def test_a_claim_interrupted_before_its_heartbeat_is_handed_back_at_once(tmp_pat
     assert len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,))) == 1
 
 
+def test_a_sigterm_deferred_inside_the_claims_store_calls_hands_the_row_back_before_training(tmp_path, monkeypatch):
+    """A SIGTERM that lands inside SQLAlchemy during study.ask() is only noted there
+    (signals.in_store_library); the claim raises it before the row opens a run or trains, and the
+    row is handed back, not left RUNNING until Slurm's KillWait ends in a SIGKILL."""
+    import grpolab.studies.trials as study_trials
+    from grpolab.studies.storage import create_or_load
+    from grpolab.studies.coordinator import enqueue_missing_rows
+    _, cfg = _ladder(tmp_path, "deferred")
+    study = create_or_load(cfg, f"journal:{tmp_path / 'optuna.journal'}")
+    enqueue_missing_rows(study, cfg, False)
+    ask = study.ask
+
+    def ask_then_noted(*args, **kwargs):
+        trial = ask(*args, **kwargs)
+        note_signal(signal.SIGTERM)   # what the handler does when the signal lands in a store call
+        return trial
+    monkeypatch.setattr(study, "ask", ask_then_noted)
+    monkeypatch.setattr(study_trials, "_train_trial", lambda *a, **k: pytest.fail("the row trained"))
+    try:
+        with pytest.raises(RunKilled):
+            study_trials.run_one_trial(study, cfg, tmp_path, "no-parent-run")
+    finally:
+        forget_signals()
+    assert row_states(study, cfg) == {"r0-s0": "INTERRUPTED"}
+
+
 def test_a_store_error_while_a_row_unwinds_from_sigterm_is_an_interruption(tmp_path, monkeypatch):
     """Found by the fault soak: a SIGTERMed worker whose run could not be recorded KILLED (the MLflow
     store answered "database is locked") reported its row failed with that error, which no rerun

@@ -277,6 +277,7 @@ def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str
     Phases: load the training stack, open the run, prepare the model and data, build the trainer,
     train, finish."""
     _load_training_stack()
+    raise_if_signalled()   # one deferred inside a store call before this row: it never opens a run
     run = _open_run(cfg, Path(state or default_state_dir()), parent_run_id, extra_tags, run_name, resume_run_id)
     run.eval_hook = eval_hook
     if run.recorder and on_run is not None:

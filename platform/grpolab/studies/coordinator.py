@@ -172,6 +172,7 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int | No
                     enqueue_missing_rows(study, cfg, retry_failed)
                 pending = has_pending_rows(study, cfg)
                 parent = ensure_parent_run(study, cfg, state, reopen=pending)
+            raise_if_signalled()   # deferred inside the set-up's store calls: no worker is told to go
             release(procs, go=pending)
             return _coordinate(study, cfg, state, storage_url, procs if pending else [], workers, parent, pending,
                                echo, lambda: setup_lock(state, tracking, storage_url), publish,

@@ -84,6 +84,7 @@ def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run
             study.set_user_attr(f"spurious_{trial.number}", True)
             return False
         heartbeat = Heartbeat(trial)
+        raise_if_signalled()   # a signal deferred inside the claim's store calls: hand the row back now
     except BaseException:
         _hand_back_claim(study, trial)
         raise

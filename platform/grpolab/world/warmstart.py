@@ -25,6 +25,7 @@ import torch
 import transformers
 
 from grpolab.errors import ConfigError
+from grpolab.signals import raise_if_signalled
 from grpolab.world.generation import evaluate
 from grpolab.world.models import PRESETS, build_model, save_model
 from grpolab.world.tasks import Task
@@ -142,6 +143,7 @@ def _train_to_band(model, tokenizer, task: Task, seed: int, cfg: WarmStartConfig
     step, history = 0, []
     model.train()
     while step < cfg.max_steps:
+        raise_if_signalled()   # one deferred inside a store call of this row: minutes of SFT would follow
         for _ in range(every):
             ids, attn, labels = (t.to(model.device) for t in next(batches))
             loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
