@@ -119,3 +119,19 @@ def test_grpolab_warnings_print_as_one_line_and_others_keep_pythons_format(capsy
     err = capsys.readouterr().err.splitlines()
     assert err[:2] == ["warning: round cap reached", "warning: round cap reached"]
     assert err[2] == "/lib/transformers/args.py:7: FutureWarning: old kwarg"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["study", "studies/dapo_table1.yaml", "--devices", "0,1"], "--devices: seeds on demand"),
+    (["study", "studies/dapo_table1.yaml", "--accelerate-config", "nope.yaml"], "--accelerate-config: seeds on demand"),
+    (["study", "studies/dapo_table1.yaml", "--until-decided", "--max-seeds", "32", "--batch", "0"],
+     "--batch: must be >= 1, got 0"),
+    (["verdicts", "--batch", "4"], "--max-seeds and --batch: only with --until-decided"),
+    (["verdicts", "--until-decided", "--max-seeds", "32", "--batch", "0"], "--batch: must be >= 1, got 0"),
+])
+def test_a_flag_the_chosen_path_would_not_read_is_refused_not_ignored(tmp_path, capsys, args, message):
+    """The seeds-on-demand path runs each row as one process here, and verdicts read --batch only
+    when adding seeds: such a flag is answered, before any store exists, rather than left inert."""
+    assert main(["--state", str(tmp_path / "state"), *args]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "state").exists()

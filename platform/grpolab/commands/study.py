@@ -80,6 +80,7 @@ def study_options(path, *, state=None, storage=None, workers=None, retry_failed=
     if tokens_per_second is not None:
         raise ConfigError("--tokens-per-second: only with --plan")
     shared.at_least("--workers", workers, 1)
+    shared.at_least("--batch", batch, 1)
     slurm = study_flags.launcher_options(launcher, dict(slurm or {}), until_decided, gpus_per_row, accelerate_config)
     from grpolab.studies.definition import load_study
     study = load_study(path)   # the whole file is answered before any store or the coordinator is loaded
@@ -87,6 +88,10 @@ def study_options(path, *, state=None, storage=None, workers=None, retry_failed=
     if on_demand is not None and (slurm is not None or gpus_per_row is not None):
         raise ConfigError("seeds on demand (--until-decided or the study's seeds: {first, batch, cap}) run on this "
                           "machine only for now: add --fixed-seeds to launch the first seeds with Slurm or --gpus-per-row")
+    if on_demand is not None and (devices is not None or accelerate_config is not None):
+        flag = "--devices" if devices is not None else "--accelerate-config"
+        raise ConfigError(f"{flag}: seeds on demand (--until-decided or the study's seeds: {{first, batch, cap}}) run "
+                          "each row as one process on this machine; add --fixed-seeds to run the first seeds with it")
     return StudyOptions(path, study, workers=workers, retry_failed=retry_failed, accept_changed=accept_changed,
                         table=table, dashboard=dashboard, devices=devices, slurm=slurm,
                         accelerate_config=accelerate_config, on_demand=on_demand, **common)

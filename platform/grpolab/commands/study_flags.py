@@ -92,4 +92,5 @@ def seeds_on_demand(design, fixed_seeds: bool, until_decided: bool, max_seeds, b
     cap = max_seeds if max_seeds is not None else (design.cap if design else None)
     if cap is None:
         raise ConfigError("--until-decided needs --max-seeds N (or a study file with seeds: {first, batch, cap})")
-    return SeedsOnDemand(batch or (design.batch if design else 2), cap, design.max_rows if design else None)
+    return SeedsOnDemand(batch if batch is not None else (design.batch if design else 2), cap,
+                         design.max_rows if design else None)

@@ -46,9 +46,13 @@ def parse(args) -> VerdictsOptions:
     shared.at_least("--workers", args.workers, 1)
     if args.no_run and args.until_decided:
         raise ConfigError("--until-decided runs rows; it cannot go with --no-run")
+    if not args.until_decided and (args.max_seeds is not None or args.batch is not None):
+        raise ConfigError("--max-seeds and --batch: only with --until-decided")
+    shared.at_least("--batch", args.batch, 1)
     claims = tuple(load_claim(path) for path in claim_files(args.claims))   # every claim and its study, before the heavy imports
     return VerdictsOptions(tuple(args.claims), claims, args.state, args.storage, args.workers, args.format,
-                           args.no_run, args.until_decided, args.max_seeds, args.batch or 2)
+                           args.no_run, args.until_decided, args.max_seeds,
+                           2 if args.batch is None else args.batch)
 
 
 def execute(options: VerdictsOptions) -> int:
