@@ -30,7 +30,9 @@ DATABASE_SCHEMES = ("postgresql", "mysql", "mssql", "oracle")
 
 
 class StoreUnreachable(ConfigError):
-    """A tracking server or study storage that cannot be used: exit 2 before anything is written."""
+    """A tracking server or study storage that cannot be used: exit 2. Found at start, nothing is
+    written; gone in the middle of a command (``storage_loss_ends_command``), what it recorded stays
+    and the same command resumes from there once it is back."""
 
 
 def redact(uri: str) -> str:
