@@ -197,3 +197,27 @@ def test_a_claim_study_with_its_own_seeds_on_demand_plan_runs_it_and_is_judged_a
     assert run_study(str(tmp_path / "claim_own_plan.yaml"), shared_state, None, 1, False, echo=lambda s: None) == 0
     [again] = run_claims([str(path)], shared_state, None, 1, echo=lambda s: None)
     assert again.verdict.n == 6 and again.verdict.level == pytest.approx(0.975)
+
+
+def test_a_shipped_base_model_is_in_its_band_only_when_its_provenance_says_so(tmp_path):
+    """requires: [warm_start_band] on a study whose rows start from shipped files reads the files'
+    provenance (base_model.json), and refuses a model without one: neither passes vacuously."""
+    import shutil
+    study = yaml.safe_load((REPO / "studies" / "dapo_table1.yaml").read_text())
+    study["rungs"] = [{"name": "a"}, {"name": "b", "changes": {"train.learning_rate": 0.001}}]
+    for key in ("deviations", "seeds"):
+        study.pop(key)
+    bare = tmp_path / "bare"
+    shutil.copytree(REPO / study["base"]["model"]["path"], bare)
+    (bare / "base_model.json").unlink()
+    for path, needs in ((str(REPO / study["base"]["model"]["path"]), None), (str(bare), "requires warm_start_band")):
+        study["base"]["model"] = {"path": path}
+        (tmp_path / ("bare-study" if needs else "shipped-study")).mkdir()
+        claim = write_study_and_claim(tmp_path / ("bare-study" if needs else "shipped-study"), study, "b_beats_a")
+        text = yaml.safe_load(claim.read_text())
+        claim.write_text(yaml.safe_dump({**text, "requires": ["warm_start_band"]}))
+        if needs:
+            with pytest.raises(ConfigError, match=needs):
+                load_claim(claim)
+        else:
+            assert load_claim(claim).requires == ("warm_start_band",)

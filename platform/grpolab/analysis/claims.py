@@ -6,6 +6,8 @@ Detail: docs/studies.md, "grpolab.analysis.claims".
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -194,18 +196,34 @@ def check_requirements(claim: Claim, study: StudyConfig) -> None:
             continue
         exp = study.rung_experiment(names.index(side.rung), study.seeds[0])
         train, task, ws = exp.get("train", {}), exp.get("task", {}), exp.get("warm_start", {}) or {}
+        shipped = (exp.get("model") or {}).get("path")
         failures = {
             "rollout_reuse": train.get("minibatches", 1) * train.get("num_iterations", 1) <= 1,
             "free_length": task.get("name") not in FREE_LENGTH_TASKS,
-            "warm_start_band": ws.get("enabled", True) is False or not (0 < (ws.get("band") or [0.2, 0.6])[0]
-                                                                         and (ws.get("band") or [0.2, 0.6])[1] < 1),
+            "warm_start_band": not (_shipped_in_band(shipped) if shipped else ws.get("enabled", True) is not False
+                                    and _inside_unit((ws.get("band") or [0.2, 0.6]))),
             "length_cap": not train.get("max_completion_length"),
-            "cold_start": ws.get("enabled", True) is not False,
+            "cold_start": shipped is not None or ws.get("enabled", True) is not False,
         }
         for req in claim.requires:
             if failures[req]:
                 raise ConfigError(f"{Path(claim.path).name}: requires {req}, but rung {side.rung!r} of {study.name} "
                                   f"does not have it (see the claim's regime: {claim.regime or 'not stated'})")
+
+
+def _inside_unit(band) -> bool:
+    return 0 < band[0] and band[1] < 1
+
+
+def _shipped_in_band(path: str) -> bool:
+    """A shipped base model (studies.base_model) is a warm start in its band when its provenance
+    says so; a model without that record is not known to be one."""
+    record = Path(path) / "base_model.json"
+    if not record.is_file():
+        return False
+    warm = json.loads(record.read_text()).get("warm_start") or {}
+    band, reached = warm.get("band") or [0, 1], warm.get("pass@1")
+    return _inside_unit(band) and reached is not None and band[0] <= reached <= band[1]
 
 
 def claim_files(names: list[str] | None) -> list[Path]:
