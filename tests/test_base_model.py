@@ -151,3 +151,15 @@ def test_the_ladders_caption_prints_its_base_model_with_the_sha256():
     assert head.splitlines()[0].endswith(f"; base model: {declared['path']} (sha256 {declared['sha256']})")
     own = load_study(REPO / "studies" / "clip_higher_entropy.yaml")
     assert "the warm start of seed 1000 (tiny preset), trained on each machine" in caption_head(ladder_caption(own, 0, None))
+
+
+def test_the_checked_digest_is_recomputed_when_a_file_changes(tmp_path):
+    """Every rung's config checks the digest; it is computed once per folder state, and again as
+    soon as a file changes (same size, new content)."""
+    folder = _folder(tmp_path)
+    digest = content_digest(folder)
+    check_model_digest(str(folder), digest)
+    check_model_digest(str(folder), digest)
+    (folder / "B.bin").write_bytes(b"\x01\x00" * 1000)
+    with pytest.raises(ConfigError, match="not the declared"):
+        check_model_digest(str(folder), digest)

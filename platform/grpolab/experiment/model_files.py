@@ -272,7 +272,7 @@ def check_model_digest(path: str, expected: str) -> None:
     if not (isinstance(expected, str) and len(expected) == 64 and all(c in "0123456789abcdef" for c in expected)):
         raise ConfigError(f"model.sha256: need 64 lowercase hex digits (sha256), got {expected!r}")
     try:
-        actual = content_digest(Path(path))
+        actual = _digest_once(Path(path).resolve(), _signature(Path(path)))
     except OSError as exc:
         raise ConfigError(f"model.path: {exc.filename or path!r} cannot be read ({exc.strerror})") from None
     except ValueError as exc:
@@ -280,3 +280,16 @@ def check_model_digest(path: str, expected: str) -> None:
     if actual != expected:
         raise ConfigError(f"model.sha256: {path} has digest {actual}, not the declared {expected}: the files changed "
                           "or are another model; restore them (git checkout -- PATH) or declare the new digest")
+
+
+def _signature(path: Path) -> tuple:
+    """Names, sizes and modification times: a study validates every rung's config, and a
+    multi-GB model is hashed again only when one of these changed."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*"))
+    return tuple((str(p), p.lstat().st_size, p.lstat().st_mtime_ns) for p in files)
+
+
+@functools.lru_cache(maxsize=16)
+def _digest_once(path: Path, signature: tuple) -> str:
+    return content_digest(path)
+
