@@ -111,7 +111,7 @@ def test_two_row_study_through_the_rest_api(on_server, shared_state, tmp_path):
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
     assert {"study.yaml", "table.md", "table.csv", "dashboard.html"} <= artifacts   # a finished study: its page too
     csv = open(client.download_artifacts(parent.info.run_id, "table.csv", str(tmp_path))).read().splitlines()
-    assert csv[0].startswith("rung,n,censored,mean,ci95") and csv[2].startswith("+ Clip_Higher 28%,1,0,")
+    assert csv[0].startswith("deviations,rung,n,censored,mean,ci95") and csv[2].startswith("none,+ Clip_Higher 28%,1,0,")
     # `grpolab study --dashboard` puts the page on the parent run too (plotly.js shared: a small page).
     from grpolab.report.dashboard import build_dashboard
     from grpolab.report.publish import attach_dashboard
