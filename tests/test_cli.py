@@ -135,3 +135,10 @@ def test_a_flag_the_chosen_path_would_not_read_is_refused_not_ignored(tmp_path, 
     assert main(["--state", str(tmp_path / "state"), *args]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize("flags", [["--workers", "2"], ["--table"], ["--fixed-seeds"], ["--launcher", "slurm"],
+                                   ["--jobs", "2"], ["--until-decided", "--max-seeds", "32"]])
+def test_plan_refuses_a_flag_only_running_reads(tmp_path, capsys, flags):
+    assert main(["--state", str(tmp_path / "state"), "study", "studies/dapo_table1.yaml", "--plan", *flags]) == 2
+    assert f"{flags[0]}: not with --plan" in capsys.readouterr().err

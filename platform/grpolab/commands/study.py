@@ -74,6 +74,10 @@ def study_options(path, *, state=None, storage=None, workers=None, retry_failed=
     path = str(path)
     common = dict(state=state, storage=storage, gpus_per_row=gpus_per_row, echo=echo, where=where)
     if plan:
+        _nothing_the_plan_ignores(workers=workers, retry_failed=retry_failed, accept_changed=accept_changed,
+                                  table=table, dashboard=dashboard, until_decided=until_decided, max_seeds=max_seeds,
+                                  batch=batch, fixed_seeds=fixed_seeds, devices=devices, launcher=launcher,
+                                  slurm=slurm, accelerate_config=accelerate_config)
         if tokens_per_second is not None and not tokens_per_second > 0:
             raise ConfigError(f"--tokens-per-second: must be > 0, got {tokens_per_second}")
         return StudyOptions(path, None, plan=True, tokens_per_second=tokens_per_second, **common)
@@ -95,6 +99,17 @@ def study_options(path, *, state=None, storage=None, workers=None, retry_failed=
     return StudyOptions(path, study, workers=workers, retry_failed=retry_failed, accept_changed=accept_changed,
                         table=table, dashboard=dashboard, devices=devices, slurm=slurm,
                         accelerate_config=accelerate_config, on_demand=on_demand, **common)
+
+
+def _nothing_the_plan_ignores(*, launcher, slurm, **given) -> None:
+    """``--plan`` sizes the study from its file (and --gpus-per-row, --tokens-per-second) and runs
+    nothing: a flag that only running reads would be silently inert there."""
+    flags = [f"--{name.replace('_', '-')}" for name, value in given.items() if value not in (None, False)]
+    flags += ["--launcher"] * (launcher != "local")
+    flags += [study_flags.SLURM_FLAGS[k] for k, v in (slurm or {}).items() if v not in (None, [], {}, ())]
+    if flags:
+        raise ConfigError(f"{flags[0]}: not with --plan, which sizes the study from its file and runs nothing; "
+                          "drop one of the two")
 
 
 def execute(options: StudyOptions) -> int:
