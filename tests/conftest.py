@@ -78,10 +78,17 @@ def share_models(state: Path, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def shared_state(tmp_path_factory):
     """One state folder for the session, so the warm start is trained once and reused."""
-    path = share_models(tmp_path_factory.mktemp("state"), tmp_path_factory)
+    path = own_state(tmp_path_factory, "state")
     os.environ["GRPOLAB_STATE"] = str(path)
+    return path
+
+
+def own_state(tmp_path_factory, prefix: str) -> Path:
+    """A fresh state folder sharing the session's model cache, its stores made before any test's
+    subprocess and reader race to create them."""
     from grpolab.tracking.stores import prepare_stores
-    prepare_stores(path)   # the MLflow store exists before any test's subprocess and reader race to create it
+    path = share_models(tmp_path_factory.mktemp(prefix), tmp_path_factory)
+    prepare_stores(path)
     return path
 
 

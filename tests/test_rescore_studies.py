@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import run_study_data, share_models, tiny_two_rung_ladder
+from conftest import own_state, run_study_data, tiny_two_rung_ladder
 from grpolab.analysis.ablation import mean_ci
 from grpolab.analysis.rescore import benchmark_specs, read_saved_run, score_model
 from grpolab.analysis.tidy import study_results
@@ -26,10 +26,7 @@ METRIC = "rescored[max_tokens=6,size=2]:eval/held_out/avg_at_2"
 
 @pytest.fixture(scope="module")
 def state(tmp_path_factory):
-    from grpolab.tracking.stores import prepare_stores
-    path = share_models(tmp_path_factory.mktemp("rescore-studies"), tmp_path_factory)
-    prepare_stores(path)
-    return path
+    return own_state(tmp_path_factory, "rescore-studies")
 
 
 def _base(data):

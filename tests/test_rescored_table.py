@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
-from conftest import run_study_data, share_models, tiny_two_rung_ladder
+from conftest import own_state, run_study_data, tiny_two_rung_ladder
 from grpolab.analysis.ablation import mean_ci
 from grpolab.analysis.rescored import parse_rescored
 from grpolab.cli import main
@@ -24,9 +24,7 @@ METRIC = "rescored[n=2,size=2,max_tokens=24]:eval/held_out/mean_length"
 @pytest.fixture(scope="module")
 def ladder(tmp_path_factory):
     """A 2-rung x 2-seed ladder of 2-step rows on the tiny preset, in a state folder of its own."""
-    from grpolab.tracking.stores import prepare_stores
-    state = share_models(tmp_path_factory.mktemp("rescored-state"), tmp_path_factory)
-    prepare_stores(state)
+    state = own_state(tmp_path_factory, "rescored-state")
     folder = tmp_path_factory.mktemp("rescored-study")
     data = tiny_two_rung_ladder(name="rescored_toy", seeds=[0, 1], budget={"train.steps": 2, "eval.every": 0})
     data["base"]["train"]["save_every"] = 1   # a checkpoint at step 1 beside the final model: a re-scored curve

@@ -27,7 +27,7 @@ from grpolab.method.requirements import inert_notes
 from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.method.spec import MethodSpec, build_spec
 from grpolab.tasks import TASK_NAMES as TASKS
-from grpolab.tasks import make_task, spec_with_task_weights
+from grpolab.tasks import spec_with_task_weights, task_of
 from grpolab.tasks.benchmarks import resolve_benchmarks
 from grpolab.trainer.trl_passthrough import check_report_to, check_trl_settings
 from grpolab.validation import typed
@@ -212,7 +212,7 @@ def build_config(data: dict) -> RunConfig:
     task_raw = {"name": "addition"} if data.get("task") is None else data["task"]
     if not isinstance(task_raw, dict) or "name" not in task_raw:
         raise ConfigError(f"task: expected a mapping with a name; valid names: {', '.join(TASKS)}")
-    task_obj = make_task(task_raw["name"], **{k: v for k, v in task_raw.items() if k != "name"})
+    task_obj = task_of(task_raw)
     spec = spec_with_task_weights(spec, task_obj)   # task.rewards[].weight -> method.reward_weights
     seed = data.get("seed", 0)
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 32:   # numpy's seed range

@@ -285,8 +285,8 @@ def check_model_digest(path: str, expected: str) -> None:
 def _signature(path: Path) -> tuple:
     """Names, sizes and modification times: a study validates every rung's config, and a
     multi-GB model is hashed again only when one of these changed."""
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*"))
-    return tuple((str(p), p.lstat().st_size, p.lstat().st_mtime_ns) for p in files)
+    files = [path] if path.is_file() else sorted(path.rglob("*"))
+    return tuple((str(p), stat.st_size, stat.st_mtime_ns) for p in files for stat in [p.lstat()])
 
 
 @functools.lru_cache(maxsize=16)

@@ -26,7 +26,7 @@ from grpolab.method.requirements import inert_settings
 from grpolab.signals import raise_if_signalled, signals_raise
 from grpolab.startup import freeze_training_stack
 from grpolab.state import state_dir as default_state_dir
-from grpolab.tasks import eval_sample_rows, hub_sources, make_task, render_examples
+from grpolab.tasks import eval_sample_rows, hub_sources, render_examples, task_of
 from grpolab.tracking.completions import HELD_OUT, accelerator_tags, open_tables
 from grpolab.tracking.held_out import HELD_OUT_METRICS, EvalSteps
 from grpolab.tracking.naming import method_tags, run_params, state_relative
@@ -304,7 +304,7 @@ def _load_training_stack() -> None:
 
 def _open_run(cfg: RunConfig, state: Path, parent_run_id, extra_tags, run_name, resume_run_id) -> _Run:
     """The task, the MLflow run (rank 0 only: several processes log one run) and the run folder."""
-    task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
+    task = task_of(cfg.task)
     recorder = None
     resume_from = checkpoints.check_resume(state, resume_run_id, cfg.resolved()) if resume_run_id else None
     resume_step = checkpoints.checkpoint_step(resume_from) if resume_from else None  # (rotation may delete it later)

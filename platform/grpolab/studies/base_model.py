@@ -24,7 +24,7 @@ from pathlib import Path
 from grpolab.errors import ConfigError
 from grpolab.experiment.model_files import content_digest
 from grpolab.studies.definition import load_study, quiet_build
-from grpolab.tasks import make_task
+from grpolab.tasks import task_of
 
 PROVENANCE = "base_model.json"
 
@@ -44,7 +44,7 @@ def export_base_model(study_path: str, out: Path, state: Path) -> str:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"{out}: exists{' and is not a folder' if not out.is_dir() else ' and is not empty'}; "
                           "give a new folder")
-    task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
+    task = task_of(cfg.task)
     folder, record = resolve_model(cfg, task, state)
     shutil.copytree(folder, out, dirs_exist_ok=True)
     import torch

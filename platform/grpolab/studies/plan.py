@@ -19,7 +19,7 @@ from grpolab.experiment.config import build_config
 from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.studies.definition import ladder_notes, load_study
 from grpolab.studies.launch_options import check_accelerate_config, check_rows_fit
-from grpolab.tasks import make_task
+from grpolab.tasks import task_of
 from grpolab.tasks.sources import locate_rows, read_rows
 
 
@@ -161,7 +161,7 @@ def _file_rows(bench: dict) -> int:
 
 
 def _task_cap(cfg) -> int:
-    task = make_task(cfg.task["name"], **{k: v for k, v in cfg.task.items() if k != "name"})
+    task = task_of(cfg.task)
     return task.max_completion_length
 
 

@@ -32,6 +32,11 @@ from grpolab.tasks.sources import LocalSource, ReasoningGymSource
 TASK_NAMES = (*toy.TASKS, *SOURCES, *ENVS)
 
 
+def task_of(section: dict):
+    """The task a config's ``task:`` mapping names (``name`` plus that task's parameters)."""
+    return make_task(section["name"], **{k: v for k, v in section.items() if k != "name"})
+
+
 def make_task(name: str, **params):
     """Build a task by name; unknown names, keys or values raise ConfigError naming the key."""
     if name in toy.TASKS:
