@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import os
 import platform
 import shutil
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from grpolab.errors import ConfigError
 from grpolab.experiment.model_files import content_digest
+from grpolab.state import state_path
 from grpolab.studies.definition import load_study, quiet_build
 from grpolab.tasks import task_of
 
@@ -66,10 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m grpolab.studies.base_model", description=__doc__.split("\n\n")[0])
     parser.add_argument("study")
     parser.add_argument("out", type=Path)
-    parser.add_argument("--state", type=Path, default=Path(os.environ.get("GRPOLAB_STATE", "grpolab-state")))
+    parser.add_argument("--state", type=Path, default=None, help="the state folder (default: as grpolab's)")
     args = parser.parse_args(argv)
     try:
-        digest = export_base_model(args.study, args.out, args.state)
+        digest = export_base_model(args.study, args.out, state_path(args.state))
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
