@@ -142,3 +142,31 @@ def test_a_flag_the_chosen_path_would_not_read_is_refused_not_ignored(tmp_path, 
 def test_plan_refuses_a_flag_only_running_reads(tmp_path, capsys, flags):
     assert main(["--state", str(tmp_path / "state"), "study", "studies/dapo_table1.yaml", "--plan", *flags]) == 2
     assert f"{flags[0]}: not with --plan" in capsys.readouterr().err
+
+
+BENCH_REFUSED = [(["--what", "cli", "--rows", "4"], "--rows: not read by bench --what cli; only by --what workers or all"),
+                 (["--what", "all", "--rollouts", "1"], "--rollouts: not read by bench --what all; only by --what throughput"),
+                 (["--what", "workers", "--preset", "tiny"],
+                  "--preset: not read by bench --what workers; only by --what tracking or trainer or all"),
+                 (["--what", "cli", "--steps", "3"], "--steps: not read by bench --what cli; only by --what tracking"),
+                 (["--what", "throughput", "--repeats", "2"],
+                  "--repeats: not read by bench --what throughput; only by --what cli or tracking or trainer or workers or all")]
+
+
+@pytest.mark.parametrize("flags, message", BENCH_REFUSED)
+def test_bench_refuses_a_flag_the_chosen_what_would_not_read(tmp_path, capsys, flags, message):
+    """Each bench flag is read by some --what values only: given to another, it would be inert."""
+    assert main(["--state", str(tmp_path / "state"), "bench", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {message}") and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "state").exists()
+
+
+def test_bench_refusal_imports_nothing_heavy(tmp_path):
+    """Refused before the benchmark's imports: one process answers every case without torch."""
+    probe = ("import sys; from grpolab.cli import main; "
+             f"codes = [main(['--state', {str(tmp_path)!r}, 'bench', *f]) for f, _ in {BENCH_REFUSED!r}]; "
+             "print(codes, sorted({'torch', 'trl', 'mlflow', 'transformers'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.stdout.strip() == f"{[2] * len(BENCH_REFUSED)} []", done.stdout + done.stderr[-2000:]
+    assert done.stderr.count("error: ") == len(BENCH_REFUSED)

@@ -27,27 +27,46 @@ def add(sub) -> None:
     bench.add_argument("--what", choices=["cli", "tracking", "trainer", "workers", "throughput", "all"], default="all",
                        help="throughput (not in all): generated tokens/s of FILE's first row, for `study FILE --plan`")
     bench.add_argument("file", nargs="?", help="with --what throughput: an experiment or study file")
-    bench.add_argument("--rollouts", type=int, default=2, help="with --what throughput: rollouts to time")
+    bench.add_argument("--rollouts", type=int, default=None, help="with --what throughput: rollouts to time (default 2)")
     bench.add_argument("--preset", default=None, help="model preset (default: tiny for tracking, small for trainer)")
-    bench.add_argument("--steps", type=int, default=30)
-    bench.add_argument("--repeats", type=int, default=3,
-                       help="timed runs per variant (workers: repeats // 2 rotations of its three configurations)")
-    bench.add_argument("--rows", type=int, default=8, help="rows of the workers benchmark's study (2 rungs x rows/2 seeds)")
+    bench.add_argument("--steps", type=int, default=None, help="steps per timed run (default 30)")
+    bench.add_argument("--repeats", type=int, default=None,
+                       help="timed runs per variant (default 3; workers: repeats // 2 rotations of its three "
+                            "configurations)")
+    bench.add_argument("--rows", type=int, default=None,
+                       help="rows of the workers benchmark's study (2 rungs x rows/2 seeds; default 8)")
     bench.set_defaults(parse=parse, execute=execute)
 
 
+# what each --what runs ("all": every benchmark but throughput, which needs its FILE)
+RUNS = {"all": ("cli", "tracking", "trainer", "workers")}
+# flag -> (the --what values that read it, its default)
+READ_BY = {"--rollouts": (("throughput",), 2), "--preset": (("tracking", "trainer"), None),
+           "--steps": (("tracking", "trainer", "workers"), 30),
+           "--repeats": (("cli", "tracking", "trainer", "workers"), 3), "--rows": (("workers",), 8)}
+
+
 def parse(args) -> BenchOptions:
-    """Counts and FILE checked before the benchmark's imports (torch, TRL) and before the state
-    folder is made: FILE must be a valid experiment or study, and is read only by throughput."""
-    for flag, value, least in (("--steps", args.steps, 1), ("--repeats", args.repeats, 1), ("--rows", args.rows, 2),
-                               ("--rollouts", args.rollouts, 1)):
-        shared.at_least(flag, value, least)
+    """Flags, counts and FILE checked before the benchmark's imports (torch, TRL) and before the
+    state folder is made: a flag the chosen ``--what`` would not read is refused (it would be
+    silently inert), and FILE must be a valid experiment or study, read only by throughput."""
     if args.what != "throughput" and args.file:
         raise ConfigError(f"bench FILE {args.file!r}: only read with --what throughput; valid: --what throughput FILE")
+    runs = RUNS.get(args.what, (args.what,))
+    values = {}
+    for flag, (readers, default) in READ_BY.items():
+        value = getattr(args, flag[2:])
+        if value is not None and not set(runs) & set(readers):
+            which = [*readers, *["all"] * bool(set(RUNS["all"]) & set(readers))]
+            raise ConfigError(f"{flag}: not read by bench --what {args.what}; only by --what {' or '.join(which)} "
+                              "(drop it, or choose one of those)")
+        values[flag] = default if value is None else value
+    for flag, least in (("--steps", 1), ("--repeats", 1), ("--rows", 2), ("--rollouts", 1)):
+        shared.at_least(flag, values[flag], least)
     if args.what == "throughput":
         _check_file(args.file)
-    return BenchOptions(args.what, args.file, args.rollouts, args.preset, args.steps, args.repeats, args.rows,
-                        args.state)
+    return BenchOptions(args.what, args.file, values["--rollouts"], values["--preset"], values["--steps"],
+                        values["--repeats"], values["--rows"], args.state)
 
 
 def _check_file(path: str | None) -> None:
