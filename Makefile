@@ -43,8 +43,10 @@ run: install
 # conformance runs fill those cores. Conformance runs niced: it is pure computation, while the main
 # suite's tests time rows, heartbeats and hand-backs, so the main suite gets a core whenever it is ready
 # and conformance takes what it leaves. The main suite prints as it goes, conformance when it ends. Both
-# always run; the status is the first failure's.
+# always run; the status is the first failure's. First, one line of this machine's speed
+# (scripts/machine_speed.py): the same suite's wall time differs several-fold between 2-core machines.
 test: install-test
+	@$(PYTHON) scripts/machine_speed.py   # the log's wall times, set beside this machine's speed
 	@status=0; code=0; log=$$(mktemp); \
 	$(TEST_ENV) CONFORMANCE_CONTROL=drift CONFORMANCE_PARALLEL=1 PYTHON=$(PYTHON) nice -n 10 sh scripts/conformance.sh > $$log 2>&1 & conformance=$$!; \
 	$(TEST_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider -n 2 --dist worksteal --durations=25 --ignore=tests/conformance tests \
