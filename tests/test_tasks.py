@@ -81,6 +81,28 @@ def test_addition_columns_length_grows_with_width_and_spreads():
         make_task("addition_columns", min_digits=5, max_digits=3)
     with pytest.raises(ConfigError, match="task.direct"):
         make_task("addition_columns", direct=101)
+    with pytest.raises(ConfigError, match="task.checked"):
+        make_task("addition_columns", checked=101)
+
+
+def test_checked_column_work_writes_the_columns_twice_and_leaves_unchecked_targets_unchanged():
+    from grpolab.world.tasks import _column_work
+    train, _ = make_task("addition_columns", min_digits=2, max_digits=3).splits(0, 400, 10)
+    # checked 0 draws exactly as the writer did before the mode existed: direct or column work, one draw each
+    rng, old_rng = random.Random(5), random.Random(5)
+    plain = make_task("addition_columns", min_digits=2, max_digits=3)
+    assert [plain.target(x, rng) for x in train] == \
+        [x.answer if old_rng.random() * 100 < 50 else _column_work(x) for x in train]
+    always = make_task("addition_columns", min_digits=2, max_digits=3, direct=0, checked=100)
+    for x in train[:50]:
+        work = _column_work(x)
+        target = always.target(x, random.Random(0))
+        assert target == work.rsplit(":", 1)[0] + ";" + work and always.is_correct(x, target)
+        assert len(target) + 1 <= always.max_completion_length
+    half = make_task("addition_columns", min_digits=2, max_digits=3, direct=0, checked=50)
+    rng = random.Random(1)
+    share = sum(";" in half.target(x, rng) for x in train) / len(train)
+    assert 0.4 < share < 0.6, share
 
 
 def test_format_task_has_two_components():

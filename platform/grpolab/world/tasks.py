@@ -144,14 +144,25 @@ def _gen_columns(rng: random.Random, p: dict) -> Example:
 
 def _columns_target(ex: Example, rng: random.Random, p: dict) -> str:
     """``direct`` percent of the SFT targets answer directly (short, and wrong once the model cannot
-    add that wide in one go), the rest show every column."""
-    return ex.answer if rng.random() * 100 < p["direct"] else _column_work(ex)
+    add that wide in one go), the rest show every column; ``checked`` percent of those write the
+    columns twice (``work;work:answer``), a long mode that is still right when it is not cut: the
+    lengths get a gap between concise and checked work, so a cap in that gap truncates completions
+    that could have been right while few concise correct ones sit just under it."""
+    if rng.random() * 100 < p["direct"]:
+        return ex.answer
+    work = _column_work(ex)
+    # no draw when checked is 0: the targets of runs made before this mode existed stay the same
+    if p["checked"] and rng.random() * 100 < p["checked"]:
+        return work.rsplit(":", 1)[0] + ";" + work
+    return work
 
 
 def _columns_cap(p: dict) -> int:
     """Room for the longest column work: d + 1 columns of at most 8 characters, commas, ':', the
-    (d + 1)-digit answer and EOS. Runs set their own, shorter cap (train.max_completion_length)."""
-    return 9 * (p["max_digits"] + 1) + p["max_digits"] + 2
+    (d + 1)-digit answer and EOS, twice over when some targets are checked. Runs set their own,
+    shorter cap (train.max_completion_length)."""
+    once = 9 * (p["max_digits"] + 1) + p["max_digits"] + 2
+    return 2 * once if p["checked"] else once
 
 
 def _format_target(ex: Example, rng: random.Random, p: dict) -> str:
@@ -232,7 +243,7 @@ def _format_correct(ex: Example, completion: str) -> bool:
 
 
 _ADDITION = {"digits": 2, "min_carries": 0, "max_carries": 99}
-_COLUMNS = {"min_digits": 2, "max_digits": 5, "direct": 50, "width_decay": 100}
+_COLUMNS = {"min_digits": 2, "max_digits": 5, "direct": 50, "width_decay": 100, "checked": 0}
 # name -> (defaults, reward names, max completion length(params), generate, target, score, correct)
 TASKS: dict[str, tuple] = {
     "addition": (_ADDITION, ("correct",), lambda p: p["digits"] + 4,
@@ -270,8 +281,9 @@ def make_task(name: str, **params) -> Task:
     if "max_digits" in merged and not 1 <= merged["min_digits"] <= merged["max_digits"] <= 12:
         raise ConfigError(f"task.min_digits, task.max_digits: need 1 <= min_digits <= max_digits <= 12, "
                           f"got {merged['min_digits']} and {merged['max_digits']}")
-    if merged.get("direct", 0) > 100:
-        raise ConfigError(f"task.direct: a percentage of SFT targets, 0 to 100, got {merged['direct']}")
+    for key in ("direct", "checked"):
+        if merged.get(key, 0) > 100:
+            raise ConfigError(f"task.{key}: a percentage of SFT targets, 0 to 100, got {merged[key]}")
     if merged.get("min_carries", 0) > merged.get("max_carries", 99):
         raise ConfigError("task.min_carries: must not exceed task.max_carries")
     for key in ("numbers", "length", "max_number", "max_target"):   # 0 would leave nothing to draw (countdown's
