@@ -215,32 +215,39 @@ def _outputs_or_fail_fast(procs, timeout: float) -> list[str]:
     return [outputs[i] for i in range(len(procs))]
 
 
-def _one_line_exit_2(proc, timeout=120) -> str:
+def _one_line_exit_2(proc, timeout=120, code=2) -> str:
     out, _ = proc.communicate(timeout=timeout)
-    assert proc.returncode == 2, out
+    assert proc.returncode == code, (proc.returncode, out)
     # a warning about the file itself (e.g. a setting inert in this run) may come first: the error is one line
     lines = [line for line in out.strip().splitlines() if line.strip() and not line.startswith("warning: ")]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in out, out
     return lines[0]
 
 
-def test_unreachable_tracking_server_and_storage_exit_2_fast(tmp_path):
-    """An unreachable MLflow server or study storage: exit 2 in seconds, one line naming the
-    URI, and the state folder is not even created."""
+def test_unreachable_stores_exit_75_fast_and_bad_store_urls_exit_2(tmp_path):
+    """An unreachable MLflow server or study storage: exit 75 (EX_TEMPFAIL: start it, run the same
+    command again) in seconds, one line naming the URI, and the state folder is not even created.
+    A storage URL that no restart makes usable (unknown kind, unparsable port) is bad input: exit 2."""
     exp = tmp_path / "exp.yaml"
     exp.write_text(yaml.safe_dump({**BASE, "train": {**BASE["train"], "steps": 1}}))
     study = study_file(tmp_path, "unreachable", steps=1)
     state = tmp_path / "state"
     started = time.perf_counter()
     run = grpolab("--state", state, "run", exp, env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"})
-    line = _one_line_exit_2(run)
+    line = _one_line_exit_2(run, code=75)
     seconds = time.perf_counter() - started
     assert "http://127.0.0.1:9" in line and "unreachable" in line
     assert seconds < 15, f"took {seconds:.1f} s to fail"
     print(f"\nFAULTS fail_fast_seconds={seconds:.2f} (grpolab run, MLFLOW_TRACKING_URI=http://127.0.0.1:9)")
-    pg = grpolab("--state", state, "study", study, "--storage", "postgresql+psycopg2://u:secret@127.0.0.1:9/x")
-    line = _one_line_exit_2(pg)
-    assert "postgresql+psycopg2://u:***@127.0.0.1:9/x" in line and "secret" not in line
+    down = "postgresql+psycopg2://u:secret@127.0.0.1:9/x"
+    for argv in (["--state", state, "study", study], ["--state", tmp_path / "read", "table", study]):
+        line = _one_line_exit_2(grpolab(*argv, "--storage", down), code=75)   # table opens the storage itself
+        assert "postgresql+psycopg2://u:***@127.0.0.1:9/x" in line and "secret" not in line
+        assert "run the same command again" in line, line
+    for bad, says in (("redis://127.0.0.1/0", "unknown kind"),
+                      ("postgresql+psycopg2://u:secret@127.0.0.1:port/x", "not a usable database URL")):
+        line = _one_line_exit_2(grpolab("--state", state, "study", study, "--storage", bad))
+        assert says in line and "secret" not in line, line
     assert not state.exists()                                           # nothing half-written
 
 

@@ -1,9 +1,12 @@
 """grpolab command line: run | study | table | dashboard | verdicts | methods | metrics-doc | bench.
 
-The parser, the global flags and the way out (exit codes, warnings); each command lives in its own
-module of ``grpolab.commands`` (its flags, a parse step into a validated options record, and the
-``execute`` the Python API calls too). Bad input exits with code 2 and a one-line message, before
-any model is loaded. Imports are lazy: parsing (and a typo's answer) never loads torch, TRL or MLflow.
+The parser, the global flags and the way out; each command lives in its own module of
+``grpolab.commands`` (its flags, a parse step into a validated options record, and the ``execute``
+the Python API calls too). Imports are lazy: parsing (and a typo's answer) never loads torch, TRL or
+MLflow. Exit codes: 0 done; 1 a row, run or write failed (the command says which); 2 bad input, one
+``error:`` line before any model is loaded (fix the input); 75 (EX_TEMPFAIL) a store that does not
+answer, at start or mid-command, one ``error:`` line (start it, run the same command again);
+130 Ctrl-C and 143 SIGTERM (the run recorded KILLED); 141 stdout's reader left (a closed pipe).
 """
 
 from __future__ import annotations
@@ -120,9 +123,9 @@ def _main(argv: list[str] | None) -> int:
             from grpolab.state import check_state_folder
             check_state_folder(args.state)
         return args.execute(args.parse(args))
-    except ConfigError as exc:
+    except ConfigError as exc:   # bad input; a store that does not answer now says 75 (its exit_code)
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return getattr(exc, "exit_code", 2)
     except KeyboardInterrupt:
         print("interrupted: the run was recorded as KILLED", file=sys.stderr)
         return 130

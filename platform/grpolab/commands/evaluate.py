@@ -41,6 +41,7 @@ def parse(args) -> EvalOptions:
 
 
 def execute(options: EvalOptions) -> int:
+    shared.check_tracking(options.state)
     from grpolab.analysis.rescore import OVERRIDES, rescore
     from grpolab.state import state_dir
     overrides = {k: options.overrides.get(k) for k in OVERRIDES}

@@ -34,3 +34,11 @@ def parent_run_id(study, state, storage_url) -> str | None:
     from grpolab.studies.rows import PARENT_RUN_ATTR
     from grpolab.studies.storage import create_or_load, default_storage
     return create_or_load(study, storage_url or default_storage(state)).user_attrs.get(PARENT_RUN_ATTR)
+
+
+def check_tracking(state) -> None:
+    """Fail fast on an unreachable or misconfigured ``$MLFLOW_TRACKING_URI`` (exit 75 or 2 in
+    seconds: stores.check_stores) before a command reads MLflow, whose client retries for minutes."""
+    from grpolab.state import state_path
+    from grpolab.tracking.stores import check_stores
+    check_stores(state_path(state))

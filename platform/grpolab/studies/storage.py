@@ -17,7 +17,7 @@ from grpolab.errors import ConfigError
 from grpolab.signals import raise_if_signalled
 from grpolab.studies.definition import StudyConfig
 from grpolab.studies.registration import definition_hash  # noqa: F401  (re-exported: tests, check_definition)
-from grpolab.tracking.stores import StoreUnreachable, redact, unreachable_reason
+from grpolab.tracking.stores import StoreRefused, StoreUnreachable, redact, unreachable_reason
 
 log = logging.getLogger(__name__)
 # Optuna's INFO lines ('Using an existing study ...', one per opening) repeat what grpolab prints
@@ -33,7 +33,8 @@ def open_storage(url: str):
     with ``JournalFileOpenLock`` (an O_EXCL lock file, which Optuna documents as safe on NFSv3 and
     later), so the same file serves local workers and Slurm jobs on a shared file system; every
     process opening a journal uses this one lock kind. A database storage outlives a restart of
-    its server (``rides_out_restarts``)."""
+    its server (``rides_out_restarts``); one that does not answer at all raises StoreUnreachable
+    (exit 75: start it, run the same command again) for every command that opens it."""
     if url.startswith("journal:"):
         from optuna.storages import JournalStorage
         from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
@@ -41,9 +42,25 @@ def open_storage(url: str):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         drop_partial_record(path)
         return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
-    storage = optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+    try:
+        storage = optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+    except Exception as exc:
+        raise_if_signalled(exc)
+        reason = _unreachable(url)
+        if reason is None:
+            raise
+        raise StoreUnreachable(f"study storage {redact(url)}: unreachable ({reason}); once it answers (start it), "
+                               "run the same command again") from None
     rides_out_restarts(storage.engine, url)
     return storage
+
+
+def _unreachable(url: str) -> str | None:
+    """stores.unreachable_reason, its refusals (bad input) named as the study storage's."""
+    try:
+        return unreachable_reason(url)
+    except StoreRefused as exc:
+        raise StoreRefused(f"study storage {exc}") from None
 
 
 RECONNECT_S = 60.0   # how long a database that has answered may stay away (a restart, a fail-over)
@@ -97,7 +114,7 @@ def give_up(url: str) -> None:
 @contextlib.contextmanager
 def storage_loss_ends_command(url: str):
     """An error raised while the database storage at ``url`` cannot be reached is that: the command
-    ends with one line saying so (``StoreUnreachable``, exit 2) instead of the store library's
+    ends with one line saying so (``StoreUnreachable``, exit 75) instead of the store library's
     error. What the storage recorded before it went away (complete rows) is kept in it, and the
     same command run again once it is back resumes from there. A signal a library turned into
     the error stays the signal; an error while the storage answers is raised as it is."""
@@ -109,7 +126,7 @@ def storage_loss_ends_command(url: str):
         raise_if_signalled(exc)
         if url.startswith("journal:"):
             raise
-        reason = unreachable_reason(url)
+        reason = _unreachable(url)
         if reason is None:
             raise
         give_up(url)

@@ -1,9 +1,13 @@
 """The stores a run or study writes to: fail-fast reachability checks, and the setup lock.
 
 Fail fast: before anything is written, every store named by the user (``$MLFLOW_TRACKING_URI``,
-``--storage``) is contacted with a short timeout. An unreachable or misconfigured store raises
-``StoreUnreachable`` (exit code 2, one line naming the URI with its password hidden) instead of
-MLflow's minutes of retries or a half-initialised database.
+``--storage``) is contacted with a short timeout, instead of MLflow's minutes of retries or a
+half-initialised database. Either way one line names the URI with its password hidden, and the
+exit code tells which: ``StoreUnreachable`` (exit 75, EX_TEMPFAIL: the server does not answer
+now, or went away mid-command; restart it and run the same command again) or ``StoreRefused``
+(exit 2, bad input: a malformed URL, an unknown kind of storage, a missing driver, a folder that
+does not exist or is not writable, a database or user that does not exist, a refused password or
+TLS certificate, an HTTP server that is not MLflow's; rerunning does not help).
 
 Detail: docs/runs.md, "grpolab.tracking.stores".
 """
@@ -29,10 +33,22 @@ TRACKING_LOCK_KEY, STUDY_LOCK_KEY = ADVISORY_LOCK_KEY, ADVISORY_LOCK_KEY + 1
 DATABASE_SCHEMES = ("postgresql", "mysql", "mssql", "oracle")
 
 
+EX_TEMPFAIL = 75   # sysexits.h: a temporary failure, the same command may succeed later
+
+
+class StoreRefused(ConfigError):
+    """A tracking store or study storage that cannot be used as given (exit 2, bad input)."""
+
+
 class StoreUnreachable(ConfigError):
-    """A tracking server or study storage that cannot be used: exit 2. Found at start, nothing is
-    written; gone in the middle of a command (``storage_loss_ends_command``), what it recorded stays
-    and the same command resumes from there once it is back."""
+    """A tracking server or study storage that does not answer now (exit 75, EX_TEMPFAIL). Found at
+    start, nothing is written; gone in the middle of a command (``storage_loss_ends_command``),
+    what it recorded stays and the same command resumes from there once it is back."""
+    exit_code = EX_TEMPFAIL
+
+
+# a database's own answer that no restart changes: the URL names a user, password or database it refuses
+_REFUSALS = ("authentication failed", "does not exist", "no password supplied", "access denied", "unknown database")
 
 
 def redact(uri: str) -> str:
@@ -57,27 +73,41 @@ def check_database(url: str, what: str) -> None:
     """Connect once with a short timeout and run ``SELECT 1``."""
     try:
         reason = unreachable_reason(url)
+    except StoreRefused as exc:
+        raise StoreRefused(f"{what} {exc}") from None
     except ModuleNotFoundError as exc:
-        raise StoreUnreachable(f"{what} {redact(url)}: its database driver is not installed ({exc}); for PostgreSQL "
-                               "install grpolab[postgres] and write postgresql+psycopg2://...") from None
+        raise StoreRefused(f"{what} {redact(url)}: its database driver is not installed ({exc}); for PostgreSQL "
+                           "install grpolab[postgres] and write postgresql+psycopg2://...") from None
     if reason is not None:
-        raise StoreUnreachable(f"{what} {redact(url)}: cannot connect ({reason})")
+        raise StoreUnreachable(f"{what} {redact(url)}: cannot connect ({reason}); once it answers (start it), "
+                               "run the same command again")
 
 
 def unreachable_reason(url: str) -> str | None:
     """Why the database at ``url`` cannot be used now (one connection and ``SELECT 1``, a short
-    timeout, no retries), or None when it answers. A missing driver raises ModuleNotFoundError."""
+    timeout, no retries), or None when it answers. A missing driver raises ModuleNotFoundError; a
+    URL that cannot name a database, or one whose server refuses its user, password or database,
+    raises ``StoreRefused`` (no restart helps)."""
     import sqlalchemy
     from sqlalchemy.pool import NullPool
     try:
         engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
+    except ModuleNotFoundError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - ArgumentError (unparsable), NoSuchModuleError (unknown dialect)
+        raise StoreRefused(f"{redact(url)}: not a usable database URL ({_first_line(exc)})") from None
+    try:
         with engine.connect() as conn:
             conn.execute(sqlalchemy.text("SELECT 1"))
         engine.dispose()
     except ModuleNotFoundError:
         raise
     except Exception as exc:  # noqa: BLE001 - any driver error means the store is unusable
-        return _first_line(exc)
+        reason = _first_line(exc)
+        if any(refusal in reason.lower() for refusal in _REFUSALS):
+            raise StoreRefused(f"{redact(url)}: refused ({reason}); check the user, password and database it "
+                               "names") from None
+        return reason
     return None
 
 
@@ -96,20 +126,27 @@ def check_http_tracking(uri: str) -> None:
     except Exception as exc:  # noqa: BLE001 - connection refused, TLS verification, a failing auth plugin
         caused = re.search(r"Caused by (.+)", str(exc))   # requests' own reason inside MLflow's wrapping message
         reason = caused.group(1)[:240] if caused else _first_line(exc)
+        if re.search(r"SSL|TLS|certificate", reason, re.IGNORECASE):   # answered, but its certificate is refused
+            raise StoreRefused(f"tracking server {redact(uri)}: TLS handshake failed ({reason}); check "
+                               "MLFLOW_TRACKING_SERVER_CERT_PATH, MLFLOW_TRACKING_CLIENT_CERT_PATH or "
+                               "MLFLOW_TRACKING_INSECURE_TLS") from None
         raise StoreUnreachable(f"tracking server {redact(uri)}: unreachable ({reason}); check "
                                f"MLFLOW_TRACKING_URI (and for https MLFLOW_TRACKING_SERVER_CERT_PATH or "
                                f"MLFLOW_TRACKING_INSECURE_TLS)") from None
     if response.status_code in (401, 403):   # it answers; MLflow's own client decides next
         return
+    if response.status_code in (502, 503, 504):   # a proxy answers for a server that is down
+        raise StoreUnreachable(f"tracking server {redact(uri)}: HTTP {response.status_code} (it is down or "
+                               "restarting); once it answers, run the same command again")
     if response.status_code != 200:
-        raise StoreUnreachable(f"tracking server {redact(uri)}: HTTP {response.status_code} from its API "
+        raise StoreRefused(f"tracking server {redact(uri)}: HTTP {response.status_code} from its API "
                                "(is it an MLflow tracking server?)")
 
 
 def _check_sqlite(uri: str, what: str) -> None:
     path = uri.split(":///", 1)[1] if ":///" in uri else ""
     if path and path != ":memory:" and not Path(path).parent.is_dir():
-        raise StoreUnreachable(f"{what} {uri}: folder {str(Path(path).parent)!r} does not exist")
+        raise StoreRefused(f"{what} {uri}: folder {str(Path(path).parent)!r} does not exist")
 
 
 def check_tracking_uri(uri: str) -> None:
@@ -130,15 +167,15 @@ def check_storage_url(url: str) -> None:
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreUnreachable(f"study storage {url}: cannot create {str(folder)!r} ({exc.strerror})") from None
+            raise StoreRefused(f"study storage {url}: cannot create {str(folder)!r} ({exc.strerror})") from None
         if not os.access(folder, os.W_OK):
-            raise StoreUnreachable(f"study storage {url}: folder {str(folder)!r} is not writable")
+            raise StoreRefused(f"study storage {url}: folder {str(folder)!r} is not writable")
     elif scheme == "sqlite":
         _check_sqlite(url, "study storage")
     elif scheme in DATABASE_SCHEMES:
         check_database(url, "study storage")
     else:
-        raise StoreUnreachable(f"study storage {redact(url)}: unknown kind; valid: journal:/path/file, "
+        raise StoreRefused(f"study storage {redact(url)}: unknown kind; valid: journal:/path/file, "
                                "sqlite:///path.db, postgresql://user@host/db, mysql://user@host/db")
 
 
@@ -155,7 +192,7 @@ def init_tracking_store(state: Path) -> str:
     try:   # client_for also writes the state folder's artifact-root mark here, under the lock
         client_for(state).search_experiments(max_results=1)
     except Exception as exc:  # noqa: BLE001 - MlflowException, driver errors, unknown schemes
-        raise StoreUnreachable(f"tracking store {redact(uri)}: {_first_line(exc)}") from None
+        raise StoreRefused(f"tracking store {redact(uri)}: {_first_line(exc)}") from None
     return uri
 
 
