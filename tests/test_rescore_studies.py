@@ -1,8 +1,9 @@
 """`grpolab eval STUDY.yaml` on a search (every trial's run re-scored, nested under it) and on a
-ladder (the re-scored table and its page put on the study's MLflow parent run, the same table
-`grpolab table STUDY --metric rescored:...` prints)."""
+ladder: on both, the re-scored table and its page are put on the study's MLflow parent run, the
+same table `grpolab table STUDY --metric rescored:...` prints."""
 
 import io
+import math
 import re
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -55,9 +56,14 @@ def test_a_search_studys_trials_are_each_rescored_nested_under_their_run(state, 
             "sampler": {"name": "random", "seed": 0}}
     folder = tmp_path_factory.mktemp("rescore-search")
     cfg, study = run_study_data(folder, data, state, "search.yaml")
+    path = folder / "search.yaml"
     runs = [r for r in dict.fromkeys(study_results(study, cfg).run_id) if r]
     assert len(runs) == 2
-    code, out = _eval(state, folder / "search.yaml")
+    # nothing re-scored yet: no table, the command that re-scores the study instead
+    assert main(["--state", str(state), "table", str(path), "--metric", METRIC]) == 2
+    assert (f"no trial of rescore_search has a re-scoring of eval/held_out/avg_at_2 for the model it reads with "
+            f"these settings; re-score them first: grpolab eval {path} --benchmark held_out") in capsys.readouterr().err
+    code, out = _eval(state, path)
     assert code == 0
     client = MlflowClient(tracking_uri(state))
     for run in runs:   # one nested run each, at the final step, with the numbers re-scoring gives again
@@ -68,15 +74,65 @@ def test_a_search_studys_trials_are_each_rescored_nested_under_their_run(state, 
         specs = benchmark_specs(["held_out"], saved, {"n": 2, "size": 2, "max_tokens": 6})
         again = score_model(saved, specs, state / "runs" / run / "final")
         assert nested.data.metrics == again and 1 <= again["eval/held_out/mean_length"] <= 6
-    # a search has no re-scored table: its parent run gets none
-    parent = study.user_attrs[PARENT_RUN_ATTR]
-    assert not [a for a in client.list_artifacts(parent) if a.path.startswith("rescored")]
+    _search_parent_holds_the_rescored_table(state, path, study, runs, out, tmp_path_factory)
 
 
-def _table(state, path, fmt):
+def _search_parent_holds_the_rescored_table(state, path, study, runs, out, tmp_path_factory):
+    """The search's parent run holds the re-scored table (what `grpolab table --metric` prints) and its
+    page; each trial's value is its nested run's; a trial re-scored otherwise is named, not dropped."""
+    client, dest = MlflowClient(tracking_uri(state)), tmp_path_factory.mktemp("search-artifacts")
+    parent, folder = study.user_attrs[PARENT_RUN_ATTR], rescored_folder(METRIC)
+    assert f"{METRIC}: table.md, table.csv and dashboard.html in {folder}/ on the study's MLflow parent run {parent}" in out
+    text = {name: Path(client.download_artifacts(parent, f"{folder}/{name}", str(dest))).read_text()
+            for name in ("table.md", "table.csv", "dashboard.html")}
+    assert _table(state, path, "markdown") == text["table.md"] + "\n"   # print's newline
+    assert _table(state, path, "csv") == text["table.csv"] + "\n"
+    caption = text["table.md"].splitlines()[0]
+    assert caption.startswith(f"rescore_search: 2 trials, 2 re-scored, 0 not (rescored_missing says why); {METRIC}: "
+                              "re-scored by `grpolab eval`, not the training-time evaluation: eval/held_out/avg_at_2 of "
+                              "each trial's final model on benchmark 'held_out' (the run's held-out draw), n 2, "
+                              "temperature 1, top_p 1, max_tokens 6, 2 prompts, seed the run seed; shown beside the "
+                              "study objective final:eval/pass_at_1 (the training-time value)"), caption
+    frame = pd.read_csv(io.StringIO(text["table.csv"]))
+    assert list(frame.columns[:8]) == ["metric", "trial", "state", "train.learning_rate", "run_id",
+                                       "final:eval/pass_at_1", METRIC, "rescored_missing"]   # beside the original
+    assert set(frame.metric) == {f"{METRIC} (re-scored: n 2, temperature 1, top_p 1, max_tokens 6, 2 prompts, "
+                                 "seed the run seed)"}
+    values = {run: _nested(client, run)[0].data.metrics["eval/held_out/avg_at_2"] for run in runs}
+    assert sorted(frame.run_id) == sorted(runs) and frame.rescored_missing.isna().all()
+    for run, value in zip(frame.run_id, frame[METRIC]):   # best first: the nested runs' own numbers
+        assert value == pytest.approx(values[run], abs=1e-12)
+    assert list(frame[METRIC]) == sorted(values.values(), reverse=True)
+    page = text["dashboard.html"]
+    assert f"grpolab study: rescore_search, re-scored {METRIC}" in page and 'data-panel="Re-scored trials"' in page
+    # a score no objective re-measures, after the objectives (lengths: non-zero where a tiny model passes nothing)
+    length = "rescored[max_tokens=6,size=2]:eval/held_out/mean_length"
+    lengths = pd.read_csv(io.StringIO(_table(state, path, "csv", length)))
+    assert list(lengths.columns[5:8]) == ["final:eval/pass_at_1", length, "rescored_missing"]
+    nested = {run: _nested(client, run)[0].data.metrics["eval/held_out/mean_length"] for run in runs}
+    assert list(lengths[length]) == sorted(nested.values(), reverse=True) and all(1 <= v <= 6 for v in nested.values())
+    for run, value in zip(lengths.run_id, lengths[length]):
+        assert value == pytest.approx(nested[run], abs=1e-12)
+    assert "no study objective measures it in its unit: shown after the objectives, trials highest first" in \
+        _table(state, path, "markdown", length).splitlines()[0]
+    # one trial re-scored at another temperature: the other keeps its row, its value missing and why
+    assert _eval(state, runs[0], "--temperature", "0.5")[0] == 0
+    warm = "rescored[max_tokens=6,size=2,temperature=0.5]:eval/held_out/avg_at_2"
+    other = pd.read_csv(io.StringIO(_table(state, path, "csv", warm))).set_index("run_id")
+    (nested,) = [r for r in _nested(client, runs[0]) if r.data.params.get("benchmarks.held_out.temperature") == "0.5"]
+    assert other.loc[runs[0], warm] == pytest.approx(nested.data.metrics["eval/held_out/avg_at_2"], abs=1e-12)
+    assert math.isnan(other.loc[runs[1], warm]) and other.loc[runs[1], "rescored_missing"] == (
+        "not re-scored: the COMPLETE trial's run has no re-scoring of the model it reads with these settings; "
+        f"grpolab eval {runs[1]} --benchmark held_out --n 2 --temperature 0.5 --max-tokens 6 --size 2 --state {state}")
+    assert "2 trials, 1 re-scored, 1 not (rescored_missing says why)" in _table(state, path, "markdown", warm)
+    # a run id alone puts nothing on the parent: the pages stay as they were
+    assert Path(client.download_artifacts(parent, f"{folder}/table.md", str(dest))).read_text() == text["table.md"]
+
+
+def _table(state, path, fmt, metric=METRIC):
     out = io.StringIO()
     with redirect_stdout(out):
-        assert main(["--state", str(state), "table", str(path), "--format", fmt, "--metric", METRIC]) == 0
+        assert main(["--state", str(state), "table", str(path), "--format", fmt, "--metric", metric]) == 0
     return out.getvalue()
 
 

@@ -277,14 +277,18 @@ def rescored_config(cfg: StudyConfig, spec: RescoredSpec) -> tuple[StudyConfig, 
 
 
 def rescored_draws(cfg: StudyConfig, spec: RescoredSpec, choice: tuple, key: str) -> dict:
-    """rung -> (prompts, samples) of ``key``, a score of the re-scoring (``strength.eval_draws``: None
-    where it is no pass rate)."""
+    """rung -> (prompts, samples) of ``key``, a score of the re-scoring (``draws_under``)."""
+    return {i: draws_under(cfg.rung_experiment(i, cfg.seeds[0]), spec, choice, key) for i in range(len(cfg.rungs))}
+
+
+def draws_under(experiment: dict, spec: RescoredSpec, choice: tuple, key: str) -> tuple[int, int] | None:
+    """(prompts, samples) of ``key``, a score of the re-scoring, for one experiment config
+    (``strength.eval_draws``: None where it is no pass rate)."""
     settings = dict(choice)
     source = settings["source"] if settings["source"] == "held_out" else dict(settings["source"])
     bench = {"name": spec.benchmark, "source": source, "size": settings["size"], "n": settings["n"]}
-    base = dataclasses.asdict(EvalCfg())
-    return {i: eval_draws(f"final:{key}", {**base, **(cfg.rung_experiment(i, cfg.seeds[0]).get("eval") or {}),
-                                           "benchmarks": [bench]}) for i in range(len(cfg.rungs))}
+    ev = {**dataclasses.asdict(EvalCfg()), **(experiment.get("eval") or {}), "benchmarks": [bench]}
+    return eval_draws(f"final:{key}", ev)
 
 
 def span(values) -> str:
@@ -293,9 +297,11 @@ def span(values) -> str:
     return f"{values[0]}" if values[0] == values[-1] else f"{values[0]}-{values[-1]}"
 
 
-def describe(spec: RescoredSpec, choice: tuple, values: list[RowValue], draws: dict, note: str) -> tuple[str, str]:
+def describe(spec: RescoredSpec, choice: tuple, values: list[RowValue], draws: dict, note: str,
+             unit: str = "row") -> tuple[str, str]:
     """(the caption's sentence, the settings alone) of a re-scored metric; ``draws``: per rung the
-    re-scoring's (prompts, samples), None where its size is not known here."""
+    re-scoring's (prompts, samples), None where its size is not known here; ``unit``: what one value
+    belongs to (a ladder's row, a search's trial)."""
     s = dict(choice)
     tokens = {v.max_tokens for v in values}
     prompts = {d[0] for d in draws.values() if d}
@@ -303,9 +309,9 @@ def describe(spec: RescoredSpec, choice: tuple, values: list[RowValue], draws: d
                 + (" (each row's own)" if len(tokens) > 1 else "")
                 + (f", {span(prompts)} prompts" if prompts else f", size {s['size'] or 'all'}")
                 + f", seed {s['seed'] if s['seed'] >= 0 else 'the run seed'}")
-    which = (f"the area under each row's re-scored curve / its step span ({span({v.steps for v in values})} steps)"
-             if spec.agg == "auc" else f"each row's model at step {spec.step}" if spec.step is not None
-             else "each row's final model")
+    which = (f"the area under each {unit}'s re-scored curve / its step span ({span({v.steps for v in values})} steps)"
+             if spec.agg == "auc" else f"each {unit}'s model at step {spec.step}" if spec.step is not None
+             else f"each {unit}'s final model")
     return (f"{spec.label}: re-scored by `grpolab eval`, not the training-time evaluation: {spec.key} of {which} on "
             f"benchmark {spec.benchmark!r} ({source_text(s['source'])}), {settings}; {note}"), settings
 
@@ -316,8 +322,8 @@ def rescored_rows(rows: pd.DataFrame, cfg: StudyConfig, state: Path, text: str, 
     errors: a search study, several settings to read, a complete row without its re-scoring."""
     spec = parse_rescored(text)
     if cfg.kind != "ladder":
-        raise ConfigError(f"--metric {text!r}: re-scored metrics make a ladder's table; {cfg.name} is a search "
-                          "(re-score a trial's run with grpolab eval RUN)")
+        raise ConfigError(f"--metric {text!r}: {cfg.name} is a search; its trials are read by "
+                          "analysis.rescored_search.rescored_trials, not as a ladder's rows")
     complete = rows[rows.state == "COMPLETE"]
     names = {run: f"{cfg.rungs[int(r)].name!r} seed {s}" for r, s, run in zip(complete.rung, complete.seed, complete.run_id)
              if run}

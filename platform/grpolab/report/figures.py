@@ -1,13 +1,13 @@
 """Plotly figures of a dashboard, built from dashboard_data's DataFrames (no MLflow here).
 
-- Curves: mean over seeds per group with a min-max band, optionally one thin line per seed (the
-  panel's note says which, over how many seeds);
-  the x-axis is the optimizer step, cumulative completion tokens or wall-clock seconds.
+- Curves: mean over seeds per group with a min-max band, optionally one thin line per seed (the panel's
+  note says which, over how many seeds); x: optimizer step, cumulative completion tokens or seconds.
 - Ablation: the toy result (mean with a 95 % t-interval, clipped to the metric's range, e.g. a
   pass rate stays in [0, 1]) and the published numbers in a separate panel with its own axis:
   the two are different scales and must not read as one.
 - Paired delta: per rung, the mean over seeds of (rung - previous rung) with the verdict's paired
   t-interval (at the verdict's level, named in the panel; the rung-verdict panel shows the same).
+- Re-scored trials (a search): each re-scored trial's value against its training-time objective.
 
 Every title sits below plotly's toolbar row and is wrapped to the page's narrowest panel (``titled``).
 """
@@ -199,3 +199,17 @@ def paired_delta_figure(table: pd.DataFrame, metric: str, level: float | None = 
                       margin={"l": 55, "r": 10, "t": top, "b": bottom})
     return fig
 
+
+def rescored_trials_figure(frame: pd.DataFrame, label: str, beside: str | None) -> go.Figure:
+    """One point per trial of a search with a re-scored value (column ``label``): against its
+    training-time objective ``beside`` (against the trial number where no objective re-measures it).
+    Trials without one are counted in the note, not drawn (the table names each and why)."""
+    shown = frame[frame[label].notna()]
+    x = shown[beside] if beside else shown.trial
+    fig = go.Figure(go.Scatter(x=x.tolist(), y=shown[label].tolist(), mode="markers+text", name=label,
+                               text=[f"trial {int(t)}" for t in shown.trial], textposition="top center"))
+    fig.update_xaxes(title_text=f"{beside} (training-time)" if beside else "trial")
+    fig.update_yaxes(title_text=label)
+    top = titled(fig, "Re-scored value per trial", f"{len(shown)} of {len(frame)} trials re-scored, one point each")
+    fig.update_layout(height=300 + top, margin={"l": 55, "r": 20, "t": top, "b": 50}, showlegend=False)
+    return fig

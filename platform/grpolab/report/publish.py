@@ -8,8 +8,8 @@ study`` that ran rows, the dashboard when such a study has finished all its rows
 ``grpolab table`` / ``grpolab dashboard`` on the study (overwriting the parent's copies, so the
 parent shows the latest view: e.g. after ``--retry-failed`` rows were added). Dashboards other
 than the standard view (another layout, x-axis or seed view) go to ``dashboards/<page>.html``.
-``grpolab eval`` on a ladder puts the table and a page of each score it re-scored in
-``rescored/<metric>/`` (publish_rescored).
+``grpolab eval`` on a study (ladder or search) puts the table and a page of each score it
+re-scored in ``rescored/<metric>/`` (publish_rescored).
 """
 
 from __future__ import annotations
@@ -104,17 +104,18 @@ def rescored_folder(metric: str) -> str:
 
 def publish_rescored(state: Path, target: str, results, overrides: dict, storage_url: str | None,
                      echo=print) -> list[str]:
-    """After ``grpolab eval`` on a ladder study: each re-scored metric's table (``table.md`` /
-    ``table.csv``, as ``grpolab table STUDY --metric METRIC`` prints them) and a page of it
-    (``dashboard.html``) in ``rescored_folder(METRIC)`` on the study's parent run, as a finished
-    study's own are put there. A table that cannot be made yet (rows not re-scored) is said, not put."""
+    """After ``grpolab eval`` on a study, a ladder or a search: each re-scored metric's table
+    (``table.md`` / ``table.csv``, as ``grpolab table STUDY --metric METRIC`` prints them) and a page
+    of it (``dashboard.html``) in ``rescored_folder(METRIC)`` on the study's parent run, as a finished
+    study's own are put there; the same metric again replaces them. A table that cannot be made yet
+    (a ladder's rows not re-scored) is said, not put."""
     from grpolab.analysis.ablation import load_results
     from grpolab.studies.rows import PARENT_RUN_ATTR
     if not Path(target).is_file() or not results:
         return []
     cfg, study = load_results(target, state, storage_url, create=False)
     parent = study.user_attrs.get(PARENT_RUN_ATTR) if study is not None else None
-    if parent is None or cfg.kind != "ladder":   # a search's table has no re-scored form
+    if parent is None:
         return []
     client, done = client_for(state), []
     for metric in rescored_metrics(results, overrides):
@@ -136,8 +137,8 @@ def publish_rescored(state: Path, target: str, results, overrides: dict, storage
 def rescored_page(state: Path, study_path: str, storage_url: str | None, metric: str, fmt: str,
                   markdown: str = "") -> str:
     """The re-scored table as ``grpolab table`` prints it (markdown, csv), or an HTML page of it (html):
-    the rungs' means with their intervals, the paired deltas, and ``markdown`` (the printed table:
-    its answer, caption and rows) as text."""
+    a ladder's rung means with their intervals and paired deltas, a search's trials' re-scored values
+    against their training-time objective, and ``markdown`` (the printed table) as text."""
     from grpolab.report.tables import study_table
     if fmt != "html":
         return study_table(study_path, state, storage_url, fmt, metric)
@@ -145,14 +146,19 @@ def rescored_page(state: Path, study_path: str, storage_url: str | None, metric:
 
     from grpolab.analysis.ablation import load_results
     from grpolab.analysis.rescored import parse_rescored
-    from grpolab.report.figures import ablation_figure, paired_delta_figure
+    from grpolab.report.figures import ablation_figure, paired_delta_figure, rescored_trials_figure
     from grpolab.report.page import render_page
-    from grpolab.report.tables import rescored_view
+    from grpolab.report.tables import rescored_search_view, rescored_view
     cfg, study = load_results(study_path, state, storage_url)
-    (frame, _, level), _ = rescored_view(cfg, study, state, storage_url, metric)
-    shown = f"final:{parse_rescored(metric).key}"   # its range and label on the charts
-    sections = [("Re-scored ablation", ablation_figure(frame, shown, cfg.published_source))]
-    if len(frame) > 1:
-        sections.append(("Paired delta vs previous rung", paired_delta_figure(frame, shown, level)))
+    if cfg.kind != "ladder":
+        picked = rescored_search_view(cfg, study, state, storage_url, metric)
+        sections = [("Re-scored trials", rescored_trials_figure(picked.frame, parse_rescored(metric).label,
+                                                                picked.beside))]
+    else:
+        (frame, _, level), _ = rescored_view(cfg, study, state, storage_url, metric)
+        shown = f"final:{parse_rescored(metric).key}"   # its range and label on the charts
+        sections = [("Re-scored ablation", ablation_figure(frame, shown, cfg.published_source))]
+        if len(frame) > 1:
+            sections.append(("Paired delta vs previous rung", paired_delta_figure(frame, shown, level)))
     table = f"<h2>{html.escape(metric)}</h2><pre>{html.escape(markdown)}</pre>"
     return render_page(f"grpolab study: {cfg.name}, re-scored {metric}", sections, [], [table])

@@ -15,7 +15,8 @@ import pandas as pd
 
 from grpolab.analysis.ablation import ladder_rows, ladder_table, load_results, search_table
 from grpolab.analysis.compute_hours import add_hours_column, add_run_hours
-from grpolab.analysis.rescored import is_rescored, rescored_rows
+from grpolab.analysis.rescored import is_rescored, parse_rescored, rescored_rows
+from grpolab.analysis.rescored_search import PickedTrials, rescored_trials
 from grpolab.analysis.scaling import scaling_frame
 from grpolab.analysis.strength import counts_text
 from grpolab.analysis.verdicts import DECIDED
@@ -119,6 +120,14 @@ def rescored_view(cfg: StudyConfig, study, state: Path, storage_url: str | None,
     return LadderView(frame, caption, level), picked.cfg
 
 
+def rescored_search_view(cfg: StudyConfig, study, state: Path, storage_url: str | None, metric: str) -> PickedTrials:
+    """A search's trials (``search_table``, with each trial's measured GPU-hours) under a re-scored
+    metric (``analysis.rescored_search``); the csv's first column names it, as a ladder's does."""
+    picked = rescored_trials(add_run_hours(search_table(study, cfg), state), cfg, state, metric, cfg.path, storage_url)
+    picked.frame.insert(0, "metric", f"{parse_rescored(metric).label} (re-scored: {picked.settings})")
+    return picked
+
+
 def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "markdown", metric: str | None = None,
                 scaling: dict | None = None) -> str:
     """The printed table of a study; ``scaling``: the scaling fit's compute axis and window
@@ -130,15 +139,17 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
         raise ConfigError(f"--metric: {metric!r} is not an objective of {cfg.name}; valid: {', '.join(names)}, "
                           "or a re-scored one: rescored:eval/<benchmark>/<score> (docs/studies.md)")
     index = names.index(metric) if metric in names else 0
-    if is_rescored(metric):   # cfg: the study with the re-scored metric as its one objective
+    if is_rescored(metric) and cfg.kind != "ladder":
+        frame, caption = rescored_search_view(cfg, study, state, storage_url, metric)[:2]
+    elif is_rescored(metric):   # cfg: the study with the re-scored metric as its one objective
         (frame, caption, level), cfg = rescored_view(cfg, study, state, storage_url, metric)
-        if fmt != "csv":   # the caption says it; the csv carries it in its first column
-            frame = frame.drop(columns="metric")
     elif cfg.kind == "ladder":
         frame, caption, level = ladder_view(path, state, storage_url, index)
     else:
         frame = add_run_hours(search_table(study, cfg), state)   # each trial's measured GPU-hours
         caption = f"{cfg.name}: {len(frame)} trials, objectives {[o.metric for o in cfg.objectives]}"
+    if is_rescored(metric) and fmt != "csv":   # the caption says it; the csv carries it in its first column
+        frame = frame.drop(columns="metric")
     body = render(frame, fmt, caption)
     if fmt != "markdown":
         return body
