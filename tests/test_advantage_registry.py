@@ -1,11 +1,11 @@
 """The advantage registry's contract: one entry per estimator (grpolab.method.advantages) holds its
 facts, one function per entry (grpolab.algorithms.estimators), and every other place derives from
-it. Adding an estimator = its entry, its function and its test; the toy estimator below is added
-exactly so, trains end to end, and leaves no trace."""
+it. Adding an estimator = its entry, its function and its test. test_registry_contract.py checks each
+entry's generic facts and adds a toy estimator exactly so; here the toy trains end to end, and
+leaves no trace."""
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import math
 from types import SimpleNamespace
@@ -16,33 +16,22 @@ import torch
 from grpolab.algorithms import compute_advantages
 from grpolab.algorithms import estimators as E
 from grpolab.errors import ConfigError
-from grpolab.method.advantages import ADVANTAGES, Estimator, advantage_params, register_estimator, unregister_estimator
+from grpolab.method.advantages import ADVANTAGES, advantage_params, register_estimator, unregister_estimator
 from grpolab.method.requirements import requirement
-from grpolab.method.spec import AXIS_CHOICES, SPEC_FIELDS, MethodSpec, build_spec
+from grpolab.method.spec import MethodSpec, build_spec
 from grpolab.tracking.naming import method_params
-from registry_grep import PACKAGE, lists_naming
-
-HOMES = {PACKAGE / "method" / "advantages.py", PACKAGE / "algorithms" / "estimators.py"}
-
-
-def test_one_function_per_entry_and_one_entry_per_function():
-    assert sorted(E.ESTIMATORS) == sorted(ADVANTAGES)
-    assert AXIS_CHOICES["advantage"] == tuple(ADVANTAGES)
+from test_registry_contract import AXES
 
 
 @pytest.mark.parametrize("name", list(ADVANTAGES))
-def test_every_entry_is_complete(name):
-    """Function, params that exist, a TRL mapping or a reason why none, a consistent unscorable claim."""
+def test_every_estimator_states_its_shape_and_its_unscorable_rows(name):
+    """An unscorable claim its function keeps, a step normaliser GiGPO has, a per-token KL only where
+    the advantages are per token, and an estimator grpolab cannot train refused (the generic checks
+    of an entry: test_registry_contract.py)."""
     entry = ADVANTAGES[name]
-    assert callable(E.ESTIMATORS[name].fn)
-    assert set(entry.params) <= set(SPEC_FIELDS)
-    assert (entry.trl is None) == (entry.no_trl is not None), "a TRL mapping, or a reason why none"
     assert entry.unscorable == (E.ESTIMATORS[name].unscorable is not None)
     assert entry.step_norm in (None, "std", "mean")
     assert not entry.kl_per_token or entry.per_token
-    if entry.trl is not None:
-        from grpolab.method.advantages import trl_advantage
-        assert trl_advantage(entry.trl) == name   # the drop-in reads the TRL setting back to this entry
     if entry.missing:
         with pytest.raises(ConfigError, match="cannot train with it yet"):
             build_spec({"advantage": name})
@@ -60,47 +49,18 @@ def test_an_estimators_params_are_logged_and_act_exactly_under_its_readers(param
         assert requirement(param, getattr(spec, param)).holds(run) == reads, (name, param)
 
 
-def _compares_advantage(node) -> str | None:
-    if isinstance(node, ast.Compare) and isinstance(node.left, ast.Attribute) and node.left.attr == "advantage":
-        if any(isinstance(c, (ast.Constant, ast.Tuple, ast.List, ast.Set)) for c in node.comparators):
-            return "compares .advantage"
-    return None
-
-
-def test_no_hand_written_list_of_estimators_outside_the_registry():
-    """A collection literal naming two or more estimators, or ``.advantage`` compared with an
-    estimator's name, would be a second home for an estimator fact: read the entry instead."""
-    assert lists_naming(set(ADVANTAGES), HOMES, _compares_advantage) == []
-
-
-# -- a toy estimator, added the registry's way ---------------------------------------------------------
-
-def _toy(spec, x: E.AdvantageInputs) -> torch.Tensor:
-    """A_i = r_i - max_g r: every completion but the group's best is pushed down."""
-    g = x.rewards.view(-1, x.group_size)
-    return (g - g.max(1, keepdim=True).values).view(-1)
-
+# -- a toy estimator, added the registry's way (its entry and function: test_registry_contract.py) -----
 
 @contextlib.contextmanager
 def _toy_registered():
-    register_estimator(Estimator("toy_max_baseline", no_trl="a test's toy"))
-    E.register("toy_max_baseline")(_toy)
+    toy = AXES["advantage"].toy
+    register_estimator(toy.entry)
+    E.register(toy.entry.name)(toy.fn)
     try:
         yield
     finally:
-        E.ESTIMATORS.pop("toy_max_baseline")
-        unregister_estimator("toy_max_baseline")
-
-
-def test_a_toy_estimator_needs_only_its_entry_and_function():
-    r = torch.tensor([1.0, 0.0, 0.5, 0.5, 2.0, 1.0])
-    with _toy_registered():
-        spec = build_spec({"advantage": "toy_max_baseline"})
-        assert compute_advantages(spec, r, 3).tolist() == [0.0, -1.0, -0.5, -1.5, 0.0, -1.0]
-        assert method_params(spec)["advantage"] == "toy_max_baseline"
-    assert "toy_max_baseline" not in AXIS_CHOICES["advantage"]
-    with pytest.raises(ConfigError, match="unknown value 'toy_max_baseline'"):
-        build_spec({"advantage": "toy_max_baseline"})
+        E.ESTIMATORS.pop(toy.entry.name)
+        unregister_estimator(toy.entry.name)
 
 
 def test_a_toy_estimator_trains_end_to_end(shared_state):

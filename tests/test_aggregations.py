@@ -1,39 +1,18 @@
 """The aggregation registry's contract: one entry per aggregation (grpolab.method.aggregations) holds
 its facts, one function per entry (grpolab.algorithms.aggregations), and every other place derives
 from it. Adding an aggregation = its entry, its function, and its hand-computed test in
-test_algorithms.py; this file checks it against every claim its entry makes."""
+test_algorithms.py; test_registry_contract.py checks the entry's generic facts (function, TRL loss
+type or a reason, formula and source), this file the claims only an aggregation makes."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from grpolab.algorithms.aggregations import AGGREGATION_FUNCTIONS, aggregate
+from grpolab.algorithms.aggregations import aggregate
 from grpolab.errors import ConfigError
 from grpolab.method.aggregations import AGGREGATIONS, TOKEN_LEVEL
-from grpolab.method.requirements import REQUIREMENTS
-from grpolab.method.spec import AXIS_CHOICES, build_spec
-from grpolab.method.trl_names import TRL_LOSS_TYPES
-from registry_grep import PACKAGE, lists_naming
-
-
-def test_one_function_per_entry_and_one_entry_per_function():
-    assert sorted(AGGREGATION_FUNCTIONS) == sorted(AGGREGATIONS)
-    assert AXIS_CHOICES["aggregation"] == tuple(AGGREGATIONS)
-
-
-@pytest.mark.parametrize("name", list(AGGREGATIONS))
-def test_every_entry_is_complete(name):
-    """Function, requirement, TRL mapping (or a reason why TRL has none), source with its formula."""
-    entry = AGGREGATIONS[name]
-    assert callable(AGGREGATION_FUNCTIONS[name])
-    assert (REQUIREMENTS.get(("aggregation", name)) is None) == (entry.inert_when is None)
-    assert (entry.trl is None) != (entry.no_trl is None), "a TRL loss type, or a reason why none"
-    if entry.trl:
-        assert TRL_LOSS_TYPES[entry.trl]["surrogate"] == "clip"
-        assert TRL_LOSS_TYPES[entry.trl]["aggregation"] == name
-    assert set(entry.reads) <= {"token_normaliser", "max_completion_length"}
-    assert entry.formula and entry.source
+from grpolab.method.spec import build_spec
 
 
 def _batch():
@@ -48,6 +27,7 @@ def _batch():
 @pytest.mark.parametrize("name", list(AGGREGATIONS))
 def test_reads_exactly_what_the_entry_says(name):
     """A normaliser the entry does not read changes nothing; one it reads changes the loss."""
+    assert set(AGGREGATIONS[name].reads) <= {"token_normaliser", "max_completion_length"}
     per_token, mask = _batch()
     base = dict(token_normaliser=30.0, max_completion_length=5)
     loss = aggregate(per_token, mask, name, **base)
@@ -72,17 +52,3 @@ def test_token_level_means_an_empty_row_changes_nothing(name):
             build_spec({"sampling": "zero_variance_filter", "aggregation": name})
     else:
         build_spec({"sampling": "zero_variance_filter", "aggregation": name})
-
-
-def test_unknown_aggregation_is_refused():
-    with pytest.raises(ValueError, match="unknown aggregation"):
-        aggregate(*_batch(), "token_sum")
-    with pytest.raises(ConfigError, match="method.aggregation: unknown value 'token_sum'"):
-        build_spec({"aggregation": "token_sum"})
-
-
-def test_no_hand_written_list_of_aggregations_outside_the_registry():
-    """A tuple/list/set/dict literal naming two or more aggregations would be a second home for an
-    aggregation fact: derive it from the registry instead."""
-    homes = {PACKAGE / "method" / "aggregations.py", PACKAGE / "algorithms" / "aggregations.py"}
-    assert lists_naming(set(AGGREGATIONS), homes) == []

@@ -1,7 +1,8 @@
 """The sampler-correction registry's contract: one entry per value of ``generation.is_correction``
 (grpolab.method.sampler_corrections) holds its facts, one function per entry
 (grpolab.algorithms.sampler_corrections), the experiment file and the drop-in name the same entry
-for the same TRL settings, and each function matches its formula by hand."""
+for the same TRL settings, and each function matches its formula by hand (the generic checks of each
+entry, a toy correction and the lint: test_registry_contract.py)."""
 
 from __future__ import annotations
 
@@ -12,23 +13,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpolab.algorithms.sampler_corrections import CORRECTION_FUNCTIONS, register, sampler_weights
-from grpolab.errors import ConfigError
+from grpolab.algorithms.sampler_corrections import sampler_weights
 from grpolab.experiment import engines
-from grpolab.method.sampler_corrections import (NONE, SAMPLER_CORRECTIONS, SamplerCorrection, logged, trl_names,
-                                                trl_sampler_correction, trl_settings)
-from grpolab.method.table import methods_table
+from grpolab.method.sampler_corrections import (NONE, SAMPLER_CORRECTIONS, logged, trl_names, trl_sampler_correction,
+                                                trl_settings)
 from grpolab.trainer.dropin import check_sampler_correction
 from grpolab.trainer.mlflow_report import dropin_params
-from registry_grep import PACKAGE, lists_naming, toy_entry
 from test_engines import two_steps
-
-HOMES = {PACKAGE / "method" / "sampler_corrections.py", PACKAGE / "algorithms" / "sampler_corrections.py"}
-
-
-def test_one_function_per_entry_and_one_entry_per_function():
-    assert sorted(CORRECTION_FUNCTIONS) == sorted(SAMPLER_CORRECTIONS)
-    assert engines.GenerationCfg().is_correction in SAMPLER_CORRECTIONS
 
 
 def test_trls_default_mode_and_modes_are_the_entries():
@@ -39,12 +30,12 @@ def test_trls_default_mode_and_modes_are_the_entries():
 
 
 @pytest.mark.parametrize("name", list(SAMPLER_CORRECTIONS))
-def test_every_entry_is_complete_and_read_back_by_the_drop_in(name, monkeypatch):
-    """Source, requirement, logged params, TRL mapping; the experiment file's GRPOConfig and the
-    drop-in's reading of it name the same entry, and both runs log it alike."""
+def test_every_entry_is_read_back_by_the_drop_in(name, monkeypatch):
+    """Requirement, logged params, TRL mapping; the experiment file's GRPOConfig and the drop-in's
+    reading of it name the same entry, and both runs log it alike (the generic checks of an entry:
+    test_registry_contract.py)."""
     from trl import GRPOConfig
     entry = SAMPLER_CORRECTIONS[name]
-    assert entry.formula and entry.source and name in methods_table()
     assert (entry.level is None) == (entry.bound is None) == (entry.needs is None) == (entry.trl_mode is None)
     monkeypatch.setattr(engines, "vllm_installed", lambda: True)
     cfg = two_steps(f"is-{name}", generation__backend="vllm", generation__is_correction=name,
@@ -69,8 +60,6 @@ def test_a_mode_trl_does_not_have_is_refused_by_the_drop_in():
                            vllm_importance_sampling_mode="token_clip")
     with pytest.raises(ValueError, match="vllm_importance_sampling_mode='token_clip'.*valid: sequence_mask"):
         check_sampler_correction(args)
-    with pytest.raises(ValueError, match="unknown sampler correction"):
-        sampler_weights(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1, 1), "token_clip", None, None)
 
 
 def _by_hand(name, d, mask, lo, hi):
@@ -100,23 +89,3 @@ def test_weights_match_the_formula_by_hand(name):
     assert torch.allclose(w, _by_hand(name, train - sampler, mask, 0.8, 1.3), atol=1e-6)
     if SAMPLER_CORRECTIONS[name].bound is not None:   # the bounds act: some weight is clipped or zeroed
         assert not torch.allclose(w, sampler_weights(train, sampler, mask, name, 0.0, 100.0))
-
-
-def test_a_toy_correction_needs_only_its_entry_and_its_function():
-    """w = 1/2 everywhere: accepted as generation.is_correction, its function is what sampler_weights gives."""
-    entry = SamplerCorrection("toy_half", "w = 1/2", "a test")
-    with toy_entry(SAMPLER_CORRECTIONS, CORRECTION_FUNCTIONS, register, entry,
-                   lambda d, c_min, c_max: torch.full((d.shape[0], 1), 0.5)):
-        cfg = two_steps("is-toy", generation__is_correction="toy_half")
-        assert cfg.generation.is_correction == "toy_half"
-        assert logged("toy_half", 0.5, 2.0) == {"is_correction": "toy_half"}
-        w = sampler_weights(torch.zeros(2, 3), torch.ones(2, 3), torch.ones(2, 3), "toy_half", None, None)
-        assert w.tolist() == [[0.5], [0.5]]
-    with pytest.raises(ConfigError, match="generation.is_correction: unknown 'toy_half'"):
-        two_steps("is-toy", generation__is_correction="toy_half")
-
-
-def test_no_hand_written_list_of_corrections_outside_the_registry():
-    """A collection literal naming two or more corrections would be a second home for their facts."""
-    names = set(SAMPLER_CORRECTIONS) - {NONE}
-    assert lists_naming(names, HOMES) == []

@@ -1,7 +1,8 @@
 """The surrogate registry's contract: one entry per surrogate (grpolab.method.surrogates) holds its
 facts, one function per entry (grpolab.algorithms.surrogates), and every other place derives from
 it. Adding a surrogate = its entry, its function, and its hand-computed test in test_algorithms.py;
-this file then checks it against every claim its entry makes, numerically where the claim is one."""
+test_registry_contract.py checks the entry's generic facts and the lint; this file checks every
+claim only a surrogate makes, numerically where the claim is one."""
 
 from __future__ import annotations
 
@@ -12,32 +13,22 @@ import pytest
 import torch
 
 from grpolab.algorithms import policy_loss
-from grpolab.algorithms.surrogates import SURROGATE_LOSSES
-from grpolab.method.requirements import REQUIREMENTS, REUSE, requirement
-from grpolab.method.spec import AXIS_CHOICES, SPEC_FIELDS, MethodSpec, build_spec
+from grpolab.method.requirements import REQUIREMENTS, requirement
+from grpolab.method.spec import MethodSpec, build_spec
 from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES
 from grpolab.method.trl_names import TRL_LOSS_MEANING, TRL_LOSS_TYPES
 from grpolab.tracking.naming import method_params
-from registry_grep import PACKAGE, lists_naming
-
-
-def test_one_function_per_entry_and_one_entry_per_function():
-    assert sorted(SURROGATE_LOSSES) == sorted(SURROGATES)
-    assert AXIS_CHOICES["surrogate"] == tuple(SURROGATES)
 
 
 @pytest.mark.parametrize("name", list(SURROGATES))
-def test_every_entry_is_complete(name):
-    """Function, requirement, logged params, TRL mapping (or a reason why TRL has none), label."""
+def test_every_surrogate_states_its_clip_its_reason_and_its_trl_loss_types(name):
+    """Its own reason for being inert on-policy, clip kind, TRL's loss types and GRPOConfig fields,
+    label (the generic checks of an entry: test_registry_contract.py)."""
     from grpolab.trainer.trl_fields import AXIS, TRL_FIELDS
     entry = SURROGATES[name]
-    assert callable(SURROGATE_LOSSES[name].fn)
-    assert set(entry.params) <= set(SPEC_FIELDS)
     needs = REQUIREMENTS.get(("surrogate", name))
-    assert (needs.holds, needs.name) == (REUSE.holds, REUSE.name) if entry.on_policy else needs is None
     assert not entry.on_policy or needs.hint.startswith(entry.on_policy + "; ")   # its own reason, not a clip's
     assert entry.clip in (None, "ppo", "dual", "truncate")
-    assert (entry.no_trl is None) == bool(entry.trl or entry.trl_as), "a TRL mapping, or a reason why none"
     assert {k for k, v in TRL_LOSS_TYPES.items() if v["surrogate"] == name} == {t.loss_type for t in entry.trl}
     assert all(TRL_LOSS_MEANING[t.loss_type] for t in entry.trl)
     for field, (axis, _) in entry.trl_fields.items():
@@ -143,14 +134,3 @@ def test_clip_fractions_are_reported_exactly_for_clipping_entries(name):
     assert ("clip/region_fraction" in stats) == (SURROGATES[name].clip is not None)
     assert ("clip/dual_fraction" in stats) == (SURROGATES[name].clip == "dual")
     assert ("cispo_clip_ratio" in stats) == (SURROGATES[name].clip == "truncate")
-
-
-# -- no second list of surrogate names anywhere ------------------------------------------------------
-
-def test_no_hand_written_list_of_surrogates_outside_the_registry():
-    """A tuple/list/set/dict literal naming two or more surrogates, or a comparison of ``.surrogate``
-    with a collection of them, would be a second home for a surrogate fact: derive it from the
-    registry instead (``grep -rn '"dual_clip"' platform/`` shows what is left: single-value tests)."""
-    # a loss-type pair ("clip", "token_mean") names one surrogate; two surrogate names are a list
-    homes = {PACKAGE / "method" / "surrogates.py", PACKAGE / "algorithms" / "surrogates.py"}
-    assert lists_naming(set(SURROGATES), homes) == []
