@@ -114,3 +114,67 @@ def test_a_study_storage_gone_for_good_between_rows_ends_in_one_line_and_keeps_t
     after = _runs(state)
     assert after[row_run] == runs[row_run]                    # the first row's run untouched
     assert len(after) == 3 and all(status == "FINISHED" for status, _ in after.values())
+
+
+def test_a_study_storage_gone_for_good_ends_two_workers_and_their_coordinator_together(
+        tmp_path, tiny_model_dir, own_postgres):
+    """``--workers 2``: both workers meet the lost server between rows (each waits on the row lock
+    of the third row's claim); the first to give it up tells the others through the state folder
+    (storage.share_storage_loss), so the command ends within seconds, in the coordinator's one
+    line, without a worker's traceback or error line, and exits 75; the two complete rows stay
+    complete and the rerun trains the third row alone."""
+    url, pg_ctl, port, sock = own_postgres
+    flag, state = tmp_path / "hold", tmp_path / "state"
+    flag.touch()
+    study_path = held_study(tmp_path, tiny_model_dir, flag, name="storage_gone_2", seeds=(0, 1, 2),
+                            budget={"train.steps": 1})
+    cmd = [sys.executable, "-m", "grpolab.cli", "--state", str(state), "study", str(study_path), "--storage", url,
+           "--workers", "2"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        watch = psycopg2.connect(host="127.0.0.1", port=port, user="grpolab", dbname="postgres")
+        watch.autocommit = True
+        _until("each worker holds a row", lambda: len(_query(watch, "select 1 from trials where state = 'RUNNING'")) == 2,
+               proc=proc)
+        lock = psycopg2.connect(host="127.0.0.1", port=port, user="grpolab", dbname="postgres")
+        with lock.cursor() as cur:   # held until the server stops: the third row cannot be claimed before
+            cur.execute("select trial_id from trials where state = 'WAITING' for update")
+            assert cur.rowcount == 1
+        flag.unlink()
+        _until("both held rows are COMPLETE", lambda: len(_query(
+            watch, "select 1 from trials where state = 'COMPLETE'")) == 2, proc=proc)
+        _until("both workers claim the third row", lambda: len(_query(
+            watch, "select 1 from pg_stat_activity where wait_event_type = 'Lock'")) == 2, proc=proc)
+        pg_ctl("stop", "-m", "fast")
+        stopped = time.monotonic()
+        out, err = proc.communicate(timeout=300)
+        seconds = time.monotonic() - stopped
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 75, (proc.returncode, err[-3000:])
+    assert "Traceback" not in out + err, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and err.strip().splitlines()[-1] == errors[0], err[-3000:]
+    assert re.match(rf"error: study storage {re.escape(url)}: unreachable \(.+\); .*once it is back \(restart it\), "
+                    r"run the same command again to resume$", errors[0]), errors[0]
+    assert seconds < RECONNECT_S / 4, f"ended {seconds:.1f} s after the server stopped"   # not a patience per worker
+    print(f"\nSTORAGE_GONE_2_WORKERS ended_s={seconds:.1f} after the stop; its stderr:\n{err.strip()}")
+
+    pg_ctl("start", "-o", f"-p {port} -k {sock} -c listen_addresses=127.0.0.1")
+    trials = optuna.load_study(study_name="storage_gone_2", storage=url).get_trials(deepcopy=False)
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.COMPLETE, TrialState.WAITING]
+    runs = _runs(state)
+    row_runs = {t.user_attrs[RUN_ATTR] for t in trials[:2]}
+    assert all(runs[run][0] == "FINISHED" for run in row_runs)
+    assert sorted(status for status, _ in runs.values()) == ["FINISHED", "FINISHED", "KILLED"]   # rows, parent
+
+    again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "Traceback" not in again.stderr, again.stderr[-3000:]
+    trials = optuna.load_study(study_name="storage_gone_2", storage=url).get_trials(deepcopy=False)
+    assert [(t.state, t.user_attrs[ROW_ATTR]) for t in trials] == [
+        (TrialState.COMPLETE, f"r0-s{seed}") for seed in range(3)]   # no row trained twice
+    after = _runs(state)
+    assert {run: after[run] for run in row_runs} == {run: runs[run] for run in row_runs}   # untouched
+    assert len(after) == 4 and all(status == "FINISHED" for status, _ in after.values())

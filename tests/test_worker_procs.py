@@ -73,7 +73,7 @@ def test_the_coordinators_tick_raises_a_signal_a_library_swallowed(ladder_study,
     and goes on) or turned into RuntimeError ran the whole study to the end before it surfaced."""
     cfg, study, state = ladder_study
     lines = []
-    tick = _ticker(study, cfg, state, 2, lines.append)
+    tick = _ticker(study, cfg, state, 2, lines.append, f"journal:{state / 'optuna.journal'}")
     tick()   # nothing pending: a progress line, no raise
     assert len(lines) == 1
     if store_error:
@@ -156,7 +156,7 @@ def test_a_store_hiccup_in_the_tick_does_not_stop_the_workers_until_it_persists(
             raise RuntimeError("server closed the connection unexpectedly")
         return real(*args, **kwargs)
     monkeypatch.setattr(studies, "progress", flaky)
-    tick = _ticker(study, cfg, state, 2, lines.append)
+    tick = _ticker(study, cfg, state, 2, lines.append, f"journal:{state / 'optuna.journal'}")
     tick()   # the hiccup: reported, no raise
     assert "store read failed" in lines[-1] and "1/5" in lines[-1]
     tick()   # the store is back: a progress line, and the count starts again

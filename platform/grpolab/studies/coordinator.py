@@ -45,8 +45,8 @@ from grpolab.studies.rows import (
     summary,
     trial_row_state,
 )
-from grpolab.studies.storage import (create_or_load, default_storage, seed_param, storage_loss_ends_command,
-                                     with_added_seeds)
+from grpolab.studies.storage import (create_or_load, default_storage, end_if_gone, seed_param,
+                                     share_storage_loss, storage_loss_ends_command, with_added_seeds)
 from grpolab.studies.trials import worker_loop
 from grpolab.tracking.recorder import RunRecorder, client_for
 from grpolab.tracking.stores import StoreUnreachable, check_stores, init_tracking_store, setup_lock
@@ -153,6 +153,7 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int | No
     storage_url = storage_url or default_storage(state)
     tracking = check_stores(state, storage_url)          # fail fast: nothing is written before this
     Path(state).mkdir(parents=True, exist_ok=True)
+    share_storage_loss(storage_url, state, fresh=True)   # it answered: a loss an earlier command recorded is over
     in_process = workers <= 1 and placement is None and launcher is None
     procs = [] if in_process or launcher else start_workers(   # they import meanwhile
         path, storage_url, state, workers, placement and placement.device_sets, placement.per_row if placement else 1,
@@ -187,20 +188,29 @@ Publish = Callable[[Path, str, str, "str | None"], None]
 TICK_FAILURES = 5   # consecutive unreadable-store ticks (2 s apart) before the coordinator gives up
 
 
-def _ticker(study, cfg: StudyConfig, state: Path, workers: int, echo):
-    """The coordinator's periodic check: hand back rows of dead or hung workers, print progress when
-    rows change state (not every poll), and raise a pending Ctrl-C/SIGTERM that a library swallowed
-    or turned into another error while the check waited on the store (reap_logged logs store errors
-    and goes on; a failed progress read is reported and raised only at TICK_FAILURES in a row).
-    Called between rows and every 2 s while workers run, always in the main thread."""
+def _ticker(study, cfg: StudyConfig, state: Path, workers: int, echo, storage_url: str):
+    """The coordinator's periodic check: end the command at once when a worker gave the storage up
+    (storage.share_storage_loss: waiting for it too would only add the reconnect patience), hand
+    back rows of dead or hung workers, print progress when rows change state (not every poll), and
+    raise a pending Ctrl-C/SIGTERM that a library swallowed or turned into another error while the
+    check waited on the store (reap_logged logs store errors and goes on; a failed progress read is
+    reported and raised only at TICK_FAILURES in a row). A storage found gone is given up before
+    the tick raises, so workers stopped on the way out learn it at once. Called between rows and
+    every 2 s while workers run, always in the main thread."""
     started, last = time.time(), {"failures": 0}
 
     def tick():
+        with storage_loss_ends_command(storage_url):
+            check()
+
+    def check():
+        end_if_gone(storage_url)
         try:
             reap_logged(study, state, cfg.row_timeout_s, echo)
             p = progress(study, cfg, started, workers)
         except Exception as exc:   # Optuna's journal lock re-raises an interrupted wait as RuntimeError
             raise_if_signalled(exc)
+            end_if_gone(storage_url)
             # a store hiccup (a PostgreSQL restart) must not stop every worker mid-row: the watch
             # gives up, stopping them, only when the store stays unreadable for TICK_FAILURES ticks
             last["failures"] += 1
@@ -227,7 +237,7 @@ def _coordinate(study, cfg: StudyConfig, state: Path, storage_url: str, procs: l
     is the setup lock: the parent's tables, tags and status are written under it, because
     coordinators that finish together would otherwise insert the same new tag at once (a
     duplicate key: the PostgreSQL round of the three-coordinator test lost a coordinator to it)."""
-    started, tick = time.time(), _ticker(study, cfg, state, workers, echo)
+    started, tick = time.time(), _ticker(study, cfg, state, workers, echo, storage_url)
     try:
         with storage_loss_ends_command(storage_url):
             if launcher is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import os
 import time
@@ -65,6 +66,7 @@ def _unreachable(url: str) -> str | None:
 
 RECONNECT_S = 60.0   # how long a database that has answered may stay away (a restart, a fail-over)
 _given_up: set[str] = set()   # storage URLs found gone for good: their connections are tried once, not waited for
+_markers: dict[str, Path] = {}   # storage URL -> the file in the state folder that says it is gone to every process
 
 
 def rides_out_restarts(engine, url: str = "", patience: float = RECONNECT_S) -> None:
@@ -77,10 +79,11 @@ def rides_out_restarts(engine, url: str = "", patience: float = RECONNECT_S) -> 
     rerun does not re-queue. Called once the storage has connected (RDBStorage's constructor
     does): an unreachable storage still fails at once.
 
-    A server that stays away longer is gone: once one wait ran out (or ``give_up(url)`` said so),
-    every later connection of a storage at ``url`` is tried once, so a command that must end
-    (closing what it can) does not wait ``patience`` again at each store call, nor in each thread;
-    a connection that succeeds again ends that."""
+    A server that stays away longer is gone: once one wait ran out (or ``give_up(url)`` said so, in
+    this process or another of the study's: ``share_storage_loss``), every later connection of a
+    storage at ``url`` is tried once, so a command that must end (closing what it can) does not
+    wait ``patience`` again at each store call, nor in each thread; a connection that succeeds
+    again ends that."""
     from sqlalchemy import event
 
     @event.listens_for(engine, "do_connect")
@@ -89,10 +92,12 @@ def rides_out_restarts(engine, url: str = "", patience: float = RECONNECT_S) -> 
         while True:
             try:
                 connection = dialect.connect(*cargs, **cparams)
-                _given_up.discard(url)
+                if storage_gone(url):
+                    _answered(url)
                 return connection
             except dialect.loaded_dbapi.OperationalError as exc:
-                if url in _given_up:
+                if storage_gone(url):
+                    _given_up.add(url)
                     raise
                 if time.monotonic() >= deadline:
                     give_up(url)
@@ -106,9 +111,54 @@ def rides_out_restarts(engine, url: str = "", patience: float = RECONNECT_S) -> 
 
 
 def give_up(url: str) -> None:
-    """The storage at ``url`` is gone: connections still waiting for it stop at their next try."""
+    """The storage at ``url`` is gone: connections still waiting for it stop at their next try, in
+    this process and (once ``share_storage_loss`` named the state folder) in every process of the
+    study that shares that folder: its coordinator and its workers."""
     if url:
         _given_up.add(url)
+        if url in _markers:
+            _markers[url].touch()
+
+
+def share_storage_loss(url: str, state: Path, fresh: bool = False) -> None:
+    """Let the processes of one study learn from each other that the database storage at ``url``
+    is gone: a file in the state folder, written by ``give_up`` and read by every connection
+    attempt, so that N workers and their coordinator end together within seconds instead of each
+    waiting ``RECONNECT_S`` on its own. ``fresh`` (the coordinator, once the storage answered at
+    its start): a file left by an earlier command is removed."""
+    if url.startswith("journal:"):
+        return
+    marker = Path(state) / f".study-storage-gone-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
+    _markers[url] = marker
+    if fresh:
+        marker.unlink(missing_ok=True)
+
+
+def storage_gone(url: str) -> bool:
+    """Whether this process or another of the study (``share_storage_loss``) gave the storage up."""
+    return url in _given_up or (url in _markers and _markers[url].exists())
+
+
+def end_if_gone(url: str) -> None:
+    """Raise the command's ``StoreUnreachable`` when another process of the study gave the storage
+    up and it still does not answer; one that answers again is no longer given up."""
+    if not storage_gone(url):
+        return
+    reason = _unreachable(url)
+    if reason is not None:
+        raise _lost(url, reason)
+    _answered(url)
+
+
+def _answered(url: str) -> None:
+    _given_up.discard(url)
+    if url in _markers:
+        _markers[url].unlink(missing_ok=True)
+
+
+def _lost(url: str, reason: str) -> StoreUnreachable:
+    return StoreUnreachable(f"study storage {redact(url)}: unreachable ({reason}); the rows it recorded as complete "
+                            "are kept there: once it is back (restart it), run the same command again to resume")
 
 
 @contextlib.contextmanager
@@ -130,9 +180,7 @@ def storage_loss_ends_command(url: str):
         if reason is None:
             raise
         give_up(url)
-        raise StoreUnreachable(f"study storage {redact(url)}: unreachable ({reason}); the rows it recorded as "
-                               "complete are kept there: once it is back (restart it), run the same command "
-                               "again to resume") from exc
+        raise _lost(url, reason) from exc
 
 
 def drop_partial_record(path: str) -> int:
