@@ -159,6 +159,23 @@ def test_toy_run_logs_two_named_benchmarks(shared_state, two_benchmark_run):
         assert sum(r["correct"] for r in final) / len(final) == pytest.approx(result.final_eval[f"eval/{name}/avg_at_8"])
 
 
+def test_final_evaluation_logs_its_value_on_the_curves_prompts(shared_state, two_benchmark_run):
+    """eval.prompts 4 of final_prompts 8, k 1: every final sample is kept, so the value on the
+    curve's prompts is the mean correctness of the first 4 held-out rows at the final step."""
+    from grpolab.tracking.completions import EVAL_TABLE, HELD_OUT, read_table
+    from grpolab.tracking.held_out import CURVE_SET_KEY
+    from grpolab.tracking.recorder import tracking_uri
+    cfg, result = two_benchmark_run
+    table = read_table(shared_state / "runs" / result.run_id / EVAL_TABLE)
+    final = [r for r in table if r["benchmark"] == HELD_OUT and r["step"] == 2]
+    assert len(final) == cfg.eval.final_prompts == 8 and cfg.eval.prompts == 4
+    assert result.final_eval[CURVE_SET_KEY] == pytest.approx(sum(r["correct"] for r in final[:4]) / 4)
+    assert result.final_eval["eval/pass_at_1"] == pytest.approx(sum(r["correct"] for r in final) / 8)
+    assert CURVE_SET_KEY not in result.evals[0]   # the curve's own evaluations score those prompts already
+    history = MlflowClient(tracking_uri(shared_state)).get_metric_history(result.run_id, CURVE_SET_KEY)
+    assert [(m.step, m.value) for m in history] == [(2, pytest.approx(result.final_eval[CURVE_SET_KEY]))]
+
+
 def test_study_metric_must_name_a_declared_benchmark_and_a_reported_score(tmp_path):
     import yaml
     from conftest import tiny_two_rung_ladder

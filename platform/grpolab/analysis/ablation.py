@@ -43,7 +43,9 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
     p-value, familywise label, precondition check and regime gates (``ladder_verdicts``: the same numbers the
     dashboard shows); a fragile label is marked (``strength``).
     ``plan``: a sequential plan's looks; the delta then uses the paired seeds its verdict judged
-    (n and mean count every complete row). ``draws``: a re-scored metric's evaluation draws per rung."""
+    (n and mean count every complete row). ``draws``: a re-scored metric's evaluation draws per rung.
+    An ``equal_tokens`` column (the secondary line at equal generated tokens) only where a rung has one."""
+    from grpolab.analysis.equal_tokens import equal_tokens_text
     from grpolab.analysis.ladder_verdicts import rung_verdicts
     from grpolab.analysis.strength import shown_label
     from grpolab.analysis.verdicts import family_text, holm_text
@@ -80,8 +82,12 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
             entry["precondition"] = ("none named" if mech is None else f"{mech.metric} = {rv.mechanism_value:.3g} "
                                      f"(floor {mech.at_least:g}, {mech.rows} rung's rows)")
             entry["regime"] = "none declared" if rv.regime is None else f"{rv.regime.status}: {rv.regime.text()}"
+            entry["equal_tokens"] = equal_tokens_text(rv.equal_tokens, rv.direction)
         out.append(entry)
-    return pd.DataFrame(out)
+    frame = pd.DataFrame(out)
+    # a ladder none of whose rungs generated more tokens than its control keeps its columns as they were
+    column = frame.get("equal_tokens", pd.Series(dtype=str)).fillna("")
+    return frame.assign(equal_tokens=column) if column.any() else frame.drop(columns="equal_tokens", errors="ignore")
 
 
 def search_table(study, cfg: StudyConfig) -> pd.DataFrame:

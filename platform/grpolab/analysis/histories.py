@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 from grpolab.studies.objectives import window_value
-from grpolab.tracking.held_out import EVAL_KEYS, RunHistory
+from grpolab.tracking.held_out import CURVE_SET_KEY, EVAL_KEYS, RunHistory
 from grpolab.tracking.naming import clean_metric_name
 
 
@@ -20,10 +20,11 @@ def train_keys(metrics) -> set[str]:
 
 
 def run_history(client, run_id: str, keys: set[str], evals: bool = True) -> RunHistory:
-    """The run's held-out evaluations and ``keys``' curves (with tokens/cumulative); ``evals=False``:
-    the curves only (adding curves to a history already read)."""
+    """The run's held-out evaluations (with the final one's value on the curve's prompts) and ``keys``'
+    curves (with tokens/cumulative); ``evals=False``: the curves only (adding curves to a history
+    already read)."""
     read: dict[int, dict] = {}
-    for key in EVAL_KEYS if evals else ():
+    for key in (*EVAL_KEYS, CURVE_SET_KEY) if evals else ():
         for m in client.get_metric_history(run_id, clean_metric_name(key)):
             read.setdefault(m.step, {})[key] = m.value
     curves = {}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from grpolab.analysis.equal_tokens import EqualTokens, equal_tokens
 from grpolab.analysis.histories import mean_window, run_history, train_keys
 from grpolab.analysis.regimes import RegimeCheck, check_regime, with_regime
 from grpolab.analysis.strength import eval_draws, eval_noise_sd, with_family_fragility, with_fragility
@@ -31,6 +32,7 @@ class RungVerdict:
     seeds: tuple[int, ...] = ()   # the paired seeds of the rung's difference that were judged
     regime: RegimeCheck | None = None   # the rung's regime gates, measured on the previous rung's rows
     eval_noise: float = math.nan        # sigma_eval of the mean paired difference (``strength``)
+    equal_tokens: EqualTokens | None = None   # the secondary line at equal generated tokens (``equal_tokens``)
 
 
 @dataclass(frozen=True)
@@ -126,7 +128,9 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
     """(rows with censored values at their budget, one RungVerdict per rung >= 1); ``level`` and
     ``looks``: a sequential plan's (``studies.verdict_plan``); ``plan``: its looks' seed counts
     (``studies.plan_looks``), each rung then judged on its largest complete look; ``draws``: per rung
-    the evaluation draws of a metric measured apart from the rung's evaluation (``rung_eval_noise``)."""
+    the evaluation draws of a metric measured apart from the rung's evaluation (``rung_eval_noise``).
+    A rung whose rows generate more tokens than its control's is also judged at equal generated
+    tokens (``equal_tokens``), outside the family: it changes no familywise label."""
     obj = cfg.objectives[objective]
     histories = _Histories(state)
     rows = censored_rows(rows, obj.metric, histories)
@@ -149,8 +153,10 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
             f"{cfg.rungs[i - 1].name!r} rows")
         noise = rung_eval_noise(cfg, i, obj.metric, [*mine.value[common], *before.value[common]], len(common),
                                 draws)
+        same = equal_tokens(cfg, i, obj, [(s, histories(mine.run_id[s]), histories(before.run_id[s])) for s in common
+                                          if mine.run_id[s] and before.run_id[s]], direction, level, looks)
         if obj.smallest_effect is None:
-            out.append(RungVerdict(i, direction, None, value, tuple(common), regime, noise))
+            out.append(RungVerdict(i, direction, None, value, tuple(common), regime, noise, same))
             continue
         diffs = {int(s): float(mine.value[s] - before.value[s]) for s in common}
         v = paired_verdict(diffs, direction, obj.smallest_effect, level, looks)
@@ -160,7 +166,7 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
         if mech is not None:
             v = with_mechanism(v, mech.metric, value, mech.at_least, f"{cfg.rungs[on].name!r} rows")
         v = with_fragility(with_regime(v, regime), noise)
-        out.append(RungVerdict(i, direction, v, value, tuple(common), regime, noise))
+        out.append(RungVerdict(i, direction, v, value, tuple(common), regime, noise, same))
     scored = [r for r in out if r.verdict is not None]
     for r, v in zip(scored, with_family([r.verdict for r in scored])):   # then the family label's own fragility
         out[out.index(r)] = dataclasses.replace(r, verdict=with_family_fragility(v, r.eval_noise))

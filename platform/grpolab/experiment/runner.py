@@ -28,7 +28,7 @@ from grpolab.startup import freeze_training_stack
 from grpolab.state import state_dir as default_state_dir
 from grpolab.tasks import eval_sample_rows, hub_sources, render_examples, task_of
 from grpolab.tracking.completions import HELD_OUT, accelerator_tags, open_tables
-from grpolab.tracking.held_out import HELD_OUT_METRICS, EvalSteps
+from grpolab.tracking.held_out import CURVE_SET_KEY, HELD_OUT_METRICS, EvalSteps
 from grpolab.tracking.naming import method_tags, run_params, state_relative
 from grpolab.tracking.recorder import RunRecorder, git_commit, stored_name
 from grpolab.trainer.dropin import MethodSettingsWarning, task_correctness
@@ -95,7 +95,10 @@ def _world() -> int:
 
 
 def _eval_metrics(result) -> dict:
-    return {key: getattr(result, field) for key, field in HELD_OUT_METRICS.items()}
+    """The held-out keys of an evaluation; the final one's pass@1 on the curve's prompts beside them."""
+    curve = getattr(result, "curve_pass_at_1", math.nan)   # multi-turn episodes: none
+    curve = {CURVE_SET_KEY: curve} if math.isfinite(curve) else {}
+    return {**{key: getattr(result, field) for key, field in HELD_OUT_METRICS.items()}, **curve}
 
 
 def resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
@@ -250,7 +253,7 @@ class _Run:
         k = (cfg.eval.final_k or cfg.eval.k) if final else cfg.eval.k
         result = evaluate(self.model, self.tokenizer, self.task, examples, k, cfg.train.temperature,
                           max_new_tokens=cfg.eval.max_completion_length, sampler=self.eval_sampler,
-                          salvage=cfg.eval.salvage)
+                          salvage=cfg.eval.salvage, curve_prompts=cfg.eval.prompts if final else 0)
         named, named_rows = self.benchmarks.evaluate(self.task, self.model, self.tokenizer, self.eval_sampler)
         self.evals[step] = {**_eval_metrics(result), **named}
         rows = eval_sample_rows(self.task, result.samples, examples, step)

@@ -47,7 +47,8 @@ def answer_lines(frame: pd.DataFrame) -> list[str]:
     """One line per rung, the answer first: its label (marked *fragile* where the evaluation draw
     alone could cross its deciding bound), its paired effect on the previous rung with the interval
     the label was judged on, the paired seeds it used, the familywise label beside it, and its regime
-    gates. The first rung is the reference."""
+    gates; a rung judged at equal generated tokens too has that secondary line after it. The first
+    rung is the reference."""
     lines = []
     for row in frame.itertuples(index=False):
         if pd.isna(row.delta_vs_prev):
@@ -60,6 +61,8 @@ def answer_lines(frame: pd.DataFrame) -> list[str]:
                   or ("not judged" if not row.label else f"not in the family ({row.label})"))
         lines.append(f"{row.rung}: {row.verdict_vs_prev or 'not judged'}, {row.delta_vs_prev:+.3f} {interval} ({seeds}); "
                      f"familywise: {family}; regime {row.regime}")
+        if getattr(row, "equal_tokens", ""):   # a second line where the rung generated more tokens than its control
+            lines.append(f"{row.rung}: {row.equal_tokens}")
     return lines
 
 

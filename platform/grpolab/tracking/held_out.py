@@ -13,6 +13,10 @@ from grpolab.tracking.naming import clean_metric_name
 HELD_OUT_METRICS = {"eval/pass_at_1": "pass_at_1", "eval/pass_at_k": "pass_at_k",
                     "eval/greedy_accuracy": "greedy_accuracy", "eval/mean_length": "mean_length"}
 EVAL_KEYS = tuple(HELD_OUT_METRICS)
+# The final evaluation's pass@1 on the curve's prompts only (the first eval.prompts of its
+# eval.final_prompts): what an earlier evaluation is compared with on the same prompts. Not a
+# held-out key of objectives (no curve: the final step only); not eval/<name>/..., a benchmark's shape.
+CURVE_SET_KEY = "eval/pass_at_1_curve_prompts"
 
 
 class EvalSteps:

@@ -176,6 +176,12 @@ ROLLOUT_AND_RUN = (
     Metric("eval/pass_at_1", HELD_OUT, "sample", UNIT,
            "mean correctness over k samples per prompt at the training temperature and cap",
            when=REQUIRED, label="Held-out pass@1"),
+    Metric("eval/pass_at_1_curve_prompts", HELD_OUT, "sample", UNIT,
+           "the final evaluation's pass@1 on the curve's prompts only: mean correctness over its eval.final_k "
+           "samples per prompt of the first eval.prompts prompts of its eval.final_prompts (the prompts every "
+           "earlier evaluation scores), at the final step only; what the equal-generated-tokens comparison of a "
+           "ladder rung reads",
+           when="the final evaluation"),
     Metric("eval/pass_at_k", HELD_OUT, "prompt", UNIT,
            "fraction of prompts with at least one correct sample among k",
            when=REQUIRED),

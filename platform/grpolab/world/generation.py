@@ -19,6 +19,7 @@ class EvalResult:
     samples: list[dict]       # a few (prompt, completion, correct) rows for inspection
     salvage_rate: float = math.nan   # with salvage: truncated samples correct once continued to twice the cap
     truncated: int = 0               # with salvage: sampled completions that reached the cap
+    curve_pass_at_1: float = math.nan   # with curve_prompts: pass@1 over the first curve_prompts prompts only
 
 
 @torch.no_grad()
@@ -55,13 +56,16 @@ def decode_completions(tokenizer, rows: list[list[int]]) -> tuple[list[str], lis
 
 def evaluate(model, tokenizer, task: Task, examples: list[Example], k: int,
              temperature: float = 1.0, batch_prompts: int = 64, keep_samples: int = 8,
-             max_new_tokens: int | None = None, sampler=None, salvage: bool = False) -> EvalResult:
+             max_new_tokens: int | None = None, sampler=None, salvage: bool = False,
+             curve_prompts: int = 0) -> EvalResult:
     """pass@1, pass@k, greedy accuracy and mean length on ``examples``. ``max_new_tokens`` is the
     completion cap; a trained run passes its own training cap so that it is judged on completions
     of the length it learned to produce (default: the task's own limit, e.g. for the warm start).
     ``sampler(prompts, n, max_new_tokens, temperature, greedy=False) -> (texts, lengths)`` draws
     the completions (default: transformers ``generate`` on ``model``; vllm_eval.py: the vLLM
-    engine training samples with). ``salvage``: also the salvage rate (``salvaged``)."""
+    engine training samples with). ``salvage``: also the salvage rate (``salvaged``).
+    ``curve_prompts`` P > 0: also pass@1 over the first P examples only, sum_{p<P} c_p / (P k), the
+    value on the prompts the evaluations before the final one score (``curve_pass_at_1``)."""
     if hasattr(task, "evaluate"):   # multi-turn tasks run whole episodes (grpolab.envs)
         if sampler is not None:
             raise NotImplementedError(f"held-out episodes of task {task.name!r} run with transformers only, not vLLM")
@@ -93,10 +97,12 @@ def evaluate(model, tokenizer, task: Task, examples: list[Example], k: int,
         greedy_texts, _ = sampler(prompts, 1, cap, greedy=True)
         greedy_hits += sum(task.is_correct(ex, t) for ex, t in zip(chunk, greedy_texts))
     n = max(len(examples), 1)
+    curve = correct_counts[:curve_prompts]
     return EvalResult(
         pass_at_1=sum(correct_counts) / (n * k), pass_at_k=sum(c > 0 for c in correct_counts) / n,
         greedy_accuracy=greedy_hits / n, mean_length=sum(lengths) / max(len(lengths), 1), samples=samples,
         salvage_rate=saved / cut if cut else math.nan, truncated=cut,
+        curve_pass_at_1=sum(curve) / (len(curve) * k) if curve else math.nan,
     )
 
 
