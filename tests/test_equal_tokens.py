@@ -96,16 +96,28 @@ def test_only_step_0_within_the_controls_tokens_is_not_judged_and_says_so(monkey
     rows, cfg = _ladder(monkeypatch, treatment_per_step=2500, steps=(0, 60, 120))   # 150,000 tokens at step 60
     same = ladder_verdicts.rung_verdicts(rows, cfg)[1][0].equal_tokens
     assert same.verdict is None
-    assert same.reason == ("not judged at equal generated tokens: no evaluation after step 0 within the control's "
-                           "120,000 tokens (add evaluations: eval.every) (token ratio 2.50 >= 1.05)")
+    assert same.reason == ("not judged at equal generated tokens: 8 of 8 paired seeds have no evaluation after step 0 "
+                           "within the control's tokens (mean 120,000), and judging the rest would select seeds by "
+                           "their token ratio (add evaluations: eval.every) (token ratio 2.50 >= 1.05)")
     assert answer_lines(ladder_table(rows, cfg))[-1] == f"+ Dynamic Sampling: {same.reason}"
+
+
+def test_one_seed_without_an_evaluation_in_time_leaves_the_line_not_judged(monkeypatch):
+    """All or none: the seeds that regenerated most are the ones without an evaluation in time, so
+    judging the others would judge a subset selected by the treatment's own token ratio."""
+    rows, cfg = _ladder(monkeypatch)
+    # seed 0's treatment generates 5x the control's tokens a step: 150,000 already at its step-30 evaluation
+    _Fake.table["r1s0"] = _history(5000, {0: 0.1, 30: 0.3, 60: 0.3, 90: 0.3, 120: 0.4}, 0.5)
+    same = ladder_verdicts.rung_verdicts(rows, cfg)[1][0].equal_tokens
+    assert same.verdict is None and same.reason.startswith(
+        "not judged at equal generated tokens: 1 of 8 paired seeds have no evaluation after step 0")
 
 
 def test_no_common_prompt_set_is_refused_with_its_reason(monkeypatch):
     rows, cfg = _ladder(monkeypatch, control_curve=False)   # the control's final scored 1,024 prompts only
     reason = ladder_verdicts.rung_verdicts(rows, cfg)[1][0].equal_tokens.reason
-    assert reason.startswith(f"not judged at equal generated tokens: a final evaluation logged no {CURVE_SET_KEY}, "
-                             "its value on the curve's 64 prompts")
+    assert reason.startswith(f"not judged at equal generated tokens: 8 of 8 paired seeds logged no {CURVE_SET_KEY}, "
+                             "the final evaluation's value on the curve's 64 prompts")
     rows, cfg = _ladder(monkeypatch, changes={"eval.prompts": 32})
     reason = ladder_verdicts.rung_verdicts(rows, cfg)[1][0].equal_tokens.reason
     assert "the curve evaluations differ in prompts (treatment 32 of eval.seed 1000, control 64" in reason

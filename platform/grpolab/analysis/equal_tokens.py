@@ -120,16 +120,18 @@ def equal_tokens(cfg: StudyConfig, rung: int, obj, pairs: list, direction: str, 
             diffs[int(seed)] = diff
             steps.append(step)
             at.append(tokens_at(treatment, step))
-    if not diffs:
-        why = (f"a final evaluation logged no {CURVE_SET_KEY}, its value on the curve's "
-               f"{ev['prompts']} prompts (rows recorded before it was logged: rerun them)" if unlogged else
-               f"no evaluation after step 0 within the control's {out.control_tokens:,.0f} tokens (add evaluations: "
-               "eval.every)")
+    if unlogged:
+        why = (f"{unlogged} of {len(pairs)} paired seeds logged no {CURVE_SET_KEY}, the final evaluation's value on "
+               f"the curve's {ev['prompts']} prompts (rows recorded before it was logged: rerun them)")
+        return dataclasses.replace(out, reason=f"{NOT_JUDGED}: {why} {on}")
+    if early:
+        # all or none: judging only the seeds that had an evaluation in time would select seeds by
+        # their own token ratio (the seeds that regenerated most drop out), a biased subset
+        why = (f"{early} of {len(pairs)} paired seeds have no evaluation after step 0 within the control's "
+               f"tokens (mean {out.control_tokens:,.0f}), and judging the rest would select seeds by their token "
+               "ratio (add evaluations: eval.every)")
         return dataclasses.replace(out, reason=f"{NOT_JUDGED}: {why} {on}")
     v = paired_verdict(diffs, direction, obj.smallest_effect, level, looks)
-    notes = ([f"{early} seed(s) left out: no evaluation after step 0 within the control's tokens"] if early else []) + (
-        [f"{unlogged} seed(s) left out: a final evaluation logged no {CURVE_SET_KEY}"] if unlogged else [])
-    v = dataclasses.replace(v, diagnostics=v.diagnostics + tuple(notes))
     return dataclasses.replace(out, verdict=v, steps=tuple(steps), treatment_tokens=_mean(at),
                                control_tokens=_mean([final_tokens(c) for s, _, c in pairs if int(s) in diffs]))
 
