@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from grpolab.tasks import make_task
 from grpolab.tasks.benchmarks import Benchmark, rng_devices, score_benchmark
-from grpolab.trainer.step_times import StepTimes
+from grpolab.trainer.step_times import RunCounters, StepTimes
 
 
 def _fake_cuda(monkeypatch, devices: int = 4) -> list:
@@ -56,7 +56,7 @@ class _Base:
 class _Timed(StepTimes, _Base):
     def __init__(self, device):
         self.accelerator = SimpleNamespace(device=torch.device(device), num_processes=1)
-        self.args, self.num_iterations, self._step, self.cumulative_tokens = SimpleNamespace(steps_per_generation=1), 1, 1, 0
+        self.args, self.num_iterations, self._step, self.counters = SimpleNamespace(steps_per_generation=1), 1, 1, RunCounters()
         self.emitted = 0
 
     def _emit_window(self, now):

@@ -270,14 +270,14 @@ def test_trl_adaptive_entropy_controller_without_method(last_entropy, target, ti
                   entropy_coef_min=0.02, entropy_coef_max=0.055)
     stock, ours = _trainers(tiny_model_dir, tmp_path, None, trl_kw)
     assert ours.spec.entropy_mode == "adaptive_gated"
-    stock._last_world_entropy = ours._last_entropy = last_entropy
+    stock._last_world_entropy = ours.entropy_control.last_entropy = last_entropy
     inputs = _inputs(stock, off_policy=True, with_ref=False)
     loss_a, grads_a = _loss_and_grads(stock, inputs)
     loss_b, grads_b = _loss_and_grads(ours, inputs)
     assert loss_b.item() == pytest.approx(loss_a.item(), rel=1e-5, abs=1e-7)
     assert max((a - b).abs().max().item() for a, b in zip(grads_a, grads_b)) <= 1e-6
-    assert ours._last_entropy == pytest.approx(stock._last_world_entropy, rel=1e-5)
-    assert ours.entropy_coef == ours.entropy_coef_now == pytest.approx(stock.entropy_coef, abs=1e-12)
+    assert ours.entropy_control.last_entropy == pytest.approx(stock._last_world_entropy, rel=1e-5)
+    assert ours.entropy_coef == ours.entropy_control.coef == pytest.approx(stock.entropy_coef, abs=1e-12)
     assert stock.entropy_coef != 0.05   # the controller moved (up to the max, or down)
 
 

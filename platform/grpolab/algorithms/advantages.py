@@ -152,6 +152,13 @@ class ValueTracker:
             a, b = self.state.get(k, (1.0, 1.0))
             self.state[k] = (self.decay * a + r, self.decay * b + (1.0 - r))
 
+    def state_dict(self) -> dict:
+        """Every prompt's (alpha, beta); the decay is the method's setting, not state."""
+        return {"beta_params": dict(self.state)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.state = {key: (float(a), float(b)) for key, (a, b) in state["beta_params"].items()}
+
 
 def value_tracker(r: torch.Tensor, keys: list[str], tracker: ValueTracker, eps: float = 1e-4, unbiased: bool = True) -> torch.Tensor:
     """SPO: A_i = r_i - p_hat(q_i) from the tracker *before* this batch updates it, then

@@ -19,6 +19,7 @@ from grpolab.experiment.config import rollout_steps
 from grpolab.experiment.engines import trains_on_cuda
 from grpolab.tracking.naming import flat_keys
 from grpolab.tracking.recorder import stored_points
+from grpolab.trainer.grpolab_state import from_flat_layout
 
 COMPLETE = "grpolab_complete.json"
 EXTRA_STATE = "grpolab_state{rank}.pt"      # one per process (the dynamic-sampling RNG is rank-seeded)
@@ -101,8 +102,9 @@ def find_resumable(state: Path, run_id: str) -> Path | None:
 
 
 # -- grpolab's own trainer state --------------------------------------------------------------
-# Attributes of GrpoLabTrainer that change during training and decide later steps.
-_PLAIN = ("cumulative_tokens", "device_seconds", "entropy_coef_now", "_last_entropy", "_critic_micro_steps", "tracker")
+# The file holds {STATE_FORMAT_KEY: STATE_FORMAT, "state": trainer.grpolab_state_dict()}; a file
+# without the format key is an older one, trainer attributes by name (grpolab_state.from_flat_layout).
+STATE_FORMAT_KEY, STATE_FORMAT = "grpolab_state_format", 2
 
 
 def _extra_name(trainer) -> str:
@@ -111,26 +113,25 @@ def _extra_name(trainer) -> str:
 
 
 def save_extra_state(trainer, folder: Path) -> None:
-    extra = {name: getattr(trainer, name) for name in _PLAIN if hasattr(trainer, name)}
-    rng = getattr(trainer, "_sampling_rng", None)
-    extra["_sampling_rng"] = rng.get_state() if rng is not None else None
-    if getattr(trainer, "critic", None) is not None:
-        extra["critic"] = trainer.critic.state_dict()
-        extra["critic_opt"] = trainer.critic_opt.state_dict()
-    torch.save(extra, Path(folder) / _extra_name(trainer))
+    torch.save({STATE_FORMAT_KEY: STATE_FORMAT, "state": trainer.grpolab_state_dict()}, Path(folder) / _extra_name(trainer))
 
 
 def load_extra_state(trainer, folder: Path) -> None:
-    extra = torch.load(Path(folder) / _extra_name(trainer), weights_only=False)  # our own file: holds a ValueTracker
-    for name in _PLAIN:
-        if name in extra:
-            setattr(trainer, name, extra[name])
-    if extra.get("_sampling_rng") is not None:
-        trainer._sampling_rng = torch.Generator()
-        trainer._sampling_rng.set_state(extra["_sampling_rng"])
-    if "critic" in extra:
-        trainer.critic.load_state_dict(extra["critic"])
-        trainer.critic_opt.load_state_dict(extra["critic_opt"])
+    """The trainer continues from its state file in a checkpoint folder, of either layout; ConfigError
+    (exit 2) when the file is of neither or does not fit this run's trainer."""
+    path = Path(folder) / _extra_name(trainer)
+    saved = torch.load(path, weights_only=False)   # our own file; an older one pickles a ValueTracker
+    try:
+        if not isinstance(saved, dict):
+            raise TypeError(f"it holds a {type(saved).__name__}, not a dict")
+        if STATE_FORMAT_KEY not in saved:
+            saved = {STATE_FORMAT_KEY: STATE_FORMAT, "state": from_flat_layout(saved)}
+        if saved[STATE_FORMAT_KEY] != STATE_FORMAT:
+            raise ValueError(f"format {saved[STATE_FORMAT_KEY]!r}; this grpolab reads format {STATE_FORMAT}")
+        trainer.load_grpolab_state_dict(saved["state"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"--resume: grpolab's trainer state {path} cannot be loaded "
+                          f"({type(exc).__name__}: {exc}); start a new run instead") from None
 
 
 def restores_without_training(trainer, resume_step: int | None, steps: int) -> bool:

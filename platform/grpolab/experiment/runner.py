@@ -404,7 +404,7 @@ def _train(run: _Run, trainer, callback) -> None:
         checkpoints.load_extra_state(trainer, run.resume_from)
         if run.recorder:
             run.evals, callback.curves = checkpoints.resume_history(run.recorder, run.resume_step)
-    before = trainer.device_seconds   # a resumed run's, from its checkpoint
+    before = trainer.counters.device_seconds   # a resumed run's, from its checkpoint
     if checkpoints.restores_without_training(trainer, run.resume_step, run.cfg.train.steps):
         checkpoints.restore_finished(trainer, run.resume_from)
     else:

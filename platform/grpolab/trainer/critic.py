@@ -40,23 +40,40 @@ def value_loss(values: torch.Tensor, returns: torch.Tensor, mask: torch.Tensor,
     return 0.5 * (err * m).sum() / m.sum().clamp(min=1.0)
 
 
+class Critic:
+    """The critic's whole state: its value model, the value model's own optimizer and the count
+    of micro-batches it has trained on (the optimizer steps and the warm-up read it)."""
+
+    def __init__(self, model_dir: str, device, lr: float):
+        self.model = ValueModel(model_dir).to(device)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)
+        self.micro_steps = 0
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "micro_steps": self.micro_steps}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.micro_steps = int(state["micro_steps"])
+
+
 class CriticMixin:
-    """The critic's side of ``GrpoLabTrainer`` (advantage=gae): its value model, its values and
-    its own optimizer. Uses the transformers Trainer's public state only (no TRL internals)."""
+    """The critic's side of ``GrpoLabTrainer`` (advantage=gae): its ``Critic``, its values and
+    their training. Uses the transformers Trainer's public state only (no TRL internals)."""
 
     def _build_critic(self) -> None:
         if self.accelerator.num_processes > 1:
             raise NotImplementedError("the critic axis (gae) is single-process for now: its value model is not "
                                       "wrapped for data parallelism")
-        self.critic = ValueModel(self.model.config._name_or_path).to(self.accelerator.device)
-        self.critic_opt = torch.optim.AdamW(self.critic.parameters(), lr=self.spec.critic_lr)
-        self._critic_micro_steps = 0
+        self.critic = Critic(self.model.config._name_or_path, self.accelerator.device, self.spec.critic_lr)
 
     def _critic_values(self, batch: dict, grad: bool) -> torch.Tensor:
         ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
         attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
         with torch.set_grad_enabled(grad):
-            return self.critic(ids, attn, batch["completion_ids"].size(1))
+            return self.critic.model(ids, attn, batch["completion_ids"].size(1))
 
     def _train_critic(self, inputs: dict) -> float:
         """One micro-batch of value regression to the GAE targets; the critic's own optimizer
@@ -64,9 +81,10 @@ class CriticMixin:
         loss = value_loss(self._critic_values(inputs, grad=True), inputs["returns"], inputs["completion_mask"],
                           inputs.get("old_values"), self.spec.value_clip)
         (loss / self.current_gradient_accumulation_steps).backward()
-        self._critic_micro_steps += 1
-        if self._critic_micro_steps % self.current_gradient_accumulation_steps == 0:
-            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.args.max_grad_norm)
-            self.critic_opt.step()
-            self.critic_opt.zero_grad(set_to_none=True)
+        critic = self.critic
+        critic.micro_steps += 1
+        if critic.micro_steps % self.current_gradient_accumulation_steps == 0:
+            torch.nn.utils.clip_grad_norm_(critic.model.parameters(), self.args.max_grad_norm)
+            critic.optimizer.step()
+            critic.optimizer.zero_grad(set_to_none=True)
         return loss.item()

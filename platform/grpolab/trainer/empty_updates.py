@@ -23,7 +23,7 @@ class EmptyUpdateChecks:
         spec, terms = self.spec, []
         if kl_in_loss(spec):
             terms.append("in-loss KL")
-        if self.entropy_coef_now or ENTROPY_MODES[spec.entropy_mode].adaptive:
+        if self.entropy_control.coef or ENTROPY_MODES[spec.entropy_mode].adaptive:
             terms.append("entropy bonus")
         if spec.positive_lm_coef > 0:
             terms.append("positive-example LM loss")

@@ -1,5 +1,6 @@
 """The adaptive entropy-bonus coefficient, one object with ``update()`` as verl's KL controllers
-are. No TRL here; the trainer mirrors its state into TRL's attributes for TRL's checkpoint.
+are. No TRL here; the trainer mirrors its state into TRL's attributes for TRL's checkpoint and
+keeps it in grpolab's own through ``state_dict()``.
 """
 
 from __future__ import annotations
@@ -42,3 +43,9 @@ class EntropyController:
             self.coef = max(self.coef - spec.entropy_coef_step, spec.entropy_coef_min)
         self.last_entropy = entropy
         return True
+
+    def state_dict(self) -> dict:
+        return {"coef": self.coef, "last_entropy": self.last_entropy}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.coef, self.last_entropy = float(state["coef"]), float(state["last_entropy"])

@@ -79,12 +79,8 @@ class GroupSampling:
         return gathered
 
     def _fresh_inputs(self, n_rows: int) -> list[dict]:
-        """n_rows / G fresh prompts from the training set, each repeated G times (rank-seeded)."""
-        if self._sampling_rng is None:
-            self._sampling_rng = torch.Generator().manual_seed(self.args.seed * 7919 + self.accelerator.process_index)
-        # the generator is a CPU one: the same picks on every device
-        picks = torch.randint(len(self.train_dataset), (n_rows // self.num_generations,), device="cpu",
-                              generator=self._sampling_rng)
+        """n_rows / G fresh prompts from the training set, each repeated G times (``self.prompt_draws``)."""
+        picks = self.prompt_draws.draw(n_rows // self.num_generations, len(self.train_dataset))
         return [dict(self.train_dataset[int(i)]) for i in picks for _ in range(self.num_generations)]
 
     def _filter_zero_variance(self, out: dict, rewards_k: torch.Tensor, rows: list[RolloutRow]) -> None:

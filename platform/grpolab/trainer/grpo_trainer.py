@@ -36,17 +36,19 @@ from grpolab.trainer.critic import CriticMixin
 from grpolab.trainer.empty_updates import EmptyUpdateChecks
 from grpolab.trainer.entropy_control import EntropyController
 from grpolab.trainer.estimator_inputs import EstimatorInputs, check_whole_groups
+from grpolab.trainer.grpolab_state import GrpolabState
 from grpolab.trainer.loss_stats import WindowStats, weighted
 from grpolab.trainer.metrics import rollout_metrics, trained_metrics
 from grpolab.trainer.group_sampling import GroupSampling
 from grpolab.trainer.pi_old_entropy import PiOldEntropy
-from grpolab.trainer.step_times import StepTimes
+from grpolab.trainer.sampling import PromptDraws
+from grpolab.trainer.step_times import RunCounters, StepTimes
 from grpolab.trainer.rollouts import (Generated, RolloutRow, ScoredRound, completion_rows, correct_of, generated_mask,
                                       lengths_of, truncated_of)
 from grpolab.trainer.vllm_engine import VllmEngineAccess
 
 class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSampling, EstimatorInputs, PiOldEntropy,
-                     VllmEngineAccess, StepTimes, BenchmarkEvaluation, GRPOTrainer):
+                     VllmEngineAccess, StepTimes, BenchmarkEvaluation, GrpolabState, GRPOTrainer):
     """``trl.GRPOTrainer`` running a grpolab method: TRL's own arguments, plus ``method=`` (a
     registered name such as ``"dapo"``, ``{"name": "dapo", **axis overrides}`` or a ``MethodSpec``)
     and ``correctness=`` (a reward function's name, a dataset column or a callable; ``trainer/dropin.py``
@@ -84,14 +86,14 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         self.spec = spec
         self.tracker = algorithms.ValueTracker(spec.tracker_decay) if ADVANTAGES[spec.advantage].tracker else None
         self.entropy_control = EntropyController(spec)
-        self.cumulative_tokens = 0.0
+        self.counters = RunCounters()
         self.last_rollout: list[dict] = []        # this process's rows of the latest rollout (the completions table)
         self.rollout_rows_kept: int | None = None  # how many of them (None: 4 groups; CLI runs: tracking.samples)
         self._scored: ScoredRound | None = None   # the latest round's rewards and rows
         self._entropy_in_loss = False
-        self._sampling_rng: torch.Generator | None = None
         self._window, self._step_entropy = WindowStats(), WindowStats()   # loss-side curves (loss_stats.py)
         super().__init__(model, funcs, args, train_dataset, *trl_args, **trl_kwargs)
+        self.prompt_draws = PromptDraws(self.args.seed, self.accelerator.process_index)
         if late:
             first = len(self.reward_funcs)
             for func in late:
@@ -104,7 +106,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         # report_to="mlflow": the run named, its params trimmed and tagged as a CLI run's (mlflow_report.py)
         mlflow_report.report_like_the_cli(self, self._describe_run, dropin.mlflow_tags(self.method_name, spec,
                                                                                        self.args.seed))
-        self.critic = self.critic_opt = None
+        self.critic = None
         if ADVANTAGES[spec.advantage].critic:
             self._build_critic()
 
@@ -242,8 +244,8 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
             ent = self.accelerator.reduce(ent.to(self.accelerator.device), reduction="sum").cpu()
         if ent is not None and ent[1] > 0:
             stats["entropy"] = float(ent[0] / ent[1])
-        self.cumulative_tokens += stats["tokens/generated"]
-        stats["tokens/cumulative"] = self.cumulative_tokens
+        self.counters.cumulative_tokens += stats["tokens/generated"]
+        stats["tokens/cumulative"] = self.counters.cumulative_tokens
         stats["override/advantage"] = 1.0
         for key, value in stats.items():
             self._metrics["train"][key].append(value)
@@ -292,7 +294,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
             loss = loss / self.current_gradient_accumulation_steps
             if self.critic is not None:
                 stats["critic/value_loss"] = self._train_critic(inputs)
-                if self._critic_micro_steps <= self.spec.critic_warmup * self.current_gradient_accumulation_steps:
+                if self.critic.micro_steps <= self.spec.critic_warmup * self.current_gradient_accumulation_steps:
                     loss = loss * 0.0   # value pretraining: the policy waits until the critic has learned
                     stats["critic/warmup"] = 1.0
             self._accumulate_loss_stats(stats, float(completion_mask.sum()))
@@ -343,8 +345,9 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         reduce_sum = self._reduce_sum if self.accelerator.num_processes > 1 else None
         if self.accelerator.sync_gradients:
             self._update_entropy_coef(self._step_entropy.emit(reduce_sum).get("trained/entropy"))
-            if not ENTROPY_MODES[self.spec.entropy_mode].adaptive and self.entropy_coef_now:   # as TRL logs a static bonus
-                self._metrics["train"]["entropy_coef"].append(self.entropy_coef_now)
+            coef = self.entropy_control.coef
+            if not ENTROPY_MODES[self.spec.entropy_mode].adaptive and coef:   # as TRL logs a static bonus
+                self._metrics["train"]["entropy_coef"].append(coef)
         if (self._step + 1) % (self.args.steps_per_generation * self.num_iterations) == 0:
             for key, value in self._window.emit(reduce_sum).items():
                 self._metrics["train"][key].append(value)
@@ -360,20 +363,14 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         gathered = self.accelerator.gather(padded)
         return gathered[~torch.isnan(gathered)]
 
-    # the controller's state under the names grpolab's checkpoints store (experiment/checkpoints.py)
-    entropy_coef_now = property(lambda self: self.entropy_control.coef,
-                                lambda self, v: setattr(self.entropy_control, "coef", v))
-    _last_entropy = property(lambda self: self.entropy_control.last_entropy,
-                             lambda self, v: setattr(self.entropy_control, "last_entropy", v))
-
     def _update_entropy_coef(self, entropy: float | None) -> None:
         """``EntropyController.update`` once per optimizer step (at the accumulation boundary), from
         the entropy of the step's trained tokens over every process."""
         if not self.entropy_control.update(entropy):
             return
         # TRL's attributes, as TRL's controller keeps them: its checkpoint (entropy_ctrl_state.json) saves these
-        self.entropy_coef, self._last_world_entropy = self.entropy_coef_now, entropy
-        self._metrics["train"]["entropy_coef"].append(self.entropy_coef_now)
+        self.entropy_coef, self._last_world_entropy = self.entropy_control.coef, entropy
+        self._metrics["train"]["entropy_coef"].append(self.entropy_control.coef)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         """TRL restores its adaptive entropy controller from the checkpoint here (``entropy_coef``,
@@ -382,7 +379,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         super()._load_optimizer_and_scheduler(checkpoint)
         restored = checkpoint is not None and os.path.exists(os.path.join(checkpoint, "entropy_ctrl_state.json"))
         if ENTROPY_MODES[self.spec.entropy_mode].gated and getattr(self, "use_adaptive_entropy", False) and restored:
-            self.entropy_coef_now, self._last_entropy = float(self.entropy_coef), float(self._last_world_entropy)
+            self.entropy_control.load_state_dict({"coef": self.entropy_coef, "last_entropy": self._last_world_entropy})
 
     # -- logging ----------------------------------------------------------------------------
     def log(self, logs: dict, start_time: float | None = None) -> None:

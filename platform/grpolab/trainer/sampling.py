@@ -51,6 +51,30 @@ def rows_of_groups(groups: torch.Tensor, group_size: int) -> torch.Tensor:
     return (groups.view(-1, 1) * group_size + torch.arange(group_size, device=groups.device)).view(-1)
 
 
+class PromptDraws:
+    """Which training prompts dynamic sampling's extra rounds use: a CPU generator (the same picks
+    on every device) seeded per process, so ranks draw different prompts; made at the first draw."""
+
+    def __init__(self, seed: int, rank: int):
+        self.seed = seed * 7919 + rank
+        self.generator: torch.Generator | None = None
+
+    def draw(self, n_prompts: int, n_available: int) -> torch.Tensor:
+        """(n_prompts,) dataset indices, on the CPU."""
+        if self.generator is None:
+            self.generator = torch.Generator().manual_seed(self.seed)
+        return torch.randint(n_available, (n_prompts,), device="cpu", generator=self.generator)
+
+    def state_dict(self) -> dict:
+        return {"generator": None if self.generator is None else self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.generator = None
+        if state["generator"] is not None:
+            self.generator = torch.Generator()
+            self.generator.set_state(state["generator"])
+
+
 def _pad_to(t: torch.Tensor, width: int, left: bool, value) -> torch.Tensor:
     extra = width - t.size(1)
     if extra <= 0:

@@ -14,18 +14,32 @@ Detail: docs/runs.md, "grpolab.trainer.step_times".
 from __future__ import annotations
 
 import time
+from dataclasses import asdict, dataclass
 
 import torch
 
 
+@dataclass
+class RunCounters:
+    """The run's totals so far, a resumed run's earlier part included."""
+    cumulative_tokens: float = 0.0   # generated completion tokens
+    device_seconds: float = 0.0      # processes x wall seconds of training
+
+    def state_dict(self) -> dict:
+        return asdict(self)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.cumulative_tokens, self.device_seconds = float(state["cumulative_tokens"]), float(state["device_seconds"])
+
+
 class StepTimes:
     """A GRPOTrainer mixin: times generation, scoring and the update of each training window and
-    appends them to the window's curves, with the run's measured accelerator time so far."""
+    appends them to the window's curves, with the run's measured accelerator time so far
+    (``self.counters``, a ``RunCounters``)."""
 
     _generation_s = _scoring_s = _window_s = 0.0
     _tokens_at_window_start = 0.0
     _clock: float | None = None   # the end of the last window (the first training step's start before it)
-    device_seconds = 0.0   # processes x wall seconds of training so far (checkpointed with grpolab's state)
 
     def _generate(self, prompts):
         if not self.model.training:
@@ -47,8 +61,8 @@ class StepTimes:
 
     def training_step(self, model, inputs, num_items_in_batch):
         start = time.perf_counter()
-        if self._clock is None:   # training starts (or resumes: cumulative_tokens restored from the checkpoint)
-            self._clock, self._tokens_at_window_start = start, self.cumulative_tokens
+        if self._clock is None:   # training starts (or resumes: the counters restored from the checkpoint)
+            self._clock, self._tokens_at_window_start = start, self.counters.cumulative_tokens
         output = super().training_step(model, inputs, num_items_in_batch)
         window_ends = self._step % (self.args.steps_per_generation * self.num_iterations) == 0   # TRL counted it
         device = self.accelerator.device
@@ -63,15 +77,16 @@ class StepTimes:
     def _emit_window(self, now: float) -> None:
         """The window's curves. ``time/accelerator_hours`` counts wall time between windows too
         (held-out evaluations, checkpoints): processes x seconds since training started / 3600."""
-        self.device_seconds += (now - self._clock) * self.accelerator.num_processes
+        counters = self.counters
+        counters.device_seconds += (now - self._clock) * self.accelerator.num_processes
         self._clock = now
         curves = {"time/generation_s": self._generation_s, "time/scoring_s": self._scoring_s,
                   "time/update_s": self._window_s - self._generation_s - self._scoring_s,
-                  "time/accelerator_hours": self.device_seconds / 3600}
+                  "time/accelerator_hours": counters.device_seconds / 3600}
         if self._generation_s > 0:
-            tokens = self.cumulative_tokens - self._tokens_at_window_start
+            tokens = counters.cumulative_tokens - self._tokens_at_window_start
             curves["time/generated_tokens_per_s"] = tokens / self._generation_s
         for key, value in curves.items():
             self._metrics["train"][key].append(value)
-        self._tokens_at_window_start = self.cumulative_tokens
+        self._tokens_at_window_start = counters.cumulative_tokens
         self._generation_s = self._scoring_s = self._window_s = 0.0

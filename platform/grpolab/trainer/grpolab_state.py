@@ -1,0 +1,57 @@
+"""GrpoLabTrainer's own training state beside the Trainer's checkpoint: one public pair over the
+parts that keep state (each with its own ``state_dict()``), under names that stay stable, and
+the reading of older state files, which hold trainer attributes by name (``from_flat_layout``).
+"""
+
+from __future__ import annotations
+
+# what each stable name holds, in the order the state dict lists them
+PARTS = {
+    "counters": "generated tokens and accelerator seconds so far (step_times.RunCounters)",
+    "entropy": "the entropy-bonus coefficient and the last step's entropy (entropy_control.EntropyController)",
+    "prompt_draws": "the generator of dynamic sampling's extra rounds (sampling.PromptDraws)",
+    "tracker": "SPO's per-prompt success tracker (algorithms.ValueTracker), None for other estimators",
+    "critic": "the value model, its optimizer and micro-step count (critic.Critic), None without advantage=gae",
+}
+
+
+class GrpolabState:
+    """The ``GrpoLabTrainer`` mixin that collects its stateful parts' state under ``PARTS``' names."""
+
+    def _stateful_parts(self) -> dict:
+        return {"counters": self.counters, "entropy": self.entropy_control, "prompt_draws": self.prompt_draws,
+                "tracker": self.tracker, "critic": self.critic}
+
+    def grpolab_state_dict(self) -> dict:
+        """Every part's ``state_dict()`` by its name in ``PARTS`` (None for a part this run has not)."""
+        return {name: None if part is None else part.state_dict() for name, part in self._stateful_parts().items()}
+
+    def load_grpolab_state_dict(self, state: dict) -> None:
+        """Each part continues from its entry of ``state`` (a ``grpolab_state_dict()``); ValueError when
+        the state names other parts than this trainer has (a run of another method wrote it)."""
+        parts = self._stateful_parts()
+        if set(state) != set(parts):
+            raise ValueError(f"grpolab state holds parts {sorted(state)}, this trainer keeps {sorted(parts)}")
+        for name, part in parts.items():
+            if (part is None) != (state[name] is None):
+                has = "has none" if part is None else "has one"
+                raise ValueError(f"grpolab state: the saved run {'had no' if state[name] is None else 'had a'} "
+                                 f"{name}, this trainer {has} (method {self.method_name!r})")
+        for name, part in parts.items():
+            if part is not None:
+                part.load_state_dict(state[name])
+
+
+def from_flat_layout(flat: dict) -> dict:
+    """An older state file (trainer attributes by name, flat: ``cumulative_tokens``,
+    ``entropy_coef_now``, ``_sampling_rng``, a pickled ValueTracker as ``tracker``, ``critic`` and
+    ``critic_opt``, ...) as ``grpolab_state_dict()`` lays it out. KeyError names a missing key."""
+    tracker = flat["tracker"]
+    critic = None
+    if flat.get("critic") is not None:
+        critic = {"model": flat["critic"], "optimizer": flat["critic_opt"], "micro_steps": flat["_critic_micro_steps"]}
+    return {"counters": {"cumulative_tokens": flat["cumulative_tokens"], "device_seconds": flat["device_seconds"]},
+            "entropy": {"coef": flat["entropy_coef_now"], "last_entropy": flat["_last_entropy"]},
+            "prompt_draws": {"generator": flat["_sampling_rng"]},
+            "tracker": None if tracker is None else {"beta_params": dict(tracker.state)},
+            "critic": critic}
