@@ -253,7 +253,10 @@ class _Run:
         k = (cfg.eval.final_k or cfg.eval.k) if final else cfg.eval.k
         result = evaluate(self.model, self.tokenizer, self.task, examples, k, cfg.train.temperature,
                           max_new_tokens=cfg.eval.max_completion_length, sampler=self.eval_sampler,
-                          salvage=cfg.eval.salvage, curve_prompts=cfg.eval.prompts if final else 0)
+                          salvage=cfg.eval.salvage,
+                          # a final set larger than the curve's also scores the curve's prompts apart: the
+                          # one point comparable with an earlier evaluation (where equal, pass@1 is it)
+                          curve_prompts=cfg.eval.prompts if final and len(examples) > cfg.eval.prompts else 0)
         named, named_rows = self.benchmarks.evaluate(self.task, self.model, self.tokenizer, self.eval_sampler)
         self.evals[step] = {**_eval_metrics(result), **named}
         rows = eval_sample_rows(self.task, result.samples, examples, step)

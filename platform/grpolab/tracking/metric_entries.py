@@ -179,7 +179,8 @@ ROLLOUT_AND_RUN = (
     Metric("eval/pass_at_1_curve_prompts", HELD_OUT, "sample", UNIT,
            "the final evaluation's pass@1 on the curve's prompts only: mean correctness over its eval.final_k "
            "samples per prompt of the first eval.prompts prompts of its eval.final_prompts (the prompts every "
-           "earlier evaluation scores), at the final step only; what the equal-generated-tokens comparison of a "
+           "earlier evaluation scores), at the final step only, where eval.final_prompts exceeds eval.prompts (else "
+           "eval/pass_at_1 is it); what the equal-generated-tokens comparison of a "
            "ladder rung reads",
            when="the final evaluation"),
     Metric("eval/pass_at_k", HELD_OUT, "prompt", UNIT,
