@@ -150,7 +150,18 @@ BENCH_REFUSED = [(["--what", "cli", "--rows", "4"], "--rows: not read by bench -
                   "--preset: not read by bench --what workers; only by --what tracking or trainer or all"),
                  (["--what", "cli", "--steps", "3"], "--steps: not read by bench --what cli; only by --what tracking"),
                  (["--what", "throughput", "--repeats", "2"],
-                  "--repeats: not read by bench --what throughput; only by --what cli or tracking or trainer or workers or all")]
+                  "--repeats: not read by bench --what throughput; only by --what cli or tracking or trainer or workers or all"),
+                 # a count the benchmark would run otherwise: cli's median of >= 3, workers' repeats/2 rotations
+                 # and rows/2 rungs x 2 seeds
+                 (["--what", "cli", "--repeats", "2"],
+                  "--repeats 2: bench --what cli needs >= 3 (cli times the median of at least 3 runs)"),
+                 (["--what", "workers", "--repeats", "3"], "--repeats 3: bench --what workers needs an even count "
+                  "(workers runs repeats/2 rotations of its 3 configurations)"),
+                 (["--what", "all", "--repeats", "3"], "--repeats 3: bench --what all needs an even count >= 4 (cli "
+                  "times the median of at least 3 runs; workers runs repeats/2 rotations of its 3 configurations)"),
+                 (["--what", "workers", "--rows", "9"], "--rows 9: bench --what workers needs an even count from 2 to "
+                  "12 (rows/2 rungs of the ladder, 6 rungs, x 2 seeds)"),
+                 (["--what", "all", "--rows", "14"], "--rows 14: bench --what all needs an even count from 2 to 12")]
 
 
 @pytest.mark.parametrize("flags, message", BENCH_REFUSED)

@@ -1,13 +1,15 @@
-"""`grpolab eval STUDY.yaml` on a search (every trial's run re-scored, nested under it) and on a
-ladder: on both, the re-scored table and its page are put on the study's MLflow parent run, the
-same table `grpolab table STUDY --metric rescored:...` prints."""
+"""`grpolab eval STUDY.yaml` on a search (every trial's run with a final model re-scored, nested under
+it; a pruned trial named and left out) and on a ladder: on both, the re-scored table and its page are
+put on the study's MLflow parent run, the same table `grpolab table STUDY --metric rescored:...` prints."""
 
 import io
 import math
 import re
+import shutil
 from contextlib import redirect_stdout
 from pathlib import Path
 
+import optuna
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
@@ -59,13 +61,19 @@ def test_a_search_studys_trials_are_each_rescored_nested_under_their_run(state, 
     path = folder / "search.yaml"
     runs = [r for r in dict.fromkeys(study_results(study, cfg).run_id) if r]
     assert len(runs) == 2
+    pruned = _add_pruned_trial(state, study, runs[1])
     # nothing re-scored yet: no table, the command that re-scores the study instead
     assert main(["--state", str(state), "table", str(path), "--metric", METRIC]) == 2
     assert (f"no trial of rescore_search has a re-scoring of eval/held_out/avg_at_2 for the model it reads with "
             f"these settings; re-score them first: grpolab eval {path} --benchmark held_out") in capsys.readouterr().err
     code, out = _eval(state, path)
     assert code == 0
+    # the pruned trial's run is named before any model is scored, the others scored, the table published
+    skipped = f"{pruned}: not re-scored, pruned at step 2: no final model (checkpoints kept at steps: 2; " \
+              "--checkpoints all re-scores them)\n"
+    assert skipped in out and out.index(skipped) < out.index(" step 2: "), out
     client = MlflowClient(tracking_uri(state))
+    assert _nested(client, pruned) == []
     for run in runs:   # one nested run each, at the final step, with the numbers re-scoring gives again
         (nested,) = _nested(client, run)
         assert nested.data.tags["mlflow.parentRunId"] == run and nested.data.tags["grpolab.eval.step"] == "2"
@@ -74,12 +82,31 @@ def test_a_search_studys_trials_are_each_rescored_nested_under_their_run(state, 
         specs = benchmark_specs(["held_out"], saved, {"n": 2, "size": 2, "max_tokens": 6})
         again = score_model(saved, specs, state / "runs" / run / "final")
         assert nested.data.metrics == again and 1 <= again["eval/held_out/mean_length"] <= 6
-    _search_parent_holds_the_rescored_table(state, path, study, runs, out, tmp_path_factory)
+    _search_parent_holds_the_rescored_table(state, path, study, runs, pruned, out, tmp_path_factory)
 
 
-def _search_parent_holds_the_rescored_table(state, path, study, runs, out, tmp_path_factory):
+def _add_pruned_trial(state, study, like: str) -> str:
+    """A trial pruned at step 2 as the median pruner leaves one: a PRUNED trial at its last report,
+    its MLflow run KILLED, its run folder with its checkpoint but without final/ (which trial a real
+    pruner prunes at 2 steps of a tiny model is not reproducible)."""
+    client = MlflowClient(tracking_uri(state))
+    done = client.get_run(like)
+    run = client.create_run(done.info.experiment_id,
+                            tags={"mlflow.parentRunId": done.data.tags["mlflow.parentRunId"]}).info.run_id
+    client.set_terminated(run, "KILLED")
+    shutil.copytree(state / "runs" / like, state / "runs" / run, ignore=shutil.ignore_patterns("final"))
+    study.add_trial(optuna.trial.create_trial(
+        state=optuna.trial.TrialState.PRUNED, value=0.0, intermediate_values={2: 0.0},
+        params={"train.learning_rate": 0.3},
+        distributions={"train.learning_rate": optuna.distributions.FloatDistribution(0.1, 0.5)},
+        user_attrs={"outcome": "pruned", "mlflow_run_id": run}))
+    return run
+
+
+def _search_parent_holds_the_rescored_table(state, path, study, runs, pruned, out, tmp_path_factory):
     """The search's parent run holds the re-scored table (what `grpolab table --metric` prints) and its
-    page; each trial's value is its nested run's; a trial re-scored otherwise is named, not dropped."""
+    page; each trial's value is its nested run's; a trial re-scored otherwise, or pruned, is named,
+    not dropped."""
     client, dest = MlflowClient(tracking_uri(state)), tmp_path_factory.mktemp("search-artifacts")
     parent, folder = study.user_attrs[PARENT_RUN_ATTR], rescored_folder(METRIC)
     assert f"{METRIC}: table.md, table.csv and dashboard.html in {folder}/ on the study's MLflow parent run {parent}" in out
@@ -88,26 +115,37 @@ def _search_parent_holds_the_rescored_table(state, path, study, runs, out, tmp_p
     assert _table(state, path, "markdown") == text["table.md"] + "\n"   # print's newline
     assert _table(state, path, "csv") == text["table.csv"] + "\n"
     caption = text["table.md"].splitlines()[0]
-    assert caption.startswith(f"rescore_search: 2 trials, 2 re-scored, 0 not (rescored_missing says why); {METRIC}: "
+    assert caption.startswith(f"rescore_search: 3 trials, 2 re-scored, 1 not (rescored_missing says why); {METRIC}: "
                               "re-scored by `grpolab eval`, not the training-time evaluation: eval/held_out/avg_at_2 of "
                               "each trial's final model on benchmark 'held_out' (the run's held-out draw), n 2, "
                               "temperature 1, top_p 1, max_tokens 6, 2 prompts, seed the run seed; shown beside the "
-                              "study objective final:eval/pass_at_1 (the training-time value)"), caption
+                              "study objective final:eval/pass_at_1 (training-time value at the final evaluation), "
+                              "trials best first"), caption
+    assert "prompts per trial" not in caption   # every trial's run re-scored 2 prompts
     frame = pd.read_csv(io.StringIO(text["table.csv"]))
     assert list(frame.columns[:8]) == ["metric", "trial", "state", "train.learning_rate", "run_id",
                                        "final:eval/pass_at_1", METRIC, "rescored_missing"]   # beside the original
     assert set(frame.metric) == {f"{METRIC} (re-scored: n 2, temperature 1, top_p 1, max_tokens 6, 2 prompts, "
                                  "seed the run seed)"}
     values = {run: _nested(client, run)[0].data.metrics["eval/held_out/avg_at_2"] for run in runs}
-    assert sorted(frame.run_id) == sorted(runs) and frame.rescored_missing.isna().all()
+    assert sorted(frame.run_id) == sorted([*runs, pruned]) and frame.rescored_missing.isna().sum() == 2
+    assert list(frame.run_id)[-1] == pruned and math.isnan(list(frame[METRIC])[-1])
+    at_checkpoint = "rescored[max_tokens=6,size=2,step=2]:eval/held_out/avg_at_2"
+    assert list(frame.rescored_missing)[-1] == (
+        f"not re-scored: pruned at step 2: no final model; its checkpoint at step 2 is read by '{at_checkpoint}' "
+        f"once re-scored: grpolab eval {pruned} --benchmark held_out --n 2 --max-tokens 6 --size 2 --checkpoints all "
+        f"--state {state}")
+    frame = frame[frame.run_id != pruned]
     for run, value in zip(frame.run_id, frame[METRIC]):   # best first: the nested runs' own numbers
         assert value == pytest.approx(values[run], abs=1e-12)
     assert list(frame[METRIC]) == sorted(values.values(), reverse=True)
     page = text["dashboard.html"]
     assert f"grpolab study: rescore_search, re-scored {METRIC}" in page and 'data-panel="Re-scored trials"' in page
+    assert "2 of 3 trials plotted, one point each; 1 not re-scored" in page
     # a score no objective re-measures, after the objectives (lengths: non-zero where a tiny model passes nothing)
     length = "rescored[max_tokens=6,size=2]:eval/held_out/mean_length"
     lengths = pd.read_csv(io.StringIO(_table(state, path, "csv", length)))
+    lengths = lengths[lengths.run_id != pruned]
     assert list(lengths.columns[5:8]) == ["final:eval/pass_at_1", length, "rescored_missing"]
     nested = {run: _nested(client, run)[0].data.metrics["eval/held_out/mean_length"] for run in runs}
     assert list(lengths[length]) == sorted(nested.values(), reverse=True) and all(1 <= v <= 6 for v in nested.values())
@@ -122,11 +160,19 @@ def _search_parent_holds_the_rescored_table(state, path, study, runs, out, tmp_p
     (nested,) = [r for r in _nested(client, runs[0]) if r.data.params.get("benchmarks.held_out.temperature") == "0.5"]
     assert other.loc[runs[0], warm] == pytest.approx(nested.data.metrics["eval/held_out/avg_at_2"], abs=1e-12)
     assert math.isnan(other.loc[runs[1], warm]) and other.loc[runs[1], "rescored_missing"] == (
-        "not re-scored: the COMPLETE trial's run has no re-scoring of the model it reads with these settings; "
+        "not re-scored: complete, the trial's run has no re-scoring of the model it reads with these settings; "
         f"grpolab eval {runs[1]} --benchmark held_out --n 2 --temperature 0.5 --max-tokens 6 --size 2 --state {state}")
-    assert "2 trials, 1 re-scored, 1 not (rescored_missing says why)" in _table(state, path, "markdown", warm)
+    assert "3 trials, 1 re-scored, 2 not (rescored_missing says why)" in _table(state, path, "markdown", warm)
     # a run id alone puts nothing on the parent: the pages stay as they were
     assert Path(client.download_artifacts(parent, f"{folder}/table.md", str(dest))).read_text() == text["table.md"]
+    # what the pruned trial's rescored_missing says does give it a value: its checkpoint, read at step 2
+    assert _eval(state, pruned, "--checkpoints", "all")[0] == 0
+    (nested,) = _nested(client, pruned)
+    assert nested.data.tags["grpolab.eval.step"] == "2" and nested.data.tags["grpolab.eval.model"].endswith("checkpoint-2")
+    at_checkpoint = at_checkpoint.replace("size=2", "size=2,temperature=1")   # a trial was re-scored at 0.5 too
+    stepped = pd.read_csv(io.StringIO(_table(state, path, "csv", at_checkpoint))).set_index("run_id")
+    assert stepped.loc[pruned, at_checkpoint] == pytest.approx(nested.data.metrics["eval/held_out/avg_at_2"], abs=1e-12)
+    assert stepped.rescored_missing.isna().all()
 
 
 def _table(state, path, fmt, metric=METRIC):
@@ -171,3 +217,32 @@ def test_a_ladder_rescored_puts_its_table_and_page_on_the_parent_run(state, tmp_
     assert code == 0 and "parent run" not in out
     assert Path(client.download_artifacts(parent, f"{rescored_folder(METRIC)}/table.csv", str(dest))).read_text() \
         == text["table.csv"]
+
+
+def test_a_search_caption_names_the_objectives_aggregation_and_each_trials_prompts():
+    """No training: the caption's words for the objective beside the value, and per-trial prompts."""
+    from grpolab.analysis.rescored import parse_rescored
+    from grpolab.analysis.rescored_search import beside_words, prompts_per_trial, trial_status
+    spec = parse_rescored(METRIC)
+    assert beside_words(spec, "final:eval/pass_at_1") == "training-time value at the final evaluation"
+    assert beside_words(spec, "auc:eval/pass_at_1") == ("training-time area under the evaluation curve / its step "
+                                                        "span; not the re-scored value's aggregation")
+    at_step = parse_rescored("rescored[step=1]:eval/held_out/avg_at_2")
+    assert beside_words(at_step, "final:eval/pass_at_1").endswith("; not the re-scored value's aggregation")
+    # a search sampling eval.prompts: each trial's own count where they differ
+    assert prompts_per_trial({0: (4, 2), 1: (8, 2), 2: (4, 2)}) == "; prompts per trial: 4 (trials 0, 2), 8 (trial 1)"
+    assert prompts_per_trial({0: (4, 2), 1: (4, 2), 2: None}) == ""
+    assert [trial_status(s, 3.0) for s in ("PRUNED", "FAIL", "RUNNING")] == \
+        ["pruned at step 3", "failed or interrupted (not resumed)", "running"]
+
+
+def test_the_rescored_trials_figure_counts_only_the_points_it_plots():
+    """plotly drops a point whose x is NaN: the note counts the points drawn, and says why others are not."""
+    from grpolab.report.figures import rescored_trials_figure
+    beside = "final:eval/pass_at_1"
+    frame = pd.DataFrame({"trial": [0, 1, 2], beside: [0.5, math.nan, 0.2], METRIC: [0.4, 0.3, math.nan]})
+    fig = rescored_trials_figure(frame, METRIC, beside)
+    assert list(fig.data[0].x) == [0.5] and list(fig.data[0].text) == ["trial 0"]
+    note = re.sub(r"<[^>]+>", " ", fig.layout.title.text)
+    assert re.sub(r"\s+", " ", note).count("1 of 3 trials plotted, one point each; 1 not re-scored; 1 re-scored "
+                                           "but not plotted: no finite final:eval/pass_at_1") == 1, note

@@ -32,6 +32,7 @@ OVERRIDES = ("n", "temperature", "top_p", "max_tokens", "size", "seed")
 class RunToScore(NamedTuple):
     run_id: str | None     # the MLflow run the nested runs go under (None: a folder MLflow does not know)
     folder: Path           # its run folder: config.json, checkpoint-<step>/, final/
+    status: str | None = None   # a study's row or trial: how it ended (trial_status); None: named alone
 
 
 class Rescored(NamedTuple):
@@ -80,16 +81,20 @@ def runs_to_score(target: str, state: Path, storage_url: str | None = None) -> l
         cfg, study = load_results(target, state, storage_url, create=False)
         if study is None:
             raise ConfigError(f"{target}: the study has not run in {state} (no rows yet)")
-        ids = [i for i in dict.fromkeys(study_results(study, cfg).run_id) if i]
-        return [RunToScore(i, run_dir(state, i)) for i in ids if run_dir(state, i).is_dir()]
+        from grpolab.analysis.rescored_search import trial_status
+        frame = study_results(study, cfg).drop_duplicates("run_id", keep="last")   # one row per objective
+        return [RunToScore(i, run_dir(state, i), trial_status(st, step))
+                for i, st, step in zip(frame.run_id, frame.state, frame.step)
+                if isinstance(i, str) and i and run_dir(state, i).is_dir()]
     folder = run_dir(state, target)
     if not folder.is_dir():
         raise ConfigError(f"{target!r}: neither a run folder, a study file nor a run id with a folder in {state}/runs")
     return [RunToScore(target, folder)]
 
 
-def models_to_score(folder: Path, saved: SavedRun, which: str) -> list[tuple[int, Path]]:
-    """(step, model folder): the final model, and with ``which="all"`` every complete checkpoint."""
+def found_models(folder: Path, saved: SavedRun, which: str) -> list[tuple[int, Path]]:
+    """(step, model folder): the final model, and with ``which="all"`` every complete checkpoint
+    (none: the run kept neither)."""
     if which not in ("final", "all"):
         raise ConfigError(f"--checkpoints: expected final or all, got {which!r}")
     if saved.lora:
@@ -98,6 +103,12 @@ def models_to_score(folder: Path, saved: SavedRun, which: str) -> list[tuple[int
     final = Path(folder) / "final"
     if final.is_dir():
         found = [(s, p) for s, p in found if s != saved.train.steps] + [(saved.train.steps, final)]
+    return found
+
+
+def models_to_score(folder: Path, saved: SavedRun, which: str) -> list[tuple[int, Path]]:
+    """``found_models``; a run without one is an error."""
+    found = found_models(folder, saved, which)
     if not found:
         raise ConfigError(f"{str(folder)!r}: no final model" + (" nor complete checkpoint" if which == "all" else "")
                           + " (a run that did not finish keeps checkpoints only: --checkpoints all)")
@@ -148,12 +159,12 @@ def rescore(target: str, state: Path, names: list[str], overrides: dict | None =
     if unknown:
         raise ConfigError(f"overrides: unknown {sorted(unknown)[0]!r}; valid: {', '.join(OVERRIDES)}")
     out = []
-    runs = [(run, read_saved_run(run.folder)) for run in runs_to_score(target, Path(state), storage_url)]
-    # a run that needs vLLM where there is none is refused before any model is scored
-    engines = [uses_vllm(saved.generation, f"run {run.run_id or run.folder}") for run, saved in runs]
-    for (run, saved), vllm in zip(runs, engines):
-        specs = benchmark_specs(names, saved, overrides or {})
-        for step, model_dir in models_to_score(run.folder, saved, which):
+    runs = planned_runs(target, runs_to_score(target, Path(state), storage_url), which, echo)
+    # a benchmark a run lacks, or a run that needs vLLM where there is none, is refused before any model is scored
+    run_specs = [benchmark_specs(names, saved, overrides or {}) for _, saved, _ in runs]
+    engines = [uses_vllm(saved.generation, f"run {run.run_id or run.folder}") for run, saved, _ in runs]
+    for (run, saved, models), specs, vllm in zip(runs, run_specs, engines):
+        for step, model_dir in models:
             metrics = score_model(saved, specs, model_dir, vllm)
             nested = record(state, run.run_id, step, model_dir, specs, metrics)
             out.append(Rescored(run.run_id, step, model_dir, metrics, nested))
@@ -161,6 +172,34 @@ def rescore(target: str, state: Path, names: list[str], overrides: dict | None =
                               or "/maj_at_" in k)
             echo(f"{run.run_id or run.folder} step {step}: {shown}" + (f" (nested run {nested})" if nested else ""))
     return out
+
+
+def planned_runs(target: str, runs: list[RunToScore], which: str, echo) -> list[tuple[RunToScore, SavedRun, list]]:
+    """Each run with the models it has to score, decided before any is scored: a study's run without
+    one (a pruned, failed or running trial keeps no final model) is named in one line and left out,
+    so the others are scored and the study's table still published; a run named alone without one
+    is an error, as is a study none of whose runs has one."""
+    planned = []
+    for run in runs:
+        if run.status is not None and not (run.folder / CONFIG).exists():
+            echo(f"{run.run_id}: not re-scored, {run.status}: its run folder has no {CONFIG}")
+            continue
+        saved = read_saved_run(run.folder)
+        if run.status is None:
+            planned.append((run, saved, models_to_score(run.folder, saved, which)))
+            continue
+        found = found_models(run.folder, saved, which)
+        if found:
+            planned.append((run, saved, found))
+            continue
+        steps = [s for s, _ in complete_checkpoints(run.folder)]
+        echo(f"{run.run_id}: not re-scored, {run.status}: no final model"
+             + (" nor complete checkpoint" if which == "all" else
+                f" (checkpoints kept at steps: {', '.join(map(str, steps))}; --checkpoints all re-scores them)"
+                if steps else ""))
+    if runs and not planned:
+        raise ConfigError(f"{target}: none of its {len(runs)} runs has a model to re-score (each named above)")
+    return planned
 
 
 def score_model(saved: SavedRun, specs: list[dict], model_dir: Path, vllm: bool = False) -> dict:

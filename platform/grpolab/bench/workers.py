@@ -17,8 +17,6 @@ from pathlib import Path
 
 import yaml
 
-from grpolab.studies.rows import PARENT_RUN_ATTR
-
 LADDER = Path(__file__).resolve().parents[3] / "studies" / "dapo_table1.yaml"
 SEEDS = (0, 1)
 
@@ -29,6 +27,11 @@ def _ladder() -> dict:
         raise ConfigError(f"bench --what workers times the main job's ladder, {LADDER}, which this install "
                           "does not have: run it from a grpolab checkout (pip install -e .)")
     return yaml.safe_load(LADDER.read_text())
+
+
+def ladder_rungs() -> int:
+    """Rungs of the ladder the benchmark's rows are drawn from (``--rows``: at most twice this)."""
+    return len(_ladder()["rungs"])
 
 
 def _study_file(folder: Path, name: str, rows: int, steps: int) -> Path:
@@ -73,6 +76,7 @@ def _timed_study(path: Path, state: Path, workers: int, env: dict | None = None)
 def _row_span(path: Path, state: Path) -> float:
     """Seconds from the first row's run start to the last row's run end (MLflow's own times)."""
     from grpolab.studies.definition import load_study
+    from grpolab.studies.rows import PARENT_RUN_ATTR
     from grpolab.studies.storage import create_or_load, default_storage
     study = create_or_load(load_study(str(path)), default_storage(state))
     from grpolab.tracking.recorder import client_for

@@ -31,10 +31,12 @@ def add(sub) -> None:
     bench.add_argument("--preset", default=None, help="model preset (default: tiny for tracking, small for trainer)")
     bench.add_argument("--steps", type=int, default=None, help="steps per timed run (default 30)")
     bench.add_argument("--repeats", type=int, default=None,
-                       help="timed runs per variant (default 3; workers: repeats // 2 rotations of its three "
-                            "configurations)")
+                       help="timed runs per variant (default 3); cli: at least 3 (their median); workers: an even "
+                            "count, repeats/2 rotations of its three configurations (default: 1 rotation); all: "
+                            "an even count >= 4")
     bench.add_argument("--rows", type=int, default=None,
-                       help="rows of the workers benchmark's study (2 rungs x rows/2 seeds; default 8)")
+                       help="rows of the workers benchmark's study: an even count, rows/2 rungs x 2 seeds, at most "
+                            "2 x the ladder's rungs (default 8)")
     bench.set_defaults(parse=parse, execute=execute)
 
 
@@ -63,10 +65,29 @@ def parse(args) -> BenchOptions:
         values[flag] = default if value is None else value
     for flag, least in (("--steps", 1), ("--repeats", 1), ("--rows", 2), ("--rollouts", 1)):
         shared.at_least(flag, values[flag], least)
+    _check_counts(args.what, runs, args.repeats, args.rows)
     if args.what == "throughput":
         _check_file(args.file)
     return BenchOptions(args.what, args.file, values["--rollouts"], values["--preset"], values["--steps"],
                         values["--repeats"], values["--rows"], args.state)
+
+
+def _check_counts(what: str, runs, repeats: int | None, rows: int | None) -> None:
+    """A given count a benchmark would run otherwise is refused (it would be silently not what was
+    asked): cli times the median of at least 3 runs, workers repeats/2 rotations (an even count) of
+    rows/2 rungs x 2 seeds (an even count, at most the ladder's rungs x 2)."""
+    cli, workers = "cli" in runs, "workers" in runs
+    if repeats is not None and ((cli and repeats < 3) or (workers and repeats % 2)):
+        valid = "an even count >= 4" if cli and workers else ">= 3" if cli else "an even count"
+        why = [*(["cli times the median of at least 3 runs"] if cli else []),
+               *(["workers runs repeats/2 rotations of its 3 configurations"] if workers else [])]
+        raise ConfigError(f"--repeats {repeats}: bench --what {what} needs {valid} ({'; '.join(why)})")
+    if rows is not None and workers:
+        from grpolab.bench.workers import SEEDS, ladder_rungs
+        most = len(SEEDS) * ladder_rungs()
+        if rows % len(SEEDS) or rows > most:
+            raise ConfigError(f"--rows {rows}: bench --what {what} needs an even count from 2 to {most} (rows/2 rungs "
+                              f"of the ladder, {ladder_rungs()} rungs, x {len(SEEDS)} seeds)")
 
 
 def _check_file(path: str | None) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import textwrap
 
+import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -203,13 +204,18 @@ def paired_delta_figure(table: pd.DataFrame, metric: str, level: float | None = 
 def rescored_trials_figure(frame: pd.DataFrame, label: str, beside: str | None) -> go.Figure:
     """One point per trial of a search with a re-scored value (column ``label``): against its
     training-time objective ``beside`` (against the trial number where no objective re-measures it).
-    Trials without one are counted in the note, not drawn (the table names each and why)."""
-    shown = frame[frame[label].notna()]
-    x = shown[beside] if beside else shown.trial
+    Trials without one, or without a finite ``beside`` value, are counted in the note, not drawn
+    (the table names each and why)."""
+    scored = frame[frame[label].notna()]
+    x = pd.to_numeric(scored[beside] if beside else scored.trial, errors="coerce")
+    shown, x = scored[np.isfinite(x)], x[np.isfinite(x)]
     fig = go.Figure(go.Scatter(x=x.tolist(), y=shown[label].tolist(), mode="markers+text", name=label,
                                text=[f"trial {int(t)}" for t in shown.trial], textposition="top center"))
     fig.update_xaxes(title_text=f"{beside} (training-time)" if beside else "trial")
     fig.update_yaxes(title_text=label)
-    top = titled(fig, "Re-scored value per trial", f"{len(shown)} of {len(frame)} trials re-scored, one point each")
+    note = (f"{len(shown)} of {len(frame)} trials plotted, one point each; {len(frame) - len(scored)} not re-scored"
+            + (f"; {len(scored) - len(shown)} re-scored but not plotted: no finite {beside}"
+               if len(scored) > len(shown) else ""))
+    top = titled(fig, "Re-scored value per trial", note)
     fig.update_layout(height=300 + top, margin={"l": 55, "r": 20, "t": top, "b": 50}, showlegend=False)
     return fig

@@ -126,7 +126,10 @@ def rescored_view(cfg: StudyConfig, study, state: Path, storage_url: str | None,
 def rescored_search_view(cfg: StudyConfig, study, state: Path, storage_url: str | None, metric: str) -> PickedTrials:
     """A search's trials (``search_table``, with each trial's measured GPU-hours) under a re-scored
     metric (``analysis.rescored_search``); the csv's first column names it, as a ladder's does."""
-    picked = rescored_trials(add_run_hours(search_table(study, cfg), state), cfg, state, metric, cfg.path, storage_url)
+    trials = study.get_trials(deepcopy=False)
+    pruned_at = {t.number: max(t.intermediate_values) for t in trials if t.intermediate_values}   # the last report
+    picked = rescored_trials(add_run_hours(search_table(study, cfg), state), cfg, state, metric, cfg.path, storage_url,
+                             pruned_at)
     picked.frame.insert(0, "metric", f"{parse_rescored(metric).label} (re-scored: {picked.settings})")
     return picked
 
