@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy
 from optuna.trial import TrialState
 
-from grpolab.studies import storage
+from grpolab.studies import storage_loss
 from grpolab.studies.storage import open_storage, rides_out_restarts
 
 
@@ -53,6 +53,6 @@ def test_a_postgresql_storage_outlives_a_restart_of_its_server(own_postgres):
     pg_ctl("start", "-o", f"-p {port} -k {sock} -c listen_addresses=127.0.0.1")
     with engine.connect() as conn:                         # back: it connects, and would wait again
         assert conn.execute(sqlalchemy.text("select 1")).scalar() == 1
-    assert url not in storage._given_up
+    assert url not in storage_loss._given_up
     print(f"\nSTORE_RESTART waited_s={waited:.1f} (server down 3 s); gone for good: {gone[0]:.1f} s, "
           f"then {gone[1]:.2f} s")

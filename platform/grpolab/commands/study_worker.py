@@ -48,19 +48,16 @@ def execute(options: WorkerOptions) -> int:
     from grpolab.state import state_dir
     from grpolab.studies.coordinator import worker_loop
     from grpolab.studies.definition import load_study
-    from grpolab.studies.storage import share_storage_loss, storage_gone, storage_loss_ends_command
-    from grpolab.tracking.stores import EX_TEMPFAIL
+    from grpolab.studies.storage import outlasting_storage_loss, share_storage_loss
+    from grpolab.tracking.stores import EX_TEMPFAIL, StoreUnreachable
     state = state_dir(options.state)
     share_storage_loss(options.storage, state)
     try:
-        with storage_loss_ends_command(options.storage):
-            worker_loop(load_study(options.path), options.storage, state, procs_per_row=options.procs_per_row,
-                        accelerate_config=options.accelerate_config)
-    except BaseException:   # noqa: BLE001 - re-raised unless the storage is gone
-        if not storage_gone(options.storage):
-            raise
-        # its coordinator says so in one line for all its workers: this one's detail only with -v
-        logging.getLogger(__name__).debug("study storage gone; this worker stops", exc_info=True)
+        outlasting_storage_loss(options.storage, lambda: worker_loop(
+            load_study(options.path), options.storage, state, procs_per_row=options.procs_per_row,
+            accelerate_config=options.accelerate_config))
+    except StoreUnreachable as exc:   # its coordinator ends the command in the one error line for all its workers
+        logging.getLogger(__name__).warning("this worker stops: %s", exc)
         exit_now(EX_TEMPFAIL)
     exit_now(0)   # every row is reported and every run closed: skip ~2 CPU-s of interpreter teardown
     return 0

@@ -45,8 +45,8 @@ from grpolab.studies.rows import (
     summary,
     trial_row_state,
 )
-from grpolab.studies.storage import (create_or_load, default_storage, end_if_gone, seed_param,
-                                     share_storage_loss, storage_loss_ends_command, with_added_seeds)
+from grpolab.studies.storage import (create_or_load, default_storage, end_if_gone, outlasting_storage_loss,
+                                     seed_param, share_storage_loss, storage_loss_ends_command, with_added_seeds)
 from grpolab.studies.trials import worker_loop
 from grpolab.tracking.recorder import RunRecorder, client_for
 from grpolab.tracking.stores import StoreUnreachable, check_stores, init_tracking_store, setup_lock
@@ -246,8 +246,8 @@ def _coordinate(study, cfg: StudyConfig, state: Path, storage_url: str, procs: l
                                  requeue=lambda: _requeue(study, cfg, locked))
             elif workers <= 1 if in_process is None else in_process:
                 # the inner one ends first: a storage found gone stops the watchdog's wait for it before the join
-                with watchdog(study, state, cfg.row_timeout_s, echo), storage_loss_ends_command(storage_url):
-                    worker_loop(cfg, storage_url, state, tick)
+                with watchdog(study, state, cfg.row_timeout_s, echo):
+                    outlasting_storage_loss(storage_url, lambda: worker_loop(cfg, storage_url, state, tick))
             else:
                 for line in run_workers(procs, tick):
                     echo(line)

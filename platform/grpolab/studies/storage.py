@@ -3,12 +3,9 @@ with it (seeds added on demand, the fixed sequential plan)."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import hashlib
 import logging
 import os
-import time
 from pathlib import Path
 
 import optuna
@@ -18,7 +15,10 @@ from grpolab.errors import ConfigError
 from grpolab.signals import raise_if_signalled
 from grpolab.studies.definition import StudyConfig
 from grpolab.studies.registration import definition_hash  # noqa: F401  (re-exported: tests, check_definition)
-from grpolab.tracking.stores import StoreRefused, StoreUnreachable, redact, unreachable_reason
+from grpolab.studies.storage_loss import (  # noqa: F401  (re-exported: the commands, coordinator and tests)
+    RECONNECT_S, end_if_gone, give_up, outlasting_storage_loss, reconnect_patience, rides_out_restarts,
+    share_storage_loss, storage_gone, storage_loss_ends_command, study_storage_reason)
+from grpolab.tracking.stores import StoreRefused, StoreUnreachable, redact
 
 log = logging.getLogger(__name__)
 # Optuna's INFO lines ('Using an existing study ...', one per opening) repeat what grpolab prints
@@ -47,7 +47,9 @@ def open_storage(url: str):
         storage = optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
     except Exception as exc:
         raise_if_signalled(exc)
-        reason = _unreachable(url)
+        if url.startswith("sqlite:"):   # a file that is there: no restart changes a corrupt one or its schema
+            raise StoreRefused(f"study storage {url}: not a usable Optuna storage ({_cause_line(exc)})") from None
+        reason = study_storage_reason(url)
         if reason is None:
             raise
         raise StoreUnreachable(f"study storage {redact(url)}: unreachable ({reason}); once it answers (start it), "
@@ -56,131 +58,9 @@ def open_storage(url: str):
     return storage
 
 
-def _unreachable(url: str) -> str | None:
-    """stores.unreachable_reason, its refusals (bad input) named as the study storage's."""
-    try:
-        return unreachable_reason(url)
-    except StoreRefused as exc:
-        raise StoreRefused(f"study storage {exc}") from None
-
-
-RECONNECT_S = 60.0   # how long a database that has answered may stay away (a restart, a fail-over)
-_given_up: set[str] = set()   # storage URLs found gone for good: their connections are tried once, not waited for
-_markers: dict[str, Path] = {}   # storage URL -> the file in the state folder that says it is gone to every process
-
-
-def rides_out_restarts(engine, url: str = "", patience: float = RECONNECT_S) -> None:
-    """Make ``engine`` wait for its database across a restart instead of failing the caller.
-
-    A restart cuts every pooled connection: ``pool_pre_ping`` finds a cut one before a statement
-    uses it and connects again, and a connection that cannot be made yet is tried again each second
-    for up to ``patience`` seconds. Otherwise a worker's next store call after a restart (naming its
-    run, reporting its finished row) fails, and its row is recorded failed with an error, which a
-    rerun does not re-queue. Called once the storage has connected (RDBStorage's constructor
-    does): an unreachable storage still fails at once.
-
-    A server that stays away longer is gone: once one wait ran out (or ``give_up(url)`` said so, in
-    this process or another of the study's: ``share_storage_loss``), every later connection of a
-    storage at ``url`` is tried once, so a command that must end (closing what it can) does not
-    wait ``patience`` again at each store call, nor in each thread; a connection that succeeds
-    again ends that."""
-    from sqlalchemy import event
-
-    @event.listens_for(engine, "do_connect")
-    def connect(dialect, connection_record, cargs, cparams):
-        deadline, tries = time.monotonic() + patience, 0
-        while True:
-            try:
-                connection = dialect.connect(*cargs, **cparams)
-                if storage_gone(url):
-                    _answered(url)
-                return connection
-            except dialect.loaded_dbapi.OperationalError as exc:
-                if storage_gone(url):
-                    _given_up.add(url)
-                    raise
-                if time.monotonic() >= deadline:
-                    give_up(url)
-                    raise
-                tries += 1
-                if tries == 1:
-                    log.warning("study storage unreachable (%s); trying again for up to %.0f s",
-                                (str(exc).strip().splitlines() or [type(exc).__name__])[0], patience)
-                raise_if_signalled()   # no connection yet, so no transaction to leave open (signals.in_store_library)
-                time.sleep(1.0)
-
-
-def give_up(url: str) -> None:
-    """The storage at ``url`` is gone: connections still waiting for it stop at their next try, in
-    this process and (once ``share_storage_loss`` named the state folder) in every process of the
-    study that shares that folder: its coordinator and its workers."""
-    if url:
-        _given_up.add(url)
-        if url in _markers:
-            _markers[url].touch()
-
-
-def share_storage_loss(url: str, state: Path, fresh: bool = False) -> None:
-    """Let the processes of one study learn from each other that the database storage at ``url``
-    is gone: a file in the state folder, written by ``give_up`` and read by every connection
-    attempt, so that N workers and their coordinator end together within seconds instead of each
-    waiting ``RECONNECT_S`` on its own. ``fresh`` (the coordinator, once the storage answered at
-    its start): a file left by an earlier command is removed."""
-    if url.startswith("journal:"):
-        return
-    marker = Path(state) / f".study-storage-gone-{hashlib.sha256(url.encode()).hexdigest()[:16]}"
-    _markers[url] = marker
-    if fresh:
-        marker.unlink(missing_ok=True)
-
-
-def storage_gone(url: str) -> bool:
-    """Whether this process or another of the study (``share_storage_loss``) gave the storage up."""
-    return url in _given_up or (url in _markers and _markers[url].exists())
-
-
-def end_if_gone(url: str) -> None:
-    """Raise the command's ``StoreUnreachable`` when another process of the study gave the storage
-    up and it still does not answer; one that answers again is no longer given up."""
-    if not storage_gone(url):
-        return
-    reason = _unreachable(url)
-    if reason is not None:
-        raise _lost(url, reason)
-    _answered(url)
-
-
-def _answered(url: str) -> None:
-    _given_up.discard(url)
-    if url in _markers:
-        _markers[url].unlink(missing_ok=True)
-
-
-def _lost(url: str, reason: str) -> StoreUnreachable:
-    return StoreUnreachable(f"study storage {redact(url)}: unreachable ({reason}); the rows it recorded as complete "
-                            "are kept there: once it is back (restart it), run the same command again to resume")
-
-
-@contextlib.contextmanager
-def storage_loss_ends_command(url: str):
-    """An error raised while the database storage at ``url`` cannot be reached is that: the command
-    ends with one line saying so (``StoreUnreachable``, exit 75) instead of the store library's
-    error. What the storage recorded before it went away (complete rows) is kept in it, and the
-    same command run again once it is back resumes from there. A signal a library turned into
-    the error stays the signal; an error while the storage answers is raised as it is."""
-    try:
-        yield
-    except StoreUnreachable:
-        raise
-    except Exception as exc:
-        raise_if_signalled(exc)
-        if url.startswith("journal:"):
-            raise
-        reason = _unreachable(url)
-        if reason is None:
-            raise
-        give_up(url)
-        raise _lost(url, reason) from exc
+def _cause_line(exc: BaseException) -> str:
+    cause = getattr(exc, "orig", None) or exc.__cause__ or exc
+    return (str(cause).strip().splitlines() or [type(cause).__name__])[0][:300]
 
 
 def drop_partial_record(path: str) -> int:
