@@ -47,8 +47,36 @@ class StoreUnreachable(ConfigError):
     exit_code = EX_TEMPFAIL
 
 
-# a database's own answer that no restart changes: the URL names a user, password or database it refuses
-_REFUSALS = ("authentication failed", "does not exist", "no password supplied", "access denied", "unknown database")
+# answers no restart changes: the URL or the client's settings name a user, password, database, host,
+# option or certificate the server (or the resolver) refuses
+_REFUSALS = ("authentication failed", "does not exist", "no password supplied", "access denied", "unknown database",
+             "invalid sslmode value", "invalid dsn", "invalid connection option", "no pg_hba.conf entry",
+             "server does not support ssl, but ssl was required", "certificate verify failed",
+             "name or service not known", "nodename nor servname provided")
+# a server restarting, overloaded or briefly unreachable (checked before the TLS catch-all below:
+# a handshake cut by a restart mentions SSL too)
+_TRANSIENT = re.compile(r"temporary failure in name resolution|connection refused|timed? ?out|"
+                        r"\bhttp (?:500|502|503|504|429)\b|too many (?:500|502|503|504|429) error|"
+                        r"eof occurred|unexpected_eof|eof detected|connection reset|connection aborted|"
+                        r"server closed the connection|the database system is (?:starting up|shutting down)",
+                        re.IGNORECASE)
+
+
+def exit_code_for(message: str, default: int = EX_TEMPFAIL) -> int:
+    """The exit code a store's failure means: 2 (bad input, ``StoreRefused``) for an answer no
+    restart changes, 75 (``StoreUnreachable``) for a server down, restarting or busy now. A TLS
+    failure that is not a cut connection is a refused certificate or setting (2); a message that
+    says neither gets ``default`` (a failed connection: 75; a store that answered: 2)."""
+    text = message.lower()
+    if any(refusal in text for refusal in _REFUSALS):
+        return 2
+    if _TRANSIENT.search(text):
+        return EX_TEMPFAIL
+    if re.search(r"\bssl|\btls|certificate", text):
+        return 2
+    if "max retries exceeded" in text:   # requests' wrapper of every failed connection: its cause decided above
+        return EX_TEMPFAIL
+    return default
 
 
 def redact(uri: str) -> str:
@@ -67,6 +95,12 @@ def _scheme(uri: str) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(getattr(exc, "orig", None) or exc).strip() or type(exc).__name__
     return text.splitlines()[0][:300]
+
+
+def connect_args(url: str) -> dict:
+    """The short connect timeout, for the drivers that take one by that name (psycopg2, pymysql,
+    mysqlclient); another driver refuses the keyword, which must not read as its server's answer."""
+    return {"connect_timeout": CONNECT_TIMEOUT_S} if _scheme(url) in ("postgresql", "mysql") else {}
 
 
 def check_database(url: str, what: str) -> None:
@@ -90,8 +124,10 @@ def unreachable_reason(url: str) -> str | None:
     raises ``StoreRefused`` (no restart helps)."""
     import sqlalchemy
     from sqlalchemy.pool import NullPool
+    if _scheme(url) == "sqlite":   # a file, as a journal is: checked by check_storage_url, never "unreachable"
+        return None
     try:
-        engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
+        engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args=connect_args(url))
     except ModuleNotFoundError:
         raise
     except Exception as exc:  # noqa: BLE001 - ArgumentError (unparsable), NoSuchModuleError (unknown dialect)
@@ -104,7 +140,7 @@ def unreachable_reason(url: str) -> str | None:
         raise
     except Exception as exc:  # noqa: BLE001 - any driver error means the store is unusable
         reason = _first_line(exc)
-        if any(refusal in reason.lower() for refusal in _REFUSALS):
+        if exit_code_for(str(getattr(exc, "orig", None) or exc)) != EX_TEMPFAIL:
             raise StoreRefused(f"{redact(url)}: refused ({reason}); check the user, password and database it "
                                "names") from None
         return reason
@@ -126,7 +162,9 @@ def check_http_tracking(uri: str) -> None:
     except Exception as exc:  # noqa: BLE001 - connection refused, TLS verification, a failing auth plugin
         caused = re.search(r"Caused by (.+)", str(exc))   # requests' own reason inside MLflow's wrapping message
         reason = caused.group(1)[:240] if caused else _first_line(exc)
-        if re.search(r"SSL|TLS|certificate", reason, re.IGNORECASE):   # answered, but its certificate is refused
+        if exit_code_for(str(exc)) != EX_TEMPFAIL:   # a refused certificate, an unknown host name
+            if not re.search(r"SSL|TLS|certificate", reason, re.IGNORECASE):
+                raise StoreRefused(f"tracking server {redact(uri)}: refused ({reason}); check MLFLOW_TRACKING_URI") from None
             raise StoreRefused(f"tracking server {redact(uri)}: TLS handshake failed ({reason}); check "
                                "MLFLOW_TRACKING_SERVER_CERT_PATH, MLFLOW_TRACKING_CLIENT_CERT_PATH or "
                                "MLFLOW_TRACKING_INSECURE_TLS") from None
@@ -135,18 +173,29 @@ def check_http_tracking(uri: str) -> None:
                                f"MLFLOW_TRACKING_INSECURE_TLS)") from None
     if response.status_code in (401, 403):   # it answers; MLflow's own client decides next
         return
-    if response.status_code in (502, 503, 504):   # a proxy answers for a server that is down
-        raise StoreUnreachable(f"tracking server {redact(uri)}: HTTP {response.status_code} (it is down or "
-                               "restarting); once it answers, run the same command again")
+    if response.status_code in (429, 500, 502, 503, 504):   # down, restarting, a proxy for it, or busy
+        raise StoreUnreachable(f"tracking server {redact(uri)}: HTTP {response.status_code} (it is down, restarting "
+                               "or overloaded); once it answers, run the same command again")
     if response.status_code != 200:
         raise StoreRefused(f"tracking server {redact(uri)}: HTTP {response.status_code} from its API "
                                "(is it an MLflow tracking server?)")
 
 
 def _check_sqlite(uri: str, what: str) -> None:
+    """A SQLite store is a file, as a journal is: its folder exists, and a file already there is a
+    SQLite database (one that is not stays so: bad input, never "unreachable")."""
+    import sqlite3
     path = uri.split(":///", 1)[1] if ":///" in uri else ""
-    if path and path != ":memory:" and not Path(path).parent.is_dir():
+    if not path or path == ":memory:":
+        return
+    if not Path(path).parent.is_dir():
         raise StoreRefused(f"{what} {uri}: folder {str(Path(path).parent)!r} does not exist")
+    if Path(path).is_file():
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+                db.execute("PRAGMA schema_version").fetchone()
+        except sqlite3.Error as exc:
+            raise StoreRefused(f"{what} {uri}: not a usable SQLite database ({exc})") from None
 
 
 def check_tracking_uri(uri: str) -> None:
@@ -189,9 +238,14 @@ def init_tracking_store(state: Path) -> str:
     setup lock); a store MLflow refuses is reported in one line. Returns the URI."""
     uri = tracking_uri_for(state)
     from grpolab.tracking.recorder import client_for
+    from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
     try:   # client_for also writes the state folder's artifact-root mark here, under the lock
         client_for(state).search_experiments(max_results=1)
-    except Exception as exc:  # noqa: BLE001 - MlflowException, driver errors, unknown schemes
+    except (MlflowException, SQLAlchemyError, OSError) as exc:   # a store's answer; any other error is a bug
+        if exit_code_for(str(exc), default=2) == EX_TEMPFAIL:
+            raise StoreUnreachable(f"tracking store {redact(uri)}: unreachable ({_first_line(exc)}); once it "
+                                   "answers, run the same command again") from None
         raise StoreRefused(f"tracking store {redact(uri)}: {_first_line(exc)}") from None
     return uri
 
@@ -211,7 +265,7 @@ def _file_lock(path: Path):
 def _advisory_lock(url: str, key: int):
     import sqlalchemy
     from sqlalchemy.pool import NullPool
-    engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args={"connect_timeout": CONNECT_TIMEOUT_S})
+    engine = sqlalchemy.create_engine(url, poolclass=NullPool, connect_args=connect_args(url))
     conn = engine.connect()
     try:
         conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:key)"), {"key": key})
