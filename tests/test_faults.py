@@ -248,6 +248,12 @@ def test_unreachable_stores_exit_75_fast_and_bad_store_urls_exit_2(tmp_path):
                       ("postgresql+psycopg2://u:secret@127.0.0.1:port/x", "not a usable database URL")):
         line = _one_line_exit_2(grpolab("--state", state, "study", study, "--storage", bad))
         assert says in line and "secret" not in line, line
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database\n" * 100)
+    for bad, says in (("mysql://u@127.0.0.1/db", "driver is not installed"),   # table and the like check --storage too
+                      (f"sqlite:///{garbage}", "not a usable SQLite database (file is not a database)")):
+        line = _one_line_exit_2(grpolab("--state", state, "table", study, "--storage", bad))
+        assert says in line, line
     assert not state.exists()                                           # nothing half-written
 
 

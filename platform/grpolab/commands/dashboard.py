@@ -57,7 +57,7 @@ def parse(args) -> DashboardOptions:
 
 
 def execute(options: DashboardOptions) -> int:
-    shared.check_tracking(options.state)
+    shared.check_stores(options.state, options.storage)
     from grpolab.report.dashboard import build_dashboard, default_output_name
     from grpolab.state import state_dir
     state = state_dir(options.state)

@@ -41,7 +41,7 @@ def parse(args) -> EvalOptions:
 
 
 def execute(options: EvalOptions) -> int:
-    shared.check_tracking(options.state)
+    shared.check_stores(options.state, options.storage)
     from grpolab.analysis.rescore import OVERRIDES, rescore
     from grpolab.state import state_dir
     overrides = {k: options.overrides.get(k) for k in OVERRIDES}

@@ -31,7 +31,7 @@ def parse(args) -> SamplesOptions:
 
 
 def execute(options: SamplesOptions) -> int:
-    shared.check_tracking(options.state)
+    shared.check_stores(options.state, options.storage)
     from grpolab.analysis.side_by_side import render, side_by_side
     from grpolab.state import state_path
     print(render(side_by_side(options.target, state_path(options.state), options.storage, options.prompt,

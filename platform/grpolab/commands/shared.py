@@ -36,9 +36,10 @@ def parent_run_id(study, state, storage_url) -> str | None:
     return create_or_load(study, storage_url or default_storage(state)).user_attrs.get(PARENT_RUN_ATTR)
 
 
-def check_tracking(state) -> None:
-    """Fail fast on an unreachable or misconfigured ``$MLFLOW_TRACKING_URI`` (exit 75 or 2 in
-    seconds: stores.check_stores) before a command reads MLflow, whose client retries for minutes."""
+def check_stores(state, storage_url: str | None) -> None:
+    """Fail fast on an unreachable or misconfigured ``$MLFLOW_TRACKING_URI`` or ``--storage`` URL
+    (exit 75 or 2 in seconds, one line: stores.check_stores; a missing database driver is bad
+    input) before a command reads MLflow, whose client retries for minutes."""
     from grpolab.state import state_path
-    from grpolab.tracking.stores import check_stores
-    check_stores(state_path(state))
+    from grpolab.tracking.stores import check_stores as check
+    check(state_path(state), storage_url)

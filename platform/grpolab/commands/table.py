@@ -56,7 +56,7 @@ def parse(args) -> TableOptions:
 
 
 def execute(options: TableOptions) -> int:
-    shared.check_tracking(options.state)
+    shared.check_stores(options.state, options.storage)
     from grpolab.report.tables import study_table
     from grpolab.state import state_dir
     state = state_dir(options.state)

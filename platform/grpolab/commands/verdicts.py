@@ -56,7 +56,7 @@ def parse(args) -> VerdictsOptions:
 
 
 def execute(options: VerdictsOptions) -> int:
-    shared.check_tracking(options.state)
+    shared.check_stores(options.state, options.storage)
     from grpolab.analysis.claim_runs import judge_family, run_claims
     from grpolab.report.publish import record_study_tables
     from grpolab.report.verdict_page import claims_count, render_verdicts, write_claims_dashboard
