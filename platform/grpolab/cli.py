@@ -3,10 +3,12 @@
 The parser, the global flags and the way out; each command lives in its own module of
 ``grpolab.commands`` (its flags, a parse step into a validated options record, and the ``execute``
 the Python API calls too). Imports are lazy: parsing (and a typo's answer) never loads torch, TRL or
-MLflow. Exit codes: 0 done; 1 a row, run or write failed (the command says which); 2 bad input, one
-``error:`` line before any model is loaded (fix the input); 75 (EX_TEMPFAIL) a store that does not
-answer, at start or mid-command, one ``error:`` line (start it, run the same command again);
-130 Ctrl-C and 143 SIGTERM (the run recorded KILLED); 141 stdout's reader left (a closed pipe).
+MLflow. Exit codes: 0 done; 1 a row, run or write failed, ``study`` left rows open, or ``doctor``
+found a check failed (the command says which); 2 bad input, one ``error:`` line before any model is
+loaded (fix the input); 75 (EX_TEMPFAIL) a tracking server or database that does not answer at
+start, or a database study storage gone mid-command past its patience, one ``error:`` line (start
+it, run the same command again); 130 Ctrl-C and 143 SIGTERM (the run recorded KILLED); 141
+stdout's reader left (a closed pipe).
 """
 
 from __future__ import annotations
