@@ -315,8 +315,8 @@ def rescored_rows(rows: pd.DataFrame, cfg: StudyConfig, state: Path, text: str, 
     """``rows`` (ladder_rows) with each complete row's value read from its re-scoring under ``text``;
     errors: a search study, several settings to read, a complete row without its re-scoring."""
     spec = parse_rescored(text)
-    if cfg.kind != "ladder":
-        raise ConfigError(f"--metric {text!r}: re-scored metrics make a ladder's table; {cfg.name} is a search "
+    if not cfg.study_kind.paired_rungs:
+        raise ConfigError(f"--metric {text!r}: re-scored metrics make a ladder's table; {cfg.name} is a {cfg.kind} "
                           "(re-score a trial's run with grpolab eval RUN)")
     complete = rows[rows.state == "COMPLETE"]
     names = {run: f"{cfg.rungs[int(r)].name!r} seed {s}" for r, s, run in zip(complete.rung, complete.seed, complete.run_id)

@@ -114,7 +114,7 @@ def publish_rescored(state: Path, target: str, results, overrides: dict, storage
         return []
     cfg, study = load_results(target, state, storage_url, create=False)
     parent = study.user_attrs.get(PARENT_RUN_ATTR) if study is not None else None
-    if parent is None or cfg.kind != "ladder":   # a search's table has no re-scored form
+    if parent is None or not cfg.study_kind.paired_rungs:   # only a ladder's table has a re-scored form
         return []
     client, done = client_for(state), []
     for metric in rescored_metrics(results, overrides):

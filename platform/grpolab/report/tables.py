@@ -134,7 +134,7 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
         (frame, caption, level), cfg = rescored_view(cfg, study, state, storage_url, metric)
         if fmt != "csv":   # the caption says it; the csv carries it in its first column
             frame = frame.drop(columns="metric")
-    elif cfg.kind == "ladder":
+    elif cfg.study_kind.paired_rungs:
         frame, caption, level = ladder_view(path, state, storage_url, index)
     else:
         frame = add_run_hours(search_table(study, cfg), state)   # each trial's measured GPU-hours
@@ -142,7 +142,7 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
     body = render(frame, fmt, caption)
     if fmt != "markdown":
         return body
-    if cfg.kind != "ladder":
+    if not cfg.study_kind.paired_rungs:
         return f"{caption}\n\n{body}"
     body += "\n\n" + caption_lists(caption)   # the dated deviations and the column notes, after the table
     body += scaling_section(state, path, storage_url, **(scaling or {}))   # asymptote A and efficiency C_mid
