@@ -115,8 +115,8 @@ def load_claim(path: str | Path) -> Claim:
         if key not in data:
             raise ConfigError(f"{path.name}: {key}: required")
     study = load_study(resolve_study_path(path, data["study"]))
-    if study.kind != "ladder":
-        raise ConfigError(f"{path.name}: study: {study.name} is a search; claims compare rungs of a ladder")
+    if not study.study_kind.paired_rungs:
+        raise ConfigError(f"{path.name}: study: {study.name} is a {study.kind}; claims compare rungs of a ladder")
     check_claim_metric(data["metric"], f"{path.name}: metric")
     if data["direction"] not in DIRECTIONS:
         raise ConfigError(f"{path.name}: direction: {data['direction']!r}; valid: {', '.join(DIRECTIONS)}")

@@ -321,8 +321,8 @@ def rescored_rows(rows: pd.DataFrame, cfg: StudyConfig, state: Path, text: str, 
     """``rows`` (ladder_rows) with each complete row's value read from its re-scoring under ``text``;
     errors: a search study, several settings to read, a complete row without its re-scoring."""
     spec = parse_rescored(text)
-    if cfg.kind != "ladder":
-        raise ConfigError(f"--metric {text!r}: {cfg.name} is a search; its trials are read by "
+    if not cfg.study_kind.paired_rungs:
+        raise ConfigError(f"--metric {text!r}: {cfg.name} is a {cfg.kind}; its trials are read by "
                           "analysis.rescored_search.rescored_trials, not as a ladder's rows")
     complete = rows[rows.state == "COMPLETE"]
     names = {run: f"{cfg.rungs[int(r)].name!r} seed {s}" for r, s, run in zip(complete.rung, complete.seed, complete.run_id)

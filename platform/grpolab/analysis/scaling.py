@@ -116,7 +116,7 @@ def scaling_frame(state, study_path: str, storage_url: str | None, metric: str =
         raise ConfigError(f"compute axis {compute!r}: valid are {', '.join(COMPUTE_AXES)}")
     check_window(skip_below, fit_upto)
     cfg, study = load_results(study_path, state, storage_url)
-    if cfg.kind != "ladder":
+    if not cfg.study_kind.paired_rungs:
         return None
     rows = ladder_rows(study, cfg)
     client, out = MlflowClient(tracking_uri(state)), []

@@ -30,7 +30,7 @@ CURVE_COLUMNS = [*TIDY_COLUMNS, "timestamp"]
 def study_results(study, cfg) -> pd.DataFrame:
     """The tidy frame of a ladder (every rung x seed, latest outcome) or a search (every trial
     that reported an outcome or still runs; its sampled parameters as extra columns)."""
-    rows = _ladder_records(study, cfg) if cfg.kind == "ladder" else _search_records(study, cfg)
+    rows = _ladder_records(study, cfg) if cfg.study_kind.paired_rungs else _search_records(study, cfg)
     frame = pd.DataFrame(rows)
     if frame.empty:
         return pd.DataFrame(columns=STUDY_COLUMNS)

@@ -75,8 +75,8 @@ def run_until_decided(path: str, state: Path, storage_url: str | None, workers: 
 
 def _plan(cfg, max_seeds: int, batch: int) -> list[int]:
     """The planned looks' seed counts, or why this study cannot add seeds until decided."""
-    if cfg.kind != "ladder":
-        raise ConfigError(f"--until-decided: {cfg.name} is a search; only ladders have rung verdicts")
+    if not cfg.study_kind.paired_rungs:
+        raise ConfigError(f"--until-decided: {cfg.name} is a {cfg.kind}; only ladders have rung verdicts")
     if cfg.objectives[0].smallest_effect is None:
         raise ConfigError(f"--until-decided: {cfg.name} has no smallest_effect for {cfg.objectives[0].metric}: "
                           "nothing can be decided")

@@ -37,12 +37,11 @@ def row_experiment(path: str) -> dict:
     from grpolab.experiment.config import apply_overrides
     from grpolab.yaml_input import read_yaml_mapping
     data = read_yaml_mapping(Path(path), "bench file", "give an experiment or a study file")
-    if data.get("kind") in ("ladder", "search"):
-        from grpolab.studies.definition import load_study
+    from grpolab.studies.definition import load_study
+    from grpolab.studies.kinds import names_a_kind
+    if names_a_kind(data.get("kind")):
         study = load_study(path)
-        if study.kind == "ladder":
-            return study.rung_experiment(0, study.seeds[0])
-        return {**study.base, "seed": study.seeds[0], "name": study.name}
+        return study.study_kind.first_row(study)
     data.setdefault("name", Path(path).stem)
     return apply_overrides(data, [])
 

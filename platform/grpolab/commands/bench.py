@@ -97,8 +97,9 @@ def _check_file(path: str | None) -> None:
     data = read_yaml_mapping(path, "bench file", "give an experiment or a study file")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")   # the row's notes are shown when it runs
-        if data.get("kind") in ("ladder", "search"):
-            from grpolab.studies.definition import load_study
+        from grpolab.studies.definition import load_study   # (it registers the kinds)
+        from grpolab.studies.kinds import names_a_kind
+        if names_a_kind(data.get("kind")):
             load_study(path)
         else:
             from grpolab.experiment.config import load_experiment

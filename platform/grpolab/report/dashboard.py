@@ -94,12 +94,12 @@ def build_dashboard(state: Path, out: Path, study_path: str | None = None, run_i
     out.parent.mkdir(parents=True, exist_ok=True)
     plotly_tag = plotly_script(out, plotlyjs)
     sections, notes, tables = [], [], []
-    if cfg is not None and cfg.kind == "ladder" and (layout.get("ablation") or layout.get("paired_delta")):
+    if cfg is not None and cfg.study_kind.paired_rungs and (layout.get("ablation") or layout.get("paired_delta")):
         _ladder_sections(state, study_path, storage_url, cfg, layout, sections, tables)
     _curve_sections(state, runs, layout, sections, notes)
     if study_path:
         _completions_table(state, study_path, storage_url, tables, notes)
-    if cfg is not None and cfg.kind == "search" and layout.get("optuna"):
+    if cfg is not None and cfg.study_kind.optuna_panels and layout.get("optuna"):
         _, study = load_results(study_path, state, storage_url)
         figures, skipped = optuna_figures(study)
         sections.extend(figures)

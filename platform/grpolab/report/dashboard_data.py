@@ -119,7 +119,7 @@ def ablation_frame(state: Path, study_path: str, storage_url: str | None) -> pd.
     ``attrs["level"]`` is the verdicts' level, the level of its ``delta_ci95`` t-interval, and
     ``attrs["caption"]`` the caption the printed table carries (``tables.ladder_view``)."""
     from grpolab.report.tables import ladder_view
-    if load_study(study_path).kind != "ladder":
+    if not load_study(study_path).study_kind.paired_rungs:
         return None
     table, caption, level = ladder_view(study_path, state, storage_url)
     table.attrs["level"], table.attrs["caption"] = level, caption

@@ -150,7 +150,7 @@ def rescored_page(state: Path, study_path: str, storage_url: str | None, metric:
     from grpolab.report.page import render_page
     from grpolab.report.tables import rescored_search_view, rescored_view
     cfg, study = load_results(study_path, state, storage_url)
-    if cfg.kind != "ladder":
+    if not cfg.study_kind.paired_rungs:
         picked = rescored_search_view(cfg, study, state, storage_url, metric)
         sections = [("Re-scored trials", rescored_trials_figure(picked.frame, parse_rescored(metric).label,
                                                                 picked.beside))]

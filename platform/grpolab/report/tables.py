@@ -145,11 +145,11 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
         raise ConfigError(f"--metric: {metric!r} is not an objective of {cfg.name}; valid: {', '.join(names)}, "
                           "or a re-scored one: rescored:eval/<benchmark>/<score> (docs/studies.md)")
     index = names.index(metric) if metric in names else 0
-    if is_rescored(metric) and cfg.kind != "ladder":
+    if is_rescored(metric) and not cfg.study_kind.paired_rungs:
         frame, caption = rescored_search_view(cfg, study, state, storage_url, metric)[:2]
     elif is_rescored(metric):   # cfg: the study with the re-scored metric as its one objective
         (frame, caption, level), cfg = rescored_view(cfg, study, state, storage_url, metric)
-    elif cfg.kind == "ladder":
+    elif cfg.study_kind.paired_rungs:
         frame, caption, level = ladder_view(path, state, storage_url, index)
     else:
         frame = add_run_hours(search_table(study, cfg), state)   # each trial's measured GPU-hours
@@ -159,7 +159,7 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
     body = render(frame, fmt, caption)
     if fmt != "markdown":
         return body
-    if cfg.kind != "ladder":
+    if not cfg.study_kind.paired_rungs:
         return f"{caption}\n\n{body}"
     body += "\n\n" + caption_lists(caption)   # the dated deviations and the column notes, after the table
     body += scaling_section(state, path, storage_url, **(scaling or {}))   # asymptote A and efficiency C_mid

@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 
 from grpolab.errors import ConfigError
 from grpolab.signals import raise_if_signalled, signals_raise
-from grpolab.studies.definition import StudyConfig, ladder_notes, load_study
+from grpolab.studies.definition import StudyConfig, load_study
 from grpolab.studies.devices import placement_for
 from grpolab.studies.hand_back import reap_logged, reap_stale_trials, watchdog
 from grpolab.studies.launch_options import check_rows_fit, row_accelerate_config
@@ -32,7 +32,6 @@ from grpolab.studies.registration import (
 from grpolab.studies.resume import RESUMES_ATTR
 from grpolab.studies.results_written import results_pending, write_results
 from grpolab.studies.rows import (
-    OUTCOME_ATTR,
     PARENT_RUN_ATTR,
     ROW_ATTR,
     RUN_ATTR,
@@ -144,12 +143,7 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int | No
         echo(placement.describe() + (f"; launched by accelerate with {accelerate}" if accelerate else ""))
     if launcher is None and cfg.launcher.slurm:
         echo("launcher.slurm: not used (the workers run on this machine; --launcher slurm submits them with it)")
-    if cfg.kind == "ladder":   # before anything runs: rungs that cannot act, rungs that repeat another
-        notes = ladder_notes(cfg)
-        echo("ladder check: " + ("every rung's change can act in its regime and no two rungs are identical"
-                                 if not notes else f"{len(notes)} finding(s)"))
-        for note in notes:
-            echo(f"  ! {note}")
+    cfg.study_kind.check(cfg, echo)   # before anything runs
     storage_url = storage_url or default_storage(state)
     tracking = check_stores(state, storage_url)          # fail fast: nothing is written before this
     Path(state).mkdir(parents=True, exist_ok=True)
@@ -165,11 +159,11 @@ def run_study(path: str, state: Path, storage_url: str | None, workers: int | No
                 study = create_or_load(cfg, storage_url)
                 check_definition(study, cfg, accept_changed)
                 cfg = with_added_seeds(cfg, study)
-                if cfg.kind == "ladder":   # before any row of this run: the file's verdict fields as they stand
+                if cfg.study_kind.paired_rungs:   # before any row of this run: the file's verdict fields as they stand
                     register_ladder(state, load_study(path), study)
                 for reason in reap_stale_trials(study, state, row_timeout=cfg.row_timeout_s).values():
                     echo(reason)
-                if cfg.kind == "ladder":
+                if cfg.study_kind.queued_rows:
                     enqueue_missing_rows(study, cfg, retry_failed)
                 pending = has_pending_rows(study, cfg)
                 parent = ensure_parent_run(study, cfg, state, reopen=pending)
@@ -280,18 +274,14 @@ def _requeue(study, cfg: StudyConfig, locked) -> None:
     """Queue again the ladder rows handed back while the study runs (a cluster job ended under
     them): under the setup lock, and only rows with no complete, running or waiting trial, so a
     row is queued once however many coordinators do this."""
-    if cfg.kind == "ladder":
+    if cfg.study_kind.queued_rows:
         with locked():
             enqueue_missing_rows(study, cfg, retry_failed=False)
 
 
 def has_pending_rows(study: optuna.Study, cfg: StudyConfig) -> bool:
     """Whether a worker would run anything: a waiting ladder row, or a search short of n_trials."""
-    if cfg.kind == "ladder":
-        return bool(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-    finished = [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL or
-                t.user_attrs.get(OUTCOME_ATTR) == "error"]
-    return len(finished) < cfg.n_trials
+    return cfg.study_kind.pending(study, cfg)
 
 
 def _close_parent(state: Path, parent_run_id: str, final: dict | None, interrupted: bool = False) -> None:

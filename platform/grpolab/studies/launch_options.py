@@ -166,8 +166,7 @@ def _check_what_grpolab_decides(data: dict, where: str) -> None:
 def row_generation_backends(study) -> set[str]:
     """The generation backends a study's rows may use (every rung of a ladder; a search's base and
     the choices of a searched generation.backend)."""
-    experiments = ([study.rung_experiment(i, study.seeds[0]) for i in range(len(study.rungs))]
-                   if study.kind == "ladder" else [study.base])
+    experiments = study.study_kind.row_experiments(study)
     backends = {(e.get("generation") or {}).get("backend", "transformers") for e in experiments}
     searched = (study.space or {}).get("generation.backend")
     return backends | set(searched.get("choices") or []) if isinstance(searched, dict) else backends

@@ -17,7 +17,8 @@ from grpolab.errors import ConfigError
 from grpolab.planning import plan_note, planning
 from grpolab.experiment.config import build_config
 from grpolab.method.sampling_modes import SAMPLING_MODES
-from grpolab.studies.definition import ladder_notes, load_study
+from grpolab.studies.definition import load_study
+from grpolab.studies.kinds import kind_named
 from grpolab.studies.launch_options import check_accelerate_config, check_rows_fit
 from grpolab.tasks import task_of
 from grpolab.tasks.sources import locate_rows, read_rows
@@ -108,17 +109,8 @@ def plan_study(path: str, gpus_per_row: int | None = None) -> StudyPlan:
                                                  f"launcher.accelerate_config (with {source} {devices})")
             check_rows_fit(accelerate, study, "launcher.accelerate_config")
             source += f"; launched by accelerate with {accelerate}"
-        seed = study.seeds[0]
-        if study.kind == "ladder":
-            shapes = [(f"r{i} {rung.name}", len(study.seeds), build_config(study.rung_experiment(i, seed)))
-                      for i, rung in enumerate(study.rungs)]
-            notes = [f"ladder check: {n}" for n in ladder_notes(study)] or [
-                "ladder check: every rung's change can act in its regime and no two rungs are identical"]
-        else:
-            base = build_config({**study.base, "seed": seed})
-            shapes = [("each trial", study.n_trials, base)]
-            moved = sorted(k for k in study.space if k in BUDGET_KEYS)
-            notes = [f"the search space changes {', '.join(moved)}: each trial is sized at the base values"] if moved else []
+        shapes, notes = study.study_kind.plan_rows(study, BUDGET_KEYS)
+        shapes = [(name, rows, build_config(experiment)) for name, rows, experiment in shapes]
         sized = [_row(name, rows, cfg, expected, devices) for name, rows, cfg in shapes]
     return StudyPlan(str(path), study.name, study.kind, len(study.seeds), sized, expected, source,
                      tuple(study.on_demand) if study.on_demand else None, list(needs), notes)
@@ -180,8 +172,7 @@ def _on_demand_line(plan: StudyPlan, tokens_per_second: float | None) -> str:
 
 def render_plan(plan: StudyPlan, tokens_per_second: float | None = None) -> str:
     """The plan as text: one line per row shape, the totals, what the running machine needs."""
-    shape = (f"{len(plan.rows)} rungs x {plan.seeds} seeds" if plan.kind == "ladder"
-             else f"{plan.rows[0].rows} trials")
+    shape = kind_named(plan.kind).plan_shape(plan)
     lines = [(f"plan of {plan.path}: {plan.kind} {plan.name!r}, {shape} = {plan.total_rows} rows "
               "(validated without loading a model)")]
     caps = sorted({r.cap for r in plan.rows})

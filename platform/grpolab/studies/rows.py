@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from optuna.trial import TrialState
 
-from grpolab.studies.definition import StudyConfig, quiet_build
-from grpolab.tracking.naming import ladder_run_name, method_label
+from grpolab.studies.study_config import StudyConfig, quiet_build
+from grpolab.tracking.naming import method_label
 
 if TYPE_CHECKING:
     import optuna
@@ -69,16 +69,8 @@ def row_states(study: optuna.Study, cfg: StudyConfig) -> dict[str, str]:
 
 
 def progress(study: optuna.Study, cfg: StudyConfig, started: float, workers: int) -> dict:
-    trials = [t for t in study.get_trials(deepcopy=False) if cfg.kind == "search" or ROW_ATTR in t.user_attrs]
-    if cfg.kind == "ladder":
-        states = list(row_states(study, cfg).values())
-        count = {name: states.count(name) for name in ("COMPLETE", "RUNNING", "WAITING", "FAIL", "INTERRUPTED")}
-        count["INTERRUPTED"] += states.count("MISSING")
-    else:
-        count = {s.name: sum(t.state == s for t in trials) for s in TrialState}
-        errors = sum(t.state == TrialState.FAIL and t.user_attrs.get(OUTCOME_ATTR) == "error" for t in trials)
-        count.update(COMPLETE=count["COMPLETE"] + count["PRUNED"], FAIL=errors, INTERRUPTED=count["FAIL"] - errors)
-    total = len(cfg.rows()) if cfg.kind == "ladder" else cfg.n_trials
+    trials, count = cfg.study_kind.row_counts(study, cfg)
+    total = cfg.study_kind.total_rows(cfg)
     done = count["COMPLETE"]
     remaining = max(total - done, 0)
     eta = _eta(trials, started, remaining, workers)
@@ -125,13 +117,9 @@ def summary(study, cfg: StudyConfig, final: dict, echo) -> int:
     failed = final["failed"]   # rows left failed (not retried) are counted among them
     if failed:
         echo(f"{failed} row(s) failed; see `grpolab table {cfg.path}` and rerun with --retry-failed")
-    if cfg.kind == "ladder":
-        open_rows = [f"{k} ({v.lower()})" for k, v in row_states(study, cfg).items() if v not in ("COMPLETE", "FAIL")]
-    else:
-        missing = final["total"] - final["done"] - final["failed"]
-        open_rows = [f"{missing} trial(s)"] if missing > 0 else []
+    missing, open_rows = cfg.study_kind.open_rows(study, cfg, final)
     if open_rows:
-        echo(f"{len(open_rows) if cfg.kind == 'ladder' else missing} row(s) did not complete: {', '.join(open_rows)}; "
+        echo(f"{missing} row(s) did not complete: {', '.join(open_rows)}; "
              "run the same command again to resume them")
     return 1 if failed or open_rows else 0
 
@@ -139,8 +127,6 @@ def summary(study, cfg: StudyConfig, final: dict, echo) -> int:
 def study_run_identity(cfg, trial_number: int, labels: dict, exp) -> tuple[str, str]:
     """(run name, method label) of a study trial: ladder rows are named by rung and seed, and
     their method is named relative to the ladder's first rung (``naive_grpo + eps_high=0.28``)."""
-    first = quiet_build(cfg.rung_experiment(0, labels["seed"]) if cfg.kind == "ladder" else cfg.base)
+    first = quiet_build(cfg.study_kind.reference_experiment(cfg, labels["seed"]))
     method = method_label(exp.spec, exp.method_name, first.spec if first.method_name == exp.method_name else None)
-    if cfg.kind == "ladder":
-        return ladder_run_name(labels["rung"], labels["rung_name"], labels["seed"]), method
-    return f"trial {trial_number} · seed {labels['seed']}", method
+    return cfg.study_kind.run_name(cfg, trial_number, labels), method

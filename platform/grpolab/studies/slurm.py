@@ -30,7 +30,7 @@ from optuna.trial import TrialState
 
 from grpolab.errors import ConfigError, did_you_mean
 from grpolab.studies.coordinator import has_pending_rows
-from grpolab.studies.definition import StudyConfig
+from grpolab.studies.study_config import StudyConfig
 from grpolab.studies.hand_back import reap_job_trials
 from grpolab.studies.processes import row_flags
 from grpolab.studies.rows import row_states
@@ -306,7 +306,7 @@ class SlurmLauncher:
 
 
 def _interrupted_rows(study, cfg: StudyConfig) -> bool:
-    return cfg.kind == "ladder" and "INTERRUPTED" in row_states(study, cfg).values()
+    return cfg.study_kind.queued_rows and "INTERRUPTED" in row_states(study, cfg).values()
 
 
 def _count(states: dict[str, str]) -> dict[str, int]:

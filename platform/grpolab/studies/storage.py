@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 
 from grpolab.errors import ConfigError
 from grpolab.signals import raise_if_signalled
-from grpolab.studies.definition import StudyConfig
+from grpolab.studies.study_config import StudyConfig
 from grpolab.studies.registration import definition_hash  # noqa: F401  (re-exported: tests, check_definition)
 from grpolab.studies.storage_loss import (  # noqa: F401  (re-exported: the commands, coordinator and tests)
     RECONNECT_S, end_if_gone, give_up, outlasting_storage_loss, reconnect_patience, rides_out_restarts,
@@ -103,33 +103,13 @@ def _ends_whole(file: Path) -> bool:
         return f.read(1) == b"\n"
 
 
-def _sampler(cfg: StudyConfig):
-    name, seed = cfg.sampler.get("name", "tpe"), cfg.sampler.get("seed", 0)
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True)
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "nsga2":
-        return optuna.samplers.NSGAIISampler(seed=seed)
-    raise ConfigError(f"sampler.name: unknown sampler {name!r}; valid: tpe, random, nsga2")
-
-
-def _pruner(cfg: StudyConfig):
-    if not cfg.pruner:
-        return optuna.pruners.NopPruner()
-    kw = {k: v for k, v in cfg.pruner.items() if k != "name"}
-    if cfg.pruner.get("name", "median") != "median":
-        raise ConfigError(f"pruner.name: unknown pruner {cfg.pruner.get('name')!r}; valid: median")
-    return optuna.pruners.MedianPruner(**kw)
-
-
 def create_or_load(cfg: StudyConfig, storage_url: str) -> optuna.Study:
     """The study, created on first use with its objectives' directions and names (optuna-dashboard
     and ``study.metric_names`` show the metric, not "Objective 0")."""
     directions = [o.direction for o in cfg.objectives]
     study = optuna.create_study(study_name=cfg.name, storage=open_storage(storage_url), load_if_exists=True,
-                                directions=directions, sampler=_sampler(cfg) if cfg.kind == "search" else None,
-                                pruner=_pruner(cfg) if cfg.kind == "search" else None)
+                                directions=directions, sampler=cfg.study_kind.sampler(cfg),
+                                pruner=cfg.study_kind.pruner(cfg))
     names = [o.metric for o in cfg.objectives]
     if study.metric_names != names:
         study.set_metric_names(names)
@@ -141,7 +121,7 @@ def load_existing(cfg: StudyConfig, storage_url: str) -> optuna.Study | None:
     storage = open_storage(storage_url)
     if cfg.name not in {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}:
         return None
-    return optuna.load_study(study_name=cfg.name, storage=storage, sampler=_sampler(cfg) if cfg.kind == "search" else None)
+    return optuna.load_study(study_name=cfg.name, storage=storage, sampler=cfg.study_kind.sampler(cfg))
 
 
 def load_for_worker(cfg: StudyConfig, storage_url: str) -> optuna.Study:
@@ -158,8 +138,7 @@ def load_for_worker(cfg: StudyConfig, storage_url: str) -> optuna.Study:
     if cfg.name not in {s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)}:
         raise missing
     return optuna.load_study(study_name=cfg.name, storage=storage,
-                             sampler=_sampler(cfg) if cfg.kind == "search" else None,
-                             pruner=_pruner(cfg) if cfg.kind == "search" else None)
+                             sampler=cfg.study_kind.sampler(cfg), pruner=cfg.study_kind.pruner(cfg))
 
 
 SEEDS_ADDED_ATTR = "grpolab_seeds_added"

@@ -17,10 +17,9 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
-from grpolab.experiment.config import apply_overrides, as_overrides
 from grpolab.signals import (RunKilled, forget_signals, raise_if_signalled, signal_behind, signal_pending,
                              signals_raise)
-from grpolab.studies.definition import StudyConfig, quiet_build
+from grpolab.studies.study_config import StudyConfig, quiet_build
 from grpolab.studies.heartbeat import Heartbeat, TrialReaped
 from grpolab.studies.objectives import objective_value
 from grpolab.studies.processes import pin_worker_threads
@@ -31,7 +30,6 @@ from grpolab.studies.row_run import PrunedRun, run_row
 from grpolab.studies.rows import (OUTCOME_ATTR, PARENT_RUN_ATTR, PASS_AT_1_ATTR, ROW_ATTR, RUN_ATTR,
                                   study_run_identity)
 from grpolab.studies.run_closing import end_trial_runs, link_restart
-from grpolab.studies.search_space import suggest
 from grpolab.studies.storage import load_for_worker, with_added_seeds
 
 log = logging.getLogger(__name__)
@@ -47,38 +45,18 @@ def metric_value(metric: str, result) -> float:
     return objective_value(metric, result.evals, result.train_curves)
 
 
-ADDED_SEED_MAX = 2**31 - 1
-
-
-def _trial_experiment(cfg: StudyConfig, trial: optuna.Trial) -> tuple[dict, dict]:
-    """(experiment dict, labels) for the trial: a ladder row or a sampled search point."""
-    if cfg.kind == "ladder":
-        rung = trial.suggest_int("rung", 0, len(cfg.rungs) - 1)
-        row_seed = int(trial.user_attrs.get(ROW_ATTR, "s-1").rsplit("-s", 1)[-1])
-        if row_seed in cfg.added_seeds:   # enqueued by studies.enqueue_missing_rows as added_seed
-            seed = trial.suggest_int("added_seed", 0, ADDED_SEED_MAX)
-        else:
-            seed = trial.suggest_categorical("seed", [s for s in cfg.seeds if s not in cfg.added_seeds])
-        return cfg.rung_experiment(rung, seed), {"rung": rung, "rung_name": cfg.rungs[rung].name, "seed": seed}
-    point = suggest(trial, cfg.space)
-    seed = cfg.seeds[trial.number % len(cfg.seeds)]
-    data = apply_overrides(cfg.base, as_overrides(point) + [f"seed={seed}"])
-    data["name"] = f"{cfg.name}-t{trial.number}"
-    return data, {"seed": seed, **{k: v for k, v in point.items()}}
-
-
 def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run_id: str, procs_per_row: int = 1,
                   storage_url: str | None = None) -> bool:
     """Run one trial; False when a ladder has no waiting row left. The trial is claimed with a
     heartbeat (heartbeat.py) for as long as it runs. ``procs_per_row`` > 1: the row trains as that
     many processes (ranks.py), which load the study from ``storage_url`` to prune."""
-    if cfg.kind == "ladder" and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+    if cfg.study_kind.queued_rows and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
         return False
     if procs_per_row == 1:   # (several: the rank processes import it, not this one)
         from grpolab.experiment import runner  # noqa: F401 - the heavy imports happen before a row is claimed, not on its clock
     trial = study.ask()
     try:
-        if cfg.kind == "ladder" and ROW_ATTR not in trial.user_attrs:
+        if cfg.study_kind.queued_rows and ROW_ATTR not in trial.user_attrs:
             # another worker took the last waiting row between our check and ask(): not a row
             study.tell(trial, state=TrialState.FAIL)
             study.set_user_attr(f"spurious_{trial.number}", True)
@@ -143,7 +121,7 @@ def _nan_objectives(cfg: StudyConfig, values: list[float]) -> str | None:
 
 def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str, heartbeat,
                  procs_per_row: int = 1, storage_url: str | None = None) -> list[float]:
-    data, labels = _trial_experiment(cfg, trial)
+    data, labels = cfg.study_kind.trial_experiment(cfg, trial)   # a ladder row or a sampled search point
     exp = quiet_build(data)
 
     previous = trial.user_attrs.get(RESUMES_ATTR)
@@ -167,7 +145,7 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
             **({"grpolab.restart_of": previous} if previous and not resume_run_id else {}),
             **({"grpolab.cuda_visible_devices": os.environ["CUDA_VISIBLE_DEVICES"]}   # this worker's devices
                if "CUDA_VISIBLE_DEVICES" in os.environ else {})}
-    prunes = cfg.kind == "search" and len(cfg.objectives) == 1   # Optuna prunes single-objective searches only
+    prunes = cfg.study_kind.prunes(cfg)
     if procs_per_row > 1:
         spec = {"experiment": data, "state": str(state), "parent_run_id": parent_run_id,
                 "tags": {**tags, "grpolab.processes": procs_per_row,   # and the launcher's file, when one launched them
@@ -229,11 +207,8 @@ def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=Non
         while True:
             if after_trial is not None:
                 after_trial()
-            if cfg.kind == "search":
-                finished = [t for t in study.get_trials(deepcopy=False) if t.state != TrialState.FAIL or
-                            t.user_attrs.get(OUTCOME_ATTR) == "error"]
-                if len(finished) >= cfg.n_trials:
-                    return
+            if cfg.study_kind.budget_spent(study, cfg):
+                return
             raise_if_signalled()   # a SIGTERM swallowed outside a trial still stops the worker
             if not run_one_trial(study, cfg, state, parent, procs_per_row, storage_url):
                 return
