@@ -96,9 +96,9 @@ def test_only_step_0_within_the_controls_tokens_is_not_judged_and_says_so(monkey
     rows, cfg = _ladder(monkeypatch, treatment_per_step=2500, steps=(0, 60, 120))   # 150,000 tokens at step 60
     same = ladder_verdicts.rung_verdicts(rows, cfg)[1][0].equal_tokens
     assert same.verdict is None
-    assert same.reason == ("not judged at equal generated tokens: 8 of 8 paired seeds have no evaluation after step 0 "
-                           "within the control's tokens (mean 120,000), and judging the rest would select seeds by "
-                           "their token ratio (add evaluations: eval.every) (token ratio 2.50 >= 1.05)")
+    assert same.reason == ("not judged at equal generated tokens: 8 of 8 paired seeds have no evaluation at 85-100 % "
+                           "of the control's generated tokens (mean 120,000), and judging the rest would select seeds "
+                           "by their token ratio (add evaluations: eval.every) (token ratio 2.50 >= 1.05)")
     assert answer_lines(ladder_table(rows, cfg))[-1] == f"+ Dynamic Sampling: {same.reason}"
 
 
@@ -110,7 +110,7 @@ def test_one_seed_without_an_evaluation_in_time_leaves_the_line_not_judged(monke
     _Fake.table["r1s0"] = _history(5000, {0: 0.1, 30: 0.3, 60: 0.3, 90: 0.3, 120: 0.4}, 0.5)
     same = ladder_verdicts.rung_verdicts(rows, cfg)[1][0].equal_tokens
     assert same.verdict is None and same.reason.startswith(
-        "not judged at equal generated tokens: 1 of 8 paired seeds have no evaluation after step 0")
+        "not judged at equal generated tokens: 1 of 8 paired seeds have no evaluation at 85-100 %")
 
 
 def test_no_common_prompt_set_is_refused_with_its_reason(monkeypatch):
@@ -126,4 +126,7 @@ def test_no_common_prompt_set_is_refused_with_its_reason(monkeypatch):
 def test_matched_step_takes_measured_points_only():
     h = _history(2000, {0: 0.1, 30: 0.2, 60: 0.3, 90: 0.4, 120: 0.5})
     assert tokens_at(h, 0) == 0 and tokens_at(h, 60) == 120_000
-    assert matched_step(h, 119_999) == 30 and matched_step(h, 120_000) == 60 and matched_step(h, 59_999) is None
+    assert matched_step(h, 120_000) == 60 and matched_step(h, 140_000) == 60        # step 60 at 86 %
+    assert matched_step(h, 119_999) is None and matched_step(h, 142_000) is None   # step 30 at 50 %, 60 at 84.5 %
+    windows = RunHistory({0: {}, 60: {}}, {"tokens/cumulative": [(56, 1000.0), (64, 1200.0)]})
+    assert tokens_at(windows, 60) == 1200.0   # the window holding step 60 generated its tokens before it

@@ -176,6 +176,22 @@ def test_trainer_state_loads_from_either_layout_of_the_checkpoint_file(method, t
     assert torch.equal(resumed.prompt_draws.draw(4, n), saved.prompt_draws.draw(4, n))
 
 
+def test_an_older_flat_file_without_a_later_key_keeps_the_fresh_value(tiny_model_dir, tmp_path):
+    """device_seconds was saved only from 2026-11-28 on: a file from before resumes with the fresh
+    trainer's value (as that layout's loader skipped a missing attribute), the rest restored."""
+    saved, resumed = (_trainer(tiny_model_dir, tmp_path / name, "grpo") for name in ("saved", "resumed"))
+    _advance(saved)
+    flat = _flat_layout(saved)
+    del flat["device_seconds"]
+    (tmp_path / "old").mkdir()
+    torch.save(flat, tmp_path / "old" / "grpolab_state.pt")
+    fresh = resumed.counters.device_seconds
+    checkpoints.load_extra_state(resumed, tmp_path / "old")
+    assert resumed.counters.device_seconds == fresh
+    assert resumed.counters.cumulative_tokens == saved.counters.cumulative_tokens
+    assert resumed.entropy_control.state_dict() == saved.entropy_control.state_dict()
+
+
 def test_a_state_file_that_does_not_fit_is_refused_in_one_line(tiny_model_dir, tmp_path):
     trainer = _trainer(tiny_model_dir, tmp_path / "spo", "spo")
     other = {**trainer.grpolab_state_dict(), "tracker": None}   # a run of a method without the tracker

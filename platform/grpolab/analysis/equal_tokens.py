@@ -18,6 +18,8 @@ from grpolab.studies.definition import StudyConfig
 from grpolab.tracking.held_out import CURVE_SET_KEY
 
 TOKEN_RATIO_FLOOR = 1.05   # below it the rungs generated about the same tokens: equal steps is equal tokens
+NEAR = 0.85   # the treatment is read at 85-100 % of the control's tokens (one 8-step rollout window of a 60-step
+             # equal-token point is 13 %), or the seed has no equal-token point
 METRIC = "final:eval/pass_at_1"   # the one objective with a value on the curve's prompts at every evaluation
 TOKENS = "tokens/cumulative"
 NOT_JUDGED = "not judged at equal generated tokens"
@@ -35,12 +37,14 @@ class EqualTokens:
 
 
 def tokens_at(history, step: int) -> float:
-    """Cumulative generated tokens at ``step``: the last ``tokens/cumulative`` point at or before it
-    (0 at step 0: nothing is generated before training); NaN with none."""
+    """Cumulative generated tokens of the model evaluated at ``step``: the first ``tokens/cumulative``
+    point at or after it, since a rollout's tokens are generated at the start of its window of
+    optimizer steps and logged at the window's end (0 at step 0: nothing is generated before
+    training); NaN with none."""
     if step == 0:
         return 0.0
-    points = [v for s, v in sorted(history.train_curves.get(TOKENS, [])) if s <= step]
-    return float(points[-1]) if points else math.nan
+    points = [v for s, v in sorted(history.train_curves.get(TOKENS, [])) if s >= step]
+    return float(points[0]) if points else math.nan
 
 
 def final_tokens(history) -> float:
@@ -70,10 +74,12 @@ def curve_value(history, step: int, final_on_curve: bool) -> float:
 
 
 def matched_step(treatment, control_tokens: float) -> int | None:
-    """The treatment's last evaluation after step 0 whose cumulative tokens are <= ``control_tokens``
-    (a measured point, no interpolation: it never credits the treatment with tokens it had not yet
-    generated); None when only step 0 is within them."""
-    steps = [s for s in sorted(treatment.evals) if s > 0 and tokens_at(treatment, s) <= control_tokens]
+    """The treatment's last evaluation after step 0 whose cumulative tokens lie in
+    [NEAR * ``control_tokens``, ``control_tokens``] (a measured point, no interpolation: it never
+    credits the treatment with tokens it had not yet generated, and is never read at far fewer);
+    None when no evaluation is that close."""
+    steps = [s for s in sorted(treatment.evals)
+             if s > 0 and NEAR * control_tokens <= tokens_at(treatment, s) <= control_tokens]
     return steps[-1] if steps else None
 
 
@@ -127,9 +133,9 @@ def equal_tokens(cfg: StudyConfig, rung: int, obj, pairs: list, direction: str, 
     if early:
         # all or none: judging only the seeds that had an evaluation in time would select seeds by
         # their own token ratio (the seeds that regenerated most drop out), a biased subset
-        why = (f"{early} of {len(pairs)} paired seeds have no evaluation after step 0 within the control's "
-               f"tokens (mean {out.control_tokens:,.0f}), and judging the rest would select seeds by their token "
-               "ratio (add evaluations: eval.every)")
+        why = (f"{early} of {len(pairs)} paired seeds have no evaluation at {NEAR * 100:.0f}-100 % of the control's "
+               f"generated tokens (mean {out.control_tokens:,.0f}), and judging the rest would select seeds by their "
+               "token ratio (add evaluations: eval.every)")
         return dataclasses.replace(out, reason=f"{NOT_JUDGED}: {why} {on}")
     v = paired_verdict(diffs, direction, obj.smallest_effect, level, looks)
     return dataclasses.replace(out, verdict=v, steps=tuple(steps), treatment_tokens=_mean(at),

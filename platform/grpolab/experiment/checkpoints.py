@@ -125,7 +125,7 @@ def load_extra_state(trainer, folder: Path) -> None:
         if not isinstance(saved, dict):
             raise TypeError(f"it holds a {type(saved).__name__}, not a dict")
         if STATE_FORMAT_KEY not in saved:
-            saved = {STATE_FORMAT_KEY: STATE_FORMAT, "state": from_flat_layout(saved)}
+            saved = {STATE_FORMAT_KEY: STATE_FORMAT, "state": from_flat_layout(saved, trainer.grpolab_state_dict())}
         if saved[STATE_FORMAT_KEY] != STATE_FORMAT:
             raise ValueError(f"format {saved[STATE_FORMAT_KEY]!r}; this grpolab reads format {STATE_FORMAT}")
         trainer.load_grpolab_state_dict(saved["state"])

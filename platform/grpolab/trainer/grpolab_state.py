@@ -42,16 +42,31 @@ class GrpolabState:
                 part.load_state_dict(state[name])
 
 
-def from_flat_layout(flat: dict) -> dict:
+# the attributes the older layout saved by name (each only from the version that added it)
+FLAT_KEYS = {"cumulative_tokens", "device_seconds", "entropy_coef_now", "_last_entropy", "_critic_micro_steps",
+             "tracker", "_sampling_rng", "critic", "critic_opt"}
+
+
+def from_flat_layout(flat: dict, current: dict) -> dict:
     """An older state file (trainer attributes by name, flat: ``cumulative_tokens``,
     ``entropy_coef_now``, ``_sampling_rng``, a pickled ValueTracker as ``tracker``, ``critic`` and
-    ``critic_opt``, ...) as ``grpolab_state_dict()`` lays it out. KeyError names a missing key."""
-    tracker = flat["tracker"]
-    critic = None
+    ``critic_opt``, ...) as ``grpolab_state_dict()`` lays it out. A key the file lacks (written before
+    that attribute was saved, e.g. ``device_seconds``) keeps the fresh trainer's value from
+    ``current`` (its ``grpolab_state_dict()``), as the loader of that layout did."""
+    unknown = set(flat) - FLAT_KEYS
+    if unknown or "cumulative_tokens" not in flat:   # saved since the layout's first version
+        raise ValueError(f"not a grpolab state file: keys {sorted(flat)[:6]}; an older one holds "
+                         f"cumulative_tokens and some of {sorted(FLAT_KEYS - {'cumulative_tokens'})}")
+    counters, entropy = current["counters"], current["entropy"]
+    tracker = flat.get("tracker")
+    critic = current["critic"]
     if flat.get("critic") is not None:
-        critic = {"model": flat["critic"], "optimizer": flat["critic_opt"], "micro_steps": flat["_critic_micro_steps"]}
-    return {"counters": {"cumulative_tokens": flat["cumulative_tokens"], "device_seconds": flat["device_seconds"]},
-            "entropy": {"coef": flat["entropy_coef_now"], "last_entropy": flat["_last_entropy"]},
-            "prompt_draws": {"generator": flat["_sampling_rng"]},
-            "tracker": None if tracker is None else {"beta_params": dict(tracker.state)},
+        critic = {"model": flat["critic"], "optimizer": flat["critic_opt"],
+                  "micro_steps": flat.get("_critic_micro_steps", critic["micro_steps"] if critic else 0)}
+    return {"counters": {"cumulative_tokens": flat.get("cumulative_tokens", counters["cumulative_tokens"]),
+                         "device_seconds": flat.get("device_seconds", counters["device_seconds"])},
+            "entropy": {"coef": flat.get("entropy_coef_now", entropy["coef"]),
+                        "last_entropy": flat.get("_last_entropy", entropy["last_entropy"])},
+            "prompt_draws": {"generator": flat.get("_sampling_rng")},
+            "tracker": current["tracker"] if tracker is None else {"beta_params": dict(tracker.state)},
             "critic": critic}
