@@ -71,3 +71,28 @@ def test_a_patience_that_is_not_a_number_is_bad_input(monkeypatch):
     monkeypatch.setenv(PATIENCE_ENV, "soon")
     with pytest.raises(storage_loss.ConfigError, match=PATIENCE_ENV):
         storage_loss.reconnect_patience()
+
+
+def test_mid_command_a_refusal_is_waited_out_and_a_cut_connection_on_a_live_storage_is_tried_again(tmp_path,
+                                                                                                monkeypatch):
+    """Once the storage answered, a refusal (its host name gone while a container restarts) is a state
+    it may leave: waited out like an unreachable one. A connection cut mid-statement while the server
+    answers (a terminated backend) is tried again; any other error of a live storage is real."""
+    monkeypatch.setenv(PATIENCE_ENV, "30")
+    probes = []
+
+    def reason(url):
+        probes.append(url)
+        if len(probes) <= 2:
+            raise storage_loss.StoreRefused("could not translate host name: Name or service not known")
+        return None
+    monkeypatch.setattr(storage_loss, "study_storage_reason", reason)
+    share_storage_loss(URL, tmp_path, fresh=True)
+    assert ride_out_loss(URL, RuntimeError("cut")) is True and len(probes) == 3
+
+    class Cut(Exception):
+        connection_invalidated = True
+    wrapped = RuntimeError("optuna: storage error")
+    wrapped.__cause__ = Cut("server closed the connection unexpectedly")
+    assert ride_out_loss(URL, wrapped) is True
+    assert ride_out_loss(URL, ValueError("a bug")) is False

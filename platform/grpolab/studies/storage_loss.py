@@ -156,14 +156,38 @@ def _lost(url: str, reason: str) -> StoreUnreachable:
                             "are kept there: once it is back (restart it), run the same command again to resume")
 
 
+def _mid_command_reason(url: str) -> str | None:
+    """Why a storage that answered earlier in this command does not answer now. A refusal now (its
+    host name gone while its container restarts, a TLS handshake cut short) is a state it may
+    leave, so it is waited out like an unreachable one instead of ending the command as bad input."""
+    try:
+        return study_storage_reason(url)
+    except StoreRefused as exc:
+        return str(exc)
+
+
+def _connection_cut(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what it wraps: Optuna raises its own error from SQLAlchemy's) is a pooled
+    connection cut mid-statement, which a new connection may not meet (a terminated backend, a
+    proxy or fail-over dropping it) while the server itself answers."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if getattr(exc, "connection_invalidated", False):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def ride_out_loss(url: str, exc: BaseException) -> bool:
-    """After ``exc`` from a database storage: False when the storage answers (``exc`` is a real
-    error); True when it did not answer but came back within its patience (what failed may be
-    tried again). Raises the command's ``StoreUnreachable`` when it stays away for the whole
-    patience (then it is given up for the study) or another process of the study gave it up."""
-    reason = study_storage_reason(url)
+    """After ``exc`` from a database storage: True when what failed may be tried again (the storage
+    did not answer but came back within its patience, or it answers and ``exc`` was a connection
+    cut mid-statement); False when it answers and ``exc`` is a real error. Raises the command's
+    ``StoreUnreachable`` when it stays away for the whole patience (then it is given up for the
+    study) or another process of the study gave it up."""
+    reason = _mid_command_reason(url)
     if reason is None:
-        return False
+        return _connection_cut(exc)
     patience = reconnect_patience()
     deadline = time.monotonic() + patience
     log.warning("study storage unreachable (%s); waiting for it for up to %.0f s", reason, patience)
@@ -173,7 +197,7 @@ def ride_out_loss(url: str, exc: BaseException) -> bool:
             break
         raise_if_signalled()
         time.sleep(1.0)
-        answered = study_storage_reason(url)
+        answered = _mid_command_reason(url)
         if answered is None:
             return True
         reason = answered
@@ -204,8 +228,8 @@ def outlasting_storage_loss(url: str, run):
     """``run()``, run again when it failed because the database storage at ``url`` stopped
     answering for less than its patience (a restart cut the statement a worker waited on to claim
     a row); otherwise as ``storage_loss_ends_command``. ``run`` must be safe to start again: a
-    worker's loop is (it claims the next waiting row; a row whose report was cut is handed back by
-    the reaper)."""
+    worker's loop is (it claims the next waiting row). A row whose report was cut stays RUNNING
+    under this live process, so the reaper hands it back only at the study's row timeout."""
     while True:
         try:
             return run()
