@@ -86,10 +86,15 @@ def test_value_tracker_gives_the_same_predictions(tmp_path):
 
 
 def test_run_counters_continue_from_their_totals(tmp_path):
-    counters = RunCounters(cumulative_tokens=1234.0, device_seconds=56.5)
+    """The empty-update streak too: a resumed run fails after max_empty_updates batches in a row
+    counted across the interruption, as the undisturbed run does."""
+    counters = RunCounters(cumulative_tokens=1234.0, device_seconds=56.5, empty_streak=3)
     fresh = RunCounters()
     fresh.load_state_dict(_through_a_file(counters.state_dict(), tmp_path))
     assert fresh == counters
+    older = RunCounters()
+    older.load_state_dict({"cumulative_tokens": 1.0, "device_seconds": 2.0})   # saved before the streak was kept
+    assert older == RunCounters(1.0, 2.0, 0)
 
 
 def _critic_step(critic: Critic, ids: torch.Tensor) -> None:
@@ -134,7 +139,7 @@ def _trainer(tiny_model_dir, tmp_path, method: str):
 
 def _advance(trainer) -> None:
     """Move every part of a trainer away from its initial state, as training would."""
-    trainer.counters.cumulative_tokens, trainer.counters.device_seconds = 321.0, 7.25
+    trainer.counters.cumulative_tokens, trainer.counters.device_seconds, trainer.counters.empty_streak = 321.0, 7.25, 2
     trainer.entropy_control.coef, trainer.entropy_control.last_entropy = 0.02, 0.7
     trainer.prompt_draws.draw(3, len(trainer.train_dataset))
     if trainer.tracker is not None:
@@ -171,7 +176,10 @@ def test_trainer_state_loads_from_either_layout_of_the_checkpoint_file(method, t
         resumed.load_grpolab_state_dict(initial)
         assert not _same(resumed.grpolab_state_dict(), saved.grpolab_state_dict())
         checkpoints.load_extra_state(resumed, folder)
-        assert _same(resumed.grpolab_state_dict(), saved.grpolab_state_dict()), folder.name
+        expected = saved.grpolab_state_dict()
+        if folder is flat:   # that layout never held the empty-update streak: it resumes from the fresh 0
+            expected["counters"]["empty_streak"] = initial["counters"]["empty_streak"]
+        assert _same(resumed.grpolab_state_dict(), expected), folder.name
     n = len(resumed.train_dataset)
     assert torch.equal(resumed.prompt_draws.draw(4, n), saved.prompt_draws.draw(4, n))
 

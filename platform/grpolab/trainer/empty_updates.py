@@ -48,16 +48,16 @@ class EmptyUpdateChecks:
         elif float(signal) == 0 and not self._other_gradient_terms():
             cause = self._zero_advantage_cause(total, rows, G)
         else:
-            self._empty_streak = 0
+            self.counters.empty_streak = 0
             return
-        self._empty_streak += 1
+        self.counters.empty_streak += 1
         limit = self.max_empty_updates
-        if self._empty_streak == 1:
+        if self.counters.empty_streak == 1:
             warn_at_caller(f"GrpoLabTrainer: update batch at step {self.state.global_step} gives the policy no "
                            f"gradient: {cause}" + (f"; the run fails after {limit} such batches in a row "
                                                    "(max_empty_updates)" if limit else ""), EmptyUpdateWarning)
-        if limit and self._empty_streak >= limit:
-            raise EmptyUpdatesError(f"{self._empty_streak} update batches in a row gave the policy no gradient "
+        if limit and self.counters.empty_streak >= limit:
+            raise EmptyUpdatesError(f"{self.counters.empty_streak} update batches in a row gave the policy no gradient "
                                     f"(max_empty_updates={limit}; CLI: train.max_empty_updates, 0 = never fail), up "
                                     f"to step {self.state.global_step}: {cause}")
 

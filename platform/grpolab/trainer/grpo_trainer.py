@@ -64,7 +64,7 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
                  method=None, correctness=None, max_empty_updates=20, answer_extractor=None, **trl_kwargs):
         if isinstance(max_empty_updates, bool) or not isinstance(max_empty_updates, int) or max_empty_updates < 0:
             raise ValueError(f"max_empty_updates: expected an int >= 0 (0 = never fail), got {max_empty_updates!r}")
-        self.max_empty_updates, self._empty_streak = max_empty_updates, 0
+        self.max_empty_updates = max_empty_updates
         n_user = len(reward_funcs) if isinstance(reward_funcs, list) else int(reward_funcs is not None)
         setup = dropin.prepare(model, reward_funcs, args, train_dataset, method, correctness, trl_kwargs)
         self.method_name, spec, args, funcs = setup.method_name, setup.spec, setup.args, setup.reward_funcs

@@ -63,7 +63,7 @@ def from_flat_layout(flat: dict, current: dict) -> dict:
     if flat.get("critic") is not None:
         critic = {"model": flat["critic"], "optimizer": flat["critic_opt"],
                   "micro_steps": flat.get("_critic_micro_steps", critic["micro_steps"] if critic else 0)}
-    return {"counters": {"cumulative_tokens": flat.get("cumulative_tokens", counters["cumulative_tokens"]),
+    return {"counters": {**counters, "cumulative_tokens": flat.get("cumulative_tokens", counters["cumulative_tokens"]),
                          "device_seconds": flat.get("device_seconds", counters["device_seconds"])},
             "entropy": {"coef": flat.get("entropy_coef_now", entropy["coef"]),
                         "last_entropy": flat.get("_last_entropy", entropy["last_entropy"])},

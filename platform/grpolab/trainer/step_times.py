@@ -24,12 +24,15 @@ class RunCounters:
     """The run's totals so far, a resumed run's earlier part included."""
     cumulative_tokens: float = 0.0   # generated completion tokens
     device_seconds: float = 0.0      # processes x wall seconds of training
+    empty_streak: int = 0            # update batches in a row that gave the policy no gradient (max_empty_updates)
 
     def state_dict(self) -> dict:
         return asdict(self)
 
     def load_state_dict(self, state: dict) -> None:
         self.cumulative_tokens, self.device_seconds = float(state["cumulative_tokens"]), float(state["device_seconds"])
+        # a state saved before the streak was kept resumes it from 0, as those runs did
+        self.empty_streak = int(state.get("empty_streak", 0))
 
 
 class StepTimes:
