@@ -114,7 +114,7 @@ def test_every_command_writes_only_the_state_folder(tmp_path):
     (inputs / "claims" / "tiny_claim.yaml").write_text(yaml.safe_dump(TINY_CLAIM, sort_keys=False))
     commands = [["study", str(study)], ["table", str(study), "--format", "latex"], ["dashboard", str(study)],
                 ["verdicts", "--no-run", str(inputs / "claims" / "tiny_claim.yaml")], ["methods"],
-                ["bench", "--what", "cli", "--repeats", "1"]]
+                ["bench", "--what", "cli", "--repeats", "3"]]
     outputs = {}
     for args in commands:
         outputs[args[0]] = grpolab(["--state", str(state), *args], cwd, env).stdout

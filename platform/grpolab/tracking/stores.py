@@ -162,7 +162,11 @@ def check_http_tracking(uri: str) -> None:
     except Exception as exc:  # noqa: BLE001 - connection refused, TLS verification, a failing auth plugin
         caused = re.search(r"Caused by (.+)", str(exc))   # requests' own reason inside MLflow's wrapping message
         reason = caused.group(1)[:240] if caused else _first_line(exc)
-        if exit_code_for(str(exc)) != EX_TEMPFAIL:   # a refused certificate, an unknown host name
+        # a server that takes the connection, then ends the TLS handshake (EOF) as a command starts,
+        # refuses this client's TLS (a client certificate it requires: the client may see EOF or the
+        # alert, by timing); mid-command the study storage's wait rides such a cut out instead
+        handshake_cut = re.search(r"SSL", reason) and re.search(r"EOF", reason)
+        if handshake_cut or exit_code_for(str(exc)) != EX_TEMPFAIL:   # a refused certificate, an unknown host
             if not re.search(r"SSL|TLS|certificate", reason, re.IGNORECASE):
                 raise StoreRefused(f"tracking server {redact(uri)}: refused ({reason}); check MLFLOW_TRACKING_URI") from None
             raise StoreRefused(f"tracking server {redact(uri)}: TLS handshake failed ({reason}); check "
