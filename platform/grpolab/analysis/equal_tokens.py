@@ -111,15 +111,16 @@ def equal_tokens(cfg: StudyConfig, rung: int, obj, pairs: list, direction: str, 
         return dataclasses.replace(out, reason=f"{NOT_JUDGED}: no smallest_effect for {obj.metric} {on}")
     if why := prompt_mismatch(cfg, rung):
         return dataclasses.replace(out, reason=f"{NOT_JUDGED}: {why} {on}")
-    final_on_curve = (_eval_cfg(cfg, rung - 1)["final_prompts"] or ev["prompts"]) == ev["prompts"]
+    # each side's own config: whether its final evaluation scores the curve's prompts only
+    on_curve = {r: (_eval_cfg(cfg, r)["final_prompts"] or ev["prompts"]) == ev["prompts"] for r in (rung - 1, rung)}
     diffs, steps, at, early, unlogged = {}, [], [], 0, 0
     for seed, treatment, control in pairs:
         step = matched_step(treatment, final_tokens(control))
         if step is None:
             early += 1
             continue
-        before = curve_value(control, max(control.evals), final_on_curve) if control.evals else math.nan
-        diff = curve_value(treatment, step, final_on_curve) - before
+        before = curve_value(control, max(control.evals), on_curve[rung - 1]) if control.evals else math.nan
+        diff = curve_value(treatment, step, on_curve[rung]) - before
         if not math.isfinite(diff):
             unlogged += 1
         else:
