@@ -121,6 +121,33 @@ def test_a_study_storage_gone_for_good_between_rows_ends_in_one_line_and_keeps_t
     assert len(after) == 3 and all(status == "FINISHED" for status, _ in after.values())
 
 
+def _two_workers(tmp_path, tiny_model_dir, flag, state, url: str, name: str, patience: float):
+    """(command, env, process) of ``study --workers 2`` over 3 one-step rows that wait for ``flag`` to
+    go before they train, on the storage ``url`` with the given storage patience."""
+    study_path = held_study(tmp_path, tiny_model_dir, flag, name=name, seeds=(0, 1, 2), budget={"train.steps": 1})
+    cmd = [sys.executable, "-m", "grpolab.cli", "--state", str(state), "study", str(study_path), "--storage", url,
+           "--workers", "2"]
+    env = {**os.environ, PATIENCE_ENV: str(patience),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    return cmd, env, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _third_row_locked_then_rows_released(port: int, proc, flag):
+    """Once each worker holds a row: lock the third (waiting) row, so that neither worker can claim it
+    before the server stops, then let the two held rows train. (watch connection, lock connection):
+    the caller keeps the second open, since closing it would release the lock."""
+    watch = psycopg2.connect(host="127.0.0.1", port=port, user="grpolab", dbname="postgres")
+    watch.autocommit = True
+    _until("each worker holds a row", lambda: len(_query(watch, "select 1 from trials where state = 'RUNNING'")) == 2,
+           proc=proc)
+    lock = psycopg2.connect(host="127.0.0.1", port=port, user="grpolab", dbname="postgres")
+    with lock.cursor() as cur:
+        cur.execute("select trial_id from trials where state = 'WAITING' for update")
+        assert cur.rowcount == 1
+    flag.unlink()
+    return watch, lock
+
+
 def test_a_study_storage_gone_for_good_ends_two_workers_and_their_coordinator_together(
         tmp_path, tiny_model_dir, own_postgres):
     """``--workers 2``: both workers meet the lost server between rows (each waits on the row lock
@@ -133,23 +160,9 @@ def test_a_study_storage_gone_for_good_ends_two_workers_and_their_coordinator_to
     url, pg_ctl, port, sock = own_postgres
     flag, state = tmp_path / "hold", tmp_path / "state"
     flag.touch()
-    study_path = held_study(tmp_path, tiny_model_dir, flag, name="storage_gone_2", seeds=(0, 1, 2),
-                            budget={"train.steps": 1})
-    cmd = [sys.executable, "-m", "grpolab.cli", "--state", str(state), "study", str(study_path), "--storage", url,
-           "--workers", "2"]
-    env = {**os.environ, PATIENCE_ENV: str(PATIENCE),
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    cmd, env, proc = _two_workers(tmp_path, tiny_model_dir, flag, state, url, "storage_gone_2", PATIENCE)
     try:
-        watch = psycopg2.connect(host="127.0.0.1", port=port, user="grpolab", dbname="postgres")
-        watch.autocommit = True
-        _until("each worker holds a row", lambda: len(_query(watch, "select 1 from trials where state = 'RUNNING'")) == 2,
-               proc=proc)
-        lock = psycopg2.connect(host="127.0.0.1", port=port, user="grpolab", dbname="postgres")
-        with lock.cursor() as cur:   # held until the server stops: the third row cannot be claimed before
-            cur.execute("select trial_id from trials where state = 'WAITING' for update")
-            assert cur.rowcount == 1
-        flag.unlink()
+        watch, _lock = _third_row_locked_then_rows_released(port, proc, flag)
         _until("both held rows are COMPLETE", lambda: len(_query(
             watch, "select 1 from trials where state = 'COMPLETE'")) == 2, proc=proc)
         _until("both workers claim the third row", lambda: len(_query(
@@ -197,24 +210,10 @@ def test_a_study_storage_restarted_within_its_patience_lets_two_workers_finish_t
     url, pg_ctl, port, sock = own_postgres
     flag, state = tmp_path / "hold", tmp_path / "state"
     flag.touch()
-    study_path = held_study(tmp_path, tiny_model_dir, flag, name="storage_back_2", seeds=(0, 1, 2),
-                            budget={"train.steps": 1})
-    cmd = [sys.executable, "-m", "grpolab.cli", "--state", str(state), "study", str(study_path), "--storage", url,
-           "--workers", "2"]
-    env = {**os.environ, PATIENCE_ENV: "30",
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, _, proc = _two_workers(tmp_path, tiny_model_dir, flag, state, url, "storage_back_2", 30)
     restart = threading.Timer(3.0, pg_ctl, ("start", "-o", f"-p {port} -k {sock} -c listen_addresses=127.0.0.1"))
     try:
-        watch = psycopg2.connect(host="127.0.0.1", port=port, user="grpolab", dbname="postgres")
-        watch.autocommit = True
-        _until("each worker holds a row", lambda: len(_query(watch, "select 1 from trials where state = 'RUNNING'")) == 2,
-               proc=proc)
-        lock = psycopg2.connect(host="127.0.0.1", port=port, user="grpolab", dbname="postgres")
-        with lock.cursor() as cur:   # held until the server stops: the third row cannot be claimed before
-            cur.execute("select trial_id from trials where state = 'WAITING' for update")
-            assert cur.rowcount == 1
-        flag.unlink()
+        watch, _lock = _third_row_locked_then_rows_released(port, proc, flag)
         _until("both workers claim the third row", lambda: len(_query(
             watch, "select 1 from pg_stat_activity where wait_event_type = 'Lock'")) == 2, proc=proc)
         pg_ctl("stop", "-m", "fast")

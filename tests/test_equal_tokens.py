@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from fake_histories import FakeHistories
 from grpolab.analysis import ladder_verdicts
 from grpolab.analysis.ablation import ladder_table
 from grpolab.analysis.equal_tokens import matched_step, tokens_at
@@ -31,31 +32,21 @@ def _history(per_step: int, evals: dict, curve_final: float | None = None) -> Ru
     return RunHistory(out, {"tokens/cumulative": [(s, float(per_step * s)) for s in range(1, 121)]})
 
 
-class _Fake:
-    table: dict = {}
-
-    def __init__(self, state):
-        pass
-
-    def __call__(self, run_id, windows=()):
-        return self.table[run_id]
-
-
 def _ladder(monkeypatch, treatment_per_step=2000, steps=(0, 30, 60, 90, 120), control_curve=True, changes=None):
     cfg = StudyConfig(name="toy", kind="ladder", path="x", base={"eval": dict(EVAL)}, seeds=SEEDS,
                       objectives=(Objective("final:eval/pass_at_1", "maximize", 0.02),),
                       rungs=(Rung("+ Token-level Loss", {}, 42.0), Rung("+ Dynamic Sampling", changes or {"k": 1}, 50.0)))
-    rows, _Fake.table = [], {}
+    rows, FakeHistories.table = [], {}
     for s in SEEDS:
         # the final value on 1,024 prompts (the main line) differs from the curve's: the line must not mix them
         control = _history(1000, {t: 0.2 for t in steps[:-1]} | {120: 0.30}, CONTROL_CURVE[s] if control_curve else None)
         mine = {t: 0.1 for t in steps[:-1]} | {60: CONTROL_CURVE[s] + GAIN_AT_60[s], 120: 0.33 + 0.001 * s}
         treatment = _history(treatment_per_step, {t: mine[t] for t in steps}, 0.5)
         for r, h in ((0, control), (1, treatment)):
-            _Fake.table[f"r{r}s{s}"] = h
+            FakeHistories.table[f"r{r}s{s}"] = h
             rows.append({"rung": r, "seed": s, "state": "COMPLETE", "value": h.evals[120]["eval/pass_at_1"],
                          "run_id": f"r{r}s{s}"})
-    monkeypatch.setattr(ladder_verdicts, "_Histories", _Fake)
+    monkeypatch.setattr(ladder_verdicts, "_Histories", FakeHistories)
     return pd.DataFrame(rows), cfg
 
 
@@ -107,7 +98,7 @@ def test_one_seed_without_an_evaluation_in_time_leaves_the_line_not_judged(monke
     judging the others would judge a subset selected by the treatment's own token ratio."""
     rows, cfg = _ladder(monkeypatch)
     # seed 0's treatment generates 5x the control's tokens a step: 150,000 already at its step-30 evaluation
-    _Fake.table["r1s0"] = _history(5000, {0: 0.1, 30: 0.3, 60: 0.3, 90: 0.3, 120: 0.4}, 0.5)
+    FakeHistories.table["r1s0"] = _history(5000, {0: 0.1, 30: 0.3, 60: 0.3, 90: 0.3, 120: 0.4}, 0.5)
     same = ladder_verdicts.rung_verdicts(rows, cfg)[1][0].equal_tokens
     assert same.verdict is None and same.reason.startswith(
         "not judged at equal generated tokens: 1 of 8 paired seeds have no evaluation at 85-100 %")

@@ -10,6 +10,7 @@ import math
 import pandas as pd
 import pytest
 
+from fake_histories import FakeHistories
 from grpolab.analysis import ladder_verdicts
 from grpolab.analysis.ablation import ladder_table
 from grpolab.analysis.regimes import ABSENT, PRESENT, UNMEASURED, check_regime, run_measure
@@ -35,17 +36,6 @@ def _history(**curves) -> RunHistory:
     return RunHistory({100: {"eval/pass_at_1": 0.3}}, out)
 
 
-class _Fake:
-    """Stands in for the MLflow reader: run id -> history."""
-    table: dict = {}
-
-    def __init__(self, state):
-        pass
-
-    def __call__(self, run_id, windows=()):
-        return self.table[run_id]
-
-
 TRUNCATION = parse_regime({"premise": "truncation is noise", "gates": [
     {"measure": "truncated_fraction", "at_least": 0.02}, {"measure": "salvage_rate", "at_least": 0.3}]},
     "regime", ("previous",))
@@ -60,8 +50,8 @@ def _ladder(rows_effect: list[float], histories: dict, monkeypatch, base: list[f
     base = base or [0.25 + 0.01 * (s % 3) for s in range(len(rows_effect))]
     rows = pd.DataFrame([{"rung": r, "seed": s, "state": "COMPLETE", "value": b + (d if r else 0.0),
                           "run_id": f"r{r}s{s}"} for r in (0, 1) for s, (b, d) in enumerate(zip(base, rows_effect))])
-    _Fake.table = {f"r{r}s{s}": histories[r] for r in (0, 1) for s in range(len(rows_effect))}
-    monkeypatch.setattr(ladder_verdicts, "_Histories", _Fake)
+    FakeHistories.table = {f"r{r}s{s}": histories[r] for r in (0, 1) for s in range(len(rows_effect))}
+    monkeypatch.setattr(ladder_verdicts, "_Histories", FakeHistories)
     return ladder_table(rows, cfg), cfg
 
 
