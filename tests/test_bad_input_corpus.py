@@ -7,9 +7,10 @@ state folder that already holds a recorded 2-row study) and must: exit 2; print 
 ``error:`` line (``warning:`` lines aside) naming the key or path and what is valid; print no
 traceback; create no MLflow run; write no file (state copy, cwd and $HOME byte-identical after,
 so nothing recorded is lost either); and, where the answer needs no model, never import torch.
-The cases run concurrently once per module; each test then reads its own outcome. A ``--storage``
-whose server goes away between rows is the corpus's store case, in test_bad_input_storage_gone.py
-(it needs a PostgreSQL server of its own, stopped mid-study).
+The cases are data, one a line (tests/data/bad_input_cases.yaml). They run concurrently once per
+module; each test then reads its own outcome. A ``--storage`` whose server goes away between rows
+is the corpus's store case, in test_bad_input_storage_gone.py (it needs a PostgreSQL server of its
+own, stopped mid-study).
 """
 
 from __future__ import annotations
@@ -48,180 +49,21 @@ class Case:
     args: tuple            # {name} placeholders: paths of the inputs (see make_inputs), {state}, {study}
     needles: tuple         # each must be in the error line (after the same formatting)
     unreadable: bool = False   # relies on chmod 000: skipped when the tests run as root
-    torch_ok: bool = False     # the answer needs the model (none today: every case fails before torch)
+    torch_ok: bool = False     # the answer reads a checkpoint or model with torch (run --resume)
 
 
-def C(id, args, *needles, **kw):
-    return Case(id, tuple(shlex.split(args)), needles, **kw)
+def _cases(path: Path = REPO / "tests" / "data" / "bad_input_cases.yaml") -> list[Case]:
+    """The corpus, one case a line in its data file (args split as a shell would)."""
+    cases = []
+    for entry in yaml.safe_load(path.read_text()):
+        extra = set(entry) - {"id", "args", "needles", "unreadable", "torch_ok"}
+        assert not extra, f"{path}: case {entry.get('id')}: unknown keys {sorted(extra)}"
+        cases.append(Case(entry["id"], tuple(shlex.split(entry["args"])), tuple(entry["needles"]),
+                          entry.get("unreadable", False), entry.get("torch_ok", False)))
+    return cases
 
 
-CASES = [
-    # -- run: the experiment file itself -------------------------------------------------------
-    C("run-exp-missing", "run {d}/nope.yaml", "{d}/nope.yaml", "does not exist"),
-    C("run-exp-folder", "run {d}", "{d}", "is a folder"),
-    C("run-exp-empty", "run {empty}", "{empty}", "is empty", "give at least method and task"),
-    C("run-exp-comments-only", "run {comments}", "{comments}", "is empty"),
-    C("run-exp-unreadable", "run {unreadable_yaml}", "{unreadable_yaml}", "cannot be read", unreadable=True),
-    C("run-exp-truncated", "run {truncated_yaml}", "{truncated_yaml}", "not valid YAML", "line"),
-    C("run-exp-binary", "run {binary}", "{binary}", "not a UTF-8 text file"),
-    C("run-exp-list", "run {list_yaml}", "{list_yaml}", "expected a mapping"),
-    C("run-exp-python-tag", "run {tagged_yaml}", "{tagged_yaml}", "not valid YAML", "python/object"),
-    C("run-exp-duplicate-key", "run {dup_key}", "{dup_key}", "seed: key given twice"),
-    # -- run --resume: the interrupted run's checkpoint folders are all cut (see interrupted_run) ----------
-    C("run-resume-corrupt-checkpoints", "run {resume_exp} --resume", "--resume", "no usable checkpoint",
-      "checkpoint-2: its completion marker grpolab_complete.json cannot be read",
-      "checkpoint-4: model.safetensors is 10 bytes, 20 when saved", torch_ok=True),   # checkpoints.py loads torch
-    # -- run: overrides that are not plain YAML scalars ----------------------------------------
-    C("override-python-object", "run {exp} seed=!!python/object/apply:os.system", "seed=!!python/object/apply:os.system", "YAML tags", "plain value"),
-    C("override-python-name", "run {exp} train.steps=!!python/name:os.getcwd", "train.steps=", "YAML tags"),
-    C("override-std-tag", "run {exp} seed=!!int 3", "seed=!!int", "YAML tags"),
-    C("override-local-tag", "run {exp} train.steps=!env 3", "train.steps=!env", "YAML tags"),
-    C("override-unclosed-list", "run {exp} train.steps=[1", "train.steps=[1", "not a valid YAML value", "plain value"),
-    C("override-no-equals", "run {exp} train.steps", "train.steps", "expected key.path=value"),
-    C("override-unknown-key", "run {exp} train.stepz=3", "train.stepz: unknown key", "did you mean 'steps'"),
-    C("override-into-scalar", "run {exp} train.steps.x=1", "train.steps.x=1", "steps is not a mapping"),
-    C("override-wrong-type", "run {exp} train.steps=many", "train.steps", "expected int"),
-    C("override-seed-huge", "run {exp} seed=99999999999999999999999", "seed", "0 to 4294967295"),
-    C("override-float-inf", "run {exp} train.learning_rate=.inf", "train.learning_rate", "finite number", "inf"),
-    C("override-method-float-nan", "run {exp} method.kl_coef=.nan", "method.kl_coef", "finite number"),
-    C("override-section-list", "run {exp} 'train=[1, 2]'", "train: expected a mapping", "[1, 2]"),
-    C("override-task-empty-list", "run {exp} task=[]", "task: expected a mapping with a name", "addition"),
-    C("override-eval-k-zero", "run {exp} eval.k=0", "eval.k", ">= 1", "got 0"),
-    # -- run: model files and folders that are not what they claim ------------------------------
-    C("model-gguf-missing", "run {exp} model.path={d}/none.gguf", "model.path", "{d}/none.gguf", "does not exist"),
-    C("model-gguf-folder", "run {exp} model.path={gguf_folder}", "model.path", "{gguf_folder}", "is a folder"),
-    C("model-gguf-empty", "run {exp} model.path={gguf_empty}", "{gguf_empty}", "is empty", "complete .gguf"),
-    C("model-gguf-not-gguf", "run {exp} model.path={gguf_junk}", "{gguf_junk}", "is not a GGUF file"),
-    C("model-gguf-header-cut", "run {exp} model.path={gguf_cut_header}", "{gguf_cut_header}", "is truncated"),
-    C("model-gguf-data-cut", "run {exp} model.path={gguf_cut_data}", "{gguf_cut_data}", "is truncated", "needs"),
-    C("model-gguf-unreadable", "run {exp} model.path={gguf_unreadable}", "{gguf_unreadable}", "cannot be read", unreadable=True),
-    C("model-dir-no-config", "run {exp} model.path={d}", "model.path", "{d}", "no config.json"),
-    C("model-config-not-json", "run {exp} model.path={model_bad_config}", "{model_bad_config}/config.json", "not valid JSON"),
-    C("model-config-empty", "run {exp} model.path={model_empty_config}", "{model_empty_config}/config.json", "not valid JSON"),
-    C("model-config-no-type", "run {exp} model.path={model_no_type}", "config.json", "no model_type"),
-    C("model-no-weights", "run {exp} model.path={model_no_weights}", "{model_no_weights}", "holds no weights", "*.safetensors"),
-    C("model-safetensors-cut", "run {exp} model.path={model_cut}", "{model_cut}/model.safetensors", "is truncated"),
-    C("model-safetensors-empty", "run {exp} model.path={model_empty_weights}", "model.safetensors", "is empty"),
-    C("model-safetensors-junk", "run {exp} model.path={model_junk_weights}", "model.safetensors", "truncated"),
-    C("model-index-missing-shard", "run {exp} model.path={model_missing_shard}", "model-00002-of-00002.safetensors",
-      "is not in"),
-    C("model-safetensors-dtype", "run {exp} model.path={model_bad_dtype}", "model.safetensors", "dtype 'BOGUS' is unknown",
-      "valid: BOOL"),
-    C("model-safetensors-shape", "run {exp} model.path={model_bad_shape}", "model.safetensors", "shape [999999, 999]",
-      "data_offsets span"),
-    C("model-safetensors-offsets-text", "run {exp} model.path={model_text_offsets}", "model.safetensors",
-      "data_offsets 'abc'", "0 <= start <= end"),
-    C("model-bin-junk", "run {exp} model.path={model_bin_junk}", "{model_bin_junk}/pytorch_model.bin",
-      "not a PyTorch checkpoint", "zip archive"),
-    C("model-tokenizer-truncated", "run {exp} model.path={model_cut_tokenizer}", "{model_cut_tokenizer}/tokenizer.json",
-      "not valid JSON", "complete"),
-    C("model-tokenizer-config-junk", "run {exp} model.path={model_junk_tokenizer_config}",
-      "{model_junk_tokenizer_config}/tokenizer_config.json", "not valid JSON"),
-    C("model-no-tokenizer", "run {exp} model.path={model_no_tokenizer}", "model.path", "{model_no_tokenizer}",
-      "holds no tokenizer", "tokenizer.json"),
-    # -- run: datasets ----------------------------------------------------------------------------
-    C("data-missing", "run {data_exp} task.path={d}/none.jsonl", "task.path", "{d}/none.jsonl", "no such file"),
-    C("data-jsonl-empty", "run {data_exp} task.path={jsonl_empty}", "task.path", "{jsonl_empty}", "0 examples", "at least 4"),
-    C("data-jsonl-truncated", "run {data_exp} task.path={jsonl_cut}", "task.path", "{jsonl_cut}", "line 6", "not JSON"),
-    C("data-jsonl-wrong-columns", "run {data_exp} task.path={jsonl_columns}", "task.prompt_field", "'prompt'", "columns: question"),
-    C("data-jsonl-too-few", "run {data_exp} task.path={jsonl_three}", "{jsonl_three}", "3 examples", "at least 4"),
-    C("data-jsonl-unreadable", "run {data_exp} task.path={jsonl_unreadable}", "{jsonl_unreadable}", "cannot read", unreadable=True),
-    C("data-csv-empty", "run {data_exp} task.path={csv_empty}", "task.path", "{csv_empty}"),
-    C("data-csv-wrong-columns", "run {data_exp} task.path={csv_columns}", "task.prompt_field", "columns: q, a"),
-    C("data-parquet-truncated", "run {data_exp} task.path={parquet_cut}", "task.path", "{parquet_cut}"),
-    C("data-parquet-junk", "run {data_exp} task.path={parquet_junk}", "task.path", "{parquet_junk}"),
-    C("data-folder-empty", "run {data_exp} task.path={empty_folder}", "task.path", "{empty_folder}", "save_to_disk"),
-    C("data-folder-truncated", "run {data_exp} task.path={dataset_cut}", "task.path", "{dataset_cut}"),
-    C("data-unknown-extension", "run {data_exp} task.path={data_txt}", "task.path", "{data_txt}", "unknown extension"),
-    C("data-held-out-missing", "run {data_exp} task.held_out={d}/none.jsonl", "task.held_out.path", "{d}/none.jsonl"),
-    # -- run: requests the task cannot satisfy ------------------------------------------------------
-    C("capacity-eval-addition", "run {exp} task.digits=1 eval.prompts=150", "eval.prompts", "at most 100", "valid: 1 to 100"),
-    C("capacity-train-addition", "run {exp} task.digits=1 eval.prompts=4 train.n_train_prompts=99",
-      "train.n_train_prompts", "at most 96"),
-    C("capacity-eval-dataset", "run {data_exp} eval.prompts=20", "eval.prompts", "{jsonl_good}", "at most 4"),
-    C("capacity-train-dataset", "run {data_exp} eval.prompts=4 train.n_train_prompts=100",
-      "train.n_train_prompts", "at most 36"),
-    C("capacity-eval-sorting", "run {exp} 'task={{name: sorting, length: 1, max_number: 3}}' eval.prompts=5",
-      "eval.prompts", "'sorting'", "at most 4"),
-    C("capacity-eval-gridworld", "run {exp} 'task={{name: gridworld, size: 2}}' eval.prompts=13",
-      "eval.prompts", "'gridworld'", "at most 12"),
-    C("capacity-carries", "run {exp} task.digits=1 task.min_carries=2", "task.min_carries", "valid: 0 to 1"),
-    C("capacity-countdown-target", "run {exp} 'task={{name: countdown, max_target: 0}}'", "task.max_target", "at least 1"),
-    # -- paths the command must write to ------------------------------------------------------------
-    C("state-is-file-run", "--state {file_state} run {exp}", "--state", "{file_state}", "is a file, not a folder"),
-    C("state-is-file-study", "--state {file_state} study {study}", "--state", "{file_state}", "is a file"),
-    C("state-is-file-table", "table {study} --state {file_state}", "--state", "{file_state}", "is a file"),
-    C("state-is-file-dashboard", "--state {file_state} dashboard {study}", "--state", "is a file"),
-    C("state-is-file-verdicts", "--state {file_state} verdicts {claim_good}", "--state", "is a file"),
-    C("state-is-file-bench", "--state {file_state} bench --what cli", "--state", "is a file"),
-    C("state-under-file", "--state {file_state}/sub run {exp}", "--state", "{file_state}", "is a file"),
-    C("state-unwritable", "--state {readonly_folder}/state run {exp}", "--state", "{readonly_folder}", "not writable",
-      unreadable=True),
-    C("dashboard-out-missing-folder", "dashboard {study} --out {d}/no/such/page.html", "--out", "{d}/no/such/page.html",
-      "does not exist"),
-    C("dashboard-out-folder", "dashboard {study} --out {d}", "--out", "{d}", "is a folder"),
-    C("dashboard-layout-missing", "dashboard {study} --layout {d}/none.yaml", "--layout", "{d}/none.yaml", "does not exist"),
-    C("dashboard-layout-folder", "dashboard {study} --layout {d}", "--layout", "is a folder"),
-    C("dashboard-layout-empty", "dashboard {study} --layout {empty}", "--layout", "{empty}", "is empty", "valid keys"),
-    C("dashboard-layout-truncated", "dashboard {study} --layout {truncated_yaml}", "--layout", "not valid YAML"),
-    C("dashboard-layout-unknown-key", "dashboard {study} --layout {layout_bad_key}", "dashboard layout", "'colour'", "valid:"),
-    C("dashboard-layout-bad-x", "dashboard {study} --layout {layout_bad_x}", "dashboard layout", "x: 'minutes'", "steps"),
-    C("dashboard-layout-panels-scalar", "dashboard {study} --layout {layout_panels_scalar}", "panels",
-      "expected a list", "got 3"),
-    C("dashboard-layout-ablation-text", "dashboard {study} --layout {layout_ablation_text}", "ablation",
-      "true or false", "'maybe'"),
-    C("dashboard-study-missing", "dashboard {d}/none.yaml", "study file", "{d}/none.yaml", "does not exist"),
-    C("dashboard-unknown-run", "dashboard --runs 0123456789abcdef0123456789abcdef", "--runs", "0123456789abcdef"),
-    C("dashboard-bad-x-flag", "dashboard {study} --x minutes", "--x", "'minutes'", "steps"),
-    # -- study files --------------------------------------------------------------------------------
-    C("study-missing", "study {d}/none.yaml", "study file", "{d}/none.yaml", "does not exist"),
-    C("study-folder", "study {d}", "study file", "is a folder"),
-    C("study-empty", "study {empty}", "study file", "{empty}", "is empty"),
-    C("study-truncated", "study {truncated_yaml}", "study file", "not valid YAML"),
-    C("study-python-tag", "study {tagged_yaml}", "study file", "python/object"),
-    C("study-unreadable", "study {unreadable_yaml}", "study file", "cannot be read", unreadable=True),
-    C("study-base-missing", "study {study_base_missing}", "base: experiment file", "nowhere.yaml", "does not exist"),
-    C("study-space-unknown-key", "study {search_unknown_key}", "space.train.learning_rat", "unknown key", "learning_rate"),
-    C("study-space-bad-choice", "study {search_bad_choice}", "space.method.surrogate='nope'", "surrogate"),
-    C("study-space-bad-range", "study {search_bad_range}", "space.train.group_size=1", "train.group_size", ">= 2"),
-    C("study-space-float-over-int", "study {search_float_over_int}", "space.train.group_size=5.0", "expected int"),
-    C("study-space-one-choice", "study {search_one_choice}", "space.method.eps_high.choices", "fewer than 2 distinct"),
-    C("study-space-repeated-choice", "study {search_repeated_choice}", "space.train.learning_rate.choices",
-      "fewer than 2 distinct"),
-    C("study-rung0-no-op", "study {ladder_first_no_op}", "rungs[0] (base)", "train.steps=1", "already has in the base"),
-    C("study-rung-no-op", "study {ladder_no_op}", "rungs[1] (same lr)", "train.learning_rate=0.0002", "already has"),
-    C("study-rung-no-op-default", "study {ladder_default}", "rungs[1] (eps 0.2)", "method.eps_high=0.2", "already has"),
-    C("study-rung-identical", "study {ladder_identical}", "rungs[2] (back to 0.2)", "same experiment as rungs[0] (base)"),
-    C("study-rung-unknown-key", "study {ladder_unknown_key}", "rungs[1]", "method.eps_hihg", "unknown"),
-    C("study-plan-no-op", "study {ladder_no_op} --plan", "rungs[1] (same lr)", "already has"),
-    C("study-workers-zero", "study {study} --workers 0", "--workers", ">= 1"),
-    # -- table ----------------------------------------------------------------------------------------
-    C("table-missing", "table {d}/none.yaml", "study file", "{d}/none.yaml", "does not exist"),
-    C("table-empty", "table {empty}", "study file", "is empty"),
-    C("table-unknown-metric", "table {study} --metric final:eval/nope", "final:eval/nope", "eval/pass_at_1"),
-    C("table-bad-format", "table {study} --format xlsx", "--format", "'xlsx'", "markdown"),
-    # -- verdicts (claims) ----------------------------------------------------------------------------
-    C("verdicts-unknown-name", "verdicts no_such_claim", "no_such_claim", "shipped claims"),
-    C("verdicts-claim-missing", "verdicts {d}/none.yaml", "{d}/none.yaml", "shipped claims"),
-    C("verdicts-claim-empty", "verdicts {claim_empty}", "claim file", "{claim_empty}", "is empty"),
-    C("verdicts-claim-truncated", "verdicts {claim_cut}", "claim file", "not valid YAML"),
-    C("verdicts-claim-unknown-study", "verdicts {claim_no_study}", "study", "nowhere.yaml", "not found"),
-    C("verdicts-claim-unknown-rung", "verdicts {claim_no_rung}", "treatment.rung", "'+ nothing'", "valid: base, + clip higher"),
-    C("verdicts-claim-unknown-metric", "verdicts {claim_bad_metric}", "metric", "final:eval/nope"),
-    C("verdicts-workers-zero", "verdicts {claim_good} --workers 0", "--workers", ">= 1"),
-    # -- bench ------------------------------------------------------------------------------------------
-    C("bench-throughput-missing", "bench --what throughput {d}/none.yaml", "bench file", "{d}/none.yaml", "does not exist"),
-    C("bench-throughput-empty", "bench --what throughput {empty}", "bench file", "is empty"),
-    C("bench-throughput-no-file", "bench --what throughput", "throughput", "give the experiment or study file"),
-    C("bench-throughput-bad-study", "bench --what throughput {ladder_no_op}", "rungs[1]", "already has"),
-    C("bench-file-not-read", "bench --what cli {exp}", "{exp}", "only read with --what throughput"),
-    C("bench-steps-zero", "bench --what tracking --steps 0", "--steps", ">= 1"),
-    C("bench-bad-what", "bench --what everything", "--what", "'everything'", "throughput"),
-    # -- methods and the command line itself -------------------------------------------------------------
-    C("methods-unknown-flag", "methods --html", "--html", "--help"),
-    C("methods-extra-argument", "methods grpo", "arguments: grpo", "--help"),
-    C("unknown-command", "stduy {study}", "'stduy'", "run"),
-]
+CASES = _cases()
 
 
 # -- inputs ------------------------------------------------------------------------------------------

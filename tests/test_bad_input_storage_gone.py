@@ -62,6 +62,27 @@ def _runs(state: Path) -> dict:
         return {run: (status, end) for run, status, end in db.execute("select run_uuid, status, end_time from runs")}
 
 
+def _stopped_for_good(proc, pg_ctl) -> tuple[str, float]:
+    """Stop the server (not started again while the command runs) and wait for the command:
+    (its stderr, seconds from the stop to its end)."""
+    pg_ctl("stop", "-m", "fast")
+    stopped = time.monotonic()
+    out, err = proc.communicate(timeout=300)
+    assert "Traceback" not in out + err, err[-3000:]
+    return err, time.monotonic() - stopped
+
+
+def _the_one_error(proc, err: str, url: str) -> str:
+    """The command ended with EX_TEMPFAIL (75: rerun once the store is back) and one last line,
+    ``error:``, that names the storage and says to rerun; returns that line."""
+    assert proc.returncode == 75, (proc.returncode, err[-3000:])
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and err.strip().splitlines()[-1] == errors[0], err[-3000:]
+    assert re.match(rf"error: study storage {re.escape(url)}: unreachable \(.+\); .*once it is back \(restart it\), "
+                    r"run the same command again to resume$", errors[0]), errors[0]
+    return errors[0]
+
+
 def test_a_study_storage_gone_for_good_between_rows_ends_in_one_line_and_keeps_the_first_row(
         tmp_path, tiny_model_dir, own_postgres):
     url, pg_ctl, port, sock = own_postgres
@@ -85,20 +106,11 @@ def test_a_study_storage_gone_for_good_between_rows_ends_in_one_line_and_keeps_t
             watch, "select 1 from trials where number = 0 and state = 'COMPLETE'"), proc=proc)
         _until("the coordinator claims the second row", lambda: _query(
             watch, "select 1 from pg_stat_activity where wait_event_type = 'Lock'"), proc=proc)
-        pg_ctl("stop", "-m", "fast")                          # gone, and not started again while the command runs
-        stopped = time.monotonic()
-        out, err = proc.communicate(timeout=300)
-        seconds = time.monotonic() - stopped
+        err, seconds = _stopped_for_good(proc, pg_ctl)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 75, (proc.returncode, err[-3000:])   # EX_TEMPFAIL: rerun once it is back
-    assert "Traceback" not in out + err, err[-3000:]
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and err.strip().splitlines()[-1] == errors[0], err[-3000:]
-    print(f"\nSTORAGE_GONE {errors[0]}")
-    assert re.match(rf"error: study storage {re.escape(url)}: unreachable \(.+\); .*once it is back \(restart it\), "
-                    r"run the same command again to resume$", errors[0]), errors[0]
+    print(f"\nSTORAGE_GONE {_the_one_error(proc, err, url)}")
     # its patience waited out once (the cut claim, then the coordinator's close), not again at each store call
     assert PATIENCE <= seconds < 2 * PATIENCE + 10, f"ended {seconds:.1f} s after the server stopped"
     print(f"STORAGE_GONE ended_s={seconds:.1f} after the stop")
@@ -167,19 +179,11 @@ def test_a_study_storage_gone_for_good_ends_two_workers_and_their_coordinator_to
             watch, "select 1 from trials where state = 'COMPLETE'")) == 2, proc=proc)
         _until("both workers claim the third row", lambda: len(_query(
             watch, "select 1 from pg_stat_activity where wait_event_type = 'Lock'")) == 2, proc=proc)
-        pg_ctl("stop", "-m", "fast")
-        stopped = time.monotonic()
-        out, err = proc.communicate(timeout=300)
-        seconds = time.monotonic() - stopped
+        err, seconds = _stopped_for_good(proc, pg_ctl)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 75, (proc.returncode, err[-3000:])
-    assert "Traceback" not in out + err, err[-3000:]
-    errors = [line for line in err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and err.strip().splitlines()[-1] == errors[0], err[-3000:]
-    assert re.match(rf"error: study storage {re.escape(url)}: unreachable \(.+\); .*once it is back \(restart it\), "
-                    r"run the same command again to resume$", errors[0]), errors[0]
+    _the_one_error(proc, err, url)
     assert PATIENCE <= seconds < 2 * PATIENCE + 2, f"ended {seconds:.1f} s after the server stopped"   # not one per process
     print(f"\nSTORAGE_GONE_2_WORKERS ended_s={seconds:.1f} after the stop; its stderr:\n{err.strip()}")
 
