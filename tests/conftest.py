@@ -109,9 +109,10 @@ def run_study_data(folder, data: dict, state, file_name: str = "study.yaml"):
     import yaml
     from grpolab.analysis.ablation import load_results
     from grpolab.studies.coordinator import run_study
+    from grpolab.studies.study_run import StudyRun
     path = Path(folder) / file_name
     path.write_text(yaml.safe_dump(data))
-    assert run_study(str(path), state, None, 1, False, echo=lambda s: None) == 0
+    assert run_study(StudyRun.of(str(path), state, workers=1, echo=lambda s: None)) == 0
     return load_results(str(path), state, None)
 
 

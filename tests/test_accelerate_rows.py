@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from mlflow.tracking import MlflowClient
 
 from grpolab import cli
@@ -169,10 +168,11 @@ def test_accelerate_gives_each_rank_its_distributed_environment(tmp_path):
 @pytest.mark.slow
 def test_a_two_process_row_through_accelerate_logs_one_mlflow_run(tmp_path, shared_state):
     from grpolab.studies.coordinator import run_study
+    from grpolab.studies.study_run import StudyRun
     path, lines = study_file(tmp_path, "accelerate_k2"), []
     config = str(EXAMPLES / "multi_cpu_gloo.yaml")
-    assert run_study(str(path), shared_state, None, None, False, echo=lines.append, gpus_per_row=2, devices="0,1",
-                     accelerate_config=config) == 0, lines
+    assert run_study(StudyRun.of(str(path), shared_state,
+                                 echo=lines.append, gpus_per_row=2, devices="0,1", accelerate_config=config)) == 0, lines
     assert lines[0].endswith(f"; launched by accelerate with {Path(config).resolve()}")
     client = MlflowClient(tracking_uri(shared_state))
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()],

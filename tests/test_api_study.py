@@ -44,6 +44,7 @@ def test_until_decided_from_python_plans_and_runs_the_looks(tmp_path, shared_sta
     ({"launcher": "slurm", "slurm": {"jobz": 2}}, "slurm: unknown option 'jobz'"),
     ({"launcher": "kubernetes"}, "launcher: unknown launcher 'kubernetes'; valid: local, slurm"),
     ({"launcher": "slurm", "slurm": {"params": ["gres"]}}, "--slurm-param"),
+    ({"table": True}, "grpolab.study: unknown keyword 'table'; valid: progress, state, storage, workers"),
 ])
 def test_bad_study_choices_are_refused_before_anything_is_written(tmp_path, kwargs, message):
     path = tmp_path / "refused.yaml"

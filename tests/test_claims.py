@@ -152,11 +152,14 @@ def test_a_ladder_until_decided_keeps_its_level_in_the_table(tmp_path, shared_st
 
     from grpolab.analysis.until_decided import run_until_decided
     from grpolab.report.tables import study_table
+    from grpolab.studies.definition import SeedsOnDemand
+    from grpolab.studies.study_run import StudyRun
     study = tiny_two_rung_ladder(name="ladder_seq", seeds=[0, 1, 2, 3, 4])
     path = tmp_path / "ladder_seq.yaml"
     path.write_text(yaml.safe_dump(study))
     lines = []
-    assert run_until_decided(str(path), shared_state, None, 1, 6, 1, echo=lines.append) == 0
+    run = StudyRun.of(path, shared_state, workers=1, echo=lines.append)
+    assert run_until_decided(run, SeedsOnDemand(batch=1, cap=6)) == 0
     looks = [line for line in lines if re.match(r"look \d+/\d+ at ", line)]   # the judged looks
     assert looks[0].startswith("look 1/2 at 5 seeds (per-look level 97.5 %)") and len(looks) in (1, 2)
     table = study_table(str(path), shared_state, None, "markdown")
@@ -164,7 +167,7 @@ def test_a_ladder_until_decided_keeps_its_level_in_the_table(tmp_path, shared_st
     assert "registered in this state" in table and "CHANGED" not in table        # added seeds change no field
     from grpolab.errors import ConfigError as Refused
     with pytest.raises(Refused, match="already follows the sequential plan of looks at \\[5, 6\\] seeds"):
-        run_until_decided(str(path), shared_state, None, 1, 8, 1, echo=lines.append)
+        run_until_decided(run, SeedsOnDemand(batch=1, cap=8))
     rows = list(csv.DictReader(io.StringIO(study_table(str(path), shared_state, None, "csv"))))
     assert int(rows[1]["n"]) == 4 + len(looks)
 
@@ -191,10 +194,12 @@ def test_a_claim_study_with_its_own_seeds_on_demand_plan_runs_it_and_is_judged_a
     assert min(rows.seed) == 20 and "looks planned at [5, 6] seeds" in result.sequential
     # a row beyond the plan's last look (a seed added by hand) is stored but never judged
     from grpolab.studies.coordinator import run_study
+    from grpolab.studies.study_run import StudyRun
     from grpolab.studies.definition import load_study
     from grpolab.studies.storage import add_seeds, default_storage
     add_seeds(load_study(tmp_path / "claim_own_plan.yaml"), default_storage(shared_state), 7)
-    assert run_study(str(tmp_path / "claim_own_plan.yaml"), shared_state, None, 1, False, echo=lambda s: None) == 0
+    assert run_study(StudyRun.of(str(tmp_path / "claim_own_plan.yaml"), shared_state,
+                                 workers=1, echo=lambda s: None)) == 0
     [again] = run_claims([str(path)], shared_state, None, 1, echo=lambda s: None)
     assert again.verdict.n == 6 and again.verdict.level == pytest.approx(0.975)
 

@@ -18,6 +18,7 @@ from grpolab.report import dashboard_data as data
 from grpolab.report.dashboard import build_dashboard, curve_figure, load_layout
 from grpolab.errors import ConfigError
 from grpolab.studies.coordinator import run_study
+from grpolab.studies.study_run import StudyRun
 from grpolab.tracking.recorder import tracking_uri
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
@@ -38,7 +39,7 @@ def ladder(tmp_path_factory, shared_state):
                                                           "published": 38}]}
     path = tmp / "dash_ladder.yaml"
     path.write_text(yaml.safe_dump(study, sort_keys=False))
-    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None) == 0
+    assert run_study(StudyRun.of(str(path), shared_state, workers=1, echo=lambda s: None)) == 0
     return path
 
 

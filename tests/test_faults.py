@@ -29,6 +29,7 @@ from grpolab.studies.holders import HEARTBEAT_ATTR, WORKER_ATTR, host_identity, 
 from grpolab.tracking.stores import setup_lock
 from grpolab.studies.storage import default_storage, open_storage
 from grpolab.studies.coordinator import run_study
+from grpolab.studies.study_run import StudyRun
 from grpolab.studies.trials import _report
 from grpolab.studies.definition import load_study
 from grpolab.tracking.recorder import tracking_uri
@@ -139,7 +140,7 @@ def test_killed_workers_leave_every_row_complete_exactly_once(tmp_path, study_st
         assert run15.data.tags["grpolab.restart_of"] == run9.info.run_id
         assert client.get_run(run9.info.run_id).data.tags["grpolab.restarted_as"] == run15.info.run_id
 
-    assert run_study(str(path), state, study_storage, 1, False, echo=lambda s: None) == 0
+    assert run_study(StudyRun.of(str(path), state, storage_url=study_storage, workers=1, echo=lambda s: None)) == 0
     trials = trials_of(cfg, study_storage)
     rows = {f"r0-s{s}" for s in cfg.seeds}
     complete = sorted(t.user_attrs["row"] for t in trials if t.state == TrialState.COMPLETE)

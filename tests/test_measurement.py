@@ -254,6 +254,7 @@ def _inert_ladder(tmp_path):
 def test_ladder_marks_inert_rungs_before_running(tmp_path, shared_state):
     from grpolab.studies.definition import ladder_notes
     from grpolab.studies.coordinator import run_study
+    from grpolab.studies.study_run import StudyRun
     from grpolab.studies.definition import load_study
     from conftest import REPO
     path = _inert_ladder(tmp_path)
@@ -267,7 +268,7 @@ def test_ladder_marks_inert_rungs_before_running(tmp_path, shared_state):
         "clip/dual_clip/cispo/clip_cov/dppo_tv/dppo_kl and train.minibatches > 1 or train.num_iterations > 1)"]
     assert ladder_notes(load_study(REPO / "studies/dapo_table1.yaml")) == []   # reuses rollouts: every rung acts
     lines = []
-    assert run_study(str(path), shared_state, None, 1, False, echo=lines.append) == 0
+    assert run_study(StudyRun.of(str(path), shared_state, workers=1, echo=lines.append)) == 0
     assert lines[0] == "ladder check: 2 finding(s)" and lines[1:3] == [f"  ! {n}" for n in notes]
     assert lines[3].startswith("rows 0/3")                      # the check comes before any row runs
     client = MlflowClient(tracking_uri(shared_state))

@@ -19,6 +19,7 @@ from grpolab.experiment.config import build_config
 from grpolab.experiment.runner import run_experiment
 from grpolab.report.publish import record_study_tables
 from grpolab.studies.coordinator import run_study
+from grpolab.studies.study_run import StudyRun
 
 BASE = {"task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
         "train": {"group_size": 4, "prompts_per_rollout": 4, "minibatches": 2, "learning_rate": 0.002},
@@ -98,7 +99,8 @@ def test_two_row_study_through_the_rest_api(on_server, shared_state, tmp_path):
                        {"name": "+ Clip_Higher 28%", "changes": {"method.eps_high": 0.28}, "published": 38}]}
     path = tmp_path / "server_ladder.yaml"
     path.write_text(yaml.safe_dump(study, sort_keys=False))
-    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None, publish=record_study_tables) == 0
+    assert run_study(StudyRun.of(str(path), shared_state,
+                                 workers=1, echo=lambda s: None, publish=record_study_tables)) == 0
     client = on_server
     exp = client.get_experiment_by_name("server-test")
     parent = client.search_runs([exp.experiment_id], "attributes.run_name = 'server_ladder'")[0]
@@ -122,7 +124,8 @@ def test_two_row_study_through_the_rest_api(on_server, shared_state, tmp_path):
     assert any(a.path.startswith("plotly-") for a in client.list_artifacts(parent.info.run_id))
     # Running the finished study again changes nothing, not even the parent's end time.
     end_time = parent.info.end_time
-    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None, publish=record_study_tables) == 0
+    assert run_study(StudyRun.of(str(path), shared_state,
+                                 workers=1, echo=lambda s: None, publish=record_study_tables)) == 0
     assert client.get_run(parent.info.run_id).info.end_time == end_time
 
 

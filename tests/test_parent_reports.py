@@ -16,6 +16,7 @@ from grpolab.experiment.progress import TrainProgress
 from grpolab.experiment.runner import run_experiment
 from grpolab.report.publish import record_study_tables
 from grpolab.studies.coordinator import run_study
+from grpolab.studies.study_run import StudyRun
 from grpolab.tracking.recorder import client_for
 
 BASE = {"task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
@@ -72,7 +73,7 @@ def test_a_finished_study_puts_table_and_dashboard_on_its_parent_and_commands_re
     state, study = tmp_path / "state", tmp_path / "parent_reports.yaml"
     study.write_text(yaml.safe_dump(LADDER, sort_keys=False))
     lines = []
-    assert run_study(str(study), state, None, 1, False, echo=lines.append, publish=record_study_tables) == 0
+    assert run_study(StudyRun.of(str(study), state, workers=1, echo=lines.append, publish=record_study_tables)) == 0
     client = client_for(state)
     exp = client.get_experiment_by_name("parent-reports")
     parent = client.search_runs([exp.experiment_id], "attributes.run_name = 'parent_reports'")[0]

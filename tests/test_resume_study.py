@@ -29,6 +29,7 @@ from grpolab.analysis.ablation import load_results
 from grpolab.experiment import checkpoints
 from grpolab.report.publish import record_study_tables
 from grpolab.studies.coordinator import run_study
+from grpolab.studies.study_run import StudyRun
 from grpolab.studies.holders import WORKER_ATTR
 from grpolab.studies.results_written import RESULTS_TAG
 from grpolab.studies.storage import default_storage, open_storage
@@ -159,7 +160,7 @@ def test_a_failed_results_write_is_reported_and_the_next_run_writes_them_without
     def disk_full(*args):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    assert run_study(str(path), state, None, 1, False, echo=lines.append, publish=disk_full) == 1
+    assert run_study(StudyRun.of(str(path), state, workers=1, echo=lines.append, publish=disk_full)) == 1
     errors = [line for line in lines if line.startswith("error: ")]
     assert len(errors) == 1 and "No space left on device" in errors[0] and "run the same command again" in errors[0]
     cfg, study = load_results(str(path), state, None)
@@ -170,9 +171,10 @@ def test_a_failed_results_write_is_reported_and_the_next_run_writes_them_without
     assert client.get_run(parent).data.tags[RESULTS_TAG] == "pending"
     assert not {"table.md", "table.csv"} & {a.path for a in client.list_artifacts(parent)}
 
-    assert run_study(str(path), state, None, 1, False, echo=lines.append, publish=record_study_tables) == 0
+    assert run_study(StudyRun.of(str(path), state, workers=1, echo=lines.append, publish=record_study_tables)) == 0
     assert sorted((t.number, t.state, t.user_attrs["row"]) for t in load_results(str(path), state, None)[1].get_trials()) == rows
     assert sorted(r.info.run_id for r in client.search_runs([client.get_run(parent).info.experiment_id])) == runs
     assert {"table.md", "table.csv", "dashboard.html"} <= {a.path for a in client.list_artifacts(parent)}
     assert client.get_run(parent).data.tags[RESULTS_TAG] == "written"
-    assert run_study(str(path), state, None, 1, False, echo=lines.append, publish=disk_full) == 0   # nothing to write
+    assert run_study(StudyRun.of(str(path), state,
+                                 workers=1, echo=lines.append, publish=disk_full)) == 0   # nothing to write

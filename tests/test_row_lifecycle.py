@@ -18,6 +18,7 @@ from grpolab.studies.resume import RESUMES_ATTR
 from grpolab.tracking.stores import setup_lock
 from grpolab.studies.storage import create_or_load, default_storage
 from grpolab.studies.coordinator import enqueue_missing_rows, run_study
+from grpolab.studies.study_run import StudyRun
 from grpolab.studies.definition import load_study
 from grpolab.studies.rows import row_states
 from grpolab.tracking.recorder import LOCATION_MARK, artifact_root, client_for, tracking_uri
@@ -139,7 +140,8 @@ def test_a_hung_row_is_handed_back_after_its_row_timeout(tmp_path, tiny_model_di
     (tmp_path / "hang").touch()
     lines = []
     started = time.perf_counter()
-    assert run_study(str(path), state, storage, 1, False, echo=lines.append) == 1          # in this process
+    assert run_study(StudyRun.of(str(path), state,
+                                 storage_url=storage, workers=1, echo=lines.append)) == 1          # in this process
     in_process_s = time.perf_counter() - started
     assert any("did not complete" in line for line in lines), lines
     env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
@@ -165,7 +167,7 @@ def test_a_hung_row_is_handed_back_after_its_row_timeout(tmp_path, tiny_model_di
 
     (tmp_path / "hang").unlink()                                                            # the reward answers again
     path.write_text(path.read_text().replace("row_timeout_s: 20", "row_timeout_s: 600"))
-    assert run_study(str(path), state, storage, 1, False, echo=lambda s: None) == 0
+    assert run_study(StudyRun.of(str(path), state, storage_url=storage, workers=1, echo=lambda s: None)) == 0
     trials = [t for t in trials_of(cfg, storage) if "row" in t.user_attrs]
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.FAIL, TrialState.COMPLETE]
     runs = client.search_runs([runs[0].info.experiment_id])

@@ -249,11 +249,12 @@ def test_a_nan_objective_makes_the_row_an_error_not_an_interruption(tmp_path, sh
     import grpolab.experiment.runner as runner
     from grpolab.studies.storage import create_or_load, default_storage
     from grpolab.studies.coordinator import enqueue_missing_rows, run_study
+    from grpolab.studies.study_run import StudyRun
     real = runner._eval_metrics
     monkeypatch.setattr(runner, "_eval_metrics", lambda result: {**real(result), "eval/pass_at_1": math.nan})
     path, cfg = _ladder(tmp_path, "nan_objective", [{"metric": "final:eval/pass_at_1", "direction": "maximize"}])
     lines = []
-    assert run_study(str(path), shared_state, None, 1, False, echo=lines.append) == 1
+    assert run_study(StudyRun.of(str(path), shared_state, workers=1, echo=lines.append)) == 1
     study = create_or_load(cfg, default_storage(shared_state))
     [trial] = study.get_trials(deepcopy=False)
     assert trial.state == TrialState.FAIL and trial.user_attrs["outcome"] == "error"

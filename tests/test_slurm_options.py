@@ -15,7 +15,6 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from grpolab import cli
-from grpolab.errors import ConfigError
 from grpolab.studies.definition import load_study
 from grpolab.studies.launch_options import parse_slurm_param, parse_slurm_params
 from grpolab.studies.slurm import SlurmLauncher
@@ -130,6 +129,7 @@ def test_a_study_runs_on_slurm_with_either_shared_storage_and_the_jobs_options(
     """Two rows over two jobs; a setup line each job runs writes a marker, so the setup reached the
     job, not only the script."""
     from grpolab.studies.coordinator import run_study
+    from grpolab.studies.study_run import StudyRun
     shared = tmp_path / "shared"   # one node: every folder is shared; on a cluster, an NFS mount
     storage = (f"journal:{shared}/optuna.journal" if storage_kind == "journal"
                else postgres_server.database(f"slurm_opts_{uuid.uuid4().hex[:8]}"))
@@ -142,7 +142,8 @@ def test_a_study_runs_on_slurm_with_either_shared_storage_and_the_jobs_options(
     shared.mkdir()
     launcher = SlurmLauncher(partition="debug", cpus_per_job=1, time="20", poll_s=0.5, folder=str(shared / "jobs"))
     lines, started = [], time.monotonic()
-    code = run_study(str(path), shared / "state", storage, None, False, echo=lines.append, launcher=launcher)
+    code = run_study(StudyRun.of(str(path), shared / "state",
+                                 storage_url=storage, echo=lines.append, launcher=launcher))
     record_property("study_s", round(time.monotonic() - started, 1))
     assert code == 0, "\n".join(lines)
     jobs = [j.job_id for j in launcher.submitted]

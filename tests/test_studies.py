@@ -20,6 +20,7 @@ from grpolab.analysis.ablation import ladder_rows, ladder_table, load_results, m
 from grpolab.report.tables import study_table
 from grpolab.studies.storage import create_or_load, default_storage
 from grpolab.studies.coordinator import run_study
+from grpolab.studies.study_run import StudyRun
 from grpolab.studies.definition import load_study
 from grpolab.tracking.recorder import tracking_uri
 
@@ -50,7 +51,7 @@ def row_counts(study):
 def test_ladder_runs_end_to_end_and_links_mlflow_both_ways(tmp_path, shared_state):
     path = ladder_file(tmp_path, "ladder_e2e")
     lines = []
-    assert run_study(str(path), shared_state, None, 1, False, echo=lines.append) == 0
+    assert run_study(StudyRun.of(str(path), shared_state, workers=1, echo=lines.append)) == 0
     assert "rows 4/4 done, 0 running, 0 failed" in lines[-1]
     cfg, study = load_results(str(path), shared_state, None)
     rows = ladder_rows(study, cfg)
@@ -103,7 +104,7 @@ def test_table_statistics_match_hand_computation():
 def _workers_exactly_once(tmp_path, state, storage):
     path = ladder_file(tmp_path, f"two_workers_{abs(hash(storage)) % 10000}", steps=1, seeds=(0, 1, 2), rungs=2)
     start = time.time()
-    assert run_study(str(path), state, storage, 2, False, echo=lambda s: None) == 0
+    assert run_study(StudyRun.of(str(path), state, storage_url=storage, workers=2, echo=lambda s: None)) == 0
     cfg, study = load_results(str(path), state, storage)
     counts = row_counts(study)
     assert sorted(counts) == sorted(f"r{r}-s{s}" for r, s in cfg.rows())   # no missing row
@@ -150,8 +151,8 @@ def test_interrupted_study_resumes_without_redoing_rows(tmp_path, tmp_path_facto
     path.write_text(yaml.safe_dump(data))
     from grpolab.errors import ConfigError
     with pytest.raises(ConfigError, match="different definition"):   # a changed study is refused by default
-        run_study(str(path), shared_state, None, 1, False, echo=lambda s: None)
-    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None, accept_changed=True) == 0
+        run_study(StudyRun.of(str(path), shared_state, workers=1, echo=lambda s: None))
+    assert run_study(StudyRun.of(str(path), shared_state, workers=1, echo=lambda s: None, accept_changed=True)) == 0
     study = create_or_load(cfg, storage)
     assert row_counts(study) == {"r0-s0": 1, "r1-s0": 1}
 
@@ -238,13 +239,13 @@ def test_ctrl_c_that_a_library_turns_into_another_error_still_interrupts_the_row
         raise AssertionError("SIGINT was not delivered")
     monkeypatch.setattr(grpolab.experiment.runner, "run_experiment", library_that_converts_the_signal)
     with pytest.raises(KeyboardInterrupt) as raised:
-        run_study(str(path), state, None, 1, False, echo=lambda s: None)
+        run_study(StudyRun.of(str(path), state, workers=1, echo=lambda s: None))
     assert isinstance(raised.value.__cause__, RuntimeError)
     cfg, study = load_results(str(path), state, None)
     outcomes = [t.user_attrs.get("outcome") for t in study.get_trials(deepcopy=False) if t.state != TrialState.WAITING]
     assert outcomes == ["interrupted"] and not row_counts(study)
     monkeypatch.setattr(grpolab.experiment.runner, "run_experiment", real_run)
-    assert run_study(str(path), state, None, 1, False, echo=lambda s: None) == 0   # the row is re-queued
+    assert run_study(StudyRun.of(str(path), state, workers=1, echo=lambda s: None)) == 0   # the row is re-queued
     assert row_counts(create_or_load(cfg, default_storage(state))) == {"r0-s0": 1, "r1-s0": 1}
 
 

@@ -20,10 +20,11 @@ def ladder(tmp_path_factory, shared_state):
     """A 2-rung x 2-seed tiny ladder of 4 steps evaluated at each (5 points for a scaling fit), run
     once for this module's tests: (study file, state)."""
     from grpolab.studies.coordinator import run_study
+    from grpolab.studies.study_run import StudyRun
     path = tmp_path_factory.mktemp("ladder") / "compute_ladder.yaml"
     data = tiny_two_rung_ladder(name="compute_ladder", seeds=[0, 1], budget={"train.steps": 4, "eval.every": 1})
     path.write_text(yaml.safe_dump(data))
-    assert run_study(str(path), shared_state, None, 1, False, echo=lambda s: None) == 0
+    assert run_study(StudyRun.of(str(path), shared_state, workers=1, echo=lambda s: None)) == 0
     return path, shared_state
 
 

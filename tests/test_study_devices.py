@@ -17,6 +17,7 @@ from optuna.trial import TrialState
 from grpolab import cli
 from grpolab.errors import ConfigError
 from grpolab.studies.coordinator import run_study
+from grpolab.studies.study_run import StudyRun
 from grpolab.studies.definition import load_study
 from grpolab.studies.devices import device_pool, place, placement_for
 from grpolab.studies.processes import release, start_workers
@@ -115,13 +116,13 @@ def test_a_row_on_two_devices_runs_as_two_gloo_processes_logging_one_run_with_on
     two_path, one_path = study_file(tmp_path, "devices_k2"), study_file(tmp_path, "devices_k1")
     lines = []
     started = time.monotonic()
-    assert run_study(str(two_path), shared_state, None, None, False, echo=lines.append, gpus_per_row=2,
-                     devices="0,1") == 0
+    assert run_study(StudyRun.of(str(two_path), shared_state,
+                                 echo=lines.append, gpus_per_row=2, devices="0,1")) == 0
     record_property("two_process_row_s", round(time.monotonic() - started, 1))
     assert lines[0] == ("devices: 1 worker(s) x 2 device(s) per row from --devices: [0,1]; "
                         "each row runs as 2 processes (torch.distributed)")
     started = time.monotonic()
-    assert run_study(str(one_path), shared_state, None, 1, False, echo=lambda s: None) == 0   # in-process
+    assert run_study(StudyRun.of(str(one_path), shared_state, workers=1, echo=lambda s: None)) == 0   # in-process
     record_property("one_process_row_s", round(time.monotonic() - started, 1))
 
     two, two_evals, two_keys = _the_run(shared_state, "devices_k2")

@@ -118,8 +118,10 @@ def test_four_rows_over_two_jobs_one_cancelled_mid_row_complete_exactly_once(
 
     def coordinate():
         from grpolab.studies.coordinator import run_study
+        from grpolab.studies.study_run import StudyRun
         try:
-            outcome["code"] = run_study(str(path), state, storage, None, False, echo=lines.append, launcher=launcher)
+            outcome["code"] = run_study(StudyRun.of(str(path), state,
+                                                    storage_url=storage, echo=lines.append, launcher=launcher))
         except BaseException as exc:  # noqa: BLE001 - reported by the test below
             outcome["error"] = exc
     started = time.monotonic()

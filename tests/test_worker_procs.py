@@ -97,13 +97,15 @@ def test_a_failed_set_up_kills_the_early_started_workers_before_they_touch_a_sto
     import grpolab.studies.coordinator as coordinator
     from grpolab.errors import ConfigError
     from grpolab.studies.coordinator import run_study
+    from grpolab.studies.study_run import StudyRun
     cfg, study, state = ladder_study
     study.set_user_attr("definition_hash", "made-from-another-definition")
     started = []
     real_start = coordinator.start_workers   # the name the coordinator calls
     monkeypatch.setattr(coordinator, "start_workers", lambda *a: started.extend(real_start(*a)) or started)
     with pytest.raises(ConfigError, match="different definition"):
-        run_study(cfg.path, state, f"journal:{state / 'optuna.journal'}", 2, False, echo=lambda s: None)
+        run_study(StudyRun.of(cfg.path, state,
+                              storage_url=f"journal:{state / 'optuna.journal'}", workers=2, echo=lambda s: None))
     assert len(started) == 2 and [p.returncode for p in started] == [-signal.SIGKILL] * 2
     assert study.get_trials(deepcopy=False) == []
 

@@ -169,18 +169,15 @@ def _tracking_uri(state: Path) -> str:
     return client_for(state).tracking_uri
 
 
-def study(path: str | os.PathLike, *, workers: int | None = None, state: str | os.PathLike | None = None,
-          storage: str | None = None, retry_failed: bool = False, accept_changed: bool = False,
-          progress: bool = True, gpus_per_row: int | None = None, devices: str | None = None,
-          until_decided: bool = False, max_seeds: int | None = None, batch: int | None = None,
-          fixed_seeds: bool = False, launcher: str = "local", slurm: dict | None = None,
-          accelerate_config: str | None = None) -> StudyOutcome:
+def study(path: str | os.PathLike, *, progress: bool = True, **flags) -> StudyOutcome:
     """Run (or resume) a study file, as ``grpolab study`` does (the same checks, then the same
-    ``execute``): every missing row of a ladder, or a search's trial budget, with ``workers``
-    processes (default 1). ``storage``: an Optuna storage URL (default: a journal file in the
-    state folder). ``progress``: print live progress to stderr. Returns when no row is left to
-    run; rows that failed are reported, never raised.
+    ``execute``): every missing row of a ladder, or a search's trial budget. Returns when no row
+    is left to run; rows that failed are reported, never raised. ``progress``: print live
+    progress to stderr.
 
+    The keywords are the command's flags (``commands.study.API_FLAGS``):
+    ``workers`` (default 1), ``state`` (the state folder), ``storage`` (an Optuna storage URL;
+    default: a journal file in the state folder), ``retry_failed``, ``accept_changed``.
     Seeds on demand, as ``--until-decided --max-seeds N --batch B``: ``until_decided=True`` adds
     ``batch`` paired seeds per look (default: the file's, else 2) until every rung is decided or
     ``max_seeds`` (default: the file's cap) ran; a file with ``seeds: {first, batch, cap}`` does so
@@ -189,16 +186,16 @@ def study(path: str | os.PathLike, *, workers: int | None = None, state: str | o
     owns that many devices; default workers: pool // K), or ``launcher="slurm"`` with ``slurm``, a
     dict of SlurmLauncher options (jobs, partition, time, folder, cpus_per_job, account, qos, mem,
     constraint, exclude, setup: a list of shell lines, params: a dict of submitit parameters)."""
-    from grpolab.commands.study import execute, study_options
+    from grpolab.commands.study import API_FLAGS, StudyFlags, execute, study_options
     from grpolab.state import confine_caches, state_dir
+    unknown = sorted(set(flags) - set(API_FLAGS))
+    if unknown:
+        raise ConfigError(f"grpolab.study: unknown keyword {unknown[0]!r}; valid: progress, {', '.join(API_FLAGS)}")
+    workers, state, storage = flags.get("workers"), flags.get("state"), flags.get("storage")
     if workers is not None and (not isinstance(workers, int) or isinstance(workers, bool) or workers < 1):
         raise ConfigError(f"workers: must be an integer >= 1, got {workers!r}")
     echo = (lambda line: print(line, file=sys.stderr, flush=True)) if progress else (lambda line: None)
-    options = study_options(path, state=state, storage=storage, workers=workers, retry_failed=retry_failed,
-                            accept_changed=accept_changed, until_decided=until_decided, max_seeds=max_seeds,
-                            batch=batch, fixed_seeds=fixed_seeds, gpus_per_row=gpus_per_row, devices=devices,
-                            launcher=launcher, slurm=slurm, accelerate_config=accelerate_config, echo=echo,
-                            where=False)
+    options = study_options(path, StudyFlags(**flags, echo=echo, where=False))
     confine_caches(state_path(state))
     code = execute(options)
     from grpolab.commands.shared import parent_run_id

@@ -23,6 +23,7 @@ from grpolab.analysis.verdicts import (Verdict, paired_verdict, stops, with_cens
 from grpolab.errors import ConfigError
 from grpolab.studies import registration as preregistration
 from grpolab.studies.definition import load_study
+from grpolab.studies.study_run import StudyRun
 from grpolab.studies.objectives import censored_value, parse_threshold, window_value
 
 
@@ -193,15 +194,16 @@ def _run_studies(claims: list[Claim], state: Path, storage_url: str | None, work
         cfg = load_study(path)
         return len(cfg.rows()) * int((cfg.base.get("train") or {}).get("steps", 1))
     for path in sorted(dict.fromkeys(c.study_path for c in claims), key=cost):
-        started, design = time.time(), load_study(path).on_demand
+        started, run = time.time(), StudyRun.of(path, state, storage_url=storage_url, workers=workers, echo=echo,
+                                                publish=publish)
+        design = run.study.on_demand
         echo(f"study {Path(path).name}: running missing rows ({workers} worker(s))"
              + (f", seeds on demand up to {design.cap}" if design and own_plans else ""))
         if design and own_plans:   # the study's registered plan: its looks and levels, which the claims then use
             from grpolab.analysis.until_decided import run_until_decided
-            code = run_until_decided(path, state, storage_url, workers, design.cap, design.batch, echo=echo,
-                                     publish=publish, max_rows=design.max_rows)
+            code = run_until_decided(run, design)
         else:
-            code = run_study(path, state, storage_url, workers, retry_failed=False, echo=echo, publish=publish)
+            code = run_study(run)
         echo(f"study {Path(path).name}: done in {time.time() - started:.0f}s" + (" (some rows failed)" if code else ""))
 
 

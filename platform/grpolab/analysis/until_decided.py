@@ -3,6 +3,7 @@ each look judged at the level of a fixed plan (Bonferroni over the planned looks
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from grpolab.analysis import inference
@@ -10,24 +11,25 @@ from grpolab.analysis.ablation import ladder_rows, load_results
 from grpolab.analysis.ladder_verdicts import rung_verdicts
 from grpolab.analysis.verdicts import stops
 from grpolab.errors import ConfigError
-from grpolab.studies.definition import load_study
+from grpolab.studies.definition import SeedsOnDemand
+from grpolab.studies.study_run import StudyRun
 from grpolab.tracking.stores import init_tracking_store
 
 
-def run_until_decided(path: str, state: Path, storage_url: str | None, workers: int, max_seeds: int, batch: int,
-                      echo=print, retry_failed: bool = False, accept_changed: bool = False, publish=None,
-                      max_rows: int | None = None) -> int:
-    """``grpolab study LADDER --until-decided --max-seeds N``: run the ladder, then add ``batch``
-    paired seeds at a time until every judged rung stops (``verdicts.stops``) or N
-    seeds ran. Each of the K planned looks is judged at level 1 - 0.05/K (``inference``), which the
-    study keeps, so its table and dashboard state the same level. The seeds of a later look run
-    only the rungs undecided rungs need (``rows_needed``); a look whose rows would take the study
-    past ``max_rows`` is not started (fewer looks than planned stay valid, conservatively); why the
-    looks ended is kept with the plan (``record_stop``), before the last look's tables and
-    dashboard are published (``publish``), so they say it. Returns run_study's exit code."""
+def run_until_decided(run: StudyRun, on_demand: SeedsOnDemand) -> int:
+    """``grpolab study LADDER --until-decided --max-seeds N``: run the ladder, then add
+    ``on_demand.batch`` paired seeds at a time until every judged rung stops (``verdicts.stops``)
+    or ``on_demand.cap`` seeds ran. Each of the K planned looks is judged at level 1 - 0.05/K
+    (``inference``), which the study keeps, so its table and dashboard state the same level. The
+    seeds of a later look run only the rungs undecided rungs need (``rows_needed``); a look whose
+    rows would take the study past ``on_demand.max_rows`` is not started (fewer looks than planned
+    stay valid, conservatively); why the looks ended is kept with the plan (``record_stop``),
+    before the last look's tables and dashboard are published (``run.publish``), so they say it.
+    Returns run_study's exit code."""
     from grpolab.studies.coordinator import run_study
     from grpolab.studies.storage import add_seeds, default_storage, record_sequential, record_stop
-    cfg = load_study(path)
+    cfg, state, storage_url, echo, publish = run.study, run.state, run.storage_url, run.echo, run.publish
+    max_seeds, batch, max_rows = on_demand.cap, on_demand.batch, on_demand.max_rows
     looks = _plan(cfg, max_seeds, batch)
     level = inference.sequential_level(0.95, len(looks))
     storage = storage_url or default_storage(state)
@@ -38,11 +40,10 @@ def run_until_decided(path: str, state: Path, storage_url: str | None, workers: 
     try:
         for j, n in enumerate(looks, 1):
             add_seeds(cfg, storage, n, needed)
-            code = run_study(path, state, storage_url, workers, retry_failed, echo=echo, accept_changed=accept_changed,
-                             publish=held.hold if publish else None)
+            code = run_study(replace(run, publish=held.hold if publish else None))
             if code:
                 return code
-            cfg_now, study = load_results(path, state, storage_url)
+            cfg_now, study = load_results(cfg.path, state, storage_url)
             rows = ladder_rows(study, cfg_now)
             rows = rows[rows.seed.isin(cfg_now.seeds[:n])]          # look j judges its first n_j seeds
             verdicts = [r.verdict for r in rung_verdicts(rows, cfg_now, 0, state, level, len(looks), tuple(looks))[1]]

@@ -115,9 +115,10 @@ def micro_ladder_file(folder: Path, model: dict, steps: int, backend: str = "tra
 def micro_ladder(folder: Path, state: Path, model: dict, steps: int, backend: str = "transformers") -> dict:
     """Run the ladder as ``grpolab study`` runs it (its MLflow runs land in ``state``)."""
     from grpolab.studies.coordinator import run_study
+    from grpolab.studies.study_run import StudyRun
     lines: list[str] = []
     path = micro_ladder_file(folder, model, steps, backend)
-    code = run_study(str(path), state, None, 1, True, echo=lines.append)
+    code = run_study(StudyRun.of(path, state, workers=1, retry_failed=True, echo=lines.append))
     if code != 0:
         raise RuntimeError(f"the {backend} micro-ladder exited {code}: " + " | ".join(lines[-5:]))
     rows = completed_rows(path, state)

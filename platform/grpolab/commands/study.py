@@ -1,6 +1,6 @@
 """``grpolab study FILE``: run (or resume) a ladder or a search with Optuna; ``--plan`` sizes it
-and runs nothing. The Python API's ``grpolab.study`` builds the same record (``study_options``)
-and calls the same ``execute``."""
+and runs nothing. The Python API's ``grpolab.study`` builds the same records (``StudyFlags``,
+checked by ``study_options``) and calls the same ``execute``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,37 @@ class StudyOptions:
     where: bool = True                # say where the study's MLflow runs are, at the end
 
 
+@dataclass(frozen=True)
+class StudyFlags:
+    """What ``grpolab study`` is told beside the file, unchecked: its flags, or ``grpolab.study``'s
+    keywords (the API's subset, ``API_FLAGS``). ``study_options`` checks them."""
+    state: str | None = None
+    storage: str | None = None
+    workers: int | None = None
+    retry_failed: bool = False
+    accept_changed: bool = False
+    table: bool = False
+    dashboard: bool = False
+    plan: bool = False
+    tokens_per_second: float | None = None
+    until_decided: bool = False
+    max_seeds: int | None = None
+    batch: int | None = None
+    fixed_seeds: bool = False
+    gpus_per_row: int | None = None
+    devices: str | None = None
+    launcher: str = "local"
+    slurm: dict | None = None
+    accelerate_config: str | None = None
+    echo: object = field(default=print)
+    where: bool = True
+
+
+#: the flags ``grpolab.study`` takes as keywords (it prints no table, writes no dashboard and never plans)
+API_FLAGS = ("state", "storage", "workers", "retry_failed", "accept_changed", "until_decided", "max_seeds", "batch",
+             "fixed_seeds", "gpus_per_row", "devices", "launcher", "slurm", "accelerate_config")
+
+
 def add(sub) -> None:
     study = sub.add_parser("study", help="run an ablation ladder or search with Optuna (resumable)")
     study.add_argument("study", help="path to studies/<name>.yaml")
@@ -57,48 +88,46 @@ def add(sub) -> None:
 
 
 def parse(args) -> StudyOptions:
-    return study_options(
-        args.study, state=args.state, storage=args.storage, workers=args.workers, retry_failed=args.retry_failed,
+    return study_options(args.study, StudyFlags(
+        state=args.state, storage=args.storage, workers=args.workers, retry_failed=args.retry_failed,
         accept_changed=args.accept_changed, table=args.table, dashboard=args.dashboard, plan=args.plan,
         tokens_per_second=args.tokens_per_second, until_decided=args.until_decided, max_seeds=args.max_seeds,
         batch=args.batch, fixed_seeds=args.fixed_seeds, gpus_per_row=args.gpus_per_row, devices=args.devices,
-        launcher=args.launcher, slurm=study_flags.slurm_values(args), accelerate_config=args.accelerate_config)
+        launcher=args.launcher, slurm=study_flags.slurm_values(args), accelerate_config=args.accelerate_config))
 
 
-def study_options(path, *, state=None, storage=None, workers=None, retry_failed=False, accept_changed=False,
-                  table=False, dashboard=False, plan=False, tokens_per_second=None, until_decided=False,
-                  max_seeds=None, batch=None, fixed_seeds=False, gpus_per_row=None, devices=None, launcher="local",
-                  slurm=None, accelerate_config=None, echo=print, where=True) -> StudyOptions:
+def study_options(path, flags: StudyFlags) -> StudyOptions:
     """Every choice checked and the study file read (once), in the order the command line
     answers them; nothing is opened or written."""
-    path = str(path)
-    common = dict(state=state, storage=storage, gpus_per_row=gpus_per_row, echo=echo, where=where)
-    if plan:
-        _nothing_the_plan_ignores(workers=workers, retry_failed=retry_failed, accept_changed=accept_changed,
-                                  table=table, dashboard=dashboard, until_decided=until_decided, max_seeds=max_seeds,
-                                  batch=batch, fixed_seeds=fixed_seeds, devices=devices, launcher=launcher,
-                                  slurm=slurm, accelerate_config=accelerate_config)
-        if tokens_per_second is not None and not tokens_per_second > 0:
-            raise ConfigError(f"--tokens-per-second: must be > 0, got {tokens_per_second}")
-        return StudyOptions(path, None, plan=True, tokens_per_second=tokens_per_second, **common)
-    if tokens_per_second is not None:
+    path, f = str(path), flags
+    common = dict(state=f.state, storage=f.storage, gpus_per_row=f.gpus_per_row, echo=f.echo, where=f.where)
+    if f.plan:
+        _nothing_the_plan_ignores(workers=f.workers, retry_failed=f.retry_failed, accept_changed=f.accept_changed,
+                                  table=f.table, dashboard=f.dashboard, until_decided=f.until_decided,
+                                  max_seeds=f.max_seeds, batch=f.batch, fixed_seeds=f.fixed_seeds, devices=f.devices,
+                                  launcher=f.launcher, slurm=f.slurm, accelerate_config=f.accelerate_config)
+        if f.tokens_per_second is not None and not f.tokens_per_second > 0:
+            raise ConfigError(f"--tokens-per-second: must be > 0, got {f.tokens_per_second}")
+        return StudyOptions(path, None, plan=True, tokens_per_second=f.tokens_per_second, **common)
+    if f.tokens_per_second is not None:
         raise ConfigError("--tokens-per-second: only with --plan")
-    shared.at_least("--workers", workers, 1)
-    shared.at_least("--batch", batch, 1)
-    slurm = study_flags.launcher_options(launcher, dict(slurm or {}), until_decided, gpus_per_row, accelerate_config)
+    shared.at_least("--workers", f.workers, 1)
+    shared.at_least("--batch", f.batch, 1)
+    slurm = study_flags.launcher_options(f.launcher, dict(f.slurm or {}), f.until_decided, f.gpus_per_row,
+                                         f.accelerate_config)
     from grpolab.studies.definition import load_study
     study = load_study(path)   # the whole file is answered before any store or the coordinator is loaded
-    on_demand = study_flags.seeds_on_demand(study.on_demand, fixed_seeds, until_decided, max_seeds, batch)
-    if on_demand is not None and (slurm is not None or gpus_per_row is not None):
+    on_demand = study_flags.seeds_on_demand(study.on_demand, f.fixed_seeds, f.until_decided, f.max_seeds, f.batch)
+    if on_demand is not None and (slurm is not None or f.gpus_per_row is not None):
         raise ConfigError("seeds on demand (--until-decided or the study's seeds: {first, batch, cap}) run on this "
                           "machine only for now: add --fixed-seeds to launch the first seeds with Slurm or --gpus-per-row")
-    if on_demand is not None and (devices is not None or accelerate_config is not None):
-        flag = "--devices" if devices is not None else "--accelerate-config"
+    if on_demand is not None and (f.devices is not None or f.accelerate_config is not None):
+        flag = "--devices" if f.devices is not None else "--accelerate-config"
         raise ConfigError(f"{flag}: seeds on demand (--until-decided or the study's seeds: {{first, batch, cap}}) run "
                           "each row as one process on this machine; add --fixed-seeds to run the first seeds with it")
-    return StudyOptions(path, study, workers=workers, retry_failed=retry_failed, accept_changed=accept_changed,
-                        table=table, dashboard=dashboard, devices=devices, slurm=slurm,
-                        accelerate_config=accelerate_config, on_demand=on_demand, **common)
+    return StudyOptions(path, study, workers=f.workers, retry_failed=f.retry_failed, accept_changed=f.accept_changed,
+                        table=f.table, dashboard=f.dashboard, devices=f.devices, slurm=slurm,
+                        accelerate_config=f.accelerate_config, on_demand=on_demand, **common)
 
 
 def _nothing_the_plan_ignores(*, launcher, slurm, **given) -> None:
@@ -121,24 +150,22 @@ def execute(options: StudyOptions) -> int:
     from grpolab.tracking.stores import check_stores
     check_stores(state_path(options.state), options.storage)   # fail fast, before the study's imports
     from grpolab.report.publish import record_study_tables
+    from grpolab.studies.study_run import StudyRun
     started = time.time()
-    state, on_demand = state_path(options.state), options.on_demand
-    if on_demand is not None:
+    launcher = None
+    if options.slurm is not None:
+        from grpolab.studies.slurm import SlurmLauncher
+        launcher = SlurmLauncher(**options.slurm)
+    run = StudyRun(options.study, state_path(options.state), storage_url=options.storage, workers=options.workers,
+                   retry_failed=options.retry_failed, accept_changed=options.accept_changed, echo=options.echo,
+                   publish=record_study_tables, gpus_per_row=options.gpus_per_row, devices=options.devices,
+                   launcher=launcher, accelerate_config=options.accelerate_config)
+    if options.on_demand is not None:
         from grpolab.analysis.until_decided import run_until_decided
-        code = run_until_decided(options.path, state, options.storage, options.workers or 1, on_demand.cap,
-                                 on_demand.batch, echo=options.echo, retry_failed=options.retry_failed,
-                                 accept_changed=options.accept_changed, publish=record_study_tables,
-                                 max_rows=on_demand.max_rows)
+        code = run_until_decided(run, options.on_demand)
     else:
         from grpolab.studies.coordinator import run_study
-        launcher = None
-        if options.slurm is not None:
-            from grpolab.studies.slurm import SlurmLauncher
-            launcher = SlurmLauncher(**options.slurm)
-        code = run_study(options.path, state, options.storage, options.workers, options.retry_failed,
-                         echo=options.echo, accept_changed=options.accept_changed, publish=record_study_tables,
-                         gpus_per_row=options.gpus_per_row, devices=options.devices, launcher=launcher,
-                         accelerate_config=options.accelerate_config)
+        code = run_study(run)
     _report(options, started)
     return code
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 import time
 import warnings
-from collections.abc import Callable
+from dataclasses import replace
+from typing import NamedTuple
 from pathlib import Path
 
 import optuna
@@ -20,7 +21,7 @@ from optuna.trial import TrialState
 
 from grpolab.errors import ConfigError
 from grpolab.signals import raise_if_signalled, signals_raise
-from grpolab.studies.definition import StudyConfig, load_study
+from grpolab.studies.definition import StudyConfig
 from grpolab.studies.devices import placement_for
 from grpolab.studies.hand_back import reap_logged, reap_stale_trials, watchdog
 from grpolab.studies.launch_options import check_rows_fit, row_accelerate_config
@@ -44,6 +45,7 @@ from grpolab.studies.rows import (
     summary,
     trial_row_state,
 )
+from grpolab.studies.study_run import StudyRun
 from grpolab.studies.storage import (create_or_load, default_storage, end_if_gone, outlasting_storage_loss,
                                      seed_param, share_storage_loss, storage_loss_ends_command, with_added_seeds)
 from grpolab.studies.trials import worker_loop
@@ -105,79 +107,79 @@ def ensure_parent_run(study: optuna.Study, cfg: StudyConfig, state: Path, reopen
     return recorder.run_id
 
 
-def run_study(path: str, state: Path, storage_url: str | None, workers: int | None, retry_failed: bool,
-              echo=print, accept_changed: bool = False, publish: Publish | None = None,
-              gpus_per_row: int | None = None, devices: str | None = None, launcher=None,
-              accelerate_config: str | None = None) -> int:
+class Workers(NamedTuple):
+    """Where a run's rows run: ``count`` workers; ``in_process``: this process runs them (one
+    worker, no devices, no launcher); else ``procs``, the released worker processes (none when
+    nothing is pending or a launcher runs them)."""
+    count: int
+    in_process: bool
+    procs: list
+
+
+def run_study(run: StudyRun) -> int:
     """Coordinator: validate, check the stores, then (under the setup lock, so that several
     coordinators starting together do it once) create the stores, the study and its parent run,
     hand back the rows of dead workers and queue the missing rows; run workers, show live
     progress, wait for rows other coordinators still run. Returns the exit code: 0 when every
     row is done, 1 when a row failed or did not complete.
 
-    ``publish(state, parent_run_id, study_path, storage_url)`` is called once this run's rows are
-    done, before the parent run closes (the front door passes the report's table publisher: the
-    study driver never imports reporting, as Optuna's ``optimize`` takes ``callbacks=``).
-
-    ``gpus_per_row`` K (devices.py): every worker is a process owning K devices of the pool
-    (``devices``, else the study file's ``devices:``, else CUDA_VISIBLE_DEVICES or every CUDA
-    device), ``workers`` of them (default: pool // K); a row runs as K processes when K > 1, through
-    ``accelerate launch`` with ``accelerate_config`` (else the study file's launcher.accelerate_config)
-    when one is given.
-    ``launcher`` (slurm.SlurmLauncher): the workers run as cluster jobs submitted once the rows
-    are queued, instead of processes on this machine."""
-    cfg = load_study(path)
+    ``run.gpus_per_row`` K (devices.py): every worker is a process owning K devices of the pool
+    (``run.devices``, else the study file's ``devices:``, else CUDA_VISIBLE_DEVICES or every CUDA
+    device), ``run.workers`` of them (default: pool // K); a row runs as K processes when K > 1,
+    through ``accelerate launch`` with ``run.accelerate_config`` (else the study file's
+    launcher.accelerate_config) when one is given. ``run.launcher`` (slurm.SlurmLauncher): the
+    workers run as cluster jobs submitted once the rows are queued, instead of processes on this
+    machine."""
+    cfg, state, echo, launcher = run.study, run.state, run.echo, run.launcher
     placement = None
     if launcher is not None:   # every refusal (storage, flags) before anything is written or submitted
-        launcher.check(cfg, storage_url, workers, devices)
+        launcher.check(cfg, run.storage_url, run.workers, run.devices)
     else:
-        placement = placement_for(cfg.devices, gpus_per_row, devices, workers)
-    per_row = placement.per_row if placement else launcher.gpus_per_row if launcher else gpus_per_row
-    accelerate = row_accelerate_config(accelerate_config, cfg.launcher, per_row)
+        placement = placement_for(cfg.devices, run.gpus_per_row, run.devices, run.workers)
+    per_row = placement.per_row if placement else launcher.gpus_per_row if launcher else run.gpus_per_row
+    accelerate = row_accelerate_config(run.accelerate_config, cfg.launcher, per_row)
     if accelerate:
-        check_rows_fit(accelerate, cfg, "--accelerate-config" if accelerate_config else "launcher.accelerate_config")
+        check_rows_fit(accelerate, cfg,
+                       "--accelerate-config" if run.accelerate_config else "launcher.accelerate_config")
     if launcher is not None:
         launcher.accelerate_config = accelerate
-    workers = placement.workers if placement else launcher.jobs if launcher else (workers or 1)
+    workers = placement.workers if placement else launcher.jobs if launcher else (run.workers or 1)
     if placement is not None:
         echo(placement.describe() + (f"; launched by accelerate with {accelerate}" if accelerate else ""))
     if launcher is None and cfg.launcher.slurm:
         echo("launcher.slurm: not used (the workers run on this machine; --launcher slurm submits them with it)")
     cfg.study_kind.check(cfg, echo)   # before anything runs
-    storage_url = storage_url or default_storage(state)
+    storage_url = run.storage_url or default_storage(state)
     tracking = check_stores(state, storage_url)          # fail fast: nothing is written before this
     Path(state).mkdir(parents=True, exist_ok=True)
     share_storage_loss(storage_url, state, fresh=True)   # it answered: a loss an earlier command recorded is over
     in_process = workers <= 1 and placement is None and launcher is None
     procs = [] if in_process or launcher else start_workers(   # they import meanwhile
-        path, storage_url, state, workers, placement and placement.device_sets, placement.per_row if placement else 1,
-        accelerate)
+        cfg.path, storage_url, state, workers, placement and placement.device_sets,
+        placement.per_row if placement else 1, accelerate)
+    run = replace(run, storage_url=storage_url, workers=workers)
     try:
         with signals_raise():
             with setup_lock(state, tracking, storage_url):
                 init_tracking_store(state)
                 study = create_or_load(cfg, storage_url)
-                check_definition(study, cfg, accept_changed)
-                cfg = with_added_seeds(cfg, study)
+                check_definition(study, cfg, run.accept_changed)
                 if cfg.study_kind.paired_rungs:   # before any row of this run: the file's verdict fields as they stand
-                    register_ladder(state, load_study(path), study)
+                    register_ladder(state, cfg, study)
+                cfg = with_added_seeds(cfg, study)
                 for reason in reap_stale_trials(study, state, row_timeout=cfg.row_timeout_s).values():
                     echo(reason)
                 if cfg.study_kind.queued_rows:
-                    enqueue_missing_rows(study, cfg, retry_failed)
+                    enqueue_missing_rows(study, cfg, run.retry_failed)
                 pending = has_pending_rows(study, cfg)
                 parent = ensure_parent_run(study, cfg, state, reopen=pending)
             raise_if_signalled()   # deferred inside the set-up's store calls: no worker is told to go
             release(procs, go=pending)
-            return _coordinate(study, cfg, state, storage_url, procs if pending else [], workers, parent, pending,
-                               echo, lambda: setup_lock(state, tracking, storage_url), publish,
-                               in_process=in_process, launcher=launcher)
+            return _coordinate(study, cfg, run, Workers(workers, in_process, procs if pending else []), parent,
+                               pending, lambda: setup_lock(state, tracking, storage_url))
     finally:
         release(procs, go=False)   # set-up failed or was interrupted: workers never told to go are killed
 
-
-# publish(state, parent_run_id, study_path, storage_url): what the front door records on the parent run
-Publish = Callable[[Path, str, str, "str | None"], None]
 
 TICK_FAILURES = 5   # consecutive unreadable-store ticks (2 s apart) before the coordinator gives up
 
@@ -222,28 +224,28 @@ def _ticker(study, cfg: StudyConfig, state: Path, workers: int, echo, storage_ur
     return tick
 
 
-def _coordinate(study, cfg: StudyConfig, state: Path, storage_url: str, procs: list, workers: int, parent: str,
-                pending: bool, echo, locked, publish: Publish | None = None, in_process: bool | None = None,
-                launcher=None) -> int:
-    """Run the rows (in this process when ``in_process``, by default when ``workers`` is 1; else
-    in the released worker processes ``procs``, or in the ``launcher``'s cluster jobs), wait for
-    other coordinators' rows, then close the parent run. ``locked()``
-    is the setup lock: the parent's tables, tags and status are written under it, because
-    coordinators that finish together would otherwise insert the same new tag at once (a
-    duplicate key: the PostgreSQL round of the three-coordinator test lost a coordinator to it)."""
-    started, tick = time.time(), _ticker(study, cfg, state, workers, echo, storage_url)
+def _coordinate(study, cfg: StudyConfig, run: StudyRun, workers: Workers, parent: str, pending: bool,
+                locked) -> int:
+    """Run the rows (in this process when ``workers.in_process``; else in the released worker
+    processes ``workers.procs``, or in ``run.launcher``'s cluster jobs), wait for other
+    coordinators' rows, then close the parent run. ``locked()`` is the setup lock: the parent's
+    tables, tags and status are written under it, because coordinators that finish together would
+    otherwise insert the same new tag at once (a duplicate key: the PostgreSQL round of the
+    three-coordinator test lost a coordinator to it)."""
+    state, storage_url, echo, launcher, publish = run.state, run.storage_url, run.echo, run.launcher, run.publish
+    started, tick = time.time(), _ticker(study, cfg, state, workers.count, echo, storage_url)
     try:
         with storage_loss_ends_command(storage_url):
             if launcher is not None:
                 if pending:   # rows handed back by a job Slurm ended are queued again (once: under the lock) meanwhile
                     launcher.run(study, cfg, storage_url, state, tick, echo,
                                  requeue=lambda: _requeue(study, cfg, locked))
-            elif workers <= 1 if in_process is None else in_process:
+            elif workers.in_process:
                 # the inner one ends first: a storage found gone stops the watchdog's wait for it before the join
                 with watchdog(study, state, cfg.row_timeout_s, echo):
                     outlasting_storage_loss(storage_url, lambda: worker_loop(cfg, storage_url, state, tick))
             else:
-                for line in run_workers(procs, tick):
+                for line in run_workers(workers.procs, tick):
                     echo(line)
             while study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
                 tick()   # rows run by other coordinators' workers: wait until they end or are handed back
@@ -251,13 +253,13 @@ def _coordinate(study, cfg: StudyConfig, state: Path, storage_url: str, procs: l
     except BaseException as exc:
         if pending:
             try:   # not under the lock: an interrupted coordinator must never wait on it
-                final = None if isinstance(exc, StoreUnreachable) else progress(study, cfg, started, workers)
+                final = None if isinstance(exc, StoreUnreachable) else progress(study, cfg, started, workers.count)
                 _close_parent(state, parent, final, interrupted=True)
             except Exception as error:  # noqa: BLE001 - the interruption is what is reported
                 log.warning("could not close the study's parent run: %s", error)
         raise
     with locked():
-        final = progress(study, cfg, started, workers)
+        final = progress(study, cfg, started, workers.count)
         written = True
         # a finished study run again keeps its parent run (and its end time) as it was, and writes
         # its end results again only when their last write did not finish
