@@ -15,13 +15,12 @@ from dataclasses import dataclass, fields
 
 from grpolab.errors import ConfigError
 from grpolab.method.advantages import ADVANTAGES, estimators
-from grpolab.method.aggregations import AGGREGATIONS, TOKEN_LEVEL
-from grpolab.method.entropy_modes import ENTROPY_MODES
+from grpolab.method.aggregations import TOKEN_LEVEL
 from grpolab.method.episode_norms import EPISODE_NORMS
-from grpolab.method.kl import KL_ESTIMATORS, KL_PLACEMENTS, kl_in_reward
+from grpolab.method.kl import kl_in_reward
 from grpolab.method.ratios import RATIOS, TOKEN
 from grpolab.method.sampling_modes import SAMPLING_MODES
-from grpolab.method.sampling_options import SAMPLING_OPTIONS
+from grpolab.method.settings import AXIS_REGISTRIES, param_table
 from grpolab.method.surrogates import SURROGATES
 from grpolab.validation import typed
 
@@ -42,19 +41,6 @@ class _AxisChoices(Mapping):
         return len(self._registries)
 
 
-# every axis whose value is a name: its registry of entries (one per value)
-AXIS_REGISTRIES: dict[str, dict] = {
-    "advantage": ADVANTAGES,          # one entry per value: method/advantages.py
-    "surrogate": SURROGATES,          # one entry per value: method/surrogates.py
-    "aggregation": AGGREGATIONS,      # one entry per value: method/aggregations.py
-    "ratio": RATIOS,                  # one entry per value: method/ratios.py
-    "kl_estimator": KL_ESTIMATORS,    # one entry per value: method/kl.py
-    "kl_placement": KL_PLACEMENTS,    # one entry per value: method/kl.py
-    "sampling": SAMPLING_MODES,       # one entry per value: method/sampling_modes.py
-    "entropy_mode": ENTROPY_MODES,    # one entry per value: method/entropy_modes.py
-    **SAMPLING_OPTIONS,               # sampling_filter, sampling_cap_policy, gfpo_metric: method/sampling_options.py
-    "episode_norm": EPISODE_NORMS,    # one entry per value: method/episode_norms.py
-}
 AXIS_CHOICES: Mapping[str, tuple[str, ...]] = _AxisChoices(AXIS_REGISTRIES)
 
 
@@ -159,59 +145,50 @@ def _check(cond: bool, message: str) -> None:
 
 
 def validate_spec(spec: MethodSpec) -> None:
+    """Each axis value against its registry, each setting against its Param's range
+    (``method/settings.py``), then the rules that tie settings together."""
     for axis, choices in AXIS_CHOICES.items():
         value = getattr(spec, axis)
         _check(value in choices, f"method.{axis}: unknown value {value!r}; valid: {', '.join(choices)}")
-    _check(0 <= spec.eps_low <= 1, f"method.eps_low: must be in [0, 1], got {spec.eps_low}")
+    for name, param in param_table().items():
+        refusal = param.refusal(getattr(spec, name))
+        _check(refusal is None, refusal)
+    _validate_pairs(spec)
+    _validate_sampling(spec)
+    _validate_advantage(spec, ADVANTAGES[spec.advantage])
+
+
+def _validate_pairs(spec: MethodSpec) -> None:
+    """The settings whose valid values depend on another setting."""
     clip = SURROGATES[spec.surrogate].clip
     _check(spec.eps_high >= 0 or (clip == "truncate" and spec.eps_high > -1),   # cispo: TRL's bound may be < 1
            f"method.eps_high: must be >= 0 (cispo: > -1, an upper bound 1 + eps_high > 0), got {spec.eps_high}")
     if clip in ("ppo", "dual") and not RATIOS[spec.ratio].log_space_clip:
         _check(spec.eps_high >= spec.eps_low,
                f"method.eps_high ({spec.eps_high}) < method.eps_low ({spec.eps_low}): Clip-Higher needs eps_high >= eps_low")
-    _check(spec.dual_clip_c > 1, f"method.dual_clip_c: must be > 1, got {spec.dual_clip_c}")
-    _check(spec.kl_coef >= 0, f"method.kl_coef: must be >= 0, got {spec.kl_coef}")
-    _check(spec.adv_eps >= 0, f"method.adv_eps: must be >= 0, got {spec.adv_eps}")
-    _check(0 < spec.top_entropy_quantile <= 1, f"method.top_entropy_quantile: must be in (0, 1], got {spec.top_entropy_quantile}")
-    _check(0 <= spec.entropy_coef_min <= spec.entropy_coef_max,
+    _check(spec.entropy_coef_min <= spec.entropy_coef_max,
            f"method.entropy_coef_min/entropy_coef_max: need 0 <= min <= max, got {spec.entropy_coef_min}, "
            f"{spec.entropy_coef_max}")
-    _check(0 < spec.cov_fraction <= 1, f"method.cov_fraction: must be in (0, 1], got {spec.cov_fraction}")
-    _check(0 < spec.tracker_decay <= 1, f"method.tracker_decay: must be in (0, 1], got {spec.tracker_decay}")
-    _check(spec.overlong_buffer >= 0, f"method.overlong_buffer: must be >= 0 (0 = 20% of the cap), got {spec.overlong_buffer}")
-    _check(spec.max_sampling_rounds >= 1, f"method.max_sampling_rounds: must be >= 1, got {spec.max_sampling_rounds}")
+    own_loss = RATIOS[spec.ratio].replaces_surrogate
+    _check(own_loss is None or spec.surrogate == "clip", f"method.ratio={spec.ratio} {own_loss}: use surrogate=clip")
+    own_ratio = SURROGATES[spec.surrogate].own_ratio
+    _check(own_ratio is None or spec.ratio == TOKEN, f"method.surrogate={spec.surrogate} {own_ratio}: use ratio={TOKEN}")
+
+
+def _validate_sampling(spec: MethodSpec) -> None:
+    """The sampling mode's entry against the aggregation, surrogate and estimator."""
     sampling = SAMPLING_MODES[spec.sampling]
     if sampling.drops_rows:
         _check(spec.aggregation in TOKEN_LEVEL,
                f"method.sampling={spec.sampling} drops completions from the token normaliser: use aggregation "
                + " or ".join(TOKEN_LEVEL))
-    _check(spec.gfpo_keep >= 2, f"method.gfpo_keep: must be >= 2 (one retained completion is its own "
-           f"baseline: A = 0 for every estimator, nothing trains), got {spec.gfpo_keep}")
-    _check(not sampling.retains or spec.surrogate != "group_dpo",
-           f"method.sampling={spec.sampling} with surrogate=group_dpo: the DPO pair is chosen on every "
-           "completion's reward, so a rejected (loss-masked) completion could be the pair's best or worst: use another surrogate")
+    pairwise = SURROGATES[spec.surrogate].pairwise
+    _check(not sampling.retains or pairwise is None,
+           f"method.sampling={spec.sampling} with surrogate={spec.surrogate}: {pairwise}, so a rejected "
+           "(loss-masked) completion could be the pair's best or worst: use another surrogate")
     _check(not sampling.retains or spec.advantage in estimators(unscorable=True),
            f"method.sampling={spec.sampling} leaves the rejected completions out of the baselines (as rows without "
            f"a reward): use advantage {' or '.join(estimators(unscorable=True))}, got {spec.advantage!r}")
-    _check(spec.dpo_beta > 0, f"method.dpo_beta: must be > 0, got {spec.dpo_beta}")
-    _check(spec.dro_beta > 0, f"method.dro_beta: must be > 0, got {spec.dro_beta}")
-    own_loss = RATIOS[spec.ratio].replaces_surrogate
-    _check(own_loss is None or spec.surrogate == "clip", f"method.ratio={spec.ratio} {own_loss}: use surrogate=clip")
-    own_ratio = SURROGATES[spec.surrogate].own_ratio
-    _check(own_ratio is None or spec.ratio == TOKEN, f"method.surrogate={spec.surrogate} {own_ratio}: use ratio={TOKEN}")
-    if spec.surrogate == "vespo":
-        _check(min(spec.vespo_k_pos, spec.vespo_k_neg) >= 0 and min(spec.vespo_lambda_pos, spec.vespo_lambda_neg) > 0,
-               "method.vespo_k_pos/vespo_k_neg must be >= 0 and vespo_lambda_pos/vespo_lambda_neg > 0 (the kernel "
-               "w^k exp(lambda (1 - w)) must vanish as w grows)")
-    _validate_advantage(spec, ADVANTAGES[spec.advantage])
-    _check(0 < spec.gae_gamma <= 1 and 0 <= spec.gae_lambda <= 1 and 0 <= spec.gae_lambda_critic <= 1,
-           "method.gae_gamma must be in (0, 1], gae_lambda and gae_lambda_critic in [0, 1]")
-    _check(spec.value_clip >= 0 and spec.positive_lm_coef >= 0,
-           "method.value_clip and method.positive_lm_coef must be >= 0 (0 = off)")
-    _check(spec.gae_length_alpha >= 0 and spec.critic_lr > 0 and spec.critic_warmup >= 0,
-           "method.gae_length_alpha >= 0, critic_lr > 0 and critic_warmup >= 0 required")
-    _check(spec.step_omega >= 0 and 0 < spec.step_gamma <= 1 and 0 < spec.anchor_similarity <= 1,
-           "method.step_omega must be >= 0, step_gamma in (0, 1] and anchor_similarity in (0, 1]")
 
 
 def _validate_advantage(spec: MethodSpec, entry) -> None:
