@@ -66,8 +66,3 @@ def entropy_mode_acts(spec) -> bool:
     """Whether the run has an entropy bonus whose mode matters (a start coefficient, or a gated mode)."""
     return spec.entropy_coef > 0 or ENTROPY_MODES[spec.entropy_mode].gated
 
-
-def adaptive_params_act(spec) -> bool:
-    """Whether the adaptive controller's parameters act: an adaptive mode that has a bonus to move."""
-    mode = ENTROPY_MODES[spec.entropy_mode]
-    return (spec.entropy_coef > 0 and mode.adaptive) or mode.gated

@@ -15,7 +15,7 @@ import dataclasses
 from typing import Callable
 
 from grpolab.method.advantages import ADVANTAGES
-from grpolab.method.entropy_modes import ENTROPY_MODES, entropy_modes
+from grpolab.method.entropy_modes import entropy_modes
 from grpolab.method.params import Param, Requirement
 from grpolab.method.ratios import RATIOS
 from grpolab.method.sampling_modes import SAMPLING_MODES

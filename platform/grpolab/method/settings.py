@@ -99,8 +99,8 @@ _UNDECLARED = Param("", "", log="changed")
 
 def param_table() -> dict[str, Param]:
     """Every declared setting by name, each with its owning axis and the values that declare it
-    (one record per name: the first declaration's check, doc and off_policy; ``declared_by`` has
-    each entry's own)."""
+    (one record per name: the first declaration's range, doc and log policy; ``off_policy`` is read
+    from each entry's own declaration)."""
     table = dict(_GENERAL)
     for axis, registry in AXIS_REGISTRIES.items():
         for entry in registry.values():
@@ -111,11 +111,6 @@ def param_table() -> dict[str, Param]:
                     table[name] = dataclasses.replace(known if known and known.axis == axis else param,
                                                       axis=axis, values=values)
     return table
-
-
-def declared_by(axis: str, value: str, name: str) -> Param:
-    """The record of setting ``name`` as the entry ``value`` of ``axis`` declares it."""
-    return next(d[name] for d in _declared(AXIS_REGISTRIES[axis][value]) if name in d)
 
 
 def _declared(entry) -> list[dict[str, Param]]:

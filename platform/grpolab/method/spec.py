@@ -21,7 +21,7 @@ from grpolab.method.kl import kl_in_reward
 from grpolab.method.ratios import RATIOS, TOKEN
 from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.method.settings import AXIS_REGISTRIES, param_table
-from grpolab.method.surrogates import SURROGATES
+from grpolab.method.surrogates import CLIP, SURROGATES
 from grpolab.validation import typed
 
 
@@ -170,7 +170,7 @@ def _validate_pairs(spec: MethodSpec) -> None:
            f"method.entropy_coef_min/entropy_coef_max: need 0 <= min <= max, got {spec.entropy_coef_min}, "
            f"{spec.entropy_coef_max}")
     own_loss = RATIOS[spec.ratio].replaces_surrogate
-    _check(own_loss is None or spec.surrogate == "clip", f"method.ratio={spec.ratio} {own_loss}: use surrogate=clip")
+    _check(own_loss is None or spec.surrogate == CLIP, f"method.ratio={spec.ratio} {own_loss}: use surrogate={CLIP}")
     own_ratio = SURROGATES[spec.surrogate].own_ratio
     _check(own_ratio is None or spec.ratio == TOKEN, f"method.surrogate={spec.surrogate} {own_ratio}: use ratio={TOKEN}")
 

@@ -50,8 +50,10 @@ class Surrogate:
     trl_fields: dict[str, tuple[str, float]] = field(default_factory=dict)  # GRPOConfig field -> (axis, shift):
                                    # field = axis + shift under its loss types (cispo's bound is absolute)
     no_trl: str | None = None      # why TRL has no loss type for it (None when trl or trl_as says)
-    pairwise: str | None = None    # why it needs every completion of a group in one micro-batch and scored
-                                   # (it pairs completions within the group); None: it scores each alone
+    pairwise: str | None = None    # how it pairs completions within a group (then a group filter must not leave
+                                   # some unscored, and the whole rollout is one micro-batch); None: no pairs
+    token_loss: bool = True        # a per-token loss (a sampler correction re-weights it); else one per sequence
+    on_policy_only: str | None = None  # why rollout reuse is refused (it has no ratio to correct with); None: allowed
 
 
 # a clip binds only off-policy (rho = 1 on-policy); eps_high's lower bound depends on the clip (spec.py)
@@ -96,7 +98,8 @@ _ENTRIES = (
               trl_fields={"sapo_temperature_pos": ("sapo_tau_pos", 0.0), "sapo_temperature_neg": ("sapo_tau_neg", 0.0)},
               trl=(TrlLoss("sapo", "seq_mean_token_mean",
                            "soft gate (4/tau) sigmoid(tau (rho - 1)) instead of a clip; like grpo's aggregation (SAPO)"),)),
-    Surrogate("reinforce", lambda s: "none (REINFORCE)", {}, None, no_trl="TRL 1.16 has no ratio-free loss type"),
+    Surrogate("reinforce", lambda s: "none (REINFORCE)", {}, None, no_trl="TRL 1.16 has no ratio-free loss type",
+              on_policy_only="has no importance ratio"),
     # the selected tokens' gradient is cut also on-policy; the clip part binds only off-policy
     Surrogate("clip_cov", lambda s: f"Clip-Cov {s.cov_fraction:g}", {**_CLIP_BOUNDS, **declare(_COV_FRACTION, Param("cov_low", "Clip-Cov: covariance window lower bound"),
                                                                             Param("cov_high", "Clip-Cov: covariance window upper bound"))}, None,
@@ -107,7 +110,7 @@ _ENTRIES = (
     Surrogate("group_dpo", lambda s: f"DPO beta={s.dpo_beta:g}", declare(Param("dpo_beta", "Group-DPO temperature", low=0, low_open=True)), None, reference=True,
               own_ratio="uses sequence log-probs directly",
               no_trl="a pairwise DPO loss on each group's best and worst completion, not a GRPOConfig loss type",
-              pairwise="the DPO pair is chosen on every completion's reward"),
+              pairwise="the DPO pair is chosen on every completion's reward", token_loss=False),
     # VESPO (2602.10693): a detached Gamma weight of the sequence ratio times -A log pi
     Surrogate("vespo", lambda s: f"VESPO k {s.vespo_k_pos:g}/{s.vespo_k_neg:g} lam {s.vespo_lambda_pos:g}/"
                                  f"{s.vespo_lambda_neg:g}", dict(_VESPO),
@@ -132,6 +135,7 @@ _ENTRIES = (
               no_trl="TRL 1.16 has no quadratic log-ratio penalty"),
 )
 SURROGATES: dict[str, Surrogate] = {s.name: s for s in _ENTRIES}
+CLIP = "clip"   # the plain PPO clip: what a ratio that brings its own clipped loss is combined with
 
 
 def readers(param: str) -> tuple[str, ...]:
