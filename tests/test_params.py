@@ -73,3 +73,15 @@ def test_a_registered_value_brings_its_setting_checked_logged_and_warned_inert(t
     assert inert_settings(_run(toy_alpha=0.5)) == ["toy_alpha=0.5"]
     assert inert_notes(_run(toy_alpha=0.5)) == ["method.toy_alpha=0.5 needs advantage toy_weighted and is inert in "
                                                 "this run: set method.advantage: toy_weighted"]
+
+
+def test_spec_hashes_stay_what_runs_recorded():
+    """A setting added after hashes were recorded is ``late`` on its Param (left out at its default):
+    the hashes of the neutral spec, of a spec setting late settings, and of registered methods
+    stay those stored with existing runs and studies."""
+    from grpolab.method.registry import METHODS
+    assert MethodSpec().spec_hash() == "6cc68e8fea5e"
+    assert MethodSpec(step_omega=0.5, vespo_k_pos=1.0, gfpo_keep=4).spec_hash() == "707686641f06"
+    recorded = {"grpo": "5e4c979a5d67", "dapo": "dab91856fb9f", "gigpo": "fb8608653627", "vespo": "ba52671125d4",
+                "gfpo": "662fb7a0b030", "dro": "00b1fd793341", "vapo": "007418c561d7", "ppo": "c1c948220d28"}
+    assert {name: METHODS[name].spec().spec_hash() for name in recorded} == recorded

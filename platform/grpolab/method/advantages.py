@@ -108,7 +108,8 @@ _ENTRIES += [   # verl 0.9.1's further estimators (core_algos.py, register_adv_e
               no_reward_kl=_NO_OTB_REWARD_KL, cite="verl compute_multi_turn_optimal_token_baseline_advantage"),
 ]
 _ENTRIES += [
-    Estimator("maxrl", reads=declare(SHARED["adv_eps"]), bounded="it divides by the group's mean reward, a success rate only for rewards in [0, 1]",
+    Estimator("maxrl", reads=declare(SHARED["adv_eps"]),
+              bounded="it divides by the group's mean reward, a success rate only for rewards in [0, 1]",
               no_reward_kl="it divides by the group's mean reward, which a KL penalty can push to or below 0 "
                            "(flipping the advantages' sign)",
               no_trl="the installed TRL 1.16.0's scale_rewards has no 'mean' (group, batch, none)",

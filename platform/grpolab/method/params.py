@@ -47,6 +47,8 @@ class Param:
     log: str = "acts"                          # one of LOG_POLICIES
     acts: Callable[[object], bool] | None = None
     needs: Requirement | None = None
+    late: bool = False                         # added after spec hashes were recorded: left out of the spec hash
+                                               # at its default, so existing runs' and studies' hashes stay
     axis: str | None = None                    # the axis whose values declare it (set by the table)
     values: tuple = ()                         # those values, in registry order (set by the table)
 

@@ -1,6 +1,8 @@
-"""What each axis value needs to act, declared as data, and the checks built on it.
+"""What each setting needs to act, read from its record, and the checks built on it.
 
-Every axis (optionally one value of it) declares ONE requirement on the run's regime. When the
+Every setting has ONE requirement on the run's regime: an axis value's own (a surrogate or ratio
+inert on-policy: its entry's ``on_policy`` reason), else its Param's (``method/settings.py``: the
+values of its axis that declare it, worded per axis below, or the requirement it declares). When the
 requirement does not hold, the setting is inert: the run trains exactly as without it (e.g. a
 clip never binds on-policy, where the ratio is exactly 1; KL-Cov's |log ratio| is 0 with zero
 gradient on-policy; an estimator is unused when the KL is off). Inert settings are warned about
@@ -22,8 +24,6 @@ from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.method.settings import CRITIC, either, param, param_table
 from grpolab.method.spec import MethodSpec
 from grpolab.method.surrogates import SURROGATES
-
-__all__ = ["Requirement", "REUSE", "requirement", "inert", "inert_settings", "inert_notes", "filters_groups"]
 
 REUSE = Requirement("rollout reuse (off-policy updates)", lambda c: c.reuses_rollouts,
                     "on-policy the ratio is exactly 1 (eps_low/eps_high have no effect, clip fractions stay 0); "

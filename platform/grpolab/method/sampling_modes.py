@@ -73,8 +73,9 @@ _ENTRIES = (
                  "Concise Reasoning, arXiv:2508.09726",
                  params=declare(Param("gfpo_keep", "completions retained per group (of train.group_size sampled)",
                                       low=2, why="one retained completion is its own baseline: A = 0 for every "
-                                                 "estimator, nothing trains"),
-                                Param("gfpo_metric", "retain the shortest (length) or the largest reward / length")),
+                                                 "estimator, nothing trains", late=True),
+                                Param("gfpo_metric", "retain the shortest (length) or the largest reward / length",
+                                      late=True)),
                  drops_rows=True, retains=True,
                  on_flat_groups="trains the retained completions as they come",
                  no_trl="TRL 1.16.0 ships no GFPO trainer", multi_turn=_EPISODES),

@@ -86,12 +86,13 @@ _GENERAL = declare(
     Param("positive_lm_coef", "VAPO's mu: weight of an NLL loss on correct completions; 0 = off", low=0,
           why="0 = off", log="changed"),
     Param("reward_weights", "one weight per reward component; None = all 1", log="changed"),
-    Param("step_omega", "GiGPO: weight of the step-level (anchor-state) advantage", low=0, log="changed"),
+    Param("step_omega", "GiGPO: weight of the step-level (anchor-state) advantage", low=0, log="changed", late=True),
     Param("step_gamma", "GiGPO: discount of the step returns within an episode", **_UNIT_OPEN, log="changed",
-          needs=STEP),
+          needs=STEP, late=True),
     Param("anchor_similarity", "GiGPO: 1 = equal states form an anchor group; < 1 = text similarity", **_UNIT_OPEN,
-          log="changed", needs=STEP),
-    Param("episode_norm", "the population of GiGPO's episode mean/std (its registry's values)", log="changed"),
+          log="changed", needs=STEP, late=True),
+    Param("episode_norm", "the population of GiGPO's episode mean/std (its registry's values)", log="changed",
+          late=True),
 )
 # a setting no record names is logged away from its default and never inert (e.g. a new field)
 _UNDECLARED = Param("", "", log="changed")

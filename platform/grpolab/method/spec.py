@@ -20,7 +20,7 @@ from grpolab.method.episode_norms import EPISODE_NORMS
 from grpolab.method.kl import kl_in_reward
 from grpolab.method.ratios import RATIOS, TOKEN
 from grpolab.method.sampling_modes import SAMPLING_MODES
-from grpolab.method.settings import AXIS_REGISTRIES, param_table
+from grpolab.method.settings import AXIS_REGISTRIES, param, param_table
 from grpolab.method.surrogates import CLIP, SURROGATES
 from grpolab.validation import typed
 
@@ -110,8 +110,11 @@ class MethodSpec:
         return dataclasses.asdict(self)
 
     def spec_hash(self) -> str:
-        """Short hash of every axis value: equal hashes mean identical update rules."""
-        values = {k: v for k, v in self.to_dict().items() if not (k in _HASHED_UNLESS_DEFAULT and v == SPEC_FIELDS[k].default)}
+        """Short hash of every axis value: equal hashes mean identical update rules. A setting whose
+        Param is ``late`` is left out at its default (``method/params.py``)."""
+        table = param_table()
+        values = {k: v for k, v in self.to_dict().items()
+                  if not (param(table, k).late and v == self.__dataclass_fields__[k].default)}
         return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:12]
 
     @property
@@ -120,11 +123,6 @@ class MethodSpec:
 
 
 SPEC_FIELDS = {f.name: f for f in fields(MethodSpec)}
-# axes added after spec hashes were recorded: left out of the hash at their defaults, so the
-# hashes of existing runs and studies stay what they were
-_HASHED_UNLESS_DEFAULT = ("step_omega", "step_gamma", "anchor_similarity", "episode_norm",
-                          "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
-                          "entropy_coef_min", "entropy_coef_max", "dro_beta", "gfpo_keep", "gfpo_metric")
 
 
 def build_spec(values: dict) -> MethodSpec:
@@ -150,8 +148,8 @@ def validate_spec(spec: MethodSpec) -> None:
     for axis, choices in AXIS_CHOICES.items():
         value = getattr(spec, axis)
         _check(value in choices, f"method.{axis}: unknown value {value!r}; valid: {', '.join(choices)}")
-    for name, param in param_table().items():
-        refusal = param.refusal(getattr(spec, name))
+    for name, setting in param_table().items():
+        refusal = setting.refusal(getattr(spec, name))
         _check(refusal is None, refusal)
     _validate_pairs(spec)
     _validate_sampling(spec)

@@ -62,7 +62,7 @@ _CLIP_BOUNDS = declare(Param("eps_low", "ratio clipped below at 1 - eps_low", lo
 _DUAL_CLIP_C = Param("dual_clip_c", "dual-clip cap: loss <= -A c when A < 0", low=1, low_open=True, off_policy=True)
 _COV_FRACTION = Param("cov_fraction", "Clip-Cov / KL-Cov: fraction of tokens selected", low=0, high=1, low_open=True)
 _VESPO = declare(*(Param(f"vespo_{k}_{sign}", f"VESPO gamma kernel {what} for A {'>=' if sign == 'pos' else '<'} 0",
-                         low=0, low_open=k == "lambda", off_policy=True,
+                         low=0, low_open=k == "lambda", off_policy=True, late=True,
                          why="the kernel w^k exp(lambda (1 - w)) must vanish as w grows")
                    for sign in ("pos", "neg") for k, what in (("k", "exponent k"), ("lambda", "decay lambda"))))
 _EPSILONS = {"epsilon": ("eps_low", 0.0), "epsilon_high": ("eps_high", 0.0)}
@@ -129,7 +129,7 @@ _ENTRIES = (
                 no_trl="TRL 1.16.0 has no DPPO loss type (no experimental DPPO trainer either)") for d in ("tv", "kl")),
     # verl 0.9.1's dro: the penalty (beta/2) (log pi - log pi_old)^2 and its gradient are 0 on-policy
     Surrogate("dro", lambda s: f"DRO beta={s.dro_beta:g}", declare(Param("dro_beta", "DRO: weight of the quadratic log-ratio penalty (beta/2) (log pi/pi_old)^2",
-                                                                 low=0, low_open=True, off_policy=True)),
+                                                                 low=0, low_open=True, off_policy=True, late=True)),
               "on-policy log pi - log pi_old = 0: the quadratic penalty and its gradient vanish",
               own_ratio="penalises the token log-ratio itself, with no ratio in its policy term",
               no_trl="TRL 1.16 has no quadratic log-ratio penalty"),
