@@ -48,10 +48,9 @@ class Estimator:
     cite: str = ""                    # where its formula comes from, when a reference implementation has it
 
 
-SHARED = declare(Param("adv_eps", "added to the std (or mean) before dividing (TRL's value)", low=0,
+SHARED = declare(Param("adv_eps", "added to the std (or mean) before dividing", low=0,
                        log="changed_if_acts"),
                  Param("std_unbiased", "std with N-1 (TRL, verl) or N", log="changed_if_acts"))
-SHARED_PARAMS = tuple(SHARED)
 _STD = SHARED                          # estimators that divide by a std read both
 _UNIT = {"low": 0, "high": 1}
 _CRITIC = declare(Param("gae_gamma", "critic (gae): discount", **_UNIT, low_open=True),
@@ -59,7 +58,8 @@ _CRITIC = declare(Param("gae_gamma", "critic (gae): discount", **_UNIT, low_open
                   Param("gae_lambda_critic", "critic: lambda for value targets (1 = Monte-Carlo return)", **_UNIT),
                   Param("gae_length_alpha", "VAPO length-adaptive lambda = 1 - 1/(alpha |o|); 0 = fixed lambda", low=0),
                   Param("critic_lr", "critic: learning rate of the value model", low=0, low_open=True),
-                  Param("critic_warmup", "critic: optimizer steps that train only the critic", low=0))
+                  Param("critic_warmup", "critic: optimizer steps that train only the critic (VAPO's value pretraining)",
+                        low=0))
 _NO_TRL_PER_TOKEN = "TRL 1.16 computes one advantage per completion from the group's rewards"
 _NO_OTB_REWARD_KL = ("grpolab does not implement the optimal token baseline with a reward-side KL (verl's returns are "
                      "the reward-to-go of the score minus beta KL_t at every token; grpolab's outcome returns would "
@@ -75,7 +75,8 @@ _ENTRIES = [
     Estimator("decoupled", reads=_STD, components=True, trl={"multi_objective_aggregation": "normalize_then_sum"},
               no_reward_kl="it normalises reward components separately; a reward-side KL would be one more component",
               multi_turn="an episode has one return, not reward components"),
-    Estimator("value_tracker", params=declare(Param("tracker_decay", "Beta-tracker forgetting factor", **_UNIT, low_open=True)),
+    Estimator("value_tracker",
+              params=declare(Param("tracker_decay", "value_tracker: Beta-tracker forgetting factor", **_UNIT, low_open=True)),
               reads=_STD, tracker=True,
               bounded="its Beta tracker reads each reward as a success probability",
               no_reward_kl="the tracker's success probability would absorb the KL penalty",
@@ -132,11 +133,6 @@ def unregister_estimator(name: str) -> None:
 def estimators(**facts) -> tuple[str, ...]:
     """The estimators whose entries have every given fact, e.g. ``estimators(unscorable=True)``."""
     return tuple(e.name for e in ADVANTAGES.values() if all(getattr(e, k) == v for k, v in facts.items()))
-
-
-def readers(param: str) -> tuple[str, ...]:
-    """The estimators that read ``param`` (a MethodSpec field: an own or a shared parameter)."""
-    return tuple(e.name for e in ADVANTAGES.values() if param in e.params or param in e.reads)
 
 
 def advantage_params() -> tuple[str, ...]:

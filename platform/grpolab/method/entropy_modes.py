@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from grpolab.method.params import Param, declare
 
 # the controller's bounds: 0 <= min <= max (the order of the two: spec.py)
-ADAPTIVE = declare(Param("entropy_target", "raise the coefficient while entropy is below"),
-                   Param("entropy_coef_step", "change of the coefficient per optimizer step"),
-                   Param("entropy_coef_min", "the coefficient never goes below (TRL's entropy_coef_min)", low=0,
+ADAPTIVE = declare(Param("entropy_target", "adaptive: raise the coefficient while entropy is below"),
+                   Param("entropy_coef_step", "adaptive: change of the coefficient per optimizer step"),
+                   Param("entropy_coef_min", "adaptive: the coefficient never goes below (TRL's entropy_coef_min)", low=0,
                          late=True),
-                   Param("entropy_coef_max", "nor above (TRL's entropy_coef_max)", low=0, late=True))
+                   Param("entropy_coef_max", "adaptive: nor above (TRL's entropy_coef_max)", low=0, late=True))
 ADAPTIVE_PARAMS = tuple(ADAPTIVE)
 
 

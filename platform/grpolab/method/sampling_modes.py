@@ -47,16 +47,17 @@ class SamplingMode:
         return not (self.filters_groups or self.drops_rows)
 
 
-# the filter's criterion is logged wherever it is away from its default (a run states which groups it
-# keeps even where no filter reads it, as it always has)
-FILTER = declare(Param("sampling_filter", "group filters keep groups whose accuracy (DAPO) or reward (verl) varies",
+# logged wherever it is away from its default, also under a mode that reads no filter: the run states
+# which groups it would keep
+FILTER = declare(Param("sampling_filter", "dynamic / zero-variance filter keeps groups whose accuracy (DAPO) or "
+                                          "reward (verl) varies",
                        log="changed"))
 _EPISODES = "it selects among the trainer's own generated groups; episodes run through TRL's rollout_func"
 _ENTRIES = (
     SamplingMode("static", "static sampling", "Shao et al. 2024, GRPO, arXiv:2402.03300",
                  on_flat_groups="trains them as they come", trl=True),
     SamplingMode("dynamic", "dynamic sampling", "Yu et al. 2025, DAPO, arXiv:2503.14476 (dynamic sampling)",
-                 params=declare(Param("max_sampling_rounds", "generation rounds per batch at most", low=1),
+                 params=declare(Param("max_sampling_rounds", "dynamic sampling: generation rounds per batch at most", low=1),
                                 Param("sampling_cap_policy", "at the cap: fill with least degenerate groups (warn) "
                                                              "| fail"), *FILTER.values()),
                  filters_groups=True, regenerates=True,
@@ -71,10 +72,10 @@ _ENTRIES = (
     SamplingMode("gfpo", "GFPO's group filter",
                  "Shrivastava et al. 2025, Sample More to Think Less: Group Filtered Policy Optimization for "
                  "Concise Reasoning, arXiv:2508.09726",
-                 params=declare(Param("gfpo_keep", "completions retained per group (of train.group_size sampled)",
+                 params=declare(Param("gfpo_keep", "GFPO: completions retained per group (of train.group_size sampled)",
                                       low=2, why="one retained completion is its own baseline: A = 0 for every "
                                                  "estimator, nothing trains", late=True),
-                                Param("gfpo_metric", "retain the shortest (length) or the largest reward / length",
+                                Param("gfpo_metric", "GFPO: retain the shortest (length) or the largest reward / length",
                                       late=True)),
                  drops_rows=True, retains=True,
                  on_flat_groups="trains the retained completions as they come",

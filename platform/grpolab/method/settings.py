@@ -64,34 +64,40 @@ _UNIT_OPEN = {"low": 0, "high": 1, "low_open": True}
 
 _GENERAL = declare(
     # the update rule's core: logged in every run
-    *(Param(axis, f"the {axis} axis (its registry's values)", log="always") for axis in
-      ("advantage", "ratio", "surrogate", "aggregation", "sampling")),
+    *(Param(axis, doc, log="always") for axis, doc in (
+        ("advantage", "rewards -> advantages estimator"), ("ratio", "importance-ratio granularity"),
+        ("surrogate", "per-token surrogate objective"), ("aggregation", "per-token losses -> the loss"),
+        ("sampling", "how a generation batch becomes the trained batch"))),
     Param("kl_coef", "beta; 0 turns the reference model off", low=0, log="always"),
     Param("overlong_filter", "mask truncated completions out of the loss", log="always"),
     Param("soft_overlong", "DAPO eq. 13 length penalty added to the reward", log="always"),
     Param("entropy_coef", "entropy bonus coefficient (start value if adaptive)", log="always"),
-    Param("kl_estimator", "the KL estimator", acts=_kl_on, needs=KL_ON),
+    Param("kl_estimator", "the estimator of KL(pi_theta || pi_ref) per token", acts=_kl_on, needs=KL_ON),
     Param("kl_placement", "where beta KL enters: the loss or the reward", acts=_kl_on, needs=KL_ON),
     # a gated controller (TRL's) acts from a zero start coefficient too (method/entropy_modes.py)
-    Param("entropy_mode", "how the entropy coefficient moves", acts=entropy_mode_acts),
-    Param("overlong_buffer", "L_cache of eq. 13 in tokens; 0 = 20% of the cap", low=0, why="0 = 20% of the cap",
+    Param("entropy_mode", "how the entropy bonus coefficient moves (static or adaptive)", acts=entropy_mode_acts),
+    Param("overlong_buffer", "L_cache of eq. 13 in tokens; 0 = 20% of the cap (DAPO's 4096/20480)", low=0,
+          why="0 = 20% of the cap",
           acts=lambda s: s.soft_overlong, needs=SOFT_OVERLONG),
     Param("overlong_penalty", "penalty at the hard cap", acts=lambda s: s.soft_overlong, needs=SOFT_OVERLONG),
     Param("top_entropy_quantile", "keep only this top fraction of tokens by entropy (0.2 = 80/20)", **_UNIT_OPEN,
           log="changed"),
     # the critic's extras and GiGPO's step term: logged where set, warned where inert
-    Param("value_clip", "clip V to V_old +- this in the value loss; 0 = off", low=0, why="0 = off", log="changed",
+    Param("value_clip", "critic: clip V to V_old +- this in the value loss (PPO value clipping); 0 = off", low=0,
+          why="0 = off", log="changed",
           needs=CRITIC),
-    Param("whiten_advantages", "whiten the GAE advantages over the batch's valid tokens", log="changed", needs=CRITIC),
+    Param("whiten_advantages", "critic: whiten the GAE advantages over the batch's valid tokens", log="changed", needs=CRITIC),
     Param("positive_lm_coef", "VAPO's mu: weight of an NLL loss on correct completions; 0 = off", low=0,
           why="0 = off", log="changed"),
     Param("reward_weights", "one weight per reward component; None = all 1", log="changed"),
-    Param("step_omega", "GiGPO: weight of the step-level (anchor-state) advantage", low=0, log="changed", late=True),
+    Param("step_omega", "GiGPO: weight of the step-level (anchor-state) advantage; 0 = episode-level only", low=0,
+          log="changed", late=True),
     Param("step_gamma", "GiGPO: discount of the step returns within an episode", **_UNIT_OPEN, log="changed",
           needs=STEP, late=True),
-    Param("anchor_similarity", "GiGPO: 1 = equal states form an anchor group; < 1 = text similarity", **_UNIT_OPEN,
+    Param("anchor_similarity", "GiGPO: 1 = equal states form an anchor group; < 1 = text similarity threshold", **_UNIT_OPEN,
           log="changed", needs=STEP, late=True),
-    Param("episode_norm", "the population of GiGPO's episode mean/std (its registry's values)", log="changed",
+    Param("episode_norm", "episode tasks: episode-level mean/std over episodes (paper Eq. 3) | step rows "
+                          "(verl-agent)", log="changed",
           late=True),
 )
 # a setting no record names is logged away from its default and never inert (e.g. a new field)

@@ -46,65 +46,66 @@ AXIS_CHOICES: Mapping[str, tuple[str, ...]] = _AxisChoices(AXIS_REGISTRIES)
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """Every axis of a GRPO-family update. Defaults are neutral; methods set what they use."""
+    """Every axis of a GRPO-family update. Defaults are neutral; methods set what they use. Each
+    field's meaning, valid range and when it acts and is logged: its Param (``method/settings.py``)."""
 
-    advantage: str = "group_std"          # rewards -> advantages estimator
-    std_unbiased: bool = True             # std with N-1 (TRL, verl) or N
-    adv_eps: float = 1e-4                 # added to the std before dividing (TRL's value)
-    ratio: str = "token"                  # importance-ratio granularity
-    surrogate: str = "clip"               # per-token surrogate objective
-    eps_low: float = 0.2                  # ratio clipped below at 1 - eps_low
-    eps_high: float = 0.2                 # ratio clipped above at 1 + eps_high
-    dual_clip_c: float = 3.0              # dual-clip cap: loss <= -A * c when A < 0
-    sapo_tau_pos: float = 1.0             # SAPO gate temperature for A > 0
-    sapo_tau_neg: float = 1.05            # SAPO gate temperature for A <= 0
-    vespo_k_pos: float = 2.0              # VESPO gamma kernel exponent k for A >= 0 (TRL's default)
-    vespo_lambda_pos: float = 3.0         # VESPO gamma kernel decay lambda for A >= 0
-    vespo_k_neg: float = 3.0              # VESPO exponent k for A < 0
-    vespo_lambda_neg: float = 2.0         # VESPO decay lambda for A < 0
-    cov_fraction: float = 2e-4            # Clip-Cov / KL-Cov: fraction of tokens selected
-    cov_low: float = 1.0                  # Clip-Cov: covariance window lower bound
-    cov_high: float = 5.0                 # Clip-Cov: covariance window upper bound
-    kl_cov_coef: float = 1.0              # KL-Cov: coefficient of |log ratio| on selected tokens
-    dpo_beta: float = 0.1                 # Group-DPO temperature
-    dro_beta: float = 0.05                # DRO: weight of the quadratic log-ratio penalty (beta/2) (log pi/pi_old)^2
+    advantage: str = "group_std"
+    std_unbiased: bool = True
+    adv_eps: float = 1e-4                 # TRL's value
+    ratio: str = "token"
+    surrogate: str = "clip"
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    dual_clip_c: float = 3.0
+    sapo_tau_pos: float = 1.0
+    sapo_tau_neg: float = 1.05
+    vespo_k_pos: float = 2.0              # TRL's value
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
+    cov_fraction: float = 2e-4
+    cov_low: float = 1.0
+    cov_high: float = 5.0
+    kl_cov_coef: float = 1.0
+    dpo_beta: float = 0.1
+    dro_beta: float = 0.05
     aggregation: str = "seq_mean_token_mean"
-    kl_coef: float = 0.0                  # beta; 0 turns the reference model off
+    kl_coef: float = 0.0
     kl_estimator: str = "k3"
     kl_placement: str = "loss"
-    kl_ratio_correction: bool = False     # multiply the in-loss KL by the IS ratio (DeepSeek-V3.2; TRL's default)
+    kl_ratio_correction: bool = False
     sampling: str = "static"
-    max_sampling_rounds: int = 4          # dynamic sampling: generation rounds per batch at most
-    sampling_cap_policy: str = "fill"     # at the cap: fill with least degenerate groups (warn) | fail
-    sampling_filter: str = "accuracy"     # dynamic / zero-variance filter keeps groups whose accuracy (DAPO) or reward (verl) varies
-    gfpo_keep: int = 8                    # GFPO: completions retained per group (of train.group_size sampled)
-    gfpo_metric: str = "length"           # GFPO: retain the shortest (length) or the largest reward / length
-    overlong_filter: bool = False         # mask truncated completions out of the loss
-    soft_overlong: bool = False           # DAPO eq. 13 length penalty added to the reward
-    overlong_buffer: int = 0              # L_cache of eq. 13 in tokens; 0 = 20% of the cap (DAPO's 4096/20480)
-    overlong_penalty: float = 1.0         # penalty at the hard cap
-    entropy_coef: float = 0.0             # entropy bonus coefficient (start value if adaptive)
+    max_sampling_rounds: int = 4
+    sampling_cap_policy: str = "fill"
+    sampling_filter: str = "accuracy"
+    gfpo_keep: int = 8
+    gfpo_metric: str = "length"
+    overlong_filter: bool = False
+    soft_overlong: bool = False
+    overlong_buffer: int = 0
+    overlong_penalty: float = 1.0
+    entropy_coef: float = 0.0
     entropy_mode: str = "static"
-    entropy_target: float = 0.2           # adaptive: raise the coefficient while entropy is below
-    entropy_coef_step: float = 1e-3       # adaptive: change per optimizer step
-    entropy_coef_min: float = 0.0         # adaptive: the coefficient never goes below (TRL's entropy_coef_min)
-    entropy_coef_max: float = float("inf")  # adaptive: nor above (TRL's entropy_coef_max)
-    top_entropy_quantile: float = 1.0     # keep only this top fraction of tokens by entropy (0.2 = 80/20)
-    tracker_decay: float = 0.9            # value_tracker: Beta-tracker forgetting factor
-    gae_gamma: float = 1.0                # critic (gae): discount
-    gae_lambda: float = 0.95              # critic: lambda for policy advantages
-    gae_lambda_critic: float = 1.0        # critic: lambda for value targets (1 = Monte-Carlo return)
-    gae_length_alpha: float = 0.0         # VAPO length-adaptive lambda = 1 - 1/(alpha |o|); 0 = fixed lambda
-    critic_lr: float = 5e-4               # critic: learning rate of the value model
-    critic_warmup: int = 0                # critic: optimizer steps that train only the critic (VAPO's value pretraining)
-    value_clip: float = 0.0               # critic: clip V to V_old +- this in the value loss (PPO value clipping); 0 = off
-    whiten_advantages: bool = False       # critic: whiten the GAE advantages over the batch's valid tokens
-    positive_lm_coef: float = 0.0         # VAPO's mu: weight of an NLL loss on correct completions; 0 = off
-    reward_weights: tuple[float, ...] | None = None  # per reward component; None = all 1
-    step_omega: float = 0.0               # GiGPO: weight of the step-level (anchor-state) advantage; 0 = episode-level only
-    step_gamma: float = 0.95              # GiGPO: discount of the step returns within an episode
-    anchor_similarity: float = 1.0        # GiGPO: 1 = equal states form an anchor group; < 1 = text similarity threshold
-    episode_norm: str = "episode"         # episode tasks: episode-level mean/std over episodes (paper Eq. 3) | step rows (verl-agent)
+    entropy_target: float = 0.2
+    entropy_coef_step: float = 1e-3
+    entropy_coef_min: float = 0.0
+    entropy_coef_max: float = float("inf")
+    top_entropy_quantile: float = 1.0
+    tracker_decay: float = 0.9
+    gae_gamma: float = 1.0
+    gae_lambda: float = 0.95
+    gae_lambda_critic: float = 1.0
+    gae_length_alpha: float = 0.0
+    critic_lr: float = 5e-4
+    critic_warmup: int = 0
+    value_clip: float = 0.0
+    whiten_advantages: bool = False
+    positive_lm_coef: float = 0.0
+    reward_weights: tuple[float, ...] | None = None
+    step_omega: float = 0.0
+    step_gamma: float = 0.95
+    anchor_similarity: float = 1.0
+    episode_norm: str = "episode"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

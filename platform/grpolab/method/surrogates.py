@@ -61,6 +61,15 @@ _CLIP_BOUNDS = declare(Param("eps_low", "ratio clipped below at 1 - eps_low", lo
                        Param("eps_high", "ratio clipped above at 1 + eps_high", off_policy=True))
 _DUAL_CLIP_C = Param("dual_clip_c", "dual-clip cap: loss <= -A c when A < 0", low=1, low_open=True, off_policy=True)
 _COV_FRACTION = Param("cov_fraction", "Clip-Cov / KL-Cov: fraction of tokens selected", low=0, high=1, low_open=True)
+_SAPO = declare(Param("sapo_tau_pos", "SAPO gate temperature for A > 0", off_policy=True),
+                Param("sapo_tau_neg", "SAPO gate temperature for A <= 0", off_policy=True))
+_CLIP_COV = declare(_COV_FRACTION, Param("cov_low", "Clip-Cov: covariance window lower bound"),
+                    Param("cov_high", "Clip-Cov: covariance window upper bound"))
+_KL_COV = declare(_COV_FRACTION.reused(),
+                  Param("kl_cov_coef", "KL-Cov: coefficient of |log ratio| on selected tokens", off_policy=True))
+_DPO_BETA = Param("dpo_beta", "Group-DPO temperature", low=0, low_open=True)
+_DRO_BETA = Param("dro_beta", "DRO: weight of the quadratic log-ratio penalty (beta/2) (log pi/pi_old)^2", low=0,
+                  low_open=True, off_policy=True, late=True)
 _VESPO = declare(*(Param(f"vespo_{k}_{sign}", f"VESPO gamma kernel {what} for A {'>=' if sign == 'pos' else '<'} 0",
                          low=0, low_open=k == "lambda", off_policy=True, late=True,
                          why="the kernel w^k exp(lambda (1 - w)) must vanish as w grows")
@@ -92,8 +101,7 @@ _ENTRIES = (
                   TrlLoss("cispo", "token_mean", "truncated, detached IS weight min(rho, epsilon_high) x A x log pi; "
                           "token-level (MiniMax-M1)", fixed={"eps_low": 1.0}),)),
     # d/drho [(4/tau) sigmoid(tau (rho - 1))] at rho = 1 is 4 sigmoid'(0) = 1 for every tau
-    Surrogate("sapo", lambda s: f"soft gate tau {s.sapo_tau_pos:g}/{s.sapo_tau_neg:g}", declare(Param("sapo_tau_pos", "SAPO gate temperature for A > 0", off_policy=True),
-                                                                                  Param("sapo_tau_neg", "SAPO gate temperature for A <= 0", off_policy=True)),
+    Surrogate("sapo", lambda s: f"soft gate tau {s.sapo_tau_pos:g}/{s.sapo_tau_neg:g}", dict(_SAPO),
               "on-policy the gate's slope at rho = 1 is 1 for every tau",
               trl_fields={"sapo_temperature_pos": ("sapo_tau_pos", 0.0), "sapo_temperature_neg": ("sapo_tau_neg", 0.0)},
               trl=(TrlLoss("sapo", "seq_mean_token_mean",
@@ -101,13 +109,12 @@ _ENTRIES = (
     Surrogate("reinforce", lambda s: "none (REINFORCE)", {}, None, no_trl="TRL 1.16 has no ratio-free loss type",
               on_policy_only="has no importance ratio"),
     # the selected tokens' gradient is cut also on-policy; the clip part binds only off-policy
-    Surrogate("clip_cov", lambda s: f"Clip-Cov {s.cov_fraction:g}", {**_CLIP_BOUNDS, **declare(_COV_FRACTION, Param("cov_low", "Clip-Cov: covariance window lower bound"),
-                                                                            Param("cov_high", "Clip-Cov: covariance window upper bound"))}, None,
+    Surrogate("clip_cov", lambda s: f"Clip-Cov {s.cov_fraction:g}", {**_CLIP_BOUNDS, **_CLIP_COV}, None,
               clip="ppo", trl_fields=dict(_EPSILONS), no_trl="TRL 1.16 has no covariance-selected clip"),
     # its parameters choose and weigh a penalty on |log ratio|, which is 0 on-policy: inert there too
-    Surrogate("kl_cov", lambda s: f"KL-Cov {s.cov_fraction:g}", declare(_COV_FRACTION.reused(), Param("kl_cov_coef", "KL-Cov: coefficient of |log ratio| on selected tokens", off_policy=True)),
+    Surrogate("kl_cov", lambda s: f"KL-Cov {s.cov_fraction:g}", dict(_KL_COV),
               "on-policy |log ratio| = 0 and its gradient too", no_trl="TRL 1.16 has no covariance-selected KL"),
-    Surrogate("group_dpo", lambda s: f"DPO beta={s.dpo_beta:g}", declare(Param("dpo_beta", "Group-DPO temperature", low=0, low_open=True)), None, reference=True,
+    Surrogate("group_dpo", lambda s: f"DPO beta={s.dpo_beta:g}", declare(_DPO_BETA), None, reference=True,
               own_ratio="uses sequence log-probs directly",
               no_trl="a pairwise DPO loss on each group's best and worst completion, not a GRPOConfig loss type",
               pairwise="the DPO pair is chosen on every completion's reward", token_loss=False),
@@ -128,19 +135,13 @@ _ENTRIES = (
                 own_ratio="masks tokens by their own token-level divergence from pi_old",
                 no_trl="TRL 1.16.0 has no DPPO loss type (no experimental DPPO trainer either)") for d in ("tv", "kl")),
     # verl 0.9.1's dro: the penalty (beta/2) (log pi - log pi_old)^2 and its gradient are 0 on-policy
-    Surrogate("dro", lambda s: f"DRO beta={s.dro_beta:g}", declare(Param("dro_beta", "DRO: weight of the quadratic log-ratio penalty (beta/2) (log pi/pi_old)^2",
-                                                                 low=0, low_open=True, off_policy=True, late=True)),
+    Surrogate("dro", lambda s: f"DRO beta={s.dro_beta:g}", declare(_DRO_BETA),
               "on-policy log pi - log pi_old = 0: the quadratic penalty and its gradient vanish",
               own_ratio="penalises the token log-ratio itself, with no ratio in its policy term",
               no_trl="TRL 1.16 has no quadratic log-ratio penalty"),
 )
 SURROGATES: dict[str, Surrogate] = {s.name: s for s in _ENTRIES}
 CLIP = "clip"   # the plain PPO clip: what a ratio that brings its own clipped loss is combined with
-
-
-def readers(param: str) -> tuple[str, ...]:
-    """The surrogates that read ``param`` (a MethodSpec field), in registry order."""
-    return tuple(s.name for s in _ENTRIES if param in s.params)
 
 
 SURROGATE_PARAMS: tuple[str, ...] = tuple(dict.fromkeys(p for s in _ENTRIES for p in s.params))
