@@ -104,10 +104,23 @@ _GENERAL = declare(
 _UNDECLARED = Param("", "", log="changed")
 
 
+_built: dict = {}
+
+
 def param_table() -> dict[str, Param]:
     """Every declared setting by name, each with its owning axis and the values that declare it
     (one record per name: the first declaration's range, doc and log policy; ``off_policy`` is read
-    from each entry's own declaration)."""
+    from each entry's own declaration). Built again only when an entry is added, removed or
+    replaced (every spec hash and logged param reads it; building costs ~1 ms); an entry's
+    settings are fixed once registered. Callers must not change the dict."""
+    keys = tuple((axis, name, id(entry)) for axis, registry in AXIS_REGISTRIES.items()
+                 for name, entry in registry.items())
+    if _built.get("keys") != keys:
+        _built.update(keys=keys, table=_table())
+    return _built["table"]
+
+
+def _table() -> dict[str, Param]:
     table = dict(_GENERAL)
     for axis, registry in AXIS_REGISTRIES.items():
         for entry in registry.values():
