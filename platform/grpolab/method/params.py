@@ -52,6 +52,10 @@ class Param:
     axis: str | None = None                    # the axis whose values declare it (set by the table)
     values: tuple = ()                         # those values, in registry order (set by the table)
 
+    def __post_init__(self):
+        if self.log not in LOG_POLICIES:
+            raise ValueError(f"Param {self.name!r}: log {self.log!r}; valid: {', '.join(LOG_POLICIES)}")
+
     def reused(self) -> Param:
         """The same setting, declared by an entry under which it acts only off-policy."""
         return dataclasses.replace(self, off_policy=True)

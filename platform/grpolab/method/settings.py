@@ -6,8 +6,9 @@ A setting an axis value declares belongs to that axis; it is read when the run's
 is one that declares it and the axis itself is read:
     reads(p, spec) = spec.<p.axis> in p.values and reads(<p.axis>, spec)
 A setting declared here says when it is read (``acts``; None: always) and what it needs
-(``needs``; None: nothing). The table is built on each call from the registries as they are now, so
-an entry a test registers brings its settings with it. Pure data, no torch.
+(``needs``; None: nothing). The table follows the registries as they are (it is rebuilt when an
+entry is added, removed or replaced), so an entry a test registers brings its settings with it.
+Pure data, no torch.
 """
 
 from __future__ import annotations
@@ -97,8 +98,7 @@ _GENERAL = declare(
     Param("anchor_similarity", "GiGPO: 1 = equal states form an anchor group; < 1 = text similarity threshold", **_UNIT_OPEN,
           log="changed", needs=STEP, late=True),
     Param("episode_norm", "episode tasks: episode-level mean/std over episodes (paper Eq. 3) | step rows "
-                          "(verl-agent)", log="changed",
-          late=True),
+                          "(verl-agent)", log="changed", late=True),
 )
 # a setting no record names is logged away from its default and never inert (e.g. a new field)
 _UNDECLARED = Param("", "", log="changed")
@@ -125,11 +125,12 @@ def _table() -> dict[str, Param]:
     for axis, registry in AXIS_REGISTRIES.items():
         for entry in registry.values():
             for declared in _declared(entry):
-                for name, param in declared.items():
-                    known = table.get(name)
-                    values = (*known.values, entry.name) if known is not None and known.axis == axis else (entry.name,)
-                    table[name] = dataclasses.replace(known if known and known.axis == axis else param,
-                                                      axis=axis, values=values)
+                for name, declaration in declared.items():
+                    first = table.get(name)
+                    if first is None or first.axis != axis:   # its first declaration on this axis
+                        table[name] = dataclasses.replace(declaration, axis=axis, values=(entry.name,))
+                    else:
+                        table[name] = dataclasses.replace(first, values=(*first.values, entry.name))
     return table
 
 
@@ -152,7 +153,9 @@ def reads(table: dict[str, Param], name: str, spec) -> bool:
 
 def logged(table: dict[str, Param], name: str, spec, default) -> bool:
     """Whether a run logs setting ``name`` (its Param's log policy; ``default``: the field's)."""
-    p = param(table, name)
-    changed = getattr(spec, name) != default
-    return {"always": True, "acts": reads(table, name, spec), "changed": changed,
-            "changed_if_acts": changed and reads(table, name, spec)}[p.log]
+    policy = param(table, name).log
+    if policy == "always":
+        return True
+    if policy in ("changed", "changed_if_acts") and getattr(spec, name) == default:
+        return False
+    return policy == "changed" or reads(table, name, spec)
