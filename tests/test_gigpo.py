@@ -216,8 +216,8 @@ def _cfg(method="gigpo", task=None, **train):
 
 @pytest.mark.parametrize("method, task, message", [
     ("gigpo", {"name": "addition"}, "method.step_omega > 0 .*needs a multi-turn environment task"),
-    ({"base": "gigpo", "step_omega": -1.0}, None, "method.step_omega must be >= 0"),
-    ({"base": "gigpo", "anchor_similarity": 0.0}, None, "anchor_similarity in \\(0, 1\\]"),
+    ({"base": "gigpo", "step_omega": -1.0}, None, "method.step_omega: must be >= 0"),
+    ({"base": "gigpo", "anchor_similarity": 0.0}, None, "anchor_similarity: must be in \\(0, 1\\]"),
     ({"base": "gigpo", "advantage": "leave_one_out"}, None, "use advantage group_std or group_mean"),
     ({"base": "gigpo", "sampling": "dynamic"}, None, "only sampling=static"),
     ({"base": "gigpo", "step_omega": 0.0, "advantage": "gae"}, None, "not supported on multi-turn task"),

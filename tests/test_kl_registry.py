@@ -58,3 +58,21 @@ def test_a_placement_puts_the_kl_where_its_entry_says(name):
     for other in KL_PLACEMENTS.values():
         for param in set(other.params) - set(KL_PLACEMENTS[name].params):
             assert not requirement(param, True).holds(SimpleNamespace(spec=spec, reuses_rollouts=False))
+
+
+@pytest.mark.parametrize("coef, placement", [(0.0, "loss"), (0.1, "loss"), (0.1, "reward")])
+def test_kl_ratio_correction_acts_and_is_logged_exactly_with_an_in_loss_kl(coef, placement):
+    """loss_t += beta KL_t (times rho with kl_ratio_correction) is the in-loss placement's term only
+    (docs VARIANTS.md, axis 5; algorithms.policy_loss): a reward-side KL has no rho to multiply, so
+    the setting changes the loss, holds its requirement and is logged exactly with an in-loss KL."""
+    g = torch.Generator().manual_seed(0)
+    logp = torch.randn(2, 3, generator=g)
+    old, ref = logp + 0.2 * torch.randn(2, 3, generator=g), logp + 0.3
+    mask, A = torch.ones(2, 3), torch.tensor([1.0, -1.0])
+    specs = [build_spec({"kl_coef": coef, "kl_placement": placement, "kl_ratio_correction": on,
+                         "eps_low": 0.9, "eps_high": 0.9}) for on in (False, True)]
+    losses = [policy_loss(spec, logp, old, A, mask, ref)[0].item() for spec in specs]
+    acts = coef > 0 and placement == "loss"
+    assert (losses[0] != pytest.approx(losses[1])) == acts == kl_in_loss(specs[1])
+    assert requirement("kl_ratio_correction", True).holds(SimpleNamespace(spec=specs[1], reuses_rollouts=True)) == acts
+    assert all(("kl_ratio_correction" in method_params(spec)) == acts for spec in specs)

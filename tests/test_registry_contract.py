@@ -186,11 +186,9 @@ AXES: dict[str, Axis] = {a.name: a for a in (
     Axis("advantage", ADVANTAGES, E.ESTIMATORS, E.register, fn=lambda f: f.fn,
          trl_back=lambda e: trl_advantage(e.trl), homes=("method/advantages.py", "algorithms/estimators.py"),
          lint=compares("advantage"), toy=_TOYS["advantage"]),
-    # the package compares .surrogate with single values where one refuses a setting (group_dpo, vespo):
-    # only lists are flagged
     Axis("surrogate", SURROGATES, SU.SURROGATE_LOSSES, SU.register, fn=lambda f: f.fn,
          trl=lambda e: bool(e.trl or e.trl_as), inert="on_policy",
-         homes=("method/surrogates.py", "algorithms/surrogates.py")),
+         homes=("method/surrogates.py", "algorithms/surrogates.py"), lint=compares("surrogate")),
     Axis("aggregation", AGGREGATIONS, AG.AGGREGATION_FUNCTIONS, AG.register, text=("formula", "source"),
          trl_back=lambda e: TRL_LOSS_TYPES[e.trl]["surrogate"] == "clip" and TRL_LOSS_TYPES[e.trl]["aggregation"],
          inert="inert_when", dispatch=lambda n: AG.aggregate(torch.zeros(1, 2), torch.ones(1, 2), n),

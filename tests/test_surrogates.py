@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from grpolab.algorithms import policy_loss
-from grpolab.method.requirements import REQUIREMENTS, requirement
+from grpolab.method.requirements import requirement
 from grpolab.method.spec import MethodSpec, build_spec
 from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES
 from grpolab.method.trl_names import TRL_LOSS_MEANING, TRL_LOSS_TYPES
@@ -26,7 +26,7 @@ def test_every_surrogate_states_its_clip_its_reason_and_its_trl_loss_types(name)
     label (the generic checks of an entry: test_registry_contract.py)."""
     from grpolab.trainer.trl_fields import AXIS, TRL_FIELDS
     entry = SURROGATES[name]
-    needs = REQUIREMENTS.get(("surrogate", name))
+    needs = requirement("surrogate", name)
     assert not entry.on_policy or needs.hint.startswith(entry.on_policy + "; ")   # its own reason, not a clip's
     assert entry.clip in (None, "ppo", "dual", "truncate")
     assert {k for k, v in TRL_LOSS_TYPES.items() if v["surrogate"] == name} == {t.loss_type for t in entry.trl}
@@ -46,7 +46,7 @@ def test_a_param_is_inert_on_policy_exactly_under_the_surrogates_that_say_so(par
         on = requirement(param, getattr(spec, param)).holds(SimpleNamespace(spec=spec, reuses_rollouts=False))
         off = requirement(param, getattr(spec, param)).holds(SimpleNamespace(spec=spec, reuses_rollouts=True))
         reads = param in SURROGATES[name].params
-        assert (on, off) == (reads and not SURROGATES[name].params[param], reads), (name, param)
+        assert (on, off) == (reads and not SURROGATES[name].params[param].off_policy, reads), (name, param)
 
 
 @pytest.mark.parametrize("name", list(SURROGATES))
@@ -111,14 +111,14 @@ def test_inert_on_policy_means_the_reinforce_gradient(name):
     whatever its off-policy-only parameters."""
     _, reference, _ = _loss_and_grad(build_spec({**_BASE, "surrogate": "reinforce"}), on_policy=True)
     spec = build_spec({**_BASE, "surrogate": name})
-    off_only = {p: _MOVED[p] for p, off in SURROGATES[name].params.items() if off}
+    off_only = {p: _MOVED[p] for p, s in SURROGATES[name].params.items() if s.off_policy}
     for s in (spec, dataclasses.replace(spec, **off_only)):
         if s.eps_low > s.eps_high:
             s = dataclasses.replace(s, eps_high=s.eps_low)
         assert torch.allclose(_loss_and_grad(s, on_policy=True)[1], reference, atol=1e-6), name
 
 
-@pytest.mark.parametrize("name, param", [(n, p) for n, s in SURROGATES.items() for p, off in s.params.items() if not off])
+@pytest.mark.parametrize("name, param", [(n, p) for n, s in SURROGATES.items() for p, setting in s.params.items() if not setting.off_policy])
 def test_a_param_said_to_act_on_policy_does(name, param):
     """The converse claim: a parameter flagged as acting on-policy changes the on-policy loss or gradient
     (a flag set wrongly would hide an inert setting from the warning)."""

@@ -26,6 +26,7 @@ from grpolab.method.registry import METHODS, get_method
 from grpolab.method.requirements import inert_notes
 from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.method.spec import MethodSpec, build_spec
+from grpolab.method.surrogates import CLIP, SURROGATES
 from grpolab.tasks import TASK_NAMES as TASKS
 from grpolab.tasks import spec_with_task_weights, task_of
 from grpolab.tasks.benchmarks import resolve_benchmarks
@@ -297,15 +298,16 @@ def check_coherence(cfg: RunConfig, task) -> list[str]:
     if estimator.components and n_rewards < 2:
         raise ConfigError(f"method.advantage={s.advantage} normalises reward components separately, but task "
                           f"{cfg.task['name']!r} has {n_rewards} component; use e.g. task.name=addition_format")
-    if s.surrogate == "group_dpo" and (t.minibatches > 1 or t.grad_accum > 1):
-        raise ConfigError("method.surrogate=group_dpo pairs completions within a group, so the whole rollout must be "
-                          "one micro-batch: set train.minibatches=1 and train.grad_accum=1")
+    surrogate = SURROGATES[s.surrogate]
+    if surrogate.pairwise and (t.minibatches > 1 or t.grad_accum > 1):
+        raise ConfigError(f"method.surrogate={s.surrogate} pairs completions within a group, so the whole rollout "
+                          "must be one micro-batch: set train.minibatches=1 and train.grad_accum=1")
     unbounded = reward_range_problem(s, task) if estimator.bounded else None
     if unbounded:
         raise ConfigError(f"method.advantage={s.advantage} needs rewards in [0, 1] ({estimator.bounded}); {unbounded}")
-    if s.surrogate == "reinforce" and cfg.reuses_rollouts:
-        raise ConfigError("method.surrogate=reinforce has no importance ratio, so it is only valid on-policy: "
-                          "set train.minibatches=1 and train.num_iterations=1, or use surrogate=clip")
+    if surrogate.on_policy_only and cfg.reuses_rollouts:
+        raise ConfigError(f"method.surrogate={s.surrogate} {surrogate.on_policy_only}, so it is only valid on-policy: "
+                          f"set train.minibatches=1 and train.num_iterations=1, or use surrogate={CLIP}")
     max_len = t.max_completion_length or task.max_completion_length
     if s.soft_overlong and s.overlong_buffer >= max_len:
         raise ConfigError(f"method.overlong_buffer ({s.overlong_buffer}) must be smaller than the completion cap ({max_len})")

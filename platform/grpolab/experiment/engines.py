@@ -16,6 +16,7 @@ from grpolab.hub import cached as cached_hub
 from grpolab.hub import looks_like_hub_id
 from grpolab.method.sampler_corrections import NONE, SAMPLER_CORRECTIONS
 from grpolab.method.sampler_corrections import trl_settings as sampler_trl_settings
+from grpolab.method.surrogates import SURROGATES
 from grpolab.world.models import PRESETS, preset_config
 from grpolab.world.tokenizer import build_char_tokenizer
 
@@ -150,9 +151,9 @@ def check_engines(cfg) -> list[str]:
     if not 0 < g.gpu_memory_utilization <= 1 or g.tensor_parallel_size < 1:
         raise ConfigError("generation: gpu_memory_utilization must be in (0, 1] and tensor_parallel_size >= 1")
     if g.backend == "vllm":
-        if cfg.spec.surrogate == "group_dpo" and g.is_correction != NONE:
-            raise ConfigError("generation.is_correction: method.surrogate=group_dpo has no per-token loss to "
-                              "re-weight; set generation.is_correction=none")
+        if not SURROGATES[cfg.spec.surrogate].token_loss and g.is_correction != NONE:
+            raise ConfigError(f"generation.is_correction: method.surrogate={cfg.spec.surrogate} has no per-token loss "
+                              f"to re-weight; set generation.is_correction={NONE}")
         if not vllm_installed():
             unmet_here("generation.backend: vllm is not installed here; install the GPU extra "
                        "(pip install 'grpolab[gpu]') on a CUDA machine, or use generation.backend=transformers")

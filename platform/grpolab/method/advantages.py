@@ -14,16 +14,18 @@ Adding an estimator: one entry here, its function, and its test. Pure data, no t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from grpolab.method.params import Param, declare
 
 
 @dataclass(frozen=True)
 class Estimator:
     """One value of the advantage axis. Formulas: the docstring of its function."""
     name: str
-    params: tuple[str, ...] = ()      # MethodSpec fields only it reads (logged, inert under the others)
-    reads: tuple[str, ...] = ()       # shared MethodSpec fields it reads (SHARED_PARAMS: logged where not default,
-                                      # inert under the estimators that do not read them)
+    params: dict[str, Param] = field(default_factory=dict)  # settings only it reads (logged, inert under the others)
+    reads: dict[str, Param] = field(default_factory=dict)   # shared settings it reads (SHARED: logged where not
+                                      # default, inert under the estimators that do not read them)
     per_token: bool = False           # returns (N, T), one advantage per token; else (N,), one per completion
     kl_per_token: bool = False        # folds a reward-side KL in per token (else the KL is summed per sequence
                                       # and subtracted from the completion's reward)
@@ -46,8 +48,18 @@ class Estimator:
     cite: str = ""                    # where its formula comes from, when a reference implementation has it
 
 
-SHARED_PARAMS = ("adv_eps", "std_unbiased")   # the eps added to a std or mean before dividing; std with N-1 or N
-_STD = SHARED_PARAMS                          # estimators that divide by a std read both
+SHARED = declare(Param("adv_eps", "added to the std (or mean) before dividing", low=0,
+                       log="changed_if_acts"),
+                 Param("std_unbiased", "std with N-1 (TRL, verl) or N", log="changed_if_acts"))
+_STD = SHARED                          # estimators that divide by a std read both
+_UNIT = {"low": 0, "high": 1}
+_CRITIC = declare(Param("gae_gamma", "critic (gae): discount", **_UNIT, low_open=True),
+                  Param("gae_lambda", "critic: lambda for policy advantages", **_UNIT),
+                  Param("gae_lambda_critic", "critic: lambda for value targets (1 = Monte-Carlo return)", **_UNIT),
+                  Param("gae_length_alpha", "VAPO length-adaptive lambda = 1 - 1/(alpha |o|); 0 = fixed lambda", low=0),
+                  Param("critic_lr", "critic: learning rate of the value model", low=0, low_open=True),
+                  Param("critic_warmup", "critic: optimizer steps that train only the critic (VAPO's value pretraining)",
+                        low=0))
 _NO_TRL_PER_TOKEN = "TRL 1.16 computes one advantage per completion from the group's rewards"
 _NO_OTB_REWARD_KL = ("grpolab does not implement the optimal token baseline with a reward-side KL (verl's returns are "
                      "the reward-to-go of the score minus beta KL_t at every token; grpolab's outcome returns would "
@@ -63,12 +75,13 @@ _ENTRIES = [
     Estimator("decoupled", reads=_STD, components=True, trl={"multi_objective_aggregation": "normalize_then_sum"},
               no_reward_kl="it normalises reward components separately; a reward-side KL would be one more component",
               multi_turn="an episode has one return, not reward components"),
-    Estimator("value_tracker", params=("tracker_decay",), reads=_STD, tracker=True,
+    Estimator("value_tracker",
+              params=declare(Param("tracker_decay", "value_tracker: Beta-tracker forgetting factor", **_UNIT, low_open=True)),
+              reads=_STD, tracker=True,
               bounded="its Beta tracker reads each reward as a success probability",
               no_reward_kl="the tracker's success probability would absorb the KL penalty",
               no_trl="TRL 1.16 keeps no per-prompt state"),
-    Estimator("gae", params=("gae_gamma", "gae_lambda", "gae_lambda_critic", "gae_length_alpha", "critic_lr",
-                             "critic_warmup"),
+    Estimator("gae", params=_CRITIC,
               per_token=True, kl_per_token=True, critic=True, multi_turn="the critic reads single completions",
               no_trl="TRL 1.16's GRPOTrainer has no value model"),
 ]
@@ -96,7 +109,8 @@ _ENTRIES += [   # verl 0.9.1's further estimators (core_algos.py, register_adv_e
               no_reward_kl=_NO_OTB_REWARD_KL, cite="verl compute_multi_turn_optimal_token_baseline_advantage"),
 ]
 _ENTRIES += [
-    Estimator("maxrl", reads=("adv_eps",), bounded="it divides by the group's mean reward, a success rate only for rewards in [0, 1]",
+    Estimator("maxrl", reads=declare(SHARED["adv_eps"]),
+              bounded="it divides by the group's mean reward, a success rate only for rewards in [0, 1]",
               no_reward_kl="it divides by the group's mean reward, which a KL penalty can push to or below 0 "
                            "(flipping the advantages' sign)",
               no_trl="the installed TRL 1.16.0's scale_rewards has no 'mean' (group, batch, none)",
@@ -119,11 +133,6 @@ def unregister_estimator(name: str) -> None:
 def estimators(**facts) -> tuple[str, ...]:
     """The estimators whose entries have every given fact, e.g. ``estimators(unscorable=True)``."""
     return tuple(e.name for e in ADVANTAGES.values() if all(getattr(e, k) == v for k, v in facts.items()))
-
-
-def readers(param: str) -> tuple[str, ...]:
-    """The estimators that read ``param`` (a MethodSpec field: an own or a shared parameter)."""
-    return tuple(e.name for e in ADVANTAGES.values() if param in e.params or param in e.reads)
 
 
 def advantage_params() -> tuple[str, ...]:

@@ -11,9 +11,17 @@ Adding a mode: one entry here, its rule in the controller, and its test. Pure da
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-ADAPTIVE_PARAMS = ("entropy_target", "entropy_coef_step", "entropy_coef_min", "entropy_coef_max")
+from grpolab.method.params import Param, declare
+
+# the controller's bounds: 0 <= min <= max (the order of the two: spec.py)
+ADAPTIVE = declare(Param("entropy_target", "adaptive: raise the coefficient while entropy is below"),
+                   Param("entropy_coef_step", "adaptive: change of the coefficient per optimizer step"),
+                   Param("entropy_coef_min", "adaptive: the coefficient never goes below (TRL's entropy_coef_min)", low=0,
+                         late=True),
+                   Param("entropy_coef_max", "adaptive: nor above (TRL's entropy_coef_max)", low=0, late=True))
+ADAPTIVE_PARAMS = tuple(ADAPTIVE)
 
 
 @dataclass(frozen=True)
@@ -22,7 +30,7 @@ class EntropyMode:
     name: str
     rule: str
     source: str
-    params: tuple[str, ...] = ()      # MethodSpec fields only it reads (logged, inert under the others)
+    params: dict[str, Param] = field(default_factory=dict)  # settings only it reads (logged, inert under the others)
     adaptive: bool = False            # the coefficient moves once per optimizer step toward entropy_target
     gated: bool = False               # moves while H <= target, applies the bonus only while the last step's
                                       # H <= target: acts from a zero start coefficient
@@ -35,11 +43,11 @@ _ENTRIES = (
                 trl={"use_adaptive_entropy": False}),
     EntropyMode("adaptive", "coef += step while H < target, else -= step, within [min, max]",
                 "He et al. 2025, Skywork Open Reasoner 1 Technical Report, arXiv:2505.22312 (adaptive entropy "
-                "control), without TRL's gate", params=ADAPTIVE_PARAMS, adaptive=True,
+                "control), without TRL's gate", params=ADAPTIVE, adaptive=True,
                 no_trl="TRL 1.16's controller always gates the bonus (adaptive_gated)"),
     EntropyMode("adaptive_gated", "coef += step while H <= target, else -= step; the bonus only while H <= target",
                 "He et al. 2025, Skywork Open Reasoner 1 Technical Report, arXiv:2505.22312; TRL 1.16 "
-                "GRPOConfig.use_adaptive_entropy", params=ADAPTIVE_PARAMS, adaptive=True, gated=True,
+                "GRPOConfig.use_adaptive_entropy", params=ADAPTIVE, adaptive=True, gated=True,
                 trl={"use_adaptive_entropy": True}),
 )
 ENTROPY_MODES: dict[str, EntropyMode] = {m.name: m for m in _ENTRIES}
@@ -59,8 +67,3 @@ def entropy_mode_acts(spec) -> bool:
     """Whether the run has an entropy bonus whose mode matters (a start coefficient, or a gated mode)."""
     return spec.entropy_coef > 0 or ENTROPY_MODES[spec.entropy_mode].gated
 
-
-def adaptive_params_act(spec) -> bool:
-    """Whether the adaptive controller's parameters act: an adaptive mode that has a bonus to move."""
-    mode = ENTROPY_MODES[spec.entropy_mode]
-    return (spec.entropy_coef > 0 and mode.adaptive) or mode.gated

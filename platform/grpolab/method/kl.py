@@ -6,7 +6,9 @@ Detail: docs/methods.md, "grpolab.method.kl".
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from grpolab.method.params import Param, declare
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,7 @@ class KlPlacement:
     formula: str
     source: str
     in_loss: bool                      # added to the per-token loss (else subtracted from the reward)
-    params: tuple[str, ...] = ()       # MethodSpec fields only it reads
+    params: dict[str, Param] = field(default_factory=dict)  # settings only it reads (logged, inert elsewhere)
     trl: bool = False                  # TRL 1.16's beta term sits here
     no_trl: str | None = None
 
@@ -40,7 +42,9 @@ KL_ESTIMATORS: dict[str, KlEstimator] = {e.name: e for e in (
 )}
 KL_PLACEMENTS: dict[str, KlPlacement] = {p.name: p for p in (
     KlPlacement("loss", "loss_t += beta * KL_t (times rho with kl_ratio_correction)",
-                "Shao et al. 2024, GRPO, arXiv:2402.03300", in_loss=True, params=("kl_ratio_correction",), trl=True),
+                "Shao et al. 2024, GRPO, arXiv:2402.03300", in_loss=True, trl=True,
+                params=declare(Param("kl_ratio_correction", "multiply the in-loss KL by the IS ratio (DeepSeek-V3.2; "
+                                                            "TRL's default)"))),
     KlPlacement("reward", "r_i -= beta * sum_t KL_t (per token for per-token estimators)",
                 "Ouyang et al. 2022, InstructGPT, arXiv:2203.02155; Hu 2025, REINFORCE++, arXiv:2501.03262",
                 in_loss=False, no_trl="TRL 1.16 has no reward-side KL"),

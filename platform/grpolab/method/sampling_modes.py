@@ -13,7 +13,9 @@ Adding a sampling mode: one entry here, its hook in the trainer, and its test. P
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from grpolab.method.params import Param, declare
 
 
 @dataclass(frozen=True)
@@ -22,7 +24,8 @@ class SamplingMode:
     name: str
     label: str                        # what it is, in words (requirements and warnings)
     source: str
-    params: tuple[str, ...] = ()      # MethodSpec fields only it reads (logged, inert under the others)
+    params: dict[str, Param] = field(default_factory=dict)  # settings only it reads (logged, inert under the
+                                      # others); a mode that filters_groups reads FILTER too
     filters_groups: bool = False      # keeps or drops whole groups on method.sampling_filter (reads it)
     regenerates: bool = False         # generates more rounds until enough groups vary (max_sampling_rounds)
     drops_rows: bool = False          # leaves completions out of the loss after generation: the token normaliser
@@ -44,28 +47,42 @@ class SamplingMode:
         return not (self.filters_groups or self.drops_rows)
 
 
+# logged wherever it is away from its default, also under a mode that reads no filter: the run states
+# which groups it would keep
+FILTER = declare(Param("sampling_filter", "dynamic / zero-variance filter keeps groups whose accuracy (DAPO) or "
+                                          "reward (verl) varies",
+                       log="changed"))
 _EPISODES = "it selects among the trainer's own generated groups; episodes run through TRL's rollout_func"
 _ENTRIES = (
     SamplingMode("static", "static sampling", "Shao et al. 2024, GRPO, arXiv:2402.03300",
                  on_flat_groups="trains them as they come", trl=True),
     SamplingMode("dynamic", "dynamic sampling", "Yu et al. 2025, DAPO, arXiv:2503.14476 (dynamic sampling)",
-                 params=("max_sampling_rounds", "sampling_cap_policy"), filters_groups=True, regenerates=True,
+                 params=declare(Param("max_sampling_rounds", "dynamic sampling: generation rounds per batch at most", low=1),
+                                Param("sampling_cap_policy", "at the cap: fill with least degenerate groups (warn) "
+                                                             "| fail"), *FILTER.values()),
+                 filters_groups=True, regenerates=True,
                  on_flat_groups="hit its round cap (max_sampling_rounds={max_sampling_rounds}) and filled the batch "
                                 "with them",
                  no_trl="TRL 1.16 generates each batch once", multi_turn=_EPISODES),
     SamplingMode("zero_variance_filter", "zero-variance filtering",
                  "Yu et al. 2025, DAPO, arXiv:2503.14476 (its filter, without generating more groups)",
-                 filters_groups=True, drops_rows=True, no_trl="TRL 1.16 trains every generated group",
+                 params=dict(FILTER), filters_groups=True, drops_rows=True,
+                 no_trl="TRL 1.16 trains every generated group",
                  multi_turn=_EPISODES),
     SamplingMode("gfpo", "GFPO's group filter",
                  "Shrivastava et al. 2025, Sample More to Think Less: Group Filtered Policy Optimization for "
                  "Concise Reasoning, arXiv:2508.09726",
-                 params=("gfpo_keep", "gfpo_metric"), drops_rows=True, retains=True,
+                 params=declare(Param("gfpo_keep", "GFPO: completions retained per group (of train.group_size sampled)",
+                                      low=2, why="one retained completion is its own baseline: A = 0 for every "
+                                                 "estimator, nothing trains", late=True),
+                                Param("gfpo_metric", "GFPO: retain the shortest (length) or the largest reward / length",
+                                      late=True)),
+                 drops_rows=True, retains=True,
                  on_flat_groups="trains the retained completions as they come",
                  no_trl="TRL 1.16.0 ships no GFPO trainer", multi_turn=_EPISODES),
 )
 SAMPLING_MODES: dict[str, SamplingMode] = {m.name: m for m in _ENTRIES}
-FILTER_PARAMS = ("sampling_filter",)   # read by every mode that ``filters_groups``
+FILTER_PARAMS = tuple(FILTER)   # read by every mode that ``filters_groups``
 
 
 def sampling_modes(**facts) -> tuple[str, ...]:
@@ -75,12 +92,11 @@ def sampling_modes(**facts) -> tuple[str, ...]:
 
 def readers(param: str) -> tuple[str, ...]:
     """The modes that read MethodSpec field ``param``."""
-    return tuple(m.name for m in SAMPLING_MODES.values()
-                 if param in m.params or (param in FILTER_PARAMS and m.filters_groups))
+    return tuple(m.name for m in SAMPLING_MODES.values() if param in m.params)
 
 
 def sampling_params() -> tuple[str, ...]:
-    return (*dict.fromkeys(p for m in SAMPLING_MODES.values() for p in m.params), *FILTER_PARAMS)
+    return tuple(dict.fromkeys(p for m in SAMPLING_MODES.values() for p in m.params))
 
 
 def on_flat_groups(spec) -> str:

@@ -15,14 +15,13 @@ from dataclasses import dataclass, fields
 
 from grpolab.errors import ConfigError
 from grpolab.method.advantages import ADVANTAGES, estimators
-from grpolab.method.aggregations import AGGREGATIONS, TOKEN_LEVEL
-from grpolab.method.entropy_modes import ENTROPY_MODES
+from grpolab.method.aggregations import TOKEN_LEVEL
 from grpolab.method.episode_norms import EPISODE_NORMS
-from grpolab.method.kl import KL_ESTIMATORS, KL_PLACEMENTS, kl_in_reward
+from grpolab.method.kl import kl_in_reward
 from grpolab.method.ratios import RATIOS, TOKEN
 from grpolab.method.sampling_modes import SAMPLING_MODES
-from grpolab.method.sampling_options import SAMPLING_OPTIONS
-from grpolab.method.surrogates import SURROGATES
+from grpolab.method.settings import AXIS_REGISTRIES, param, param_table
+from grpolab.method.surrogates import CLIP, SURROGATES
 from grpolab.validation import typed
 
 
@@ -42,90 +41,81 @@ class _AxisChoices(Mapping):
         return len(self._registries)
 
 
-# every axis whose value is a name: its registry of entries (one per value)
-AXIS_REGISTRIES: dict[str, dict] = {
-    "advantage": ADVANTAGES,          # one entry per value: method/advantages.py
-    "surrogate": SURROGATES,          # one entry per value: method/surrogates.py
-    "aggregation": AGGREGATIONS,      # one entry per value: method/aggregations.py
-    "ratio": RATIOS,                  # one entry per value: method/ratios.py
-    "kl_estimator": KL_ESTIMATORS,    # one entry per value: method/kl.py
-    "kl_placement": KL_PLACEMENTS,    # one entry per value: method/kl.py
-    "sampling": SAMPLING_MODES,       # one entry per value: method/sampling_modes.py
-    "entropy_mode": ENTROPY_MODES,    # one entry per value: method/entropy_modes.py
-    **SAMPLING_OPTIONS,               # sampling_filter, sampling_cap_policy, gfpo_metric: method/sampling_options.py
-    "episode_norm": EPISODE_NORMS,    # one entry per value: method/episode_norms.py
-}
 AXIS_CHOICES: Mapping[str, tuple[str, ...]] = _AxisChoices(AXIS_REGISTRIES)
 
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """Every axis of a GRPO-family update. Defaults are neutral; methods set what they use."""
+    """Every axis of a GRPO-family update. Defaults are neutral; methods set what they use. Each
+    field's meaning, valid range and when it acts and is logged: its Param (``method/settings.py``)."""
 
-    advantage: str = "group_std"          # rewards -> advantages estimator
-    std_unbiased: bool = True             # std with N-1 (TRL, verl) or N
-    adv_eps: float = 1e-4                 # added to the std before dividing (TRL's value)
-    ratio: str = "token"                  # importance-ratio granularity
-    surrogate: str = "clip"               # per-token surrogate objective
-    eps_low: float = 0.2                  # ratio clipped below at 1 - eps_low
-    eps_high: float = 0.2                 # ratio clipped above at 1 + eps_high
-    dual_clip_c: float = 3.0              # dual-clip cap: loss <= -A * c when A < 0
-    sapo_tau_pos: float = 1.0             # SAPO gate temperature for A > 0
-    sapo_tau_neg: float = 1.05            # SAPO gate temperature for A <= 0
-    vespo_k_pos: float = 2.0              # VESPO gamma kernel exponent k for A >= 0 (TRL's default)
-    vespo_lambda_pos: float = 3.0         # VESPO gamma kernel decay lambda for A >= 0
-    vespo_k_neg: float = 3.0              # VESPO exponent k for A < 0
-    vespo_lambda_neg: float = 2.0         # VESPO decay lambda for A < 0
-    cov_fraction: float = 2e-4            # Clip-Cov / KL-Cov: fraction of tokens selected
-    cov_low: float = 1.0                  # Clip-Cov: covariance window lower bound
-    cov_high: float = 5.0                 # Clip-Cov: covariance window upper bound
-    kl_cov_coef: float = 1.0              # KL-Cov: coefficient of |log ratio| on selected tokens
-    dpo_beta: float = 0.1                 # Group-DPO temperature
-    dro_beta: float = 0.05                # DRO: weight of the quadratic log-ratio penalty (beta/2) (log pi/pi_old)^2
+    advantage: str = "group_std"
+    std_unbiased: bool = True
+    adv_eps: float = 1e-4                 # TRL's value
+    ratio: str = "token"
+    surrogate: str = "clip"
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    dual_clip_c: float = 3.0
+    sapo_tau_pos: float = 1.0
+    sapo_tau_neg: float = 1.05
+    vespo_k_pos: float = 2.0              # TRL's value
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
+    cov_fraction: float = 2e-4
+    cov_low: float = 1.0
+    cov_high: float = 5.0
+    kl_cov_coef: float = 1.0
+    dpo_beta: float = 0.1
+    dro_beta: float = 0.05
     aggregation: str = "seq_mean_token_mean"
-    kl_coef: float = 0.0                  # beta; 0 turns the reference model off
+    kl_coef: float = 0.0
     kl_estimator: str = "k3"
     kl_placement: str = "loss"
-    kl_ratio_correction: bool = False     # multiply the in-loss KL by the IS ratio (DeepSeek-V3.2; TRL's default)
+    kl_ratio_correction: bool = False
     sampling: str = "static"
-    max_sampling_rounds: int = 4          # dynamic sampling: generation rounds per batch at most
-    sampling_cap_policy: str = "fill"     # at the cap: fill with least degenerate groups (warn) | fail
-    sampling_filter: str = "accuracy"     # dynamic / zero-variance filter keeps groups whose accuracy (DAPO) or reward (verl) varies
-    gfpo_keep: int = 8                    # GFPO: completions retained per group (of train.group_size sampled)
-    gfpo_metric: str = "length"           # GFPO: retain the shortest (length) or the largest reward / length
-    overlong_filter: bool = False         # mask truncated completions out of the loss
-    soft_overlong: bool = False           # DAPO eq. 13 length penalty added to the reward
-    overlong_buffer: int = 0              # L_cache of eq. 13 in tokens; 0 = 20% of the cap (DAPO's 4096/20480)
-    overlong_penalty: float = 1.0         # penalty at the hard cap
-    entropy_coef: float = 0.0             # entropy bonus coefficient (start value if adaptive)
+    max_sampling_rounds: int = 4
+    sampling_cap_policy: str = "fill"
+    sampling_filter: str = "accuracy"
+    gfpo_keep: int = 8
+    gfpo_metric: str = "length"
+    overlong_filter: bool = False
+    soft_overlong: bool = False
+    overlong_buffer: int = 0
+    overlong_penalty: float = 1.0
+    entropy_coef: float = 0.0
     entropy_mode: str = "static"
-    entropy_target: float = 0.2           # adaptive: raise the coefficient while entropy is below
-    entropy_coef_step: float = 1e-3       # adaptive: change per optimizer step
-    entropy_coef_min: float = 0.0         # adaptive: the coefficient never goes below (TRL's entropy_coef_min)
-    entropy_coef_max: float = float("inf")  # adaptive: nor above (TRL's entropy_coef_max)
-    top_entropy_quantile: float = 1.0     # keep only this top fraction of tokens by entropy (0.2 = 80/20)
-    tracker_decay: float = 0.9            # value_tracker: Beta-tracker forgetting factor
-    gae_gamma: float = 1.0                # critic (gae): discount
-    gae_lambda: float = 0.95              # critic: lambda for policy advantages
-    gae_lambda_critic: float = 1.0        # critic: lambda for value targets (1 = Monte-Carlo return)
-    gae_length_alpha: float = 0.0         # VAPO length-adaptive lambda = 1 - 1/(alpha |o|); 0 = fixed lambda
-    critic_lr: float = 5e-4               # critic: learning rate of the value model
-    critic_warmup: int = 0                # critic: optimizer steps that train only the critic (VAPO's value pretraining)
-    value_clip: float = 0.0               # critic: clip V to V_old +- this in the value loss (PPO value clipping); 0 = off
-    whiten_advantages: bool = False       # critic: whiten the GAE advantages over the batch's valid tokens
-    positive_lm_coef: float = 0.0         # VAPO's mu: weight of an NLL loss on correct completions; 0 = off
-    reward_weights: tuple[float, ...] | None = None  # per reward component; None = all 1
-    step_omega: float = 0.0               # GiGPO: weight of the step-level (anchor-state) advantage; 0 = episode-level only
-    step_gamma: float = 0.95              # GiGPO: discount of the step returns within an episode
-    anchor_similarity: float = 1.0        # GiGPO: 1 = equal states form an anchor group; < 1 = text similarity threshold
-    episode_norm: str = "episode"         # episode tasks: episode-level mean/std over episodes (paper Eq. 3) | step rows (verl-agent)
+    entropy_target: float = 0.2
+    entropy_coef_step: float = 1e-3
+    entropy_coef_min: float = 0.0
+    entropy_coef_max: float = float("inf")
+    top_entropy_quantile: float = 1.0
+    tracker_decay: float = 0.9
+    gae_gamma: float = 1.0
+    gae_lambda: float = 0.95
+    gae_lambda_critic: float = 1.0
+    gae_length_alpha: float = 0.0
+    critic_lr: float = 5e-4
+    critic_warmup: int = 0
+    value_clip: float = 0.0
+    whiten_advantages: bool = False
+    positive_lm_coef: float = 0.0
+    reward_weights: tuple[float, ...] | None = None
+    step_omega: float = 0.0
+    step_gamma: float = 0.95
+    anchor_similarity: float = 1.0
+    episode_norm: str = "episode"
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     def spec_hash(self) -> str:
-        """Short hash of every axis value: equal hashes mean identical update rules."""
-        values = {k: v for k, v in self.to_dict().items() if not (k in _HASHED_UNLESS_DEFAULT and v == SPEC_FIELDS[k].default)}
+        """Short hash of every axis value: equal hashes mean identical update rules. A setting whose
+        Param is ``late`` is left out at its default (``method/params.py``)."""
+        table = param_table()
+        values = {k: v for k, v in self.to_dict().items()
+                  if not (param(table, k).late and v == self.__dataclass_fields__[k].default)}
         return hashlib.sha256(json.dumps(values, sort_keys=True).encode()).hexdigest()[:12]
 
     @property
@@ -134,11 +124,6 @@ class MethodSpec:
 
 
 SPEC_FIELDS = {f.name: f for f in fields(MethodSpec)}
-# axes added after spec hashes were recorded: left out of the hash at their defaults, so the
-# hashes of existing runs and studies stay what they were
-_HASHED_UNLESS_DEFAULT = ("step_omega", "step_gamma", "anchor_similarity", "episode_norm",
-                          "vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg",
-                          "entropy_coef_min", "entropy_coef_max", "dro_beta", "gfpo_keep", "gfpo_metric")
 
 
 def build_spec(values: dict) -> MethodSpec:
@@ -159,59 +144,50 @@ def _check(cond: bool, message: str) -> None:
 
 
 def validate_spec(spec: MethodSpec) -> None:
+    """Each axis value against its registry, each setting against its Param's range
+    (``method/settings.py``), then the rules that tie settings together."""
     for axis, choices in AXIS_CHOICES.items():
         value = getattr(spec, axis)
         _check(value in choices, f"method.{axis}: unknown value {value!r}; valid: {', '.join(choices)}")
-    _check(0 <= spec.eps_low <= 1, f"method.eps_low: must be in [0, 1], got {spec.eps_low}")
+    for name, setting in param_table().items():
+        refusal = setting.refusal(getattr(spec, name))
+        _check(refusal is None, refusal)
+    _validate_pairs(spec)
+    _validate_sampling(spec)
+    _validate_advantage(spec, ADVANTAGES[spec.advantage])
+
+
+def _validate_pairs(spec: MethodSpec) -> None:
+    """The settings whose valid values depend on another setting."""
     clip = SURROGATES[spec.surrogate].clip
     _check(spec.eps_high >= 0 or (clip == "truncate" and spec.eps_high > -1),   # cispo: TRL's bound may be < 1
            f"method.eps_high: must be >= 0 (cispo: > -1, an upper bound 1 + eps_high > 0), got {spec.eps_high}")
     if clip in ("ppo", "dual") and not RATIOS[spec.ratio].log_space_clip:
         _check(spec.eps_high >= spec.eps_low,
                f"method.eps_high ({spec.eps_high}) < method.eps_low ({spec.eps_low}): Clip-Higher needs eps_high >= eps_low")
-    _check(spec.dual_clip_c > 1, f"method.dual_clip_c: must be > 1, got {spec.dual_clip_c}")
-    _check(spec.kl_coef >= 0, f"method.kl_coef: must be >= 0, got {spec.kl_coef}")
-    _check(spec.adv_eps >= 0, f"method.adv_eps: must be >= 0, got {spec.adv_eps}")
-    _check(0 < spec.top_entropy_quantile <= 1, f"method.top_entropy_quantile: must be in (0, 1], got {spec.top_entropy_quantile}")
-    _check(0 <= spec.entropy_coef_min <= spec.entropy_coef_max,
+    _check(spec.entropy_coef_min <= spec.entropy_coef_max,
            f"method.entropy_coef_min/entropy_coef_max: need 0 <= min <= max, got {spec.entropy_coef_min}, "
            f"{spec.entropy_coef_max}")
-    _check(0 < spec.cov_fraction <= 1, f"method.cov_fraction: must be in (0, 1], got {spec.cov_fraction}")
-    _check(0 < spec.tracker_decay <= 1, f"method.tracker_decay: must be in (0, 1], got {spec.tracker_decay}")
-    _check(spec.overlong_buffer >= 0, f"method.overlong_buffer: must be >= 0 (0 = 20% of the cap), got {spec.overlong_buffer}")
-    _check(spec.max_sampling_rounds >= 1, f"method.max_sampling_rounds: must be >= 1, got {spec.max_sampling_rounds}")
+    own_loss = RATIOS[spec.ratio].replaces_surrogate
+    _check(own_loss is None or spec.surrogate == CLIP, f"method.ratio={spec.ratio} {own_loss}: use surrogate={CLIP}")
+    own_ratio = SURROGATES[spec.surrogate].own_ratio
+    _check(own_ratio is None or spec.ratio == TOKEN, f"method.surrogate={spec.surrogate} {own_ratio}: use ratio={TOKEN}")
+
+
+def _validate_sampling(spec: MethodSpec) -> None:
+    """The sampling mode's entry against the aggregation, surrogate and estimator."""
     sampling = SAMPLING_MODES[spec.sampling]
     if sampling.drops_rows:
         _check(spec.aggregation in TOKEN_LEVEL,
                f"method.sampling={spec.sampling} drops completions from the token normaliser: use aggregation "
                + " or ".join(TOKEN_LEVEL))
-    _check(spec.gfpo_keep >= 2, f"method.gfpo_keep: must be >= 2 (one retained completion is its own "
-           f"baseline: A = 0 for every estimator, nothing trains), got {spec.gfpo_keep}")
-    _check(not sampling.retains or spec.surrogate != "group_dpo",
-           f"method.sampling={spec.sampling} with surrogate=group_dpo: the DPO pair is chosen on every "
-           "completion's reward, so a rejected (loss-masked) completion could be the pair's best or worst: use another surrogate")
+    pairwise = SURROGATES[spec.surrogate].pairwise
+    _check(not sampling.retains or pairwise is None,
+           f"method.sampling={spec.sampling} with surrogate={spec.surrogate}: {pairwise}, so a rejected "
+           "(loss-masked) completion could be the pair's best or worst: use another surrogate")
     _check(not sampling.retains or spec.advantage in estimators(unscorable=True),
            f"method.sampling={spec.sampling} leaves the rejected completions out of the baselines (as rows without "
            f"a reward): use advantage {' or '.join(estimators(unscorable=True))}, got {spec.advantage!r}")
-    _check(spec.dpo_beta > 0, f"method.dpo_beta: must be > 0, got {spec.dpo_beta}")
-    _check(spec.dro_beta > 0, f"method.dro_beta: must be > 0, got {spec.dro_beta}")
-    own_loss = RATIOS[spec.ratio].replaces_surrogate
-    _check(own_loss is None or spec.surrogate == "clip", f"method.ratio={spec.ratio} {own_loss}: use surrogate=clip")
-    own_ratio = SURROGATES[spec.surrogate].own_ratio
-    _check(own_ratio is None or spec.ratio == TOKEN, f"method.surrogate={spec.surrogate} {own_ratio}: use ratio={TOKEN}")
-    if spec.surrogate == "vespo":
-        _check(min(spec.vespo_k_pos, spec.vespo_k_neg) >= 0 and min(spec.vespo_lambda_pos, spec.vespo_lambda_neg) > 0,
-               "method.vespo_k_pos/vespo_k_neg must be >= 0 and vespo_lambda_pos/vespo_lambda_neg > 0 (the kernel "
-               "w^k exp(lambda (1 - w)) must vanish as w grows)")
-    _validate_advantage(spec, ADVANTAGES[spec.advantage])
-    _check(0 < spec.gae_gamma <= 1 and 0 <= spec.gae_lambda <= 1 and 0 <= spec.gae_lambda_critic <= 1,
-           "method.gae_gamma must be in (0, 1], gae_lambda and gae_lambda_critic in [0, 1]")
-    _check(spec.value_clip >= 0 and spec.positive_lm_coef >= 0,
-           "method.value_clip and method.positive_lm_coef must be >= 0 (0 = off)")
-    _check(spec.gae_length_alpha >= 0 and spec.critic_lr > 0 and spec.critic_warmup >= 0,
-           "method.gae_length_alpha >= 0, critic_lr > 0 and critic_warmup >= 0 required")
-    _check(spec.step_omega >= 0 and 0 < spec.step_gamma <= 1 and 0 < spec.anchor_similarity <= 1,
-           "method.step_omega must be >= 0, step_gamma in (0, 1] and anchor_similarity in (0, 1]")
 
 
 def _validate_advantage(spec: MethodSpec, entry) -> None:

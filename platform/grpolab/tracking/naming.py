@@ -12,37 +12,12 @@ from __future__ import annotations
 import dataclasses
 import getpass
 
-from grpolab.method.advantages import SHARED_PARAMS, advantage_params
-from grpolab.method.advantages import readers as advantage_readers
-from grpolab.method.entropy_modes import ADAPTIVE_PARAMS, adaptive_params_act, entropy_mode_acts
 from grpolab.method.registry import METHODS
 from grpolab.method.sampler_corrections import logged
-from grpolab.method.sampling_modes import FILTER_PARAMS, SAMPLING_MODES, sampling_params
+from grpolab.method.settings import logged as param_logged
+from grpolab.method.settings import param_table
 from grpolab.method.spec import MethodSpec
-from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES
 
-# Always logged: they say which update rule this is.
-CORE_AXES = ("advantage", "ratio", "surrogate", "aggregation", "kl_coef", "sampling", "overlong_filter",
-             "soft_overlong", "entropy_coef")
-# Logged only when the condition on the spec holds: otherwise the axis cannot act. A surrogate's own
-# parameters are logged under the surrogates that read them (method/surrogates.py), an
-# estimator's under the estimators that read them (method/advantages.py).
-CONDITIONAL_AXES = {
-    **{p: (lambda s, p=p: p in SURROGATES[s.surrogate].params) for p in SURROGATE_PARAMS},
-    "kl_estimator": lambda s: s.kl_coef > 0,
-    "kl_placement": lambda s: s.kl_coef > 0,
-    "kl_ratio_correction": lambda s: s.kl_coef > 0,
-    # a sampling mode's own parameters, under the modes that read them (method/sampling_modes.py)
-    **{p: (lambda s, p=p: p in SAMPLING_MODES[s.sampling].params) for p in sampling_params() if p not in FILTER_PARAMS},
-    "overlong_buffer": lambda s: s.soft_overlong,
-    "overlong_penalty": lambda s: s.soft_overlong,
-    # a gated controller (TRL's) acts from a zero start coefficient too (method/entropy_modes.py)
-    "entropy_mode": entropy_mode_acts,
-    **{k: adaptive_params_act for k in ADAPTIVE_PARAMS},
-    # an estimator's own parameters, under the estimators that read them (method/advantages.py)
-    **{p: (lambda s, p=p: s.advantage in advantage_readers(p)) for p in advantage_params()},
-}
-_DEFAULT_SPEC = MethodSpec()
 # The training budget and rollout shape: every run states them, whatever their value.
 CORE_TRAIN = ("steps", "group_size", "prompts_per_rollout", "minibatches", "num_iterations", "grad_accum",
               "learning_rate", "temperature", "max_completion_length")
@@ -61,19 +36,11 @@ def flat_keys(d: dict, prefix: str = "") -> dict[str, object]:
     return out
 
 def method_params(spec: MethodSpec) -> dict:
-    """The axes that define this update rule (see the module docstring)."""
-    out = {}
-    for f in dataclasses.fields(spec):
-        value = getattr(spec, f.name)
-        if f.name in CORE_AXES:
-            out[f.name] = value
-        elif f.name in CONDITIONAL_AXES:
-            if CONDITIONAL_AXES[f.name](spec):
-                out[f.name] = value
-        elif value != getattr(_DEFAULT_SPEC, f.name):   # e.g. std_unbiased, adv_eps, reward_weights
-            if f.name not in SHARED_PARAMS or spec.advantage in advantage_readers(f.name):   # inert: not logged
-                out[f.name] = value
-    return out
+    """The axes that define this update rule: each setting where its record's log policy says
+    (``method/settings.py``: always, where the spec reads it, where away from its default)."""
+    table = param_table()
+    return {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)
+            if param_logged(table, f.name, spec, f.default)}
 
 
 def run_params(cfg) -> dict:
