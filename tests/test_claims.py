@@ -150,16 +150,17 @@ def test_a_ladder_until_decided_keeps_its_level_in_the_table(tmp_path, shared_st
     import csv
     import io
 
-    from grpolab.analysis.until_decided import run_until_decided
+    from grpolab.analysis.until_decided import LADDER_LOOKS
     from grpolab.report.tables import study_table
     from grpolab.studies.definition import SeedsOnDemand
     from grpolab.studies.study_run import StudyRun
+    from grpolab.studies.until_decided import run_until_decided
     study = tiny_two_rung_ladder(name="ladder_seq", seeds=[0, 1, 2, 3, 4])
     path = tmp_path / "ladder_seq.yaml"
     path.write_text(yaml.safe_dump(study))
     lines = []
     run = StudyRun.of(path, shared_state, workers=1, echo=lines.append)
-    assert run_until_decided(run, SeedsOnDemand(batch=1, cap=6)) == 0
+    assert run_until_decided(run, SeedsOnDemand(batch=1, cap=6), LADDER_LOOKS) == 0
     looks = [line for line in lines if re.match(r"look \d+/\d+ at ", line)]   # the judged looks
     assert looks[0].startswith("look 1/2 at 5 seeds (per-look level 97.5 %)") and len(looks) in (1, 2)
     table = study_table(str(path), shared_state, None, "markdown")
@@ -167,7 +168,7 @@ def test_a_ladder_until_decided_keeps_its_level_in_the_table(tmp_path, shared_st
     assert "registered in this state" in table and "CHANGED" not in table        # added seeds change no field
     from grpolab.errors import ConfigError as Refused
     with pytest.raises(Refused, match="already follows the sequential plan of looks at \\[5, 6\\] seeds"):
-        run_until_decided(run, SeedsOnDemand(batch=1, cap=8))
+        run_until_decided(run, SeedsOnDemand(batch=1, cap=8), LADDER_LOOKS)
     rows = list(csv.DictReader(io.StringIO(study_table(str(path), shared_state, None, "csv"))))
     assert int(rows[1]["n"]) == 4 + len(looks)
 

@@ -132,7 +132,7 @@ def test_seeds_on_demand_run_only_the_rows_undecided_rungs_need(tmp_path, shared
     import yaml
 
     from grpolab.analysis.ablation import ladder_table, ladder_rows, load_results
-    from grpolab.analysis.until_decided import rows_needed
+    from grpolab.studies.until_decided import rows_needed
     from grpolab.cli import main
     from grpolab.report.tables import answer_lines
     from conftest import tiny_two_rung_ladder

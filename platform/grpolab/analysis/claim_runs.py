@@ -24,6 +24,7 @@ from grpolab.errors import ConfigError
 from grpolab.studies import registration as preregistration
 from grpolab.studies.definition import load_study
 from grpolab.studies.study_run import StudyRun
+from grpolab.studies.until_decided import run_until_decided
 from grpolab.studies.objectives import censored_value, parse_threshold, window_value
 
 
@@ -200,8 +201,8 @@ def _run_studies(claims: list[Claim], state: Path, storage_url: str | None, work
         echo(f"study {Path(path).name}: running missing rows ({workers} worker(s))"
              + (f", seeds on demand up to {design.cap}" if design and own_plans else ""))
         if design and own_plans:   # the study's registered plan: its looks and levels, which the claims then use
-            from grpolab.analysis.until_decided import run_until_decided
-            code = run_until_decided(run, design)
+            from grpolab.analysis.until_decided import LADDER_LOOKS
+            code = run_until_decided(run, design, LADDER_LOOKS)
         else:
             code = run_study(run)
         echo(f"study {Path(path).name}: done in {time.time() - started:.0f}s" + (" (some rows failed)" if code else ""))

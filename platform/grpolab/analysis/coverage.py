@@ -12,7 +12,7 @@ import numpy as np
 from scipy import stats
 
 from grpolab.analysis.inference import ZERO_SPREAD_RTOL, planned_looks, sequential_level, skew_threshold
-from grpolab.analysis.until_decided import rows_needed
+from grpolab.studies.until_decided import rows_needed
 
 SEED_COUNTS = (5, 8, 10)
 

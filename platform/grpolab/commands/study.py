@@ -161,8 +161,9 @@ def execute(options: StudyOptions) -> int:
                    publish=record_study_tables, gpus_per_row=options.gpus_per_row, devices=options.devices,
                    launcher=launcher, accelerate_config=options.accelerate_config)
     if options.on_demand is not None:
-        from grpolab.analysis.until_decided import run_until_decided
-        code = run_until_decided(run, options.on_demand)
+        from grpolab.analysis.until_decided import LADDER_LOOKS
+        from grpolab.studies.until_decided import run_until_decided
+        code = run_until_decided(run, options.on_demand, LADDER_LOOKS)
     else:
         from grpolab.studies.coordinator import run_study
         code = run_study(run)

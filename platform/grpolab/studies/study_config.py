@@ -93,7 +93,7 @@ class SeedsOnDemand(NamedTuple):
     """``seeds: {first, batch, cap[, max_rows]}``: run seeds 0..first-1, then add ``batch`` paired
     seeds per look until every judged rung is decided or ``cap`` seeds ran; ``max_rows``: a look
     is not started when the rows it needs would take the study past that many rows (its time
-    bound; analysis/until_decided.py)."""
+    bound; studies/until_decided.py)."""
     batch: int
     cap: int
     max_rows: int | None = None
