@@ -263,10 +263,10 @@ def test_dropin_evaluation_logs_benchmark_scores_under_trls_eval_prefix(tiny_mod
     direct = trainer.benchmark_scores(data(held))
     assert direct["avg_at_8"] == trainer.evaluate()["eval_avg_at_8"]
     # with the reward function as the correctness source the scores agree (reward 1 = the answer)
-    trainer._correct_kind, trainer._correct_key = "reward", 0
+    trainer.correctness.kind, trainer.correctness.key = "reward", 0
     assert trainer.benchmark_scores(data(held)) == direct
     # without an answer extractor whole completions would vote: no maj@n, said once
-    trainer._answer_extract = None
+    trainer.benchmark.answer_extract = None
     with pytest.warns(UserWarning, match="no answer_extractor= given, so evaluation reports no maj@n"):
         plain = trainer.benchmark_scores(data(held))
     assert "maj_at_8" not in plain and plain["avg_at_8"] == direct["avg_at_8"]
@@ -379,7 +379,7 @@ def test_vllm_benchmark_sampling_is_seeded_per_request(mode, tiny_model_dir, mon
     from grpolab.experiment.vllm_eval import VllmEvalSampler
     from grpolab.tasks import make_task
     from grpolab.tasks.benchmarks import Benchmark, score_benchmark
-    from grpolab.trainer.vllm_engine import VllmEngineAccess
+    from grpolab.trainer.vllm_engine import vllm_completions
     from grpolab.world.models import load_model
     vllm_double.install(monkeypatch, str(tiny_model_dir))
     _, tokenizer = load_model(tiny_model_dir)
@@ -389,7 +389,7 @@ def test_vllm_benchmark_sampling_is_seeded_per_request(mode, tiny_model_dir, mon
         llm=vllm_double.LLM(str(tiny_model_dir)) if mode == "colocate" else None,
         vllm_client=vllm_double.VLLMClient() if mode == "server" else None)
     trainer = SimpleNamespace(vllm_generation=engine, temperature=1.0)
-    trainer.vllm_completions = lambda *a, **k: VllmEngineAccess.vllm_completions(trainer, *a, **k)
+    trainer.vllm_completions = lambda *a, **k: vllm_completions(engine, *a, **k)
     draw = engine_sampler(VllmEvalSampler(trainer, tokenizer))
     task = make_task("addition", digits=2)
     examples = task.splits(0, 0, 3)[1]

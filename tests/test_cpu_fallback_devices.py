@@ -48,27 +48,13 @@ def test_a_benchmark_draw_forks_only_its_models_generator(monkeypatch):
     assert calls == [("fork_rng", [2]), ("fork_rng", [])]
 
 
-class _Base:
-    def training_step(self, model, inputs, num_items_in_batch):
-        return 0.0
-
-
-class _Timed(StepTimes, _Base):
-    def __init__(self, device):
-        self.accelerator = SimpleNamespace(device=torch.device(device), num_processes=1)
-        self.args, self.num_iterations, self._step, self.counters = SimpleNamespace(steps_per_generation=1), 1, 1, RunCounters()
-        self.emitted = 0
-
-    def _emit_window(self, now):
-        self.emitted += 1
-
-
 @pytest.mark.parametrize("device,synchronized", [("cpu", []), ("cuda:1", [("synchronize", torch.device("cuda", 1))])])
 def test_a_window_synchronizes_only_the_trainers_own_gpu(monkeypatch, device, synchronized):
     calls = _fake_cuda(monkeypatch)
-    timed = _Timed(device)
-    timed.training_step(None, None, None)
-    assert timed.emitted == 1 and calls == synchronized
+    times = StepTimes(RunCounters())
+    accelerator = SimpleNamespace(device=torch.device(device), num_processes=1)
+    curves = times.step_ends(times.step_starts(), True, accelerator)   # the step that ends a window
+    assert "time/accelerator_hours" in curves and calls == synchronized
 
 
 def test_a_run_trained_on_the_cpu_is_tagged_cpu_while_cuda_is_visible(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ from grpolab import GrpoLabTrainer
 from grpolab.algorithms import baselines
 from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.spec import build_spec
+from grpolab.trainer.estimator_inputs import EstimatorInputs
 
 G = 4
 
@@ -79,12 +80,12 @@ def test_remax_baseline_is_the_reward_of_the_prompts_greedy_completion(tiny_mode
 def test_optimal_token_baseline_reads_pi_old_and_its_vocabulary_sum(tiny_model_dir, tmp_path, monkeypatch):
     calls = _Calls(monkeypatch)
     seen = []
-    original = GrpoLabTrainer._policy_token_stats
+    original = EstimatorInputs.policy_token_stats
 
     def stats_spy(self, out):
         seen.append({k: v.clone() for k, v in out.items() if isinstance(v, torch.Tensor)})
         return original(self, out)
-    monkeypatch.setattr(GrpoLabTrainer, "_policy_token_stats", stats_spy)
+    monkeypatch.setattr(EstimatorInputs, "policy_token_stats", stats_spy)
     t = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=calls.reward, args=_args(tmp_path, temperature=0.7),
                        train_dataset=_dataset(), method="otb")
     t.train()
@@ -225,12 +226,12 @@ def test_optimal_token_baseline_is_over_generated_tokens_truncated_rows_included
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     calls, seen = _Calls(monkeypatch), []
-    original = GrpoLabTrainer._policy_token_stats
+    original = EstimatorInputs.policy_token_stats
 
     def stats_spy(self, out):
         seen.append(out["completion_mask"].clone())
         return original(self, out)
-    monkeypatch.setattr(GrpoLabTrainer, "_policy_token_stats", stats_spy)
+    monkeypatch.setattr(EstimatorInputs, "policy_token_stats", stats_spy)
     model = _model_with_end_tokens(tiny_model_dir, tmp_path, tok.convert_tokens_to_ids(list("0123456789")))
     t = GrpoLabTrainer(model=str(model), reward_funcs=calls.reward, args=_args(tmp_path, max_completion_length=4),
                        train_dataset=_dataset(), method={"name": "otb", "overlong_filter": True})

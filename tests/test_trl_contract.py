@@ -18,7 +18,7 @@ def test_private_override_points_keep_their_signatures():
     assert _params(GRPOTrainer._calculate_rewards) == ["self", "inputs", "prompts", "completions", "completion_ids_list"]
     assert _params(GRPOTrainer._generate_and_score_completions) == ["self", "inputs"]
     assert _params(GRPOTrainer._compute_loss) == ["self", "model", "inputs"]
-    # step_times.StepTimes: the time/* curves time these, and read TRL's micro-step counter after training_step
+    # GrpoLabTrainer times these for step_times.StepTimes, and reads TRL's micro-step counter after training_step
     assert _params(GRPOTrainer._generate) == ["self", "prompts"]
     assert _params(GRPOTrainer.training_step) == ["self", "model", "inputs", "num_items_in_batch"]
     assert "self._step += 1" in inspect.getsource(GRPOTrainer.training_step)
@@ -31,8 +31,8 @@ def test_behaviours_the_trainer_relies_on():
     for needle in ('"num_items_in_batch": num_items_in_batch', "self._calculate_rewards(", "mask_truncated_completions",
                    'output["old_per_token_logps"]', 'output["ref_per_token_logps"]'):
         assert needle in src, needle
-    # EstimatorInputs: greedy scoring swaps the reward-log buffers TRL flushes here; the greedy completion starts
-    # from TRL's generation settings and end tokens
+    # GrpoLabTrainer._outside_the_rollout (ReMax's greedy scoring) swaps the reward-log buffers TRL flushes here; the
+    # greedy completion (EstimatorInputs) starts from TRL's generation settings and end tokens
     assert "self._pending_extra_logs.clear()" in src and "self._pending_metrics.clear()" in src
     init = inspect.getsource(GRPOTrainer.__init__)
     assert "self.eos_token_ids = eos_token_ids" in init and "self.generation_kwargs = generation_kwargs" in init

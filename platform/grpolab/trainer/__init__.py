@@ -1,6 +1,8 @@
-"""The one TRL GRPOTrainer subclass (grpo_trainer) and the mixins it is built from (step_times,
-group_sampling, estimator_inputs, pi_old_entropy, correctness, vllm_engine): the only modules that touch
-TRL's private methods and state. Also the drop-in's decisions (dropin) with a GRPOConfig read as a
-method spec (trl_fields) and a method written into a GRPOConfig (trl_settings), and what the trainer
-measures and samples: metrics, dynamic sampling, the critic, loss statistics, and the benchmark scores
-of its evaluation (benchmark_eval)."""
+"""The one TRL GRPOTrainer subclass (grpo_trainer), the only module that touches TRL's private
+methods and state, and the parts it builds and calls in order, each a plain object with its own
+state: correctness, group_sampling, estimator_inputs, pi_old_entropy, stages (a generation batch's
+advantages and metrics over a ``Rollout`` record), step_times, empty_updates, benchmark_eval (the
+benchmark scores of its evaluation), the critic and grpolab_state (the checkpointed parts). Also the
+drop-in's decisions (dropin) with a GRPOConfig read as a method spec (trl_fields) and a method written
+into a GRPOConfig (trl_settings), and what the trainer measures and samples: metrics, dynamic
+sampling, loss statistics, vLLM engine access (vllm_engine)."""

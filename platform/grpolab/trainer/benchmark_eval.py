@@ -42,39 +42,38 @@ def resolve_answer_extractor(answer_extractor, correctness) -> tuple[object, obj
 
 
 class BenchmarkEvaluation:
-    """``evaluation_loop`` plus the benchmark scores of the dataset it evaluated."""
+    """The benchmark scores of a dataset a ``GrpoLabTrainer`` evaluates (its public model, settings
+    and reward functions): correctness by the trainer's ``correctness`` (a ``Correctness``), the
+    majority vote by ``answer_extract`` / ``answer_equivalent`` (``resolve_answer_extractor``)."""
 
     eval_batch_prompts = 32   # prompts per generate call
-    _answer_extract = None     # set by GrpoLabTrainer.__init__ (resolve_answer_extractor)
-    _answer_equivalent = None
 
-    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
-                        metric_key_prefix="eval"):
-        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
-        scores = self.benchmark_scores(getattr(dataloader, "dataset", None))
-        output.metrics.update({f"{metric_key_prefix}_{key}": value for key, value in scores.items()})
-        return output
+    def __init__(self, trainer, correctness, answer_extract, answer_equivalent):
+        self.trainer, self.correctness = trainer, correctness
+        self.answer_extract, self.answer_equivalent = answer_extract, answer_equivalent
+        self.warned_no_benchmark = self.warned_no_extractor = False
 
-    def benchmark_scores(self, dataset) -> dict:
+    def scores(self, dataset) -> dict:
         """avg_at_n, pass_at_k, maj_at_n (given an answer extractor), sd_at_n and mean_length of
         ``dataset`` (its ``prompt`` column)."""
-        if self._correct_kind == "none":
-            if not getattr(self, "_warned_no_benchmark", False):
+        trainer = self.trainer
+        if self.correctness.kind == "none":
+            if not self.warned_no_benchmark:
                 warnings.warn("GrpoLabTrainer: no correctness= given, so evaluation reports TRL's reward metrics only "
-                              "(no avg@k, pass@k, maj@k); give correctness=<reward name | column | callable>", stacklevel=3)
-                self._warned_no_benchmark = True
+                              "(no avg@k, pass@k, maj@k); give correctness=<reward name | column | callable>", stacklevel=4)
+                self.warned_no_benchmark = True
             return {}
-        examples = list(dataset)
-        n = self.args.num_generations_eval or self.args.num_generations
-        model = self.accelerator.unwrap_model(self.model)
+        examples, args = list(dataset), trainer.args
+        n = args.num_generations_eval or args.num_generations
+        model = trainer.accelerator.unwrap_model(trainer.model)
         hits, answers, lengths = [], [], []
         with torch.random.fork_rng(devices=rng_devices(next(model.parameters()).device)):
-            torch.manual_seed(self.args.seed)
+            torch.manual_seed(args.seed)
             for start in range(0, len(examples), self.eval_batch_prompts):
                 chunk = examples[start:start + self.eval_batch_prompts]
-                texts, lens = sample(model, self.processing_class, [self._prompt_text(r["prompt"]) for r in chunk], n,
-                                     self.args.max_completion_length, self.args.temperature,
-                                     top_p=self.args.top_p if self.args.top_p is not None else 1.0)
+                texts, lens = sample(model, trainer.processing_class, [self._prompt_text(r["prompt"]) for r in chunk],
+                                     n, args.max_completion_length, args.temperature,
+                                     top_p=args.top_p if args.top_p is not None else 1.0)
                 lengths.extend(lens)
                 repeated = [r for r in chunk for _ in range(n)]
                 correct = self._benchmark_correct(repeated, texts)
@@ -83,41 +82,41 @@ class BenchmarkEvaluation:
                     answers.append(self._answers(texts[i * n:(i + 1) * n]))
         if not hits:
             return {}
-        return benchmark_scores(hits, answers if self._answer_extract is not None else None, lengths,
-                                self._answer_equivalent)
+        return benchmark_scores(hits, answers if self.answer_extract is not None else None, lengths,
+                                self.answer_equivalent)
 
     def _answers(self, texts: list[str]) -> list:
         """Each completion's extracted answer; no extractor: said once, and maj_at_n not reported."""
-        if self._answer_extract is not None:
-            return [self._answer_extract(t) for t in texts]
-        if not getattr(self, "_warned_no_extractor", False):
+        if self.answer_extract is not None:
+            return [self.answer_extract(t) for t in texts]
+        if not self.warned_no_extractor:
             warnings.warn("GrpoLabTrainer: no answer_extractor= given, so evaluation reports no maj@n (whole "
                           "completions are not answers to vote on); give answer_extractor=<callable | boxed | hash | "
-                          "last_number | answer_tag | none>", stacklevel=4)
-            self._warned_no_extractor = True
+                          "last_number | answer_tag | none>", stacklevel=5)
+            self.warned_no_extractor = True
         return [None] * len(texts)
 
     def _prompt_text(self, prompt) -> str:
         """A plain prompt as it is; a conversational one through the tokenizer's chat template."""
         if isinstance(prompt, str):
             return prompt
-        return self.processing_class.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        return self.trainer.processing_class.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
 
     def _benchmark_correct(self, examples: list[dict], texts: list[str]) -> list[bool]:
         """Correctness of each completion by the trainer's source, called as TRL calls rewards."""
-        kind, key = self._correct_kind, self._correct_key
+        trainer, kind, key = self.trainer, self.correctness.kind, self.correctness.key
         conversational = isinstance(examples[0]["prompt"], list)
         completions = [[{"role": "assistant", "content": t}] for t in texts] if conversational else texts
         if kind == "column":
             return dropin.correct_from_column(completions, [r[key] for r in examples])
-        ids = self.processing_class(texts, add_special_tokens=False)["input_ids"]
+        ids = trainer.processing_class(texts, add_special_tokens=False)["input_ids"]
         columns = {k: [r[k] for r in examples] for k in examples[0] if k != "prompt"}
-        call = key if kind == "callable" else self.reward_funcs[key]
+        call = key if kind == "callable" else trainer.reward_funcs[key]
         if isinstance(call, torch.nn.Module):
-            raise ValueError(f"correctness: {self.reward_func_names[key]!r} is a reward model; evaluation's "
+            raise ValueError(f"correctness: {trainer.reward_func_names[key]!r} is a reward model; evaluation's "
                              "benchmark scores need a reward function, a dataset column or a callable")
         out = call(prompts=[r["prompt"] for r in examples], completions=completions, completion_ids=ids,
-                   trainer_state=self.state, **columns)
+                   trainer_state=trainer.state, **columns)
         if kind == "callable":
             return [bool(v) for v in out]
         return dropin.correct_from_reward(out)

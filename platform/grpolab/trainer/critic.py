@@ -49,6 +49,14 @@ class Critic:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=lr)
         self.micro_steps = 0
 
+    @classmethod
+    def of_policy(cls, model, accelerator, lr: float) -> "Critic":
+        """A critic initialised from the policy ``model``'s weights, on its accelerator's device."""
+        if accelerator.num_processes > 1:
+            raise NotImplementedError("the critic axis (gae) is single-process for now: its value model is not "
+                                      "wrapped for data parallelism")
+        return cls(model.config.name_or_path, accelerator.device, lr)
+
     def state_dict(self) -> dict:
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "micro_steps": self.micro_steps}
@@ -58,33 +66,23 @@ class Critic:
         self.optimizer.load_state_dict(state["optimizer"])
         self.micro_steps = int(state["micro_steps"])
 
-
-class CriticMixin:
-    """The critic's side of ``GrpoLabTrainer`` (advantage=gae): its ``Critic``, its values and
-    their training. Uses the transformers Trainer's public state only (no TRL internals)."""
-
-    def _build_critic(self) -> None:
-        if self.accelerator.num_processes > 1:
-            raise NotImplementedError("the critic axis (gae) is single-process for now: its value model is not "
-                                      "wrapped for data parallelism")
-        self.critic = Critic(self.model.config._name_or_path, self.accelerator.device, self.spec.critic_lr)
-
-    def _critic_values(self, batch: dict, grad: bool) -> torch.Tensor:
+    def values(self, batch: dict, grad: bool) -> torch.Tensor:
+        """V(s_t) (B, T) of a batch's completion positions."""
         ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], 1)
         attn = torch.cat([batch["prompt_mask"], batch["completion_mask"]], 1)
         with torch.set_grad_enabled(grad):
-            return self.critic.model(ids, attn, batch["completion_ids"].size(1))
+            return self.model(ids, attn, batch["completion_ids"].size(1))
 
-    def _train_critic(self, inputs: dict) -> float:
-        """One micro-batch of value regression to the GAE targets; the critic's own optimizer
-        steps once per gradient-accumulation window."""
-        loss = value_loss(self._critic_values(inputs, grad=True), inputs["returns"], inputs["completion_mask"],
-                          inputs.get("old_values"), self.spec.value_clip)
-        (loss / self.current_gradient_accumulation_steps).backward()
-        critic = self.critic
-        critic.micro_steps += 1
-        if critic.micro_steps % self.current_gradient_accumulation_steps == 0:
-            torch.nn.utils.clip_grad_norm_(critic.model.parameters(), self.args.max_grad_norm)
-            critic.optimizer.step()
-            critic.optimizer.zero_grad(set_to_none=True)
+    def train_on(self, inputs: dict, value_clip: float, accumulation: int, max_grad_norm: float) -> float:
+        """One micro-batch of value regression to the GAE targets (``inputs["returns"]``); the
+        critic's own optimizer steps once per gradient-accumulation window of ``accumulation``
+        micro-batches."""
+        loss = value_loss(self.values(inputs, grad=True), inputs["returns"], inputs["completion_mask"],
+                          inputs.get("old_values"), value_clip)
+        (loss / accumulation).backward()
+        self.micro_steps += 1
+        if self.micro_steps % accumulation == 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_grad_norm)
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
         return loss.item()

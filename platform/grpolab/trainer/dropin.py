@@ -95,6 +95,60 @@ def dropin_signature(trl_init) -> inspect.Signature:
     return sig.replace(parameters=[*sig.parameters.values(), *extra])
 
 
+@dataclasses.dataclass(frozen=True)
+class DropinOptions:
+    """grpolab's own keywords of ``GrpoLabTrainer`` (every other keyword is TRL's)."""
+    method: object = None
+    correctness: object = None
+    max_empty_updates: int = 20
+    answer_extractor: object = None
+
+
+def pop_options(trl_kwargs: dict) -> DropinOptions:
+    """grpolab's keywords taken out of the trainer's keywords, which are then TRL's alone."""
+    options = DropinOptions(**{k: trl_kwargs.pop(k) for k in (f.name for f in dataclasses.fields(DropinOptions))
+                               if k in trl_kwargs})
+    limit = options.max_empty_updates
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise ValueError(f"max_empty_updates: expected an int >= 0 (0 = never fail), got {limit!r}")
+    return options
+
+
+class HeldBack(NamedTuple):
+    """The reward functions TRL's __init__ is given, and grpolab's own added after it (``late``)."""
+    funcs: list
+    late: list
+
+
+def hold_back_own_rewards(funcs: list, n_user: int, args, trl_kwargs: dict) -> HeldBack:
+    """grpolab's own reward functions (DAPO's ``overlong``) come after the user's ``n_user``. TRL's
+    "No reward source provided" check must see only the user's: without any, grpolab's are added
+    after TRL's __init__ (``add_late_rewards``, behind an environment's own ``get_reward``, if it has
+    one), so a run with no reward source raises as in TRL."""
+    late = funcs[n_user:] if n_user == 0 else []
+    if late:
+        funcs = funcs[:n_user]
+        if args.reward_weights is not None:
+            args.reward_weights = args.reward_weights[:n_user]
+        if isinstance(trl_kwargs.get("reward_processing_classes"), list):
+            trl_kwargs["reward_processing_classes"] = trl_kwargs["reward_processing_classes"][:n_user]
+    return HeldBack(funcs, late)
+
+
+def add_late_rewards(trainer, late: list) -> list[int]:
+    """``late`` reward functions appended to a built trainer's (TRL's public reward lists, weight 1);
+    their columns."""
+    import torch
+    first = len(trainer.reward_funcs)
+    for func in late:
+        trainer.reward_funcs.append(func)
+        trainer.reward_func_names.append(reward_func_names([func])[0])
+        trainer.reward_processing_classes.append(None)
+    added = torch.ones(len(late), device=trainer.reward_weights.device, dtype=trainer.reward_weights.dtype)
+    trainer.reward_weights = torch.cat([trainer.reward_weights, added])
+    return list(range(first, len(trainer.reward_funcs)))
+
+
 @dataclasses.dataclass
 class DropIn:
     """What ``prepare`` decided: the trainer's own GRPOConfig (a copy) and reward functions."""
@@ -117,7 +171,7 @@ def prepare(model, reward_funcs, args, train_dataset, method, correctness, trl_k
     lists the defaults the method changed."""
     if args is None:   # TRL's own default, built here so the method's settings can go into it
         from trl import GRPOConfig
-        name = model if isinstance(model, str) else model.config._name_or_path
+        name = model if isinstance(model, str) else model.config.name_or_path
         args = GRPOConfig(f"{str(name).split('/')[-1]}-GRPO")
     else:
         args = copy.deepcopy(args)
@@ -181,8 +235,8 @@ def reward_func_names(reward_funcs) -> list[str]:
     for f in funcs:
         if isinstance(f, str):
             names.append(f.split("/")[-1])
-        elif hasattr(f, "config") and hasattr(f.config, "_name_or_path"):
-            names.append(str(f.config._name_or_path).split("/")[-1])
+        elif hasattr(f, "config") and hasattr(f.config, "name_or_path"):
+            names.append(str(f.config.name_or_path).split("/")[-1])
         else:
             while isinstance(f, functools.partial):   # TRL names a partial after the function it wraps
                 f = f.func

@@ -9,12 +9,15 @@ Override points (TRL 1.16.0, pinned; tests/test_trl_contract.py fails loudly if 
   ``loss_is_scaled_for_ga``.
 Native TRL settings used where TRL is exact: ``mask_truncated_completions`` (overlong filter),
 ``num_iterations`` / ``steps_per_generation`` (rollout reuse), the reference model (beta != 0).
+The trainer's parts, plain objects it builds and calls in order: the package docstring.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections import defaultdict
 
 import torch
 from accelerate.utils import gather_object
@@ -28,27 +31,24 @@ from grpolab.method.entropy_modes import ENTROPY_MODES
 from grpolab.method.kl import kl_in_reward
 from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.tracking.metric_catalog import trl_loss_keys
-from grpolab.trainer import mlflow_report
-from grpolab.trainer import dropin
+from grpolab.trainer import dropin, loss_stats, mlflow_report, vllm_engine
 from grpolab.trainer.benchmark_eval import BenchmarkEvaluation, resolve_answer_extractor
-from grpolab.trainer.correctness import CorrectnessRules
-from grpolab.trainer.critic import CriticMixin
+from grpolab.trainer.correctness import Correctness, warn_unscorable
+from grpolab.trainer.critic import Critic
 from grpolab.trainer.empty_updates import EmptyUpdateChecks
 from grpolab.trainer.entropy_control import EntropyController
 from grpolab.trainer.estimator_inputs import EstimatorInputs, check_whole_groups
 from grpolab.trainer.grpolab_state import GrpolabState
 from grpolab.trainer.loss_stats import WindowStats, weighted
-from grpolab.trainer.metrics import rollout_metrics, trained_metrics
 from grpolab.trainer.group_sampling import GroupSampling
-from grpolab.trainer.pi_old_entropy import PiOldEntropy
+from grpolab.trainer.pi_old_entropy import PiOldEntropy, TrlForward, loss_sees_pi_old_on_every_token
 from grpolab.trainer.sampling import PromptDraws
 from grpolab.trainer.step_times import RunCounters, StepTimes
-from grpolab.trainer.rollouts import (Generated, RolloutRow, ScoredRound, completion_rows, correct_of, generated_mask,
-                                      lengths_of, truncated_of)
-from grpolab.trainer.vllm_engine import VllmEngineAccess
+from grpolab.trainer.rollouts import Generated, Round, RolloutRow, SampledBatch, ScoredRound
+from grpolab.trainer.stages import Rollout, RolloutStages
 
-class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSampling, EstimatorInputs, PiOldEntropy,
-                     VllmEngineAccess, StepTimes, BenchmarkEvaluation, GrpolabState, GRPOTrainer):
+
+class GrpoLabTrainer(GRPOTrainer):
     """``trl.GRPOTrainer`` running a grpolab method: TRL's own arguments, plus ``method=`` (a
     registered name such as ``"dapo"``, ``{"name": "dapo", **axis overrides}`` or a ``MethodSpec``)
     and ``correctness=`` (a reward function's name, a dataset column or a callable; ``trainer/dropin.py``
@@ -60,33 +60,30 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
     about, once, as ``dropin.MethodSettingsWarning``). Without ``method`` grpolab trains what the
     GRPOConfig says (``dropin.spec_from_trl``: its loss_type, beta, epsilons, ... as axes)."""
 
-    def __init__(self, model, reward_funcs=None, args=None, train_dataset=None, *trl_args,
-                 method=None, correctness=None, max_empty_updates=20, answer_extractor=None, **trl_kwargs):
-        if isinstance(max_empty_updates, bool) or not isinstance(max_empty_updates, int) or max_empty_updates < 0:
-            raise ValueError(f"max_empty_updates: expected an int >= 0 (0 = never fail), got {max_empty_updates!r}")
-        self.max_empty_updates = max_empty_updates
+    step_times: StepTimes | None = None   # built in __init__; TRL's own tests call _generate on a bare trainer
+
+    def __init__(self, model, reward_funcs=None, args=None, train_dataset=None, *trl_args, **trl_kwargs):
+        options = dropin.pop_options(trl_kwargs)   # method=, correctness=, max_empty_updates=, answer_extractor=
+        self.max_empty_updates = options.max_empty_updates
         n_user = len(reward_funcs) if isinstance(reward_funcs, list) else int(reward_funcs is not None)
-        setup = dropin.prepare(model, reward_funcs, args, train_dataset, method, correctness, trl_kwargs)
+        setup = dropin.prepare(model, reward_funcs, args, train_dataset, options.method, options.correctness,
+                               trl_kwargs)
         self.method_name, spec, args, funcs = setup.method_name, setup.spec, setup.args, setup.reward_funcs
         check_whole_groups(spec.advantage, args)
-        # grpolab's own reward functions (DAPO's ``overlong``) come after the user's. TRL's "No reward source
-        # provided" check must see only the user's: without any, they are added after TRL's __init__ (behind an
-        # environment's own ``get_reward``, if it has one), so a run with no reward source raises as in TRL.
-        late = funcs[n_user:] if n_user == 0 else []
-        if late:
-            funcs = funcs[:n_user]
-            if args.reward_weights is not None:
-                args.reward_weights = args.reward_weights[:n_user]
-            if isinstance(trl_kwargs.get("reward_processing_classes"), list):
-                trl_kwargs["reward_processing_classes"] = trl_kwargs["reward_processing_classes"][:n_user]
+        funcs, late = dropin.hold_back_own_rewards(funcs, n_user, args, trl_kwargs)
         # the column of DAPO's ``overlong`` reward (None: none): TRL's all-None warning ignores it
         self._own_reward_columns = list(range(len(funcs) - (len(setup.reward_funcs) - n_user), len(funcs)))
-        self._correct_kind, self._correct_key = setup.correct_kind, setup.correct_key
-        self._answer_extract, self._answer_equivalent = resolve_answer_extractor(answer_extractor, correctness)
         self.spec = spec
+        self.correctness = Correctness(setup.correct_kind, setup.correct_key, spec.reward_weights)
+        self.benchmark = BenchmarkEvaluation(self, self.correctness,
+                                             *resolve_answer_extractor(options.answer_extractor, options.correctness))
         self.tracker = algorithms.ValueTracker(spec.tracker_decay) if ADVANTAGES[spec.advantage].tracker else None
         self.entropy_control = EntropyController(spec)
         self.counters = RunCounters()
+        self.step_times, self.pi_old, self.empty_updates = StepTimes(self.counters), PiOldEntropy(), EmptyUpdateChecks(self)
+        self.group_sampling, self.estimator_inputs = GroupSampling(self), EstimatorInputs(self, self._score_greedy)
+        self.stages = RolloutStages(self)
+        self.grpolab_state = GrpolabState(self)
         self.last_rollout: list[dict] = []        # this process's rows of the latest rollout (the completions table)
         self.rollout_rows_kept: int | None = None  # how many of them (None: 4 groups; CLI runs: tracking.samples)
         self._scored: ScoredRound | None = None   # the latest round's rewards and rows
@@ -95,45 +92,42 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         super().__init__(model, funcs, args, train_dataset, *trl_args, **trl_kwargs)
         self.prompt_draws = PromptDraws(self.args.seed, self.accelerator.process_index)
         if late:
-            first = len(self.reward_funcs)
-            for func in late:
-                self.reward_funcs.append(func)
-                self.reward_func_names.append(dropin.reward_func_names([func])[0])
-                self.reward_processing_classes.append(None)
-            added = torch.ones(len(late), device=self.reward_weights.device, dtype=self.reward_weights.dtype)
-            self.reward_weights = torch.cat([self.reward_weights, added])
-            self._own_reward_columns = list(range(first, len(self.reward_funcs)))
+            self._own_reward_columns = dropin.add_late_rewards(self, late)
         # report_to="mlflow": the run named, its params trimmed and tagged as a CLI run's (mlflow_report.py)
-        mlflow_report.report_like_the_cli(self, self._describe_run, dropin.mlflow_tags(self.method_name, spec,
-                                                                                       self.args.seed))
-        self.critic = None
-        if ADVANTAGES[spec.advantage].critic:
-            self._build_critic()
+        mlflow_report.report_like_the_cli(self, lambda a, s: mlflow_report.describe_dropin_run(self, a, s),
+                                          dropin.mlflow_tags(self.method_name, spec, self.args.seed))
+        self.critic = Critic.of_policy(self.model, self.accelerator, spec.critic_lr) if ADVANTAGES[
+            spec.advantage].critic else None
 
-    def _describe_run(self, args, state) -> tuple[str, dict]:
-        """(run name, params) of this run as CLI runs have them (``mlflow_report``)."""
-        kind, key = self._correct_kind, self._correct_key
-        correctness = {"reward": lambda: self.reward_func_names[key], "column": lambda: key,
-                       "callable": lambda: getattr(key, "__name__", repr(key)), "none": lambda: "none"}[kind]()
-        model_path = getattr(getattr(self.model, "config", None), "_name_or_path", None) or type(self.model).__name__
-        params = mlflow_report.dropin_params(self.method_name, self.spec, args, state.max_steps, model_path,
-                                             self.reward_func_names, correctness)
-        return mlflow_report.dropin_run_name(self.method_name, self.spec, args.seed), params
+    def record_curve(self, key: str, value: float, mode: str = "train") -> None:
+        """One value of a curve, averaged by TRL's ``log`` over its logging window (TRL's ``_metrics``)."""
+        self._metrics[mode][key].append(value)
 
-    # -- rewards ------------------------------------------------------------------------
+    # -- generation, rewards ----------------------------------------------------------------
+    def _generate(self, prompts):
+        """TRL's generation, timed (``StepTimes``)."""
+        times = self.step_times
+        with contextlib.nullcontext() if times is None else times.measure("generation", self.model.training):
+            return super()._generate(prompts)
+
+    def _trl_rewards(self, inputs, prompts, completions, completion_ids_list) -> torch.Tensor:
+        with self.step_times.measure("scoring", self.model.training):
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         """TRL's rewards, plus one RolloutRow per completion, gathered over processes in rank
         order like the rewards (``self._scored``)."""
-        rewards = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._warn_unscorable(rewards, prompts, completions)
-        correct = self._local_correctness(inputs, prompts, completions, completion_ids_list)
+        rewards = self._trl_rewards(inputs, prompts, completions, completion_ids_list)
+        warn_unscorable(rewards, self._own_reward_columns, self.accelerator.process_index, prompts, completions)
+        correct = self.correctness.local(inputs, prompts, completions, completion_ids_list, self.state)
         local = [   # environment datasets may have no prompt column: TRL's own prompt (reset() supplies it)
             RolloutRow(ok, len(ids), (not ids) or ids[-1] not in self.eos_token_ids, x.get("prompt", p), c)
             for ok, x, p, c, ids in zip(correct, inputs, prompts, completions, completion_ids_list)
         ]
         rows = gather_object(local) if self.accelerator.num_processes > 1 else local
-        if self._correct_kind in ("reward", "none"):   # decided on the gathered rewards
-            rows = [r._replace(correct=ok) for ok, r in zip(self._correct_from_rewards(rewards), rows)]
+        if self.correctness.kind in ("reward", "none"):   # decided on the gathered rewards
+            G = self.num_generations if self.model.training else self.num_generations_eval
+            rows = [r._replace(correct=ok) for ok, r in zip(self.correctness.from_rewards(rewards, G), rows)]
         self._scored = ScoredRound(rewards, rows)
         return rewards
 
@@ -141,73 +135,89 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         """TRL's rewards for ReMax's greedy completions (``EstimatorInputs``), recording no rollout
         rows, and nothing in TRL's logs or a task's reward counters (``_outside_the_rollout``)."""
         with self._outside_the_rollout():
-            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+            return self._trl_rewards(inputs, prompts, completions, completion_ids_list)
 
-    # -- advantages ---------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _outside_the_rollout(self):
+        """Reward scoring that is not a rollout's (the greedy completions): what reward functions
+        log through TRL's ``log_extra`` / ``log_metric`` goes to throwaway buffers (TRL flushed the
+        round's already; greedy rows would join the next round's completions table and curves), and
+        the run counters of a task's reward functions (``reward_function.reward``: calls, failures)
+        are left as they were."""
+        counters = [(r, r.calls, r.failures) for r in (getattr(f, "reward", None) for f in self.reward_funcs)
+                    if hasattr(r, "calls") and hasattr(r, "failures")]
+        pending = self._pending_extra_logs, self._pending_metrics
+        self._pending_extra_logs, self._pending_metrics = defaultdict(list), defaultdict(list)
+        try:
+            yield
+        finally:
+            self._pending_extra_logs, self._pending_metrics = pending
+            for reward, calls, failures in counters:
+                reward.calls, reward.failures = calls, failures
+
+    # -- pi_old's entropy (PiOldEntropy) -----------------------------------------------------
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        """TRL's forward; inside a generation round's old-log-prob pass it also keeps the entropies,
+        which come from logits computed anyway (``PiOldEntropy``)."""
+        pi_old = getattr(self, "pi_old", None)   # TRL's own tests call it on a trainer built without __init__
+        if pi_old is None or not pi_old.wants(model is self.model, args, kwargs):
+            return super()._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep,
+                                                              *args, **kwargs)
+        forward = super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, **{**kwargs, "compute_entropy": True})
+        return pi_old.keep(attention_mask[:, -logits_to_keep:], TrlForward(*forward))
+
+    def _trl_round(self, inputs) -> dict:
+        """TRL's generation and scoring of one round, keeping its old-log-prob pass's entropies."""
+        self.pi_old.begin_round(self.args, self.num_iterations,
+                                self.use_vllm and self.vllm_importance_sampling_correction)
+        try:
+            return super()._generate_and_score_completions(inputs)
+        finally:
+            self.pi_old.capturing = False
+
+    def _entropy_sums(self, out: dict) -> torch.Tensor:
+        """pi_old's (entropy sum, tokens) over this round's generated tokens (``PiOldEntropy.entropy_sums``)."""
+        return self.pi_old.entropy_sums(out, self._scored.rows, self.accelerator.process_index * len(out["completion_ids"]),
+                                        self._get_per_token_logps_and_entropies, self.model)
+
+    def _loss_sees_pi_old_on_every_token(self, out: dict) -> bool:
+        return loss_sees_pi_old_on_every_token(self.spec, self.args, self.num_iterations, out)
+
+    def _sampling_round(self, inputs) -> Round:
+        out = self._trl_round(inputs)
+        return Round(out, self._scored, self._entropy_sums(out))
+
+    def _dynamic_sampling(self, inputs):
+        return self.group_sampling.dynamic(inputs, self._sampling_round)
+
+    # -- the generation batch: generate -> score -> select -> advantages -> metrics ----------
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:
             return super()._generate_and_score_completions(inputs)
-        sampling = SAMPLING_MODES[self.spec.sampling]   # method/sampling_modes.py
-        if sampling.regenerates:
-            batch = self._dynamic_sampling(inputs)
-            out, rewards_k, rows, generated = batch.local, batch.rewards, batch.rows, batch.generated
-        else:
-            out = self._trl_round(inputs)
-            rewards_k, rows = self._scored.rewards, self._scored.rows
-            self._entropy_in_loss = self._loss_sees_pi_old_on_every_token(out)
-            generated = Generated(rewards_k, rows, None if self._entropy_in_loss else self._entropy_sums(out))
-            if sampling.drops_flat_groups:
-                self._filter_zero_variance(out, rewards_k, rows)
-        G, device = self.num_generations, rewards_k.device
+        batch = self._select(inputs)
+        out = batch.local
         n_local = out["completion_ids"].size(0)
-        start = self.accelerator.process_index * n_local
         mask = (out["completion_mask"] * out.get("tool_mask", 1)).float()   # model tokens (env tokens: tool_mask 0)
         penalty = self._token_kl_penalty(out, mask) if self._kl_in_reward else None
-        total = algorithms.combine_rewards(rewards_k, self.spec.reward_weights)
-        rewards_adj = rewards_k
-        if penalty is not None:
-            seq_pen = self._gather((penalty * mask).sum(-1))
-            self._metrics["train"]["kl_reward_penalty"].append(seq_pen.mean().item())
-            if not ADVANTAGES[self.spec.advantage].kl_per_token:   # those fold it in per token
-                rewards_adj = total - seq_pen   # (N,): the weights are already in ``total``, never applied twice
-        retained = None   # GFPO: the rows in the baselines; the group curves and the zero-advantage cause read them
-        if sampling.retains:
-            kept = self._gfpo(out, rewards_adj, start)
-            rewards_adj, retained = kept.rewards, kept.retained
-        reduce = (lambda t: self.accelerator.reduce(t, reduction="sum")) if self.accelerator.num_processes > 1 else None
-        generated_tokens = generated_mask(out, rows, start)   # model tokens, before any filter's masking
-        # the optimal token baselines are over every generated model token (truncated rows included), as verl's;
-        # the loss applies the trained mask
-        baseline_mask = generated_tokens.float() if ADVANTAGES[self.spec.advantage].sum_pi_squared else mask
-        extra = self._estimator_extras(inputs, out, baseline_mask)
-        if self.critic is not None:
-            out["old_values"] = self._critic_values(out, grad=False)
-            advantages, out["returns"] = algorithms.gae_advantages(
-                self.spec, rewards_adj[start:start + n_local], out["old_values"], mask, penalty, reduce=reduce)
-        else:
-            advantages = algorithms.compute_advantages(
-                self.spec, rewards_adj, G, mask=baseline_mask, token_penalty=penalty,
-                prompt_keys=[r.prompt for r in rows], tracker=self.tracker, local_rows=slice(start, start + n_local),
-                reduce=reduce, lengths=self._gather(generated_tokens.sum(1)), **extra)
-        if self.tracker is not None:
-            self._metrics["train"]["tracker/prompts"].append(float(len(self.tracker.state)))
-        if advantages.dim() == 1:
-            advantages = advantages[start:start + n_local]
-        if hasattr(self.rollout_func, "finish"):   # multi-turn episodes: their curves; GiGPO's per-token term (envs/)
-            advantages, episode_stats = self.rollout_func.finish(self.spec, advantages, out["completion_ids"].size(1))
-            for key, value in episode_stats.items():
-                self._metrics["train"][key].append(value)
-        out["advantages"] = advantages.to(device)
-        kept = 4 * G if self.rollout_rows_kept is None else self.rollout_rows_kept
-        self.last_rollout = completion_rows(rows, rewards_k, self.reward_func_names, total, advantages, mask, start, G, kept)
-        out["group_ids"] = (torch.arange(total.numel(), device=device) // G)[start:start + n_local]
-        out["seq_rewards"] = total[start:start + n_local]
-        out["correct"] = correct_of(rows).to(device)[start:start + n_local]
-        trained_rows = self._gather((out["completion_mask"].sum(1) > 0).float()).bool().cpu()
-        self._record_rollout(total, rows, trained_rows, generated, G, retained)
-        in_baseline = total if retained is None else total.masked_fill(~retained.to(total.device), float("nan"))
-        self._check_update_signal(out, in_baseline, rows, trained_rows, generated, G)
+        rollout = Rollout(out, batch.rewards, batch.rows, batch.generated, self.accelerator.process_index * n_local,
+                          self.num_generations, mask, penalty)
+        self.stages.record(rollout, self.stages.advantages(rollout, inputs))
         return out
+
+    def _select(self, inputs) -> SampledBatch:
+        """TRL's generation and scoring, then the sampling axis (``GroupSampling``): dynamic
+        sampling's rounds, or one round and the zero-variance filter."""
+        sampling = SAMPLING_MODES[self.spec.sampling]   # method/sampling_modes.py
+        if sampling.regenerates:
+            return self._dynamic_sampling(inputs)
+        out = self._trl_round(inputs)
+        rewards_k, rows = self._scored.rewards, self._scored.rows
+        self._entropy_in_loss = self._loss_sees_pi_old_on_every_token(out)
+        generated = Generated(rewards_k, rows, None if self._entropy_in_loss else self._entropy_sums(out))
+        if sampling.drops_flat_groups:
+            self.group_sampling.filter_zero_variance(out, rewards_k, rows)
+        return SampledBatch(out, rewards_k, rows, generated)
 
     @property
     def _kl_in_reward(self) -> bool:
@@ -222,33 +232,6 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
                 attn = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
                 old, _, _ = self._get_per_token_logps_and_entropies(self.model, ids, attn, out["completion_ids"].size(1))
         return self.spec.kl_coef * kl_estimate(old, out["ref_per_token_logps"], self.spec.kl_estimator).detach() * mask
-
-    def _gather(self, t: torch.Tensor) -> torch.Tensor:
-        return self.accelerator.gather(t) if self.accelerator.num_processes > 1 else t
-
-    def _record_rollout(self, total: torch.Tensor, rows: list[RolloutRow], trained_rows: torch.Tensor,
-                        generated: Generated, G: int, retained: torch.Tensor | None = None) -> None:
-        """Curves once per generation batch, in two populations: unprefixed over every completion
-        generated for it (all dynamic-sampling rounds, before any filter), ``trained/`` over the
-        rows the update uses (``metrics.trained_metrics``)."""
-        gen_rows = generated.rows
-        gen_total = algorithms.combine_rewards(generated.rewards, self.spec.reward_weights)
-        stats = rollout_metrics(gen_total.float().cpu(), correct_of(gen_rows), lengths_of(gen_rows),
-                                truncated_of(gen_rows), G,
-                                overlong=(self.max_completion_length, self.spec.overlong_buffer))
-        stats.update(trained_metrics(total.float().cpu(), correct_of(rows), lengths_of(rows), trained_rows, G, retained))
-        if self._correct_kind == "none":   # "correct" was the stand-in: the names say so
-            stats = dropin.rename_for_proxy(stats)
-        ent = generated.entropy   # None: the loss logs it (_loss_sees_pi_old_on_every_token)
-        if ent is not None and self.accelerator.num_processes > 1:
-            ent = self.accelerator.reduce(ent.to(self.accelerator.device), reduction="sum").cpu()
-        if ent is not None and ent[1] > 0:
-            stats["entropy"] = float(ent[0] / ent[1])
-        self.counters.cumulative_tokens += stats["tokens/generated"]
-        stats["tokens/cumulative"] = self.counters.cumulative_tokens
-        stats["override/advantage"] = 1.0
-        for key, value in stats.items():
-            self._metrics["train"][key].append(value)
 
     # -- loss ---------------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
@@ -271,11 +254,12 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         training = self.model.training
         spg = self.args.steps_per_generation if training else 1
         token_normaliser = inputs["num_items_in_batch"] / self.accelerator.num_processes / spg
+        gather = (lambda v: loss_stats.gather_valid(self.accelerator, v)) if self.accelerator.num_processes > 1 else None
         loss, stats = algorithms.policy_loss(
             self.spec, logp, old, inputs["advantages"], completion_mask, inputs.get("ref_per_token_logps"),
             token_normaliser=token_normaliser, max_completion_length=self.max_completion_length,
             entropies=entropies, entropy_coef=self.entropy_control.applied(), rewards=inputs.get("seq_rewards"),
-            group_ids=inputs.get("group_ids"), gather=self._gather_valid if self.accelerator.num_processes > 1 else None,
+            group_ids=inputs.get("group_ids"), gather=gather,
             positive=inputs.get("correct"),
             sampling_weights=inputs.get("importance_sampling_ratio"),  # TRL's vLLM correction (engines.py)
             keep=keep,
@@ -293,7 +277,9 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         if training:
             loss = loss / self.current_gradient_accumulation_steps
             if self.critic is not None:
-                stats["critic/value_loss"] = self._train_critic(inputs)
+                stats["critic/value_loss"] = self.critic.train_on(inputs, self.spec.value_clip,
+                                                                  self.current_gradient_accumulation_steps,
+                                                                  self.args.max_grad_norm)
                 if self.critic.micro_steps <= self.spec.critic_warmup * self.current_gradient_accumulation_steps:
                     loss = loss * 0.0   # value pretraining: the policy waits until the critic has learned
                     stats["critic/warmup"] = 1.0
@@ -308,29 +294,13 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
     def _log_trl_stats(self, stats: dict, mode: str, tokens: float) -> None:
         """TRL's own loss-side curves (``metric_catalog.trl_loss_keys``, ``aux_loss``) under TRL's names,
         once per micro-batch as TRL logs them (its ``log`` averages over the logging window), combined
-        over processes as TRL combines them: the token fractions ``clip_ratio/*_mean`` and
-        ``cispo_clip_ratio`` as token-weighted means over every process's tokens (TRL's
-        ``global_masked_mean``), ``clip_ratio/low_min`` by nanmin, ``clip_ratio/high_max`` by nanmax,
-        ``policy_loss`` and ``aux_loss`` by the mean over processes. The MLflow recorder of CLI runs
-        drops the ones that duplicate grpolab's curves."""
+        over processes as TRL combines them (``loss_stats.combine_over_processes``). The MLflow
+        recorder of CLI runs drops the ones that duplicate grpolab's curves."""
         if not stats:
             return
-        keys = sorted(stats)
         if self.accelerator.num_processes > 1:
-            row = [tokens, *(stats[k] for k in keys)]
-            t = torch.tensor(row, dtype=torch.float32, device=self.accelerator.device)
-            t = self.accelerator.gather(t.unsqueeze(0)).view(-1, len(keys) + 1).double().cpu()
-            weights, values = t[:, 0], t[:, 1:]
-
-            def token_weighted(c):
-                ok = ~c.isnan() & (weights > 0)
-                return (c[ok] * weights[ok]).sum() / weights[ok].sum() if ok.any() else c[0]
-            combine = {"clip_ratio/low_min": lambda c: c[~c.isnan()].min() if (~c.isnan()).any() else c[0],
-                       "clip_ratio/high_max": lambda c: c[~c.isnan()].max() if (~c.isnan()).any() else c[0],
-                       "clip_ratio/low_mean": token_weighted, "clip_ratio/high_mean": token_weighted,
-                       "clip_ratio/region_mean": token_weighted, "cispo_clip_ratio": token_weighted}
-            stats = {k: float(combine.get(k, torch.nanmean)(values[:, i])) for i, k in enumerate(keys)}
-        for key in keys:
+            stats = loss_stats.combine_over_processes(stats, tokens, self.accelerator)
+        for key in sorted(stats):
             self._metrics[mode][key].append(float(stats[key]))
 
     def _accumulate_loss_stats(self, stats: dict, tokens: float) -> None:
@@ -355,14 +325,6 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
     def _reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
         return self.accelerator.reduce(t.to(self.accelerator.device), reduction="sum").cpu()
 
-    def _gather_valid(self, values: torch.Tensor) -> torch.Tensor:
-        """A 1-D tensor of different length on each process -> all of them, on every process."""
-        sizes = self.accelerator.gather(torch.tensor([values.numel()], device=values.device))
-        padded = torch.full((int(sizes.max()),), float("nan"), dtype=values.dtype, device=values.device)
-        padded[:values.numel()] = values
-        gathered = self.accelerator.gather(padded)
-        return gathered[~torch.isnan(gathered)]
-
     def _update_entropy_coef(self, entropy: float | None) -> None:
         """``EntropyController.update`` once per optimizer step (at the accumulation boundary), from
         the entropy of the step's trained tokens over every process."""
@@ -381,7 +343,55 @@ class GrpoLabTrainer(CriticMixin, CorrectnessRules, EmptyUpdateChecks, GroupSamp
         if ENTROPY_MODES[self.spec.entropy_mode].gated and getattr(self, "use_adaptive_entropy", False) and restored:
             self.entropy_control.load_state_dict({"coef": self.entropy_coef, "last_entropy": self._last_world_entropy})
 
-    # -- logging ----------------------------------------------------------------------------
+    # -- the training window, evaluation, vLLM, checkpointed state ---------------------------
+    def training_step(self, model, inputs, num_items_in_batch):
+        """TRL's step; the window's ``time/*`` curves where a generation batch ends (``StepTimes``)."""
+        start = self.step_times.step_starts()
+        output = super().training_step(model, inputs, num_items_in_batch)
+        window_ends = self._step % (self.args.steps_per_generation * self.num_iterations) == 0   # TRL counted it
+        for key, value in self.step_times.step_ends(start, window_ends, self.accelerator).items():
+            self._metrics["train"][key].append(value)
+        return output
+
+    def evaluation_loop(self, dataloader, description, prediction_loss_only=None, ignore_keys=None,
+                        metric_key_prefix="eval"):
+        """transformers' evaluation plus the benchmark scores of the dataset it evaluated."""
+        output = super().evaluation_loop(dataloader, description, prediction_loss_only, ignore_keys, metric_key_prefix)
+        scores = self.benchmark_scores(getattr(dataloader, "dataset", None))
+        output.metrics.update({f"{metric_key_prefix}_{key}": value for key, value in scores.items()})
+        return output
+
+    def benchmark_scores(self, dataset) -> dict:
+        """avg_at_n, pass_at_k, maj_at_n, sd_at_n and mean_length of ``dataset`` (``BenchmarkEvaluation``)."""
+        return self.benchmark.scores(dataset)
+
+    def sync_generation_weights(self) -> None:
+        """Push the current weights into TRL's vLLM engine unless this step's are there already.
+        TRL's own tag (``_last_loaded_step``) is updated, so the next training generation does not
+        push them again. Every process calls it: TRL gathers sharded parameters collectively."""
+        vllm = getattr(self, "vllm_generation", None) if self.use_vllm else None
+        if vllm is None:
+            return
+        if self.state.global_step != self._last_loaded_step or getattr(vllm, "_llm_weights_sleeping", False):
+            vllm.sync_weights()
+            self._last_loaded_step = self.state.global_step
+
+    def vllm_completions(self, prompt_ids: list[list[int]], n: int, max_tokens: int, greedy: bool,
+                         top_p: float | None = None, seed: int | None = None) -> list[list[int]]:
+        """n completion token rows per prompt from TRL's vLLM engine (``vllm_engine.vllm_completions``)."""
+        vllm = self.vllm_generation
+        rows = vllm_engine.vllm_completions(vllm, prompt_ids, n, max_tokens, greedy, top_p, seed)
+        if vllm.mode != "server" and vllm.enable_sleep_mode:   # TRL's flag: weights dropped, re-pushed before use
+            vllm._llm_weights_sleeping = True
+        return rows
+
+    def grpolab_state_dict(self) -> dict:
+        """The stateful parts' state by their names (``grpolab_state.PARTS``)."""
+        return self.grpolab_state.state_dict()
+
+    def load_grpolab_state_dict(self, state: dict) -> None:   # ``GrpolabState.load_state_dict``
+        self.grpolab_state.load_state_dict(state)
+
     def log(self, logs: dict, start_time: float | None = None) -> None:
         """TRL's ``log``, less the curves with no value in this window. TRL averages each curve's
         non-NaN values and passes None where none is left (``length/correct`` at a step where no

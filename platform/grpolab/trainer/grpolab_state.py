@@ -16,27 +16,31 @@ PARTS = {
 
 
 class GrpolabState:
-    """The ``GrpoLabTrainer`` mixin that collects its stateful parts' state under ``PARTS``' names."""
+    """A ``GrpoLabTrainer``'s stateful parts (its public attributes) under ``PARTS``' names."""
 
-    def _stateful_parts(self) -> dict:
-        return {"counters": self.counters, "entropy": self.entropy_control, "prompt_draws": self.prompt_draws,
-                "tracker": self.tracker, "critic": self.critic}
+    def __init__(self, trainer):
+        self.trainer = trainer
 
-    def grpolab_state_dict(self) -> dict:
+    def parts(self) -> dict:
+        trainer = self.trainer
+        return {"counters": trainer.counters, "entropy": trainer.entropy_control, "prompt_draws": trainer.prompt_draws,
+                "tracker": trainer.tracker, "critic": trainer.critic}
+
+    def state_dict(self) -> dict:
         """Every part's ``state_dict()`` by its name in ``PARTS`` (None for a part this run has not)."""
-        return {name: None if part is None else part.state_dict() for name, part in self._stateful_parts().items()}
+        return {name: None if part is None else part.state_dict() for name, part in self.parts().items()}
 
-    def load_grpolab_state_dict(self, state: dict) -> None:
-        """Each part continues from its entry of ``state`` (a ``grpolab_state_dict()``); ValueError when
+    def load_state_dict(self, state: dict) -> None:
+        """Each part continues from its entry of ``state`` (a ``state_dict()``); ValueError when
         the state names other parts than this trainer has (a run of another method wrote it)."""
-        parts = self._stateful_parts()
+        parts = self.parts()
         if set(state) != set(parts):
             raise ValueError(f"grpolab state holds parts {sorted(state)}, this trainer keeps {sorted(parts)}")
         for name, part in parts.items():
             if (part is None) != (state[name] is None):
                 has = "has none" if part is None else "has one"
                 raise ValueError(f"grpolab state: the saved run {'had no' if state[name] is None else 'had a'} "
-                                 f"{name}, this trainer {has} (method {self.method_name!r})")
+                                 f"{name}, this trainer {has} (method {self.trainer.method_name!r})")
         for name, part in parts.items():
             if part is not None:
                 part.load_state_dict(state[name])

@@ -5,7 +5,8 @@ between the fresh and the reused passes over a rollout.
 Each statistic is kept as (numerator, denominator): a token mean as (sum over tokens, tokens),
 the old-policy probability of upper-clipped tokens as (sum over those tokens, their count), a
 count per micro-batch as (count, 1 / processes). The mean reported is sum(num) / sum(den)
-over the window and all processes. No TRL here; the trainer passes a cross-process sum.
+over the window and all processes. No TRL here; the trainer passes a cross-process sum or its
+accelerator.
 """
 
 from __future__ import annotations
@@ -60,3 +61,34 @@ class WindowStats:
         if reduce_sum is not None:
             t = reduce_sum(t)
         return {k: float(n / d) for k, (n, d) in zip(keys, t.tolist()) if d > 0}
+
+
+def combine_over_processes(stats: dict, tokens: float, accelerator) -> dict:
+    """TRL's own loss-side curves of one micro-batch combined over processes as TRL combines them:
+    the token fractions ``clip_ratio/*_mean`` and ``cispo_clip_ratio`` as token-weighted means over
+    every process's tokens (TRL's ``global_masked_mean``), ``clip_ratio/low_min`` by nanmin,
+    ``clip_ratio/high_max`` by nanmax, the rest (``policy_loss``, ``aux_loss``) by the mean over
+    processes. ``tokens``: this process's loss-mask tokens."""
+    keys = sorted(stats)
+    row = [tokens, *(stats[k] for k in keys)]
+    t = torch.tensor(row, dtype=torch.float32, device=accelerator.device)
+    t = accelerator.gather(t.unsqueeze(0)).view(-1, len(keys) + 1).double().cpu()
+    weights, values = t[:, 0], t[:, 1:]
+
+    def token_weighted(c):
+        ok = ~c.isnan() & (weights > 0)
+        return (c[ok] * weights[ok]).sum() / weights[ok].sum() if ok.any() else c[0]
+    combine = {"clip_ratio/low_min": lambda c: c[~c.isnan()].min() if (~c.isnan()).any() else c[0],
+               "clip_ratio/high_max": lambda c: c[~c.isnan()].max() if (~c.isnan()).any() else c[0],
+               "clip_ratio/low_mean": token_weighted, "clip_ratio/high_mean": token_weighted,
+               "clip_ratio/region_mean": token_weighted, "cispo_clip_ratio": token_weighted}
+    return {k: float(combine.get(k, torch.nanmean)(values[:, i])) for i, k in enumerate(keys)}
+
+
+def gather_valid(accelerator, values: torch.Tensor) -> torch.Tensor:
+    """A 1-D tensor of different length on each process -> all of them, on every process."""
+    sizes = accelerator.gather(torch.tensor([values.numel()], device=values.device))
+    padded = torch.full((int(sizes.max()),), float("nan"), dtype=values.dtype, device=values.device)
+    padded[:values.numel()] = values
+    gathered = accelerator.gather(padded)
+    return gathered[~torch.isnan(gathered)]

@@ -93,3 +93,16 @@ def report_like_the_cli(trainer, describe, tags: dict) -> bool:
             callbacks[i] = GrpoLabMlflowCallback(describe, tags)
             return True
     return False
+
+
+def describe_dropin_run(trainer, args, state) -> tuple[str, dict]:
+    """(run name, params) of a ``GrpoLabTrainer`` run as CLI runs have them, from its public
+    method, spec, reward functions and correctness source."""
+    kind, key = trainer.correctness.kind, trainer.correctness.key
+    correctness = {"reward": lambda: trainer.reward_func_names[key], "column": lambda: key,
+                   "callable": lambda: getattr(key, "__name__", repr(key)), "none": lambda: "none"}[kind]()
+    config = getattr(trainer.model, "config", None)
+    model_path = getattr(config, "name_or_path", None) or type(trainer.model).__name__
+    params = dropin_params(trainer.method_name, trainer.spec, args, state.max_steps, model_path,
+                           trainer.reward_func_names, correctness)
+    return dropin_run_name(trainer.method_name, trainer.spec, args.seed), params

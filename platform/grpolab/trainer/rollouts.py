@@ -38,6 +38,25 @@ class Generated:
     entropy: torch.Tensor | None
 
 
+class Round(NamedTuple):
+    """One round of TRL's generation and scoring: this process's batch, the round's rewards and
+    rows (``ScoredRound``, all processes) and pi_old's (entropy sum, tokens) over this process's
+    generated tokens, on the CPU."""
+    out: dict
+    scored: ScoredRound
+    entropy: torch.Tensor
+
+
+class RolloutView(NamedTuple):
+    """A generation batch as the completions table reads it: every process's rows, their reward
+    components (N, K) and combined reward (N,), this process's first row and the group size."""
+    rows: list[RolloutRow]
+    rewards: torch.Tensor
+    total: torch.Tensor
+    start: int
+    G: int
+
+
 class SampledBatch(NamedTuple):
     """What dynamic sampling hands to the advantage step: this process's rebuilt batch, the kept
     rows' reward components and rows (global, rank order), and the generated population."""
@@ -71,16 +90,16 @@ def generated_mask(out: dict, rows: list[RolloutRow], start: int, model_only: bo
     return attend * out["tool_mask"] if model_only and "tool_mask" in out else attend
 
 
-def completion_rows(rows: list[RolloutRow], rewards: torch.Tensor, names: list[str], total: torch.Tensor,
-                    advantages: torch.Tensor, mask: torch.Tensor, start: int, G: int,
+def completion_rows(rollout: RolloutView, names: list[str], advantages: torch.Tensor, mask: torch.Tensor,
                     limit: int | None = None) -> list[dict]:
     """This process's completions of a rollout as rows of the completions table: the prompt, the
     completion, each reward component (``reward/<name>``), the combined reward, the advantage, the
     length in tokens, the truncated and correct flags, and the group index (the G rows of a group
     share a prompt). ``advantages``: this process's, (n,) or per token (n, T); a per-token advantage is
     reported as its mean over the row's trained tokens, A_i = sum_t A_it m_it / sum_t m_it (None
-    where the row trains no token). ``rewards``: (N, K) components, global, columns named by ``names``.
-    ``limit``: only this process's first rows (the table keeps a few per rollout; None: all)."""
+    where the row trains no token). ``rollout.rewards``: (N, K) components, global, columns named by
+    ``names``. ``limit``: only this process's first rows (the table keeps a few per rollout; None: all)."""
+    rows, start, G = rollout.rows, rollout.start, rollout.G
     n = advantages.size(0) if limit is None else min(advantages.size(0), limit)
     advantages, mask = advantages[:n], mask[:n]
     if advantages.dim() == 2:
@@ -90,8 +109,8 @@ def completion_rows(rows: list[RolloutRow], rewards: torch.Tensor, names: list[s
     else:
         seq = advantages.float()
     adv = seq.detach().cpu().tolist()
-    comp = rewards[start:start + n].float().cpu().tolist()
-    tot = total[start:start + n].float().cpu().tolist()
+    comp = rollout.rewards[start:start + n].float().cpu().tolist()
+    tot = rollout.total[start:start + n].float().cpu().tolist()
     return [{"prompt": r.prompt, "completion": r.completion, "reward": tot[i],
              **{f"reward/{name}": comp[i][j] for j, name in enumerate(names)},
              "advantage": None if adv[i] != adv[i] else adv[i], "length": r.length, "truncated": bool(r.truncated),

@@ -13,6 +13,7 @@ Detail: docs/runs.md, "grpolab.trainer.step_times".
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict, dataclass
 
@@ -36,60 +37,55 @@ class RunCounters:
 
 
 class StepTimes:
-    """A GRPOTrainer mixin: times generation, scoring and the update of each training window and
-    appends them to the window's curves, with the run's measured accelerator time so far
-    (``self.counters``, a ``RunCounters``)."""
+    """Times generation, scoring and the update of each training window of a trainer and gives
+    the window's curves, with the run's measured accelerator time so far (``counters``, the
+    trainer's ``RunCounters``). The trainer's overrides of TRL's phases call it."""
 
-    _generation_s = _scoring_s = _window_s = 0.0
-    _tokens_at_window_start = 0.0
-    _clock: float | None = None   # the end of the last window (the first training step's start before it)
+    def __init__(self, counters: RunCounters):
+        self.counters = counters
+        self.seconds = {"generation": 0.0, "scoring": 0.0, "window": 0.0}
+        self.tokens_at_window_start = 0.0
+        self.clock: float | None = None   # the end of the last window (the first training step's start before it)
 
-    def _generate(self, prompts):
-        if not self.model.training:
-            return super()._generate(prompts)
+    @contextlib.contextmanager
+    def measure(self, phase: str, training: bool):
+        """Adds the wall time of the block to ``phase`` ("generation" or "scoring") while training."""
         start = time.perf_counter()
         try:
-            return super()._generate(prompts)
+            yield
         finally:
-            self._generation_s += time.perf_counter() - start
+            if training:
+                self.seconds[phase] += time.perf_counter() - start
 
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        if not self.model.training:
-            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+    def step_starts(self) -> float:
+        """The start of one ``training_step``."""
         start = time.perf_counter()
-        try:
-            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        finally:
-            self._scoring_s += time.perf_counter() - start
+        if self.clock is None:   # training starts (or resumes: the counters restored from the checkpoint)
+            self.clock, self.tokens_at_window_start = start, self.counters.cumulative_tokens
+        return start
 
-    def training_step(self, model, inputs, num_items_in_batch):
-        start = time.perf_counter()
-        if self._clock is None:   # training starts (or resumes: the counters restored from the checkpoint)
-            self._clock, self._tokens_at_window_start = start, self.counters.cumulative_tokens
-        output = super().training_step(model, inputs, num_items_in_batch)
-        window_ends = self._step % (self.args.steps_per_generation * self.num_iterations) == 0   # TRL counted it
-        device = self.accelerator.device
+    def step_ends(self, start: float, window_ends: bool, accelerator) -> dict:
+        """After one ``training_step`` begun at ``start``: the window's curves where it ends (TRL
+        counted its last micro-step), else {}."""
+        device = accelerator.device
         if window_ends and device.type == "cuda":   # a rank on the CPU (gloo fallback) has no kernels queued
             torch.cuda.synchronize(device)
         now = time.perf_counter()
-        self._window_s += now - start
-        if window_ends:
-            self._emit_window(now)
-        return output
+        self.seconds["window"] += now - start
+        return self._window_curves(now, accelerator.num_processes) if window_ends else {}
 
-    def _emit_window(self, now: float) -> None:
+    def _window_curves(self, now: float, processes: int) -> dict:
         """The window's curves. ``time/accelerator_hours`` counts wall time between windows too
         (held-out evaluations, checkpoints): processes x seconds since training started / 3600."""
-        counters = self.counters
-        counters.device_seconds += (now - self._clock) * self.accelerator.num_processes
-        self._clock = now
-        curves = {"time/generation_s": self._generation_s, "time/scoring_s": self._scoring_s,
-                  "time/update_s": self._window_s - self._generation_s - self._scoring_s,
+        counters, seconds = self.counters, self.seconds
+        counters.device_seconds += (now - self.clock) * processes
+        self.clock = now
+        curves = {"time/generation_s": seconds["generation"], "time/scoring_s": seconds["scoring"],
+                  "time/update_s": seconds["window"] - seconds["generation"] - seconds["scoring"],
                   "time/accelerator_hours": counters.device_seconds / 3600}
-        if self._generation_s > 0:
-            tokens = counters.cumulative_tokens - self._tokens_at_window_start
-            curves["time/generated_tokens_per_s"] = tokens / self._generation_s
-        for key, value in curves.items():
-            self._metrics["train"][key].append(value)
-        self._tokens_at_window_start = counters.cumulative_tokens
-        self._generation_s = self._scoring_s = self._window_s = 0.0
+        if seconds["generation"] > 0:
+            tokens = counters.cumulative_tokens - self.tokens_at_window_start
+            curves["time/generated_tokens_per_s"] = tokens / seconds["generation"]
+        self.tokens_at_window_start = counters.cumulative_tokens
+        self.seconds = dict.fromkeys(seconds, 0.0)
+        return curves

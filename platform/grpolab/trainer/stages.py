@@ -1,0 +1,147 @@
+"""The stages of one generation batch after TRL's generation and scoring, over named records:
+advantages (the KL in the reward, GFPO's filter, the estimator's inputs, grpolab's estimator) ->
+metrics (the rollout curves, the completions table, the update-signal check). A part of
+``GrpoLabTrainer``: its ``_generate_and_score_completions`` builds the ``Rollout`` (generate ->
+score -> select) and calls these in order. Reads the trainer's public state only and logs
+through its ``record_curve``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from grpolab import algorithms
+from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.sampling_modes import SAMPLING_MODES
+from grpolab.trainer import dropin
+from grpolab.trainer.metrics import rollout_metrics, trained_metrics
+from grpolab.trainer.rollouts import (Generated, RolloutRow, RolloutView, completion_rows, correct_of, generated_mask,
+                                      lengths_of, truncated_of)
+
+
+class Rollout(NamedTuple):
+    """One generation batch as the stages read it: this process's batch (TRL's dict, which the
+    stages fill for the loss), the kept rows' reward components (N, K) and rows (every process,
+    rank order), every completion generated for it, this process's first row, the group size,
+    the loss's model tokens (n_local, T) and the reward-side KL per token (None: none)."""
+    out: dict
+    rewards: torch.Tensor
+    rows: list[RolloutRow]
+    generated: Generated
+    start: int
+    G: int
+    mask: torch.Tensor
+    penalty: torch.Tensor | None
+
+
+class Scored(NamedTuple):
+    """The advantage stage's result: this process's advantages, (n_local,) or per token (n_local, T),
+    the combined reward (N,) and GFPO's retained rows (None: every row is in the baselines)."""
+    advantages: torch.Tensor
+    total: torch.Tensor
+    retained: torch.Tensor | None
+
+
+class RolloutStages:
+    """The advantage and metric stages of a ``GrpoLabTrainer``'s generation batches."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def _gather(self, t: torch.Tensor) -> torch.Tensor:
+        accelerator = self.trainer.accelerator
+        return accelerator.gather(t) if accelerator.num_processes > 1 else t
+
+    def _rewards(self, rollout: Rollout, total: torch.Tensor) -> torch.Tensor:
+        """The rewards the estimator reads: the components, or total - sum_t KL_t where the reward-side
+        KL is folded in per sequence."""
+        trainer, penalty = self.trainer, rollout.penalty
+        if penalty is None:
+            return rollout.rewards
+        seq_pen = self._gather((penalty * rollout.mask).sum(-1))
+        trainer.record_curve("kl_reward_penalty", seq_pen.mean().item())
+        if ADVANTAGES[trainer.spec.advantage].kl_per_token:   # those fold it in per token
+            return rollout.rewards
+        return total - seq_pen   # (N,): the weights are already in ``total``, never applied twice
+
+    def advantages(self, rollout: Rollout, inputs: list[dict]) -> Scored:
+        """grpolab's advantages of the batch (``algorithms.compute_advantages``, or GAE with a critic);
+        fills ``old_values`` / ``returns`` into ``rollout.out`` for the critic."""
+        trainer, out, start, G, mask = self.trainer, rollout.out, rollout.start, rollout.G, rollout.mask
+        spec, accelerator, n_local = trainer.spec, trainer.accelerator, out["completion_ids"].size(0)
+        total = algorithms.combine_rewards(rollout.rewards, spec.reward_weights)
+        rewards_adj = self._rewards(rollout, total)
+        retained = None   # GFPO: the rows in the baselines; the group curves and the zero-advantage cause read them
+        if SAMPLING_MODES[spec.sampling].retains:
+            kept = trainer.group_sampling.gfpo(out, rewards_adj, start)
+            rewards_adj, retained = kept.rewards, kept.retained
+        reduce = (lambda t: accelerator.reduce(t, reduction="sum")) if accelerator.num_processes > 1 else None
+        generated_tokens = generated_mask(out, rollout.rows, start)   # model tokens, before any filter's masking
+        # the optimal token baselines are over every generated model token (truncated rows included), as verl's;
+        # the loss applies the trained mask
+        baseline_mask = generated_tokens.float() if ADVANTAGES[spec.advantage].sum_pi_squared else mask
+        extra = trainer.estimator_inputs.extras(inputs, out, baseline_mask)
+        if trainer.critic is not None:
+            out["old_values"] = trainer.critic.values(out, grad=False)
+            advantages, out["returns"] = algorithms.gae_advantages(
+                spec, rewards_adj[start:start + n_local], out["old_values"], mask, rollout.penalty, reduce=reduce)
+        else:
+            advantages = algorithms.compute_advantages(
+                spec, rewards_adj, G, mask=baseline_mask, token_penalty=rollout.penalty,
+                prompt_keys=[r.prompt for r in rollout.rows], tracker=trainer.tracker,
+                local_rows=slice(start, start + n_local), reduce=reduce,
+                lengths=self._gather(generated_tokens.sum(1)), **extra)
+        if trainer.tracker is not None:
+            trainer.record_curve("tracker/prompts", float(len(trainer.tracker.state)))
+        if advantages.dim() == 1:
+            advantages = advantages[start:start + n_local]
+        if hasattr(trainer.rollout_func, "finish"):   # multi-turn episodes: their curves; GiGPO's per-token term
+            advantages, episode_stats = trainer.rollout_func.finish(spec, advantages, out["completion_ids"].size(1))
+            for key, value in episode_stats.items():
+                trainer.record_curve(key, value)
+        return Scored(advantages, total, retained)
+
+    def record(self, rollout: Rollout, scored: Scored) -> None:
+        """The loss's per-row inputs into ``rollout.out``, the completions table
+        (``trainer.last_rollout``), the rollout curves and the update-signal check."""
+        trainer, out, start, G, rows = self.trainer, rollout.out, rollout.start, rollout.G, rollout.rows
+        total, device, n_local = scored.total, rollout.rewards.device, out["completion_ids"].size(0)
+        out["advantages"] = scored.advantages.to(device)
+        kept = 4 * G if trainer.rollout_rows_kept is None else trainer.rollout_rows_kept
+        trainer.last_rollout = completion_rows(RolloutView(rows, rollout.rewards, total, start, G),
+                                               trainer.reward_func_names, scored.advantages, rollout.mask, kept)
+        out["group_ids"] = (torch.arange(total.numel(), device=device) // G)[start:start + n_local]
+        out["seq_rewards"] = total[start:start + n_local]
+        out["correct"] = correct_of(rows).to(device)[start:start + n_local]
+        trained_rows = self._gather((out["completion_mask"].sum(1) > 0).float()).bool().cpu()
+        self._curves(rollout, scored, trained_rows)
+        retained = scored.retained
+        in_baseline = total if retained is None else total.masked_fill(~retained.to(total.device), float("nan"))
+        trainer.empty_updates.check(out, in_baseline, rows, trained_rows, rollout.generated, G)
+
+    def _curves(self, rollout: Rollout, scored: Scored, trained_rows: torch.Tensor) -> None:
+        """Curves once per generation batch, in two populations: unprefixed over every completion
+        generated for it (all dynamic-sampling rounds, before any filter), ``trained/`` over the
+        rows the update uses (``metrics.trained_metrics``)."""
+        trainer, generated, rows, G = self.trainer, rollout.generated, rollout.rows, rollout.G
+        spec, accelerator, counters = trainer.spec, trainer.accelerator, trainer.counters
+        gen_rows = generated.rows
+        gen_total = algorithms.combine_rewards(generated.rewards, spec.reward_weights)
+        stats = rollout_metrics(gen_total.float().cpu(), correct_of(gen_rows), lengths_of(gen_rows),
+                                truncated_of(gen_rows), G, overlong=(trainer.max_completion_length, spec.overlong_buffer))
+        stats.update(trained_metrics(scored.total.float().cpu(), correct_of(rows), lengths_of(rows), trained_rows, G,
+                                     scored.retained))
+        if trainer.correctness.kind == "none":   # "correct" was the stand-in: the names say so
+            stats = dropin.rename_for_proxy(stats)
+        ent = generated.entropy   # None: the loss logs it (pi_old_entropy.loss_sees_pi_old_on_every_token)
+        if ent is not None and accelerator.num_processes > 1:
+            ent = accelerator.reduce(ent.to(accelerator.device), reduction="sum").cpu()
+        if ent is not None and ent[1] > 0:
+            stats["entropy"] = float(ent[0] / ent[1])
+        counters.cumulative_tokens += stats["tokens/generated"]
+        stats["tokens/cumulative"] = counters.cumulative_tokens
+        stats["override/advantage"] = 1.0
+        for key, value in stats.items():
+            trainer.record_curve(key, value)
