@@ -1,5 +1,5 @@
 """The inputs the trainer computes only for the estimators that ask for them: ReMax's greedy
-baseline (``greedy_baseline``) and the optimal token baselines' sum_v pi_old(v)^2 (``sum_pi_squared``),
+baseline (``greedy_rewards``) and the optimal token baselines' sum_v pi_old(v)^2 (``pi_old_token_stats``),
 through the drop-in trainer on the tiny model (one step, learning rate 0, so the policy after the
 step is the policy that generated and the test can recompute what the trainer saw)."""
 
@@ -108,9 +108,11 @@ def test_optimal_token_baseline_reads_pi_old_and_its_vocabulary_sum(tiny_model_d
 
 
 def test_only_the_estimators_that_ask_get_the_extra_work():
-    assert [n for n, e in ADVANTAGES.items() if e.greedy_baseline] == ["remax"]
-    assert [n for n, e in ADVANTAGES.items() if e.sum_pi_squared] == ["optimal_token_baseline",
-                                                                       "tir_optimal_token_baseline"]
+    assert [n for n, e in ADVANTAGES.items() if "greedy_rewards" in e.inputs] == ["remax"]
+    assert [n for n, e in ADVANTAGES.items() if "pi_old_token_stats" in e.inputs] == [
+        "optimal_token_baseline", "tir_optimal_token_baseline"]
+    assert [n for n, e in ADVANTAGES.items() if e.inputs] == [
+        "remax", "optimal_token_baseline", "tir_optimal_token_baseline"]
 
 
 def test_remax_refuses_dynamic_sampling():

@@ -46,7 +46,7 @@ def compute_advantages(spec: MethodSpec, rewards: torch.Tensor, group_size: int,
                        tracker: ValueTracker | None = None, local_rows: slice | None = None,
                        reduce=None, lengths: torch.Tensor | None = None, greedy_rewards: torch.Tensor | None = None,
                        old_logp: torch.Tensor | None = None,
-                       sum_pi_squared: torch.Tensor | None = None) -> torch.Tensor:
+                       sum_pi_squared: torch.Tensor | None = None, **provided: torch.Tensor) -> torch.Tensor:
     """Advantages for N = groups x group_size completions (groups contiguous), by ``spec.advantage``'s
     registry entry (``grpolab.method.advantages``) and function (``grpolab.algorithms.estimators``).
 
@@ -54,9 +54,10 @@ def compute_advantages(spec: MethodSpec, rewards: torch.Tensor, group_size: int,
     apart sees them; the others get their sum with ``spec.reward_weights``). mask (N, T) and
     token_penalty (N, T, beta * KL per token) are read by the per-token estimators; prompt_keys and
     tracker by a ``tracker`` estimator; lengths (N,) by a length-weighted one (else mask.sum(1));
-    greedy_rewards (N,) (the reward of a greedy completion of each row's prompt) by a
-    ``greedy_baseline`` one; old_logp and sum_pi_squared (this process's rows, as mask) by a
-    ``sum_pi_squared`` one.
+    greedy_rewards (N,) (the reward of a greedy completion of each row's prompt) by one whose
+    entry reads ``greedy_rewards``; old_logp and sum_pi_squared (this process's rows, as mask) by
+    one that reads ``pi_old_token_stats``; ``provided``: any other input an entry names (``Estimator.inputs``),
+    as its provider returned it, read by the estimator from ``AdvantageInputs.provided``.
     Returns (N,) or, for a ``per_token`` estimator, (N, T).
 
     Several processes: rewards and lengths are the gathered (global) batch; for the per-token
@@ -67,7 +68,7 @@ def compute_advantages(spec: MethodSpec, rewards: torch.Tensor, group_size: int,
         raise ValueError(f"{rewards.shape[0]} rewards do not split into groups of {group_size}")
     r = rewards if entry.components else combine_rewards(rewards, spec.reward_weights)
     inputs = AdvantageInputs(r, group_size, spec.adv_eps, spec.std_unbiased, mask, token_penalty, prompt_keys,
-                             tracker, local_rows, reduce, lengths, greedy_rewards, old_logp, sum_pi_squared)
+                             tracker, local_rows, reduce, lengths, greedy_rewards, old_logp, sum_pi_squared, provided)
     if not entry.components and torch.isnan(r).any():   # unscorable completions (every reward function returned None)
         if estimator.unscorable is None:
             refuse_unscorable(spec.advantage)

@@ -9,7 +9,7 @@ Formulas: the docstrings of ``grpolab.algorithms.advantages`` and ``grpolab.algo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -37,6 +37,7 @@ class AdvantageInputs:
     greedy_rewards: torch.Tensor | None = None  # (N,): the reward of a greedy completion of each row's prompt
     old_logp: torch.Tensor | None = None        # (n_local, T), as mask: log pi_old of each sampled token
     sum_pi_squared: torch.Tensor | None = None  # (n_local, T), as mask: sum over the vocabulary of pi_old^2 per token
+    provided: dict = field(default_factory=dict)   # any other input an entry names, by its provider's keys
 
     def completion_lengths(self) -> torch.Tensor:
         if self.lengths is not None:
@@ -143,8 +144,8 @@ def maxrl(spec, x: AdvantageInputs) -> torch.Tensor:
 def _given(name: str, field: str, value):
     """An input the trainer computes only for the estimators whose entry asks for it."""
     if value is None:
-        raise ValueError(f"advantage={name} needs {field} (the trainer supplies it when the estimator's entry asks "
-                         f"for it: greedy_baseline / sum_pi_squared)")
+        raise ValueError(f"advantage={name} needs {field} (the trainer supplies it when the estimator's entry names "
+                         f"it in inputs: greedy_rewards / pi_old_token_stats)")
     return value
 
 

@@ -32,6 +32,7 @@ from grpolab.tracking.held_out import CURVE_SET_KEY, HELD_OUT_METRICS, EvalSteps
 from grpolab.tracking.naming import method_tags, run_params, state_relative
 from grpolab.tracking.recorder import RunRecorder, git_commit, stored_name
 from grpolab.trainer.dropin import MethodSettingsWarning, task_correctness
+from grpolab.trainer.estimator_inputs import needs_whole_groups
 from grpolab.world.generation import evaluate
 from grpolab.world.models import build_model, load_model, save_model
 from grpolab.world.warmstart import WarmStartConfig, warm_start
@@ -169,7 +170,7 @@ def _grpo_args(cfg: RunConfig, task, output_dir: Path):
                           f"{world} processes")
     micro = t.prompts_per_rollout * t.group_size // (t.minibatches * t.grad_accum * world)   # the same global batch
     entry = ADVANTAGES[cfg.spec.advantage]
-    if (entry.greedy_baseline or entry.sum_pi_squared) and t.prompts_per_rollout % world:
+    if needs_whole_groups(entry.name) and t.prompts_per_rollout % world:
         raise ConfigError(f"train.prompts_per_rollout ({t.prompts_per_rollout}): method.advantage={entry.name} needs "
                           f"whole groups on each process, so a multiple of the {world} processes")
     # Defaults grpolab chooses but does not own (a constant schedule, no warm-up, no top-k cut):

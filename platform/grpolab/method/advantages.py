@@ -41,10 +41,12 @@ class Estimator:
     trl: dict | None = None           # GRPOConfig settings under which TRL 1.16 computes exactly it
     no_trl: str | None = None         # why TRL has none (None when ``trl`` is set)
     missing: str | None = None        # why grpolab cannot train with it yet (its function exists and is tested)
-    greedy_baseline: bool = False     # the trainer generates one greedy completion per prompt and scores it with
-                                      # the run's reward functions (its reward is the baseline: ReMax)
-    sum_pi_squared: bool = False      # the trainer computes sum_v pi_old(v)^2 at every completion token
-                                      # (a full-vocabulary softmax, only for the estimators that read it)
+    inputs: tuple[str, ...] = ()      # what it reads beyond the rewards that the trainer computes only for the
+                                      # estimators that ask, each from its provider (trainer/estimator_inputs.py):
+                                      # "greedy_rewards" (one greedy completion per prompt, scored: ReMax),
+                                      # "pi_old_token_stats" (log pi_old and sum_v pi_old(v)^2 at every token)
+    over_generated_tokens: bool = False   # its token baselines are over every generated model token (truncated
+                                      # rows included, as verl's); the loss still applies the trained mask
     cite: str = ""                    # where its formula comes from, when a reference implementation has it
 
 
@@ -97,15 +99,17 @@ _ENTRIES += [   # verl 0.9.1's further estimators (core_algos.py, register_adv_e
     Estimator("gpg", no_trl="TRL 1.16.0 has no GPG advantage (no GRPOConfig field, no experimental GPG trainer)",
               cite="GPG, Chu et al. 2025, arXiv:2504.02546; verl compute_gpg_outcome_advantage (alpha = N / "
                    "#non-zero rewards, F_norm = 1: verl's version, not checked against the paper's estimator)"),
-    Estimator("remax", no_trl="TRL 1.16 generates no greedy baseline", greedy_baseline=True,
+    Estimator("remax", no_trl="TRL 1.16 generates no greedy baseline", inputs=("greedy_rewards",),
               multi_turn="grpolab generates the greedy baseline as one single-turn completion per prompt and does not "
                          "implement a greedy episode",
               no_reward_kl="grpolab does not implement ReMax with a reward-side KL (verl subtracts the greedy reward "
                            "from a per-token reward-to-go that carries the KL)",
               cite="ReMax, Li et al. 2023, arXiv:2310.10505; verl compute_remax_outcome_advantage"),
-    Estimator("optimal_token_baseline", per_token=True, no_trl=_NO_TRL_PER_TOKEN, sum_pi_squared=True,
+    Estimator("optimal_token_baseline", per_token=True, no_trl=_NO_TRL_PER_TOKEN, inputs=("pi_old_token_stats",),
+              over_generated_tokens=True,
               no_reward_kl=_NO_OTB_REWARD_KL, cite="verl compute_optimal_token_baseline_advantage"),
-    Estimator("tir_optimal_token_baseline", per_token=True, no_trl=_NO_TRL_PER_TOKEN, sum_pi_squared=True,
+    Estimator("tir_optimal_token_baseline", per_token=True, no_trl=_NO_TRL_PER_TOKEN, inputs=("pi_old_token_stats",),
+              over_generated_tokens=True,
               no_reward_kl=_NO_OTB_REWARD_KL, cite="verl compute_multi_turn_optimal_token_baseline_advantage"),
 ]
 _ENTRIES += [

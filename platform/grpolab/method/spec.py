@@ -149,8 +149,9 @@ def validate_spec(spec: MethodSpec) -> None:
     for axis, choices in AXIS_CHOICES.items():
         value = getattr(spec, axis)
         _check(value in choices, f"method.{axis}: unknown value {value!r}; valid: {', '.join(choices)}")
-    for name, setting in param_table().items():
-        refusal = setting.refusal(getattr(spec, name))
+    table = param_table()
+    for f in fields(spec):   # a spec class extended with a setting (a test's) checks it too
+        refusal = table[f.name].refusal(getattr(spec, f.name))
         _check(refusal is None, refusal)
     _validate_pairs(spec)
     _validate_sampling(spec)
@@ -194,7 +195,7 @@ def _validate_advantage(spec: MethodSpec, entry) -> None:
     """The estimator's entry against the rest of the spec (method/advantages.py)."""
     _check(entry.missing is None, f"method.advantage={entry.name}: grpolab cannot train with it yet: {entry.missing}")
     reward_kl = kl_in_reward(spec)
-    _check(not entry.greedy_baseline or not SAMPLING_MODES[spec.sampling].regenerates,
+    _check("greedy_rewards" not in entry.inputs or not SAMPLING_MODES[spec.sampling].regenerates,
            f"method.advantage={entry.name} scores one greedy completion per prompt of the update batch, which "
            f"dynamic sampling assembles from several rounds of prompts: use sampling=static or zero_variance_filter")
     if entry.kl_reward_only and spec.kl_coef > 0:

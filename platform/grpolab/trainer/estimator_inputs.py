@@ -1,13 +1,15 @@
 """Inputs some advantage estimators need beyond the rewards, computed only where the estimator's
-entry asks for them (``grpolab.method.advantages``): ReMax's greedy baseline (``greedy_baseline``)
-and the optimal token baselines' vocabulary sum of pi_old^2 (``sum_pi_squared``). A part of
+entry names them (``Estimator.inputs``, ``grpolab.method.advantages``), each by its provider in
+``PROVIDERS``: ReMax's greedy baseline (``greedy_rewards``) and the optimal token baselines' log
+pi_old and vocabulary sum of pi_old^2 (``pi_old_token_stats``). A new input is one
+``register_provider`` call: the trainer asks the registry, never an estimator's name. A part of
 ``GrpoLabTrainer``; the rewards of the greedy completions come from the scorer it is given (the
 trainer's, which runs TRL's own reward computation outside the rollout's logs).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -25,12 +27,50 @@ class PolicyTokenStats(NamedTuple):
     sum_pi_squared: torch.Tensor   # sum_v pi_old(v | context)^2
 
 
+class ProviderCall(NamedTuple):
+    """What a provider reads: the batch's input rows, TRL's generation output ``out`` (this
+    process's rows) and ``mask`` (n_local, T), the model tokens the estimator's baselines are over."""
+    inputs: list[dict]
+    out: dict
+    mask: torch.Tensor
+
+
+class Provider(NamedTuple):
+    """``fn(part, call) -> {compute_advantages keyword: tensor}``, where ``part`` is the trainer's
+    ``EstimatorInputs`` (its public trainer, scorer and statistics); ``whole_groups``: it computes
+    over each group on the process that holds it, so each process's rows must be whole groups."""
+    fn: Callable[["EstimatorInputs", ProviderCall], dict]
+    whole_groups: bool = False
+
+
+PROVIDERS: dict[str, Provider] = {}
+
+
+def register_provider(name: str, provider: Provider) -> None:
+    """Add the provider of the estimator input ``name`` (an ``Estimator.inputs`` name)."""
+    if name in PROVIDERS:
+        raise ValueError(f"estimator input {name!r} has a provider already")
+    PROVIDERS[name] = provider
+
+
+def providers_of(advantage: str) -> list[Provider]:
+    """The providers of the inputs the estimator's entry names; one without a provider is refused."""
+    missing = [name for name in ADVANTAGES[advantage].inputs if name not in PROVIDERS]
+    if missing:
+        raise ValueError(f"advantage={advantage} reads {missing[0]!r}, which no provider supplies; provided: "
+                         f"{', '.join(sorted(PROVIDERS)) or 'none'} (trainer/estimator_inputs.register_provider)")
+    return [PROVIDERS[name] for name in ADVANTAGES[advantage].inputs]
+
+
+def needs_whole_groups(advantage: str) -> bool:
+    return any(p.whole_groups for p in providers_of(advantage))
+
+
 def check_whole_groups(advantage: str, args) -> None:
-    """The estimators whose entry asks for a greedy baseline or sum_pi_squared compute them over each
-    group on the process that holds it, so every process's rows of a generation batch
-    (per_device_train_batch_size x steps_per_generation, groups contiguous) must be whole groups."""
-    entry = ADVANTAGES[advantage]
-    if not (entry.greedy_baseline or entry.sum_pi_squared):
+    """The estimators with an input computed over each group on the process that holds it (a
+    greedy baseline, sum_pi_squared) need every process's rows of a generation batch
+    (per_device_train_batch_size x steps_per_generation, groups contiguous) to be whole groups."""
+    if not needs_whole_groups(advantage):
         return
     rows = args.per_device_train_batch_size * args.steps_per_generation
     if rows % args.num_generations:
@@ -56,14 +96,18 @@ class EstimatorInputs:
     def extras(self, inputs: list[dict], out: dict, mask: torch.Tensor) -> dict:
         """The ``compute_advantages`` keywords the run's estimator entry asks for (none for most);
         ``mask`` (n_local, T): the model tokens the estimator's baselines are over."""
-        entry, extra = ADVANTAGES[self.trainer.spec.advantage], {}
-        if entry.greedy_baseline:
-            extra["greedy_rewards"] = self._greedy_baseline(inputs, out)
-        if entry.sum_pi_squared:
-            stats = self.policy_token_stats(out)
-            self._log_sum_pi_squared(stats, mask)
-            extra.update(old_logp=stats.logp, sum_pi_squared=stats.sum_pi_squared)
+        extra, call = {}, ProviderCall(inputs, out, mask)
+        for provider in providers_of(self.trainer.spec.advantage):
+            extra.update(provider.fn(self, call))
         return extra
+
+    def greedy_rewards(self, call: ProviderCall) -> dict:
+        return {"greedy_rewards": self._greedy_baseline(call.inputs, call.out)}
+
+    def pi_old_token_stats(self, call: ProviderCall) -> dict:
+        stats = self.policy_token_stats(call.out)
+        self._log_sum_pi_squared(stats, call.mask)
+        return {"old_logp": stats.logp, "sum_pi_squared": stats.sum_pi_squared}
 
     #: rows per forward in ``policy_token_stats``: its softmax holds rows x T x V floats at once
     TOKEN_STATS_ROWS = 4
@@ -75,7 +119,7 @@ class EstimatorInputs:
         by the sampling temperature as TRL's log-probs are. Cost: a forward pass plus a softmax over
         the vocabulary at every completion position, O(rows x T x V); at a real vocabulary
         (V ~ 150k, T = 1024) that is ~0.6 GB of fp32 logits per row, so rows go through in chunks of
-        ``TOKEN_STATS_ROWS`` and only the estimators whose entry says ``sum_pi_squared`` pay for it."""
+        ``TOKEN_STATS_ROWS`` and only the estimators whose entry reads ``pi_old_token_stats`` pay for it."""
         ids = torch.cat([out["prompt_ids"], out["completion_ids"]], 1)
         attend = torch.cat([out["prompt_mask"], out["completion_mask"]], 1)
         T, model, temperature = out["completion_ids"].size(1), self.trainer.model, self.trainer.temperature
@@ -146,3 +190,7 @@ class EstimatorInputs:
                              "completion, so its prompt has no baseline")
         trainer.record_curve("remax/greedy_reward_mean", float(greedy.mean()))
         return greedy.repeat_interleave(G)
+
+
+register_provider("greedy_rewards", Provider(EstimatorInputs.greedy_rewards, whole_groups=True))
+register_provider("pi_old_token_stats", Provider(EstimatorInputs.pi_old_token_stats, whole_groups=True))

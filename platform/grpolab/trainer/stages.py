@@ -81,7 +81,7 @@ class RolloutStages:
         generated_tokens = generated_mask(out, rollout.rows, start)   # model tokens, before any filter's masking
         # the optimal token baselines are over every generated model token (truncated rows included), as verl's;
         # the loss applies the trained mask
-        baseline_mask = generated_tokens.float() if ADVANTAGES[spec.advantage].sum_pi_squared else mask
+        baseline_mask = generated_tokens.float() if ADVANTAGES[spec.advantage].over_generated_tokens else mask
         extra = trainer.estimator_inputs.extras(inputs, out, baseline_mask)
         if trainer.critic is not None:
             out["old_values"] = trainer.critic.values(out, grad=False)
