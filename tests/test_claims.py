@@ -115,7 +115,7 @@ def test_until_decided_adds_paired_seeds_at_planned_looks_each_row_once(tmp_path
     """--until-decided on one claim, end to end: 5 seeds, then looks at 6 and 7 (batch 1, max 7),
     each at level 1 - 0.05/3; new seeds 5, 6 run through the study driver as rows of the same study,
     each row exactly once; the verdict says which look decided it (or that the seeds ran out)."""
-    from grpolab.analysis.claim_runs import run_claims
+    from grpolab.analysis.claim_runs import AddedSeeds, run_claims
     from grpolab.analysis.ablation import ladder_rows, load_results
     study = {"kind": "ladder", "name": "claim_seq", "seeds": [0, 1, 2, 3, 4], "metric": "final:eval/pass_at_1",
              "base": {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
@@ -125,9 +125,10 @@ def test_until_decided_adds_paired_seeds_at_planned_looks_each_row_once(tmp_path
              "rungs": [{"name": "a"}, {"name": "b", "changes": {"train.learning_rate": 0.002}}]}
     path = write_study_and_claim(tmp_path, study, "seq")
     with pytest.raises(ConfigError, match="needs --max-seeds N with N >= the studies' seeds \\(5\\)"):
-        run_claims([str(path)], shared_state, None, 1, echo=print, until_decided=True, max_seeds=3)
+        run_claims([str(path)], shared_state, None, 1, echo=print, added=AddedSeeds(until_decided=True, max_seeds=3))
     lines = []
-    [result] = run_claims([str(path)], shared_state, None, 1, echo=lines.append, until_decided=True, max_seeds=7, batch=1)
+    [result] = run_claims([str(path)], shared_state, None, 1, echo=lines.append,
+                              added=AddedSeeds(until_decided=True, max_seeds=7, batch=1))
     looks = [line for line in lines if re.match(r"look \d+/\d+ at ", line)]   # the judged looks
     assert looks[0].startswith("look 1/3 at 5 seeds (per-look level 98.33 %)")
     assert result.verdict.level == pytest.approx(1 - 0.05 / 3)
@@ -178,12 +179,12 @@ def test_a_claim_study_with_its_own_seeds_on_demand_plan_runs_it_and_is_judged_a
     study's registered plan, and the claim is judged on its rows at the per-look level the plan
     recorded; --until-decided, whose looks would overwrite that plan, is refused naming the study."""
     from grpolab.analysis.ablation import ladder_rows, load_results
-    from grpolab.analysis.claim_runs import run_claims
+    from grpolab.analysis.claim_runs import AddedSeeds, run_claims
     from conftest import tiny_two_rung_ladder
     study = tiny_two_rung_ladder(name="claim_own_plan", seeds={"first": 5, "batch": 1, "cap": 6, "start": 20})
     path = write_study_and_claim(tmp_path, study, "own_plan")
     with pytest.raises(ConfigError, match="claim_own_plan.yaml register their own seeds-on-demand plan"):
-        run_claims([str(path)], shared_state, None, 1, echo=print, until_decided=True, max_seeds=8)
+        run_claims([str(path)], shared_state, None, 1, echo=print, added=AddedSeeds(until_decided=True, max_seeds=8))
     lines = []
     [result] = run_claims([str(path)], shared_state, None, 1, echo=lines.append)
     looks = [line for line in lines if re.match(r"look \d+/2 at ", line)]

@@ -5,7 +5,7 @@ docs/coverage.md holds the full table (``python -m grpolab.analysis.coverage``).
 import numpy as np
 import pytest
 
-from grpolab.analysis.coverage import GENERATORS, SEED_COUNTS, coverage, sequential_error, t_bounds
+from grpolab.analysis.coverage import GENERATORS, SEED_COUNTS, SeedSchedule, coverage, sequential_error, t_bounds
 from grpolab.analysis.verdicts import paired_verdict
 
 HOLDS = [name for name, (_, holds) in GENERATORS.items() if holds]
@@ -42,9 +42,9 @@ def test_strong_skew_undercovers_and_the_diagnostic_says_so():
 def test_sequential_looks_keep_the_error_rate_and_naive_looks_do_not(start, batch, top):
     """Under no effect, the chance that ANY planned look's interval excludes 0: at most 5 % with the
     per-look level 1 - 0.05/K (20,000 runs: SE 0.15 points), well above it re-testing at 95 %."""
-    assert sequential_error(start, batch, top, reps=20_000) <= 0.05
-    assert sequential_error(start, batch, top, reps=20_000, adjusted=False) > 0.08
-    heavy = sequential_error(start, batch, top, reps=20_000, df_draw=lambda rng, shape: rng.standard_t(3, shape))
+    assert sequential_error(SeedSchedule(start, batch, top), reps=20_000) <= 0.05
+    assert sequential_error(SeedSchedule(start, batch, top), reps=20_000, adjusted=False) > 0.08
+    heavy = sequential_error(SeedSchedule(start, batch, top), reps=20_000, df_draw=lambda rng, shape: rng.standard_t(3, shape))
     assert heavy <= 0.05
 
 
@@ -81,8 +81,8 @@ def test_the_shipped_ladder_plan_keeps_each_rungs_error_rate(scenario, rows, sd)
 def test_re_testing_the_ladder_at_95_percent_every_look_errs_more():
     """The same ladders judged at 95 % at every look: wrong labels on some rung several times as
     often (what the per-look level 1 - 0.05/4 prevents)."""
-    from grpolab.analysis.coverage import ladder_plan_error
+    from grpolab.analysis.coverage import LadderPlan, ladder_plan_error
     null = (0.0,) * 5
     adjusted = ladder_plan_error(null, reps=2000, seed=2)
-    naive = ladder_plan_error(null, reps=2000, seed=2, per_look_level=0.95)
+    naive = ladder_plan_error(null, plan=LadderPlan(per_look_level=0.95), reps=2000, seed=2)
     assert naive["any_rung"] > 3 * adjusted["any_rung"] and max(naive["per_rung"]) > max(adjusted["per_rung"])

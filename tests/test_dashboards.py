@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import REPO
 from grpolab.report import dashboard_data as data
-from grpolab.report.dashboard import build_dashboard, curve_figure, load_layout
+from grpolab.report.dashboard import PageView, build_dashboard, curve_figure, load_layout
 from grpolab.errors import ConfigError
 from grpolab.studies.coordinator import run_study
 from grpolab.studies.study_run import StudyRun
@@ -185,7 +185,7 @@ def test_claims_page_titles_clear_of_each_other_and_the_toolbar_in_chromium(tmp_
 def test_dashboard_of_chosen_runs_and_no_runs_error(ladder, shared_state, tmp_path):
     runs = data.study_runs(shared_state, "dash_ladder")
     out = build_dashboard(shared_state, tmp_path / "runs.html", run_ids=runs.run_id.tolist()[:2],
-                          layout_path=str(REPO / "dashboards/length_and_entropy.yaml"))
+                          view=PageView(layout_path=str(REPO / "dashboards/length_and_entropy.yaml")))
     meta = json.loads(out.with_suffix(".json").read_text())
     assert "Policy entropy" in meta["panels"] and len(meta["runs"]) == 2
     with pytest.raises(ConfigError, match="give a study file or --runs"):
@@ -207,7 +207,7 @@ def test_x_axes_seed_lines_and_clipped_ci_bars_in_chromium(ladder, shared_state,
         {"title": "pass by step", "metric": "eval/pass_at_1", "x": "steps"},
         {"title": "entropy by tokens", "metric": "entropy", "x": "tokens"},
         {"title": "reward by seconds", "metric": "reward/mean", "x": "seconds"}]}))
-    out = build_dashboard(shared_state, tmp_path / "out" / "axes.html", str(ladder), layout_path=str(layout),
+    out = build_dashboard(shared_state, tmp_path / "out" / "axes.html", str(ladder), view=PageView(layout_path=str(layout)),
                           plotlyjs="shared")
     assert out.stat().st_size < 1_000_000 and re.search(r'<script src="plotly-[\d.]+\.min\.js">', out.read_text())
     panels = _self_check(out, tmp_path / "profile")

@@ -14,7 +14,7 @@ import pytest
 import vllm_double
 
 from grpolab import cli
-from grpolab.bench.gpu_check import GpuProbe, gpu_report
+from grpolab.bench.gpu_check import GpuChecks, GpuProbe, gpu_report
 
 
 NO_DRIVER = "/nonexistent/grpolab-test/nvidia"
@@ -73,7 +73,7 @@ def test_a_driver_without_a_cuda_device_fails_the_gpu_check_and_exits_1(tmp_path
     assert probe.why_not.startswith("no CUDA device: torch.cuda.is_available() is False")
     if torch.version.cuda is None:
         assert probe.why_not.endswith(f"torch {torch.__version__} is a CPU build (torch.version.cuda is None)")
-    report = gpu_report(tmp_path / "r.json", tmp_path / "state", probe=probe, methods=["grpo"])
+    report = gpu_report(tmp_path / "r.json", tmp_path / "state", GpuChecks(methods=["grpo"]), probe=probe)
     rows = _rows(report)
     assert rows.pop("gpu") == f"failed: a GPU driver is installed but {probe.why_not}"
     assert set(rows.values()) == {"not checked: the gpu check failed"} and "method:grpo" in rows
@@ -101,8 +101,8 @@ def test_the_gpu_path_through_the_vllm_stand_in(tmp_path, shared_state, monkeypa
     timed = gpu_training.timing   # transformers timing: vLLM's but for settings checked elsewhere in this file
     monkeypatch.setattr(gpu_training, "timing", lambda *a, vllm=False: timed(*a, vllm=True) if vllm else
                         {"bf16": {"stock_trl_s_per_step": 1.0, "grpolab_s_per_step": 1.0}})
-    report = gpu_report(tmp_path / "report.json", shared_state, steps=2, probe=probe, methods=["grpo"],
-                        timing_shape="tiny-64")
+    report = gpu_report(tmp_path / "report.json", shared_state,
+                        GpuChecks(steps=2, methods=["grpo"], timing_shape="tiny-64"), probe=probe)
     assert json.loads((tmp_path / "report.json").read_text()) == json.loads(json.dumps(report, default=str))
     names = ("gpu", "method:grpo", "micro_ladder", "trainer_timing", "vllm_import", "vllm_load", "vllm_micro_ladder",
              "vllm_trainer_timing")
@@ -188,7 +188,8 @@ def test_every_method_row_builds_a_bf16_two_step_config_and_the_timing_has_the_0
     assert body == 24 * (2 * 896 * 896 + 2 * 896 * 128 + 3 * 896 * 4864 + 2 * 896) + 896 == 357_870_464
     seen = {}
     monkeypatch.setattr(gpu_training, "shape_model", lambda folder, shape: folder / "m")
-    monkeypatch.setattr(suite, "bench_trainer", lambda *a, **kw: seen.update(args=a, **kw) or {"bf16": {}})
+    monkeypatch.setattr(suite, "bench_trainer",
+                        lambda *a, both, **kw: seen.update(args=a, **both._asdict(), **kw) or {"bf16": {}})
     out = gpu_training.timing(tmp_path, "qwen2.5-0.5b", 4, 1, use_cpu=False)
     assert out["completions_per_step"] == 64 and out["shape"]["hidden"] == 896
     assert seen["extra_args"] == {"max_completion_length": 128, "generation_kwargs": {"min_new_tokens": 128}}

@@ -30,7 +30,7 @@ from grpolab.tracking.stores import setup_lock
 from grpolab.studies.storage import default_storage, open_storage
 from grpolab.studies.coordinator import run_study
 from grpolab.studies.study_run import StudyRun
-from grpolab.studies.trials import _report
+from grpolab.studies.trials import ClaimedTrial, _report
 from grpolab.studies.definition import load_study
 from grpolab.tracking.recorder import tracking_uri
 
@@ -360,7 +360,7 @@ def test_a_live_worker_whose_trial_was_reaped_reports_nothing(tmp_path):
     assert heartbeat.lost.wait(timeout=10)
     with pytest.raises(TrialReaped):
         abort_if_lost(heartbeat)
-    _report(study, trial, heartbeat, state, "complete", TrialState.COMPLETE, values=[0.5])
+    _report(ClaimedTrial(study, trial, heartbeat, state), "complete", TrialState.COMPLETE, values=[0.5])
     assert study.get_trials(deepcopy=False)[0].state == TrialState.FAIL
     assert "outcome" not in study.get_trials(deepcopy=False)[0].user_attrs
     assert client.get_run(run.info.run_id).info.status == "KILLED"

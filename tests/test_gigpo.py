@@ -17,7 +17,7 @@ from grpolab.algorithms.kl import kl_estimate
 from grpolab.experiment.config import build_config
 from grpolab.envs import EnvContractError, checked_step
 from grpolab.envs.base import Episode
-from grpolab.envs.rollout import episode_metrics, run_episodes
+from grpolab.envs.rollout import Play, episode_metrics, run_episodes
 from grpolab.envs.trainer_rollout import EpisodeRollout
 from grpolab.errors import ConfigError
 from grpolab.method.registry import METHODS
@@ -196,7 +196,7 @@ class _NeverEnds:
 def test_an_episode_that_never_ends_is_truncated_at_max_turns_and_counted():
     from grpolab.world.models import build_model
     model, tokenizer = build_model("tiny", 0)
-    episodes = run_episodes(model, tokenizer, _NeverEnds, ["s0:"] * 4, [0] * 4, max_turns=5, action_tokens=2)
+    episodes = run_episodes(model, tokenizer, _NeverEnds, ["s0:"] * 4, [0] * 4, Play(max_turns=5, action_tokens=2))
     assert [e.turns for e in episodes] == [5] * 4 and all(e.truncated for e in episodes)
     assert episode_metrics(episodes)["episode/truncated"] == 4.0
     for e in episodes:   # every token is the model's or the environment's, never both

@@ -182,7 +182,7 @@ def test_a_rung_is_judged_on_its_largest_complete_planned_look():
     n and mean and named in its why; rung c, whose look 2 is complete, on all 12."""
     import numpy as np
 
-    from grpolab.analysis.ablation import ladder_table
+    from grpolab.analysis.ablation import SequentialLooks, ladder_table
     from grpolab.analysis.ladder_verdicts import judged_seeds
     from grpolab.studies.definition import Objective, Rung, StudyConfig
     cfg = StudyConfig(name="x", kind="ladder", path="x", base={}, seeds=tuple(range(100, 112)),
@@ -194,17 +194,18 @@ def test_a_rung_is_judged_on_its_largest_complete_planned_look():
     values.update({(1, s): base[s] + 0.05 + rng.normal(0, 0.01) for s in range(100, 112)})
     values.update({(2, s): values[(1, s)] + rng.normal(0, 0.01) for s in range(100, 112)})
     rows = _planned_ladder_rows(values)
-    frame = ladder_table(rows, cfg, 0, None, 0.975, 2, (6, 12))
+    frame = ladder_table(rows, cfg, 0, None, SequentialLooks(0.975, 2, (6, 12)))
     first = [values[(1, s)] - values[(0, s)] for s in range(100, 106)]
     assert frame.n.tolist() == [9, 12, 12] and frame.pairs.tolist()[1:] == [6, 12]
     assert frame.delta_vs_prev[1] == pytest.approx(np.mean(first))
     assert "judged on the 6 seeds of look 1; 3 more paired seed(s) beyond it not judged" in frame.why[1]
     assert "beyond it" not in frame.why[2]
-    unplanned = ladder_table(rows, cfg, 0, None, 0.975, 2)   # no plan: every complete pair
+    unplanned = ladder_table(rows, cfg, 0, None, SequentialLooks(0.975, 2))   # no plan: every complete pair
     assert unplanned.pairs[1] == 9
     done = rows[~((rows.rung == 0) & (rows.seed == 101))]   # look 1 itself incomplete: its complete pairs
     assert judged_seeds(done, (0, 1), cfg.seeds, (6, 12)).look == -1
-    assert "look 1 is incomplete for this pair (5 of its 6 seeds" in ladder_table(done, cfg, 0, None, 0.975, 2, (6, 12)).why[1]
+    assert "look 1 is incomplete for this pair (5 of its 6 seeds" in ladder_table(
+        done, cfg, 0, None, SequentialLooks(0.975, 2, (6, 12))).why[1]
 
 
 CLAIM_STUDIES = ("clip_higher_entropy", "gspo_clipping", "dr_grpo_length", "dynamic_sampling_efficiency",

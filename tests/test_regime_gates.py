@@ -285,7 +285,7 @@ def test_both_dapo_ladders_gate_every_rung_by_the_same_scale_free_rule():
 def test_salvage_continues_only_truncated_samples_to_twice_the_cap_and_scores_the_whole_answer():
     """Cap 4: two of four samples reach it; continued from prompt + prefix, one of them ends with
     the right answer (the prefix and its continuation are judged together), so the rate is 1/2."""
-    from grpolab.world.generation import evaluate, salvaged
+    from grpolab.world.generation import EvalOptions, evaluate, salvaged
     from grpolab.world.tasks import Example
 
     class Sums:
@@ -308,9 +308,9 @@ def test_salvage_continues_only_truncated_samples_to_twice_the_cap_and_scores_th
     assert salvaged(sampler, Sums(), [ex] * 4, ["12", "7", "1234", "99"], [4, 1, 4, 2], 4, 1.0) == (2, 1)
     assert calls[-1] == (["q:12", "q:1234"], 1, 4)                           # 4 more tokens: twice the cap
     calls.clear()
-    result = evaluate(None, None, Sums(), [ex], 4, sampler=sampler, max_new_tokens=4, salvage=True)
+    result = evaluate(None, None, Sums(), [ex], EvalOptions(4, max_new_tokens=4, salvage=True), sampler=sampler)
     assert result.truncated == 2 and result.salvage_rate == 0.5 and len(calls) == 3
-    plain = evaluate(None, None, Sums(), [ex], 4, sampler=sampler, max_new_tokens=4)
+    plain = evaluate(None, None, Sums(), [ex], EvalOptions(4, max_new_tokens=4), sampler=sampler)
     assert math.isnan(plain.salvage_rate) and plain.truncated == 0 and len(calls) == 5   # no salvage call
 
 
@@ -319,7 +319,7 @@ def test_salvage_moves_no_random_draw_of_the_evaluation_or_of_training():
     draw and the generator state left for training are the same with salvage on or off."""
     import torch
 
-    from grpolab.world.generation import evaluate
+    from grpolab.world.generation import EvalOptions, evaluate
     from grpolab.world.tasks import Example
 
     class Sums:
@@ -335,8 +335,8 @@ def test_salvage_moves_no_random_draw_of_the_evaluation_or_of_training():
     runs = []
     for salvage in (False, True):
         torch.manual_seed(7)
-        result = evaluate(None, None, Sums(), [Example(prompt=f"q{i}:", answer="5") for i in range(8)], 4,
-                          sampler=sampler, max_new_tokens=4, batch_prompts=2, salvage=salvage)
+        result = evaluate(None, None, Sums(), [Example(prompt=f"q{i}:", answer="5") for i in range(8)],
+                          EvalOptions(4, max_new_tokens=4, batch_prompts=2, salvage=salvage), sampler=sampler)
         runs.append((result.pass_at_1, torch.rand(1).item()))
     assert runs[0] == runs[1] and result.truncated > 0
 

@@ -20,6 +20,7 @@ from transformers import TrainerCallback
 from grpolab.errors import ConfigError
 from grpolab.experiment import checkpoints
 from grpolab.experiment.config import build_config
+from grpolab.experiment.run_identity import RunIdentity
 from grpolab.experiment.runner import run_experiment
 from grpolab.studies.objectives import check_metric, objective_value
 from grpolab.tracking.held_out import EVAL_KEYS
@@ -58,7 +59,7 @@ def runs(tmp_path_factory):
         run_experiment(cfg, state, callbacks=[StopAfterFirstCheckpoint()], on_run=started.append)
     (run_id,) = started
     resumed_from = checkpoints.checkpoint_step(checkpoints.find_resumable(state, run_id))
-    resumed = run_experiment(cfg, state, resume_run_id=run_id)
+    resumed = run_experiment(cfg, state, RunIdentity(resume_run_id=run_id))
     assert resumed.run_id == run_id and resumed.steps == STEPS
     return undisturbed, resumed, resumed_from
 
@@ -114,7 +115,7 @@ def test_a_save_cut_short_resumes_from_the_previous_checkpoint_and_ends_equal(ru
         (2, "checkpoint-2", None), (4, "checkpoint-4", cut)]
     ckpt = checkpoints.check_resume(tmp_path, run_id, cfg.resolved())
     assert checkpoints.resume_note(ckpt) == f"resuming from checkpoint-2 (step 2); not from the newer checkpoint-4 ({cut})"
-    resumed = run_experiment(cfg, tmp_path, resume_run_id=run_id)
+    resumed = run_experiment(cfg, tmp_path, RunIdentity(resume_run_id=run_id))
     assert resumed.evals == undisturbed.evals
     for metric in METRICS:
         assert objective_value(metric, resumed.evals, resumed.train_curves) == \
@@ -153,7 +154,7 @@ def test_a_run_stopped_after_its_last_checkpoint_resumes_without_training_past_i
         run_experiment(cfg, tmp_path, callbacks=[StopAfterLastCheckpoint()], on_run=started.append)
     (run_id,) = started
     assert checkpoints.checkpoint_step(checkpoints.find_resumable(tmp_path, run_id)) == STEPS
-    resumed = run_experiment(cfg, tmp_path, resume_run_id=run_id)
+    resumed = run_experiment(cfg, tmp_path, RunIdentity(resume_run_id=run_id))
     assert resumed.steps == STEPS
     assert resumed.evals == undisturbed.evals                    # the final evaluation too: same weights, same draws
     assert sorted(resumed.train_curves) == sorted(undisturbed.train_curves)

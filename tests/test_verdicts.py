@@ -244,9 +244,9 @@ def test_ladder_table_verdict_column_tests_the_published_direction_per_rung():
 
 
 def test_verdict_panel_scales_by_smallest_effect_and_marks_the_published_direction():
-    from grpolab.report.verdict_page import seed_figure, verdict_figure
-    fig = verdict_figure(["entropy", "tokens"], [0.04, -30.0], [0.01, -50.0], [0.07, -10.0], [0.02, 10.0],
-                         ["increase", "decrease"], ["reproduced", "reproduced"], "t")
+    from grpolab.report.verdict_page import VerdictItems, seed_figure, verdict_figure
+    fig = verdict_figure(VerdictItems(["entropy", "tokens"], [0.04, -30.0], [0.01, -50.0], [0.07, -10.0], [0.02, 10.0],
+                                      ["increase", "decrease"], ["reproduced", "reproduced"]), "t")
     effect, published = fig.data
     assert list(effect.x) == pytest.approx([2.0, -3.0])                       # effect / smallest effect
     assert list(effect.error_x.array) == pytest.approx([1.5, 2.0])            # (high - mean) / delta

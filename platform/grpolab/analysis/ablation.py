@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
@@ -36,19 +37,28 @@ def ladder_rows(study, cfg: StudyConfig, objective: int = 0) -> pd.DataFrame:
     return rows[["rung", "seed", "state", "value", "run_id", "trial"]].reset_index(drop=True)
 
 
+class SequentialLooks(NamedTuple):
+    """How a ladder's verdicts were planned (``studies.verdict_plan``, ``studies.plan_looks``): each
+    look's level, the number of planned looks, and their seed counts (() without a sequential plan)."""
+    level: float = 0.95
+    looks: int = 1
+    plan: tuple[int, ...] = ()
+
+
 def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state: Path | None = None,
-                 level: float = 0.95, looks: int = 1, plan: tuple[int, ...] = (), draws: dict | None = None) -> pd.DataFrame:
+                 sequential: SequentialLooks = SequentialLooks(), draws: dict | None = None) -> pd.DataFrame:
     """Per rung: mean over seeds with its t-interval (censored values at their budget, counted),
     the paired delta against the previous rung with the verdict's interval, label, reason, Holm
     p-value, familywise label, precondition check and regime gates (``ladder_verdicts``: the same numbers the
     dashboard shows); a fragile label is marked (``strength``).
-    ``plan``: a sequential plan's looks; the delta then uses the paired seeds its verdict judged
+    ``sequential.plan``: a sequential plan's looks; the delta then uses the paired seeds its verdict judged
     (n and mean count every complete row). ``draws``: a re-scored metric's evaluation draws per rung.
     An ``equal_tokens`` column (the secondary line at equal generated tokens) only where a rung has one."""
     from grpolab.analysis.equal_tokens import equal_tokens_text
     from grpolab.analysis.ladder_verdicts import rung_verdicts
     from grpolab.analysis.strength import shown_label
     from grpolab.analysis.verdicts import family_text, holm_text
+    level, looks, plan = sequential
     rows, verdicts = rung_verdicts(rows, cfg, objective, state, level, looks, plan, draws)
     out = []
     for i, rung in enumerate(cfg.rungs):

@@ -11,6 +11,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -216,13 +217,21 @@ def judge_family(claims: list[Claim], state: Path, storage_url: str | None) -> l
     return results
 
 
+class AddedSeeds(NamedTuple):
+    """Whether seeds are added until every claim is decided (``--until-decided``), up to how many
+    (``--max-seeds``), and how many per look (``--batch``)."""
+    until_decided: bool = False
+    max_seeds: int | None = None
+    batch: int = 2
+
+
 def run_claims(names: list[str] | None, state: Path, storage_url: str | None, workers: int, echo=print,
-               until_decided: bool = False, max_seeds: int | None = None, batch: int = 2, publish=None) -> list[ClaimResult]:
+               added: AddedSeeds = AddedSeeds(), publish=None) -> list[ClaimResult]:
     """Validate every claim first, register them, run each needed study's missing rows once, then
-    judge; with ``until_decided``, add seeds and look again (docs/studies.md,
+    judge; with ``added.until_decided``, add seeds and look again (docs/studies.md,
     "grpolab.analysis.claim_runs"). ``publish`` is passed to each study run (``run_study``)."""
     claims = [load_claim(p) for p in claim_files(names)]      # bad claims stop here, before any training
-    looks = _plan_looks(claims, until_decided, max_seeds, batch)
+    looks = _plan_looks(claims, *added)
     Path(state).mkdir(parents=True, exist_ok=True)
     register_claims(claims, state, storage_url)
     if not looks:

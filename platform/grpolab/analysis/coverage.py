@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 from scipy import stats
@@ -103,13 +104,21 @@ def coverage_table(reps: int = 4000, level: float = 0.95) -> list[dict]:
     return [coverage(name, n, reps, level) for name in GENERATORS for n in SEED_COUNTS]
 
 
-def sequential_error(start: int, batch: int, max_seeds: int, reps: int = 20_000, level: float = 0.95,
-                     adjusted: bool = True, seed: int = 0, df_draw=None) -> float:
+class SeedSchedule(NamedTuple):
+    """A sequential plan's looks: at ``start`` seeds, then every ``batch`` more, up to ``max_seeds``."""
+    start: int
+    batch: int
+    max_seeds: int
+
+
+def sequential_error(schedule: SeedSchedule, reps: int = 20_000, level: float = 0.95, adjusted: bool = True,
+                     seed: int = 0, df_draw=None) -> float:
     """Probability that some planned look's interval excludes the true mean 0 (a false 'direction
     holds' either way). Normal differences unless ``df_draw(rng, shape)`` is given."""
+    max_seeds = schedule.max_seeds
     rng = np.random.default_rng(seed)
     x = df_draw(rng, (reps, max_seeds)) if df_draw else rng.normal(0.0, 1.0, (reps, max_seeds))
-    looks = planned_looks(start, batch, max_seeds)
+    looks = planned_looks(*schedule)
     per_look = sequential_level(level, len(looks)) if adjusted else level
     wrong = np.zeros(reps, bool)
     for n in looks:
@@ -159,14 +168,25 @@ def _ladder_noise(rng, rows: str, shape) -> np.ndarray:
     raise ValueError(f"rows: {rows!r}; valid: normal, t3, skewed (gamma 2)")
 
 
-def ladder_plan_error(effects, sd: float = 0.048, looks=LADDER_LOOKS, delta: float = 0.02, max_rows: int | None = 340,
-                      reps: int = 4000, seed: int = 0, rows: str = "normal", per_look_level: float | None = None) -> dict:
-    """A ladder of len(effects) + 1 rungs run as ``until_decided`` runs it: rows x[r, s] = sum of the
+class LadderPlan(NamedTuple):
+    """How a ladder decides: paired seeds at each look, the smallest effect that matters, the cap
+    on rows run, and the per-look level (None: 1 - 0.05/K over the K looks)."""
+    looks: tuple = LADDER_LOOKS
+    delta: float = 0.02
+    max_rows: int | None = 340
+    per_look_level: float | None = None
+
+
+def ladder_plan_error(effects, sd: float = 0.048, plan: LadderPlan = LadderPlan(), reps: int = 4000, seed: int = 0,
+                      rows: str = "normal") -> dict:
+    """A ladder of len(effects) + 1 rungs run as ``until_decided`` runs it (``plan``: looks ``looks``,
+    smallest effect ``delta``, at most ``max_rows`` rows): rows x[r, s] = sum of the
     first r effects + noise (paired sd ``sd``); look j judges each rung on the seeds of the last look
     its pair ran, at 1 - 0.05/K (or ``per_look_level``); the next look runs ``rows_needed`` of the
     undecided rungs unless it would pass ``max_rows``. Returns the rates, over ``reps`` ladders, of
     a wrong decided label on each rung, on any rung, and on any rung's familywise label (the
     Bonferroni label at 1 - 0.05/(rungs x K) on the same seeds), with the mean rows run."""
+    looks, delta, max_rows, per_look_level = plan
     rng, k, truth = np.random.default_rng(seed), len(effects), np.asarray(effects, float)
     x = np.cumsum(np.concatenate([np.zeros(1), truth]))[None, :, None] + sd * _ladder_noise(rng, rows, (reps, k + 1, looks[-1]))
     d = x[:, 1:] - x[:, :-1]                                             # (reps, k, seeds)
@@ -229,5 +249,6 @@ if __name__ == "__main__":
     print(markdown(coverage_table()))
     for start, batch, top in ((5, 1, 20), (8, 2, 16), (8, 4, 24)):
         print(f"sequential start {start} batch {batch} max {top}: adjusted "
-              f"{sequential_error(start, batch, top):.4f}, naive {sequential_error(start, batch, top, adjusted=False):.4f}")
+              f"{sequential_error(SeedSchedule(start, batch, top)):.4f}, "
+              f"naive {sequential_error(SeedSchedule(start, batch, top), adjusted=False):.4f}")
     print(markdown_ladder())

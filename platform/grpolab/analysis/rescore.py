@@ -23,7 +23,7 @@ from grpolab.experiment.runner import run_splits
 from grpolab.experiment.vllm_eval import SavedModelVllm, uses_vllm
 from grpolab.tasks import make_task
 from grpolab.tracking.naming import flat_keys, state_relative
-from grpolab.tracking.recorder import RunRecorder, client_for
+from grpolab.tracking.recorder import RunLink, RunRecorder, client_for
 from grpolab.world.models import load_model
 
 OVERRIDES = ("n", "temperature", "top_p", "max_tokens", "size", "seed")
@@ -224,7 +224,8 @@ def record(state: Path, run_id: str | None, step: int, model_dir: Path, specs: l
     tags = {"grpolab.eval.of_run": run_id, "grpolab.eval.step": step, "grpolab.eval.benchmarks": names,
             "grpolab.eval.model": state_relative(model_dir, state)}
     params = {"benchmarks": {s["name"]: flat_keys({k: v for k, v in s.items() if k != "name"}) for s in specs}}
-    with RunRecorder(state, experiment, f"eval {names} @ step {step}", tags, params, parent_run_id=run_id) as recorder:
+    with RunRecorder(state, experiment, f"eval {names} @ step {step}", tags, params,
+                     link=RunLink(parent_run_id=run_id)) as recorder:
         recorder.log_metrics(metrics, step=step)
         nested = recorder.run_id
     return nested

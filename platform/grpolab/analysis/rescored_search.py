@@ -36,6 +36,16 @@ class PickedTrials(NamedTuple):
     beside: str | None      # the study objective it re-measures (its training-time column), or None
 
 
+class RescoreContext(NamedTuple):
+    """A study's trials read under one re-scored metric: how it reads them (``spec``, the settings
+    ``choice``) and where their runs live (what its ``grpolab eval`` command names)."""
+    spec: RescoredSpec
+    cfg: StudyConfig
+    choice: tuple | None
+    state: Path
+    storage_url: str | None
+
+
 def rescored_trials(frame: pd.DataFrame, cfg: StudyConfig, state: Path, text: str, study_path: str,
                     storage_url: str | None = None, pruned_at: dict | None = None) -> PickedTrials:
     """``frame`` (search_table: one row per trial) with each trial's re-scored value under ``text``;
@@ -55,8 +65,9 @@ def rescored_trials(frame: pd.DataFrame, cfg: StudyConfig, state: Path, text: st
     index = borrowed_objective(cfg, spec)
     beside = cfg.objectives[index].metric if index is not None else None
     order = cfg.objectives[index].direction if index is not None else "maximize"
-    reasons = [missing_reason(spec, cfg, choice, run, trial_status(st, (pruned_at or {}).get(t)), values.get(run),
-                              state, storage_url) for run, st, t in zip(frame.run_id, frame.state, frame.trial)]
+    context = RescoreContext(spec, cfg, choice, state, storage_url)
+    reasons = [missing_reason(context, run, trial_status(st, (pruned_at or {}).get(t)), values.get(run))
+               for run, st, t in zip(frame.run_id, frame.state, frame.trial)]
     out = frame.copy()
     at = list(out.columns).index(beside if beside else cfg.objectives[-1].metric) + 1
     out.insert(at, spec.label, [values[run].value if reason == "" else math.nan
@@ -125,11 +136,11 @@ def lacking_model(spec: RescoredSpec, folder: Path) -> tuple[str, list[int]]:
     return ("" if final else "no final model"), steps
 
 
-def missing_reason(spec: RescoredSpec, cfg: StudyConfig, choice: tuple, run, status: str, value,
-                   state: Path, storage_url: str | None) -> str:
+def missing_reason(context: RescoreContext, run, status: str, value) -> str:
     """'' for a trial with its re-scored value, else why it has none: the model it lacks (a pruned,
     failed or running trial keeps no final model), with a checkpoint's qualified metric where it kept
     one, or the command that re-scores it."""
+    spec, cfg, choice, state, storage_url = context
     if not isinstance(run, str) or not run:
         return f"not re-scored: {status}, the trial has no MLflow run"
     if value is not None:

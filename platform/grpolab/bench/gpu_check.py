@@ -7,6 +7,7 @@ Detail: docs/clusters-and-gpus.md, "grpolab.bench.gpu_check".
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.metadata
 import importlib.util
@@ -143,13 +144,21 @@ def colocate_llm_kwargs(gpu_memory_utilization: float = 0.3) -> dict:
             "logprobs_mode": "processed_logprobs", "quantization": None, "trust_remote_code": False}
 
 
-def gpu_report(out: Path, state: Path, model_dir: str | None = None, steps: int = 4, repeats: int = 1,
-               probe: GpuProbe | None = None, methods: list[str] | None = None,
-               timing_shape: str = "qwen2.5-0.5b") -> dict:
-    """Every check into one report dict, written to ``out`` as JSON. ``methods``: the method rows
-    (default every registered runnable method); ``timing_shape``: a key of gpu_training.SHAPES."""
+@dataclass(frozen=True)
+class GpuChecks:
+    """What the GPU checks run: the model (None: a tiny Llama built for them), the micro-ladder's
+    and the timing's steps and repeats, the method rows, and the timed model shape."""
+    model_dir: str | None = None
+    steps: int = 4
+    repeats: int = 1
+    methods: list[str] | None = None        # None: every registered runnable method
+    timing_shape: str = "qwen2.5-0.5b"      # a key of gpu_training.SHAPES
+
+
+def gpu_report(out: Path, state: Path, checks: GpuChecks = GpuChecks(), probe: GpuProbe | None = None) -> dict:
+    """Every check (``checks``) into one report dict, written to ``out`` as JSON."""
     probe = probe_cuda() if probe is None else probe
-    methods = gpu_training.runnable_methods() if methods is None else methods
+    methods = gpu_training.runnable_methods() if checks.methods is None else checks.methods
     report: dict = {"report": str(out), "ran_on": {"torch": probe.torch, "cuda": probe.cuda,
                                                    "devices": list(probe.names)}, "versions": versions()}
     if not probe.count:
@@ -165,16 +174,17 @@ def gpu_report(out: Path, state: Path, model_dir: str | None = None, steps: int 
         report["gpu"] = {"status": "ok", "count": probe.count, "names": list(probe.names),
                          "memory_gib": list(probe.memory_gib),
                          "training_on": "cpu (faked GPU)" if probe.use_cpu else "cuda"}
-        _run_checks(report, probe, state, Path(tempfile.mkdtemp(prefix="grpolab-doctor-")), model_dir, steps,
-                    repeats, methods, timing_shape)
+        _run_checks(report, probe, state, Path(tempfile.mkdtemp(prefix="grpolab-doctor-")),
+                    dataclasses.replace(checks, methods=methods))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str))
     return report
 
 
-def _run_checks(report: dict, probe: GpuProbe, state: Path, folder: Path, model_dir: str | None, steps: int,
-                repeats: int, methods: list[str], timing_shape: str) -> None:
+def _run_checks(report: dict, probe: GpuProbe, state: Path, folder: Path, checks: GpuChecks) -> None:
     """The checks of a machine with CUDA: transformers' first, then vLLM's when vLLM is installed."""
+    model_dir, steps, repeats, methods, timing_shape = (checks.model_dir, checks.steps, checks.repeats, checks.methods,
+                                                        checks.timing_shape)
     model = functools.cache(lambda: _model(folder, model_dir))   # built once, by the first check that needs it
     for key in methods:
         _check(report, f"method:{key}", lambda: gpu_training.train_method(key, state, use_cpu=probe.use_cpu), probe)

@@ -167,13 +167,13 @@ def shape_model(folder: Path, shape: Shape) -> Path:
 def timing(folder: Path, shape_name: str, steps: int, repeats: int, use_cpu: bool, vllm: bool = False) -> dict:
     """Seconds per optimizer step of stock TRL and grpolab, bf16, 64 completions a step, on
     ``SHAPES[shape_name]``; ``vllm``: both generate with vLLM colocate."""
-    from grpolab.bench.suite import bench_trainer
+    from grpolab.bench.suite import BothTrainers, bench_trainer
     shape = SHAPES[shape_name]
     extra: dict = {"max_completion_length": shape.completion_tokens}
     if shape.fixed_length:
         extra["generation_kwargs"] = {"min_tokens" if vllm else "min_new_tokens": shape.completion_tokens}
     if vllm:
         extra.update(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3, vllm_enable_sleep_mode=False)
-    out = bench_trainer(shape_name, steps, repeats, use_cpu=use_cpu, precisions=("bf16",), dropin=False,
-                        extra_args=extra, model_dir=shape_model(folder, shape))
+    out = bench_trainer(shape_name, steps, repeats, precisions=("bf16",), dropin=False,
+                        both=BothTrainers(use_cpu, extra, shape_model(folder, shape)))
     return {"shape": vars(shape), "completions_per_step": 64, "generation": "vllm" if vllm else "transformers", **out}

@@ -10,6 +10,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 from transformers import TrainerCallback
 from transformers.trainer_callback import PrinterCallback
@@ -77,14 +78,21 @@ def _alternate(make_pair, repeats: int) -> dict:
     return {"stock_trl_s_per_step": stock, "grpolab_s_per_step": mine, "ratio": mine / stock}
 
 
-def bench_trainer(preset: str, steps: int, repeats: int, use_cpu: bool = True, precisions=("fp32", "bf16"),
-                  dropin: bool = True, extra_args: dict | None = None, model_dir: Path | None = None) -> dict:
+class BothTrainers(NamedTuple):
+    """Settings given to the stock and the grpolab trainer alike: the GPU check's (bench/gpu_training.py)."""
+    use_cpu: bool = True
+    extra_args: dict | None = None    # GRPOConfig arguments, e.g. vLLM colocate, a completion length
+    model_dir: Path | None = None     # a saved model instead of the preset's
+
+
+def bench_trainer(preset: str, steps: int, repeats: int, precisions=("fp32", "bf16"), dropin: bool = True,
+                  both: BothTrainers = BothTrainers()) -> dict:
     """GrpoLabTrainer(method="grpo") against stock GRPOTrainer (loss_type grpo, beta 0.04) on the
     same data and weights, in fp32 (what runs train in on CPU: ``train.dtype`` defaults to fp32)
     and in bf16 autocast (GRPOConfig's own default, emulated on CPUs); then the drop-in on TRL's
-    quickstart script (``bench_dropin``). ``use_cpu`` False, ``extra_args`` (e.g. vLLM colocate,
-    a completion length) and ``model_dir`` (a saved model instead of ``preset``'s): the GPU check's
-    settings (bench/gpu_training.py), given to both trainers alike."""
+    quickstart script (``bench_dropin``). ``both``: ``use_cpu`` False, ``extra_args`` and ``model_dir``,
+    given to both trainers alike."""
+    use_cpu, extra_args, model_dir = both
     import datasets
     from trl import GRPOConfig, GRPOTrainer
 

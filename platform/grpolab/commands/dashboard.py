@@ -58,14 +58,14 @@ def parse(args) -> DashboardOptions:
 
 def execute(options: DashboardOptions) -> int:
     shared.check_stores(options.state, options.storage)
-    from grpolab.report.dashboard import build_dashboard, default_output_name
+    from grpolab.report.dashboard import PageView, build_dashboard, default_output_name
     from grpolab.state import state_dir
     state = state_dir(options.state)
     run_ids = list(options.run_ids)
     name = default_output_name(options.path, run_ids, options.layout, options.x or "steps", options.seeds or "band")
     out = Path(options.out) if options.out else state / "dashboards" / name
-    path = build_dashboard(state, out, options.path, run_ids, options.layout, options.storage, x=options.x,
-                           seeds=options.seeds, plotlyjs=options.plotlyjs)
+    path = build_dashboard(state, out, options.path, run_ids, PageView(options.layout, options.x, options.seeds),
+                           options.storage, plotlyjs=options.plotlyjs)
     parent = shared.parent_run_id(options.study, state, options.storage) if options.study is not None else None
     note = ""
     if parent:   # the study's parent run shows the latest page of this view

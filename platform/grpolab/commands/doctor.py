@@ -41,7 +41,7 @@ def parse(args) -> DoctorOptions:
 
 
 def execute(options: DoctorOptions) -> int:
-    from grpolab.bench.gpu_check import any_failed, gpu_report, summary_lines, versions
+    from grpolab.bench.gpu_check import GpuChecks, any_failed, gpu_report, summary_lines, versions
     from grpolab.state import state_dir
     if not options.gpu:
         print("versions: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in versions().items()))
@@ -49,7 +49,7 @@ def execute(options: DoctorOptions) -> int:
         return 0
     state = state_dir(options.state)
     out = Path(options.out) if options.out else state / "doctor" / f"gpu-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    report = gpu_report(out, state, options.model, options.steps)
+    report = gpu_report(out, state, GpuChecks(options.model, options.steps))
     for line in summary_lines(report):
         print(line)
     return 1 if any_failed(report) else 0   # a GPU machine that cannot run grpolab fails `make gpu-check`

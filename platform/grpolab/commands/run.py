@@ -46,6 +46,7 @@ def execute(options: RunOptions) -> int:
     cfg = options.config
     check_stores(state_path(options.state))   # fail fast (seconds, nothing written) on an unreachable store
     from grpolab.experiment.progress import TrainProgress
+    from grpolab.experiment.run_identity import RunIdentity
     from grpolab.experiment.runner import run_experiment
     state = state_dir(options.state)
     prepare_stores(state)   # a fresh MLflow database is created once, under the setup lock
@@ -56,7 +57,8 @@ def execute(options: RunOptions) -> int:
               "seed, then is cached in the state folder) ...", file=sys.stderr, flush=True)
     resume = _resume_target(options, state) if options.resume or options.resume_run else None
     bar = TrainProgress()
-    result = run_experiment(cfg, state, callbacks=[bar], eval_hook=bar.on_eval, on_run=announce, resume_run_id=resume)
+    result = run_experiment(cfg, state, RunIdentity(resume_run_id=resume), callbacks=[bar], eval_hook=bar.on_eval,
+                            on_run=announce)
     if int(os.environ.get("RANK", "0")) != 0:
         return 0   # several processes: one run, one summary (rank 0 holds the MLflow run and the evals)
     print(json.dumps(_summary(result, state), indent=2))

@@ -57,7 +57,7 @@ def parse(args) -> VerdictsOptions:
 
 def execute(options: VerdictsOptions) -> int:
     shared.check_stores(options.state, options.storage)
-    from grpolab.analysis.claim_runs import judge_family, run_claims
+    from grpolab.analysis.claim_runs import AddedSeeds, judge_family, run_claims
     from grpolab.report.publish import record_study_tables
     from grpolab.report.verdict_page import claims_count, render_verdicts, write_claims_dashboard
     from grpolab.state import state_dir
@@ -70,9 +70,9 @@ def execute(options: VerdictsOptions) -> int:
         if options.no_run:
             results = judge_family(list(options.claims), state, options.storage)
         else:
+            added = AddedSeeds(options.until_decided, options.max_seeds, options.batch)
             results = run_claims(list(options.names), state, options.storage, options.workers, echo=note,
-                                 until_decided=options.until_decided, max_seeds=options.max_seeds,
-                                 batch=options.batch, publish=record_study_tables)
+                                 added=added, publish=record_study_tables)
     table = render_verdicts(results, options.format)
     sys.stdout.write(table if table.endswith("\n") else table + "\n")
     sys.stdout.flush()

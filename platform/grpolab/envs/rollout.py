@@ -8,15 +8,26 @@ sequence ends with the model's last action, so every trained token is the model'
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from grpolab.envs.base import Episode, checked_reset, checked_step, initial_state_key
 
 
+class Play(NamedTuple):
+    """How episodes are played: at most ``max_turns`` turns of at most ``action_tokens`` tokens
+    each, sampled at ``temperature`` or greedy."""
+    max_turns: int
+    action_tokens: int
+    temperature: float = 1.0
+    greedy: bool = False
+
+
 @torch.no_grad()
-def run_episodes(model, tokenizer, make_env, prompts: list[str], seeds: list[int], max_turns: int,
-                 action_tokens: int, temperature: float = 1.0, greedy: bool = False) -> list[Episode]:
-    """Run one episode per (prompt, seed) pair, all in lockstep; returns them in order."""
+def run_episodes(model, tokenizer, make_env, prompts: list[str], seeds: list[int], play: Play) -> list[Episode]:
+    """Run one episode per (prompt, seed) pair, all in lockstep, as ``play`` says; returns them in order."""
+    max_turns = play.max_turns
     envs = [make_env() for _ in prompts]
     episodes = []
     for env, prompt, seed in zip(envs, prompts, seeds):
@@ -33,7 +44,7 @@ def run_episodes(model, tokenizer, make_env, prompts: list[str], seeds: list[int
             if not active:
                 break
             actions = _generate_turn(model, tokenizer, [prompt_ids[i] + episodes[i].completion_ids for i in active],
-                                     action_tokens, temperature, greedy)
+                                     play.action_tokens, play.temperature, play.greedy)
             for i, action_ids in zip(active, actions):
                 _advance(episodes[i], envs[i], tokenizer, action_ids, max_turns)
     finally:

@@ -139,9 +139,9 @@ class EpisodeTask:
         from grpolab.world.generation import EvalResult
         prompts = [e.prompt for e in examples for _ in range(k)]
         seeds = [e.meta["env_seed"] for e in examples for _ in range(k)]
-        from grpolab.envs.rollout import run_episodes  # torch: imported when episodes run, not when a config is checked
-        run = lambda ps, ss, greedy: run_episodes(model, tokenizer, self.make_env, ps, ss, self.max_turns,  # noqa: E731
-                                                  self.params["action_tokens"], temperature, greedy)
+        from grpolab.envs.rollout import Play, run_episodes  # torch: imported when episodes run, not when a config is checked
+        run = lambda ps, ss, greedy: run_episodes(model, tokenizer, self.make_env, ps, ss, Play(  # noqa: E731
+            self.max_turns, self.params["action_tokens"], temperature, greedy))
         sampled = run(prompts, seeds, False)
         greedy = run([e.prompt for e in examples], [e.meta["env_seed"] for e in examples], True)
         self.record(sampled + greedy, tokenizer)

@@ -14,7 +14,7 @@ import torch
 
 from grpolab.algorithms import gigpo
 from grpolab.method.advantages import ADVANTAGES
-from grpolab.envs.rollout import run_episodes
+from grpolab.envs.rollout import Play, run_episodes
 
 
 class EpisodeRollout:
@@ -34,8 +34,8 @@ class EpisodeRollout:
         tokenizer = trainer.processing_class
         model = trainer.accelerator.unwrap_model(trainer.model)
         seeds = [self.by_prompt[p].meta["env_seed"] for p in prompts]
-        self.episodes = run_episodes(model, tokenizer, self.task.make_env, list(prompts), seeds, self.task.max_turns,
-                                     self.task.params["action_tokens"], trainer.args.temperature)
+        play = Play(self.task.max_turns, self.task.params["action_tokens"], trainer.args.temperature)
+        self.episodes = run_episodes(model, tokenizer, self.task.make_env, list(prompts), seeds, play)
         self.group_size = trainer.num_generations
         self.task.record(self.episodes, tokenizer)
         return {

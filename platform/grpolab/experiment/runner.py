@@ -21,6 +21,7 @@ from grpolab.experiment import checkpoints, engines, vllm_eval
 from grpolab.experiment.benchmark_runs import RunBenchmarks
 from grpolab.experiment.config import RunConfig, final_prompts, rollout_steps
 from grpolab.experiment.pretrained import model_directory, resolve_pretrained
+from grpolab.experiment.run_identity import RunIdentity
 from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.requirements import inert_settings
 from grpolab.signals import raise_if_signalled, signals_raise
@@ -30,10 +31,10 @@ from grpolab.tasks import eval_sample_rows, hub_sources, render_examples, task_o
 from grpolab.tracking.completions import HELD_OUT, accelerator_tags, open_tables
 from grpolab.tracking.held_out import CURVE_SET_KEY, HELD_OUT_METRICS, EvalSteps
 from grpolab.tracking.naming import method_tags, run_params, state_relative
-from grpolab.tracking.recorder import RunRecorder, git_commit, stored_name
+from grpolab.tracking.recorder import RunLink, RunRecorder, git_commit, stored_name
 from grpolab.trainer.dropin import MethodSettingsWarning, task_correctness
 from grpolab.trainer.estimator_inputs import needs_whole_groups
-from grpolab.world.generation import evaluate
+from grpolab.world.generation import EvalOptions, evaluate
 from grpolab.world.models import build_model, load_model, save_model
 from grpolab.world.warmstart import WarmStartConfig, warm_start
 
@@ -252,12 +253,12 @@ class _Run:
         cfg = self.cfg
         examples = self.held_out if final else self.held_out[:cfg.eval.prompts]
         k = (cfg.eval.final_k or cfg.eval.k) if final else cfg.eval.k
-        result = evaluate(self.model, self.tokenizer, self.task, examples, k, cfg.train.temperature,
-                          max_new_tokens=cfg.eval.max_completion_length, sampler=self.eval_sampler,
-                          salvage=cfg.eval.salvage,
-                          # a final set larger than the curve's also scores the curve's prompts apart: the
-                          # one point comparable with an earlier evaluation (where equal, pass@1 is it)
-                          curve_prompts=cfg.eval.prompts if final and len(examples) > cfg.eval.prompts else 0)
+        options = EvalOptions(k, cfg.train.temperature, max_new_tokens=cfg.eval.max_completion_length,
+                              salvage=cfg.eval.salvage,
+                              # a final set larger than the curve's also scores the curve's prompts apart: the
+                              # one point comparable with an earlier evaluation (where equal, pass@1 is it)
+                              curve_prompts=cfg.eval.prompts if final and len(examples) > cfg.eval.prompts else 0)
+        result = evaluate(self.model, self.tokenizer, self.task, examples, options, sampler=self.eval_sampler)
         named, named_rows = self.benchmarks.evaluate(self.task, self.model, self.tokenizer, self.eval_sampler)
         self.evals[step] = {**_eval_metrics(result), **named}
         rows = eval_sample_rows(self.task, result.samples, examples, step)
@@ -273,24 +274,22 @@ class _Run:
             self.eval_hook(step, self.evals[step])  # e.g. Optuna's report / prune
 
 
-def run_experiment(cfg: RunConfig, state: Path | None = None, parent_run_id: str | None = None,
-                   extra_tags: dict | None = None, callbacks: list | None = None,
-                   on_trainer=None, eval_hook=None, on_run=None, run_name: str | None = None,
-                   resume_run_id: str | None = None) -> RunResult:
+def run_experiment(cfg: RunConfig, state: Path | None = None, identity: RunIdentity = RunIdentity(),
+                   callbacks: list | None = None, on_trainer=None, eval_hook=None, on_run=None) -> RunResult:
     """Train one experiment end to end and record it; returns its result (raises on failure,
-    after the MLflow run has been ended FAILED or KILLED). ``resume_run_id``: continue that
-    MLflow run from its newest complete checkpoint (checkpoints.py).
+    after the MLflow run has been ended FAILED or KILLED). ``identity``: the MLflow run it records
+    into; its ``resume_run_id`` continues that run from its newest complete checkpoint (checkpoints.py).
 
     Phases: load the training stack, open the run, prepare the model and data, build the trainer,
     train, finish."""
     _load_training_stack()
     raise_if_signalled()   # one deferred inside a store call before this row: it never opens a run
-    run = _open_run(cfg, Path(state or default_state_dir()), parent_run_id, extra_tags, run_name, resume_run_id)
+    run = _open_run(cfg, Path(state or default_state_dir()), identity)
     run.eval_hook = eval_hook
     if run.recorder and on_run is not None:
         on_run(run.recorder.run_id)
     with (run.recorder or contextlib.nullcontext()), signals_raise():
-        _tag_settings(run, resume_run_id is not None)
+        _tag_settings(run, identity.resume_run_id is not None)
         dataset, train, ws_record, model_dir = _prepare(run)
         trainer, callback = _build_trainer(run, dataset, train, callbacks)
         if on_trainer is not None:
@@ -309,18 +308,19 @@ def _load_training_stack() -> None:
     freeze_training_stack()
 
 
-def _open_run(cfg: RunConfig, state: Path, parent_run_id, extra_tags, run_name, resume_run_id) -> _Run:
+def _open_run(cfg: RunConfig, state: Path, identity: RunIdentity) -> _Run:
     """The task, the MLflow run (rank 0 only: several processes log one run) and the run folder."""
     task = task_of(cfg.task)
+    resume_run_id = identity.resume_run_id
     recorder = None
     resume_from = checkpoints.check_resume(state, resume_run_id, cfg.resolved()) if resume_run_id else None
     resume_step = checkpoints.checkpoint_step(resume_from) if resume_from else None  # (rotation may delete it later)
     if resume_from is not None and _rank() == 0:   # a study row's worker log says it too
         log.info("run %s: %s", resume_run_id, checkpoints.resume_note(resume_from))
     if cfg.tracking.enabled and _rank() == 0:
-        recorder = RunRecorder(state, cfg.tracking.experiment, run_name or f"{cfg.name}-s{cfg.seed}",
-                               {**_run_tags(cfg, task), **(extra_tags or {})}, run_params(cfg),
-                               cfg.tracking.flush_every, parent_run_id, resume_run_id=resume_run_id)
+        recorder = RunRecorder(state, cfg.tracking.experiment, identity.run_name or f"{cfg.name}-s{cfg.seed}",
+                               {**_run_tags(cfg, task), **(identity.extra_tags or {})}, run_params(cfg),
+                               cfg.tracking.flush_every, RunLink(identity.parent_run_id, resume_run_id))
     out_dir = checkpoints.run_dir(state, checkpoints.shared_run_folder(recorder.run_id if recorder else None))
     if resume_from is None and _rank() == 0:
         checkpoints.write_config(out_dir, cfg.resolved())

@@ -15,6 +15,7 @@ from __future__ import annotations
 import html
 import json
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -78,10 +79,18 @@ def default_output_name(study_path: str | None, run_ids: list[str] | None, layou
     return "-".join(parts) + ".html"
 
 
+class PageView(NamedTuple):
+    """How a dashboard shows its runs: a layout file (None: the default layout), and the x-axis
+    and seed view that override the layout's own when set."""
+    layout_path: str | None = None
+    x: str | None = None        # steps, tokens or seconds (data.X_AXES)
+    seeds: str | None = None    # band, lines or both (SEED_VIEWS)
+
+
 def build_dashboard(state: Path, out: Path, study_path: str | None = None, run_ids: list[str] | None = None,
-                    layout_path: str | None = None, storage_url: str | None = None, x: str | None = None,
-                    seeds: str | None = None, plotlyjs: str = "inline") -> Path:
-    """Read the study's (or chosen) runs and write the page; ``x`` / ``seeds`` override the layout."""
+                    view: PageView = PageView(), storage_url: str | None = None, plotlyjs: str = "inline") -> Path:
+    """Read the study's (or chosen) runs and write the page as ``view`` says."""
+    layout_path, x, seeds = view
     layout = load_layout(layout_path)
     if x is not None:
         check_choice("x", x, data.X_AXES)

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from grpolab.analysis.ablation import ladder_rows, ladder_table, load_results, search_table
+from grpolab.analysis.ablation import SequentialLooks, ladder_rows, ladder_table, load_results, search_table
 from grpolab.analysis.compute_hours import add_hours_column, add_run_hours
 from grpolab.analysis.rescored import is_rescored, parse_rescored, rescored_rows
 from grpolab.analysis.rescored_search import PickedTrials, rescored_trials
@@ -38,7 +38,7 @@ def ladder_view(path: str, state: Path, storage_url: str | None, objective: int 
     cfg, study = load_results(path, state, storage_url)
     level, looks, _ = verdict_plan(study)
     rows = ladder_rows(study, cfg, objective)
-    frame = ladder_table(rows, cfg, objective, state, level, looks, plan_looks(study))
+    frame = ladder_table(rows, cfg, objective, state, SequentialLooks(level, looks, plan_looks(study)))
     frame = add_hours_column(frame, rows, state)   # each rung's measured GPU-hours (CPU-hours on a CPU machine)
     return LadderView(frame, ladder_caption(cfg, objective, state, level, study), level)
 
@@ -115,7 +115,7 @@ def rescored_view(cfg: StudyConfig, study, state: Path, storage_url: str | None,
     from grpolab.studies.storage import plan_looks, verdict_plan
     picked = rescored_rows(ladder_rows(study, cfg), cfg, state, metric, cfg.path, storage_url)
     level, looks, _ = verdict_plan(study)
-    frame = ladder_table(picked.rows, picked.cfg, 0, state, level, looks, plan_looks(study), picked.draws)
+    frame = ladder_table(picked.rows, picked.cfg, 0, state, SequentialLooks(level, looks, plan_looks(study)), picked.draws)
     frame = add_hours_column(frame, picked.rows, state)
     frame.insert(0, "metric", f"{picked.cfg.objectives[0].metric} (re-scored: {picked.settings})")
     caption = ladder_caption(picked.cfg, 0, state, level, study)

@@ -9,6 +9,7 @@ marked with a triangle. The per-seed panel shows the paired differences themselv
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import pandas as pd
 import plotly.graph_objects as go
@@ -108,8 +109,20 @@ def render_verdicts(results, fmt: str = "markdown") -> str:
     return markdown_table(frame) + "\n\n" + family_statement(results) + "\n"
 
 
-def verdict_figure(labels: list[str], means, lows, highs, deltas, directions, verdicts, title: str) -> go.Figure:
+class VerdictItems(NamedTuple):
+    """What a verdict panel draws: one entry per item (a claim, a rung) in every list."""
+    labels: list[str]
+    means: list[float]        # the paired difference's mean
+    lows: list[float]         # its interval's ends
+    highs: list[float]
+    deltas: list[float]       # the smallest effect that matters (the unit of the x-axis)
+    directions: list[str]     # the published direction: increase, decrease or none
+    verdicts: list[str]       # the label shown beside the point
+
+
+def verdict_figure(items: VerdictItems, title: str) -> go.Figure:
     """Effect and CI per item in units of its smallest effect; zero line; published direction marked."""
+    labels, means, lows, highs, deltas, directions, verdicts = items
     scale = [d if d and d > 0 else 1.0 for d in deltas]
     x = [m / s for m, s in zip(means, scale)]
     err_hi = [(h - m) / s for h, m, s in zip(highs, means, scale)]
@@ -154,10 +167,10 @@ def claim_sections(results) -> list[tuple[str, go.Figure]]:
     labels = [r.claim.name for r in results]
     v = [r.verdict for r in results]
     deltas = [r.claim.smallest_effect for r in results]
-    return [("Verdicts", verdict_figure(labels, [x.mean for x in v], [x.low for x in v], [x.high for x in v], deltas,
-                                        [r.claim.direction for r in results], [x.verdict for x in v],
-                                        f"Claims: toy effect with {'/'.join(sorted({x.interval for x in v}))} CI and its "
-                                        "label (red: published direction)")),
+    items = VerdictItems(labels, [x.mean for x in v], [x.low for x in v], [x.high for x in v], deltas,
+                         [r.claim.direction for r in results], [x.verdict for x in v])
+    return [("Verdicts", verdict_figure(items, f"Claims: toy effect with {'/'.join(sorted({x.interval for x in v}))} "
+                                               "CI and its label (red: published direction)")),
             ("Per-seed paired differences", seed_figure(labels, [x.differences for x in v], deltas,
                                                        "Per-seed paired differences (treatment - control)"))]
 
@@ -189,10 +202,10 @@ def ladder_sections(state, study_path: str, storage_url: str | None) -> list[tup
     labels = [cfg.rungs[r.rung].name for r in steps]
     deltas = [cfg.objectives[0].smallest_effect] * len(steps)
     verdicts = [r.verdict for r in steps]
-    return [("Rung verdicts", verdict_figure(labels, [v.mean for v in verdicts], [v.low for v in verdicts],
-                                             [v.high for v in verdicts], deltas, [r.direction for r in steps],
-                                             [shown_label(v) for v in verdicts],
-                                             f"Each rung vs the previous: paired difference, {100 * level:.4g}% paired t CI, label "
-                                             "(units of the smallest effect; red: published direction)")),
+    items = VerdictItems(labels, [v.mean for v in verdicts], [v.low for v in verdicts], [v.high for v in verdicts],
+                         deltas, [r.direction for r in steps], [shown_label(v) for v in verdicts])
+    return [("Rung verdicts", verdict_figure(items, f"Each rung vs the previous: paired difference, {100 * level:.4g}% "
+                                                    "paired t CI, label (units of the smallest effect; red: published "
+                                                    "direction)")),
             ("Per-seed rung differences", seed_figure(labels, [v.differences for v in verdicts], deltas,
                                                      "Per-seed paired difference vs the previous rung"))]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import optuna
 
+from grpolab.experiment.run_identity import RunIdentity
 from grpolab.signals import signals_raise
 from grpolab.studies import ranks
 from grpolab.studies.definition import load_study, quiet_build
@@ -76,8 +77,8 @@ def run_rank(spec_path: str) -> None:
     beat = ranks.RankBeat(row_dir if rank == 0 else None)
     with signals_raise():
         try:
-            result = run_row(exp, Path(spec["state"]), spec["parent_run_id"], spec["tags"], spec["run_name"],
-                              spec["resume_run_id"], beat, on_run, prune_trial, spec["metric"])
+            identity = RunIdentity(spec["parent_run_id"], spec["tags"], spec["run_name"], spec["resume_run_id"])
+            result = run_row(exp, Path(spec["state"]), identity, beat, on_run, prune_trial, spec["metric"])
         except PrunedRun as exc:
             if rank == 0:
                 ranks.write_atomic(row_dir / ranks.RESULT, json.dumps({"pruned": str(exc)}))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpolab.errors import ConfigError
+from grpolab.experiment.run_identity import RunIdentity
 from grpolab.studies.heartbeat import abort_if_lost
 from grpolab.studies.objectives import objective_value
 
@@ -15,10 +16,10 @@ class PrunedRun(Exception):
     grpolab_status = "KILLED"
 
 
-def run_row(exp, state: Path, parent_run_id: str, tags: dict, run_name: str, resume_run_id, heartbeat, on_run,
-             prune_trial=None, metric: str = ""):
-    """Train one row's run (in this process, or as one rank of several); ``prune_trial``: report
-    the partial objective at each evaluation and stop the run when Optuna prunes it."""
+def run_row(exp, state: Path, identity: RunIdentity, heartbeat, on_run, prune_trial=None, metric: str = ""):
+    """Train one row's run (in this process, or as one rank of several) into the MLflow run
+    ``identity`` names; ``prune_trial``: report the partial objective at each evaluation and stop
+    the run when Optuna prunes it."""
     from grpolab.experiment.runner import run_experiment
     seen: dict[int, dict] = {}   # the history so far, for the pruner
     trainers: list = []
@@ -37,9 +38,9 @@ def run_row(exp, state: Path, parent_run_id: str, tags: dict, run_name: str, res
             if prune_trial.should_prune():
                 raise PrunedRun(f"pruned at step {step}")
 
-    return run_experiment(exp, state, parent_run_id=parent_run_id, extra_tags=tags, run_name=run_name,
-                          eval_hook=report, on_trainer=lambda t: (trainers.append(t), heartbeat.progressed()),
-                          on_run=on_run, callbacks=[abort_callback(heartbeat)], resume_run_id=resume_run_id)
+    return run_experiment(exp, state, identity, eval_hook=report,
+                          on_trainer=lambda t: (trainers.append(t), heartbeat.progressed()),
+                          on_run=on_run, callbacks=[abort_callback(heartbeat)])
 
 
 def abort_callback(heartbeat):

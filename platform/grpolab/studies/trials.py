@@ -12,11 +12,13 @@ import logging
 import math
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
+from grpolab.experiment.run_identity import RunIdentity
 from grpolab.signals import (RunKilled, forget_signals, raise_if_signalled, signal_behind, signal_pending,
                              signals_raise)
 from grpolab.studies.study_config import StudyConfig, quiet_build
@@ -45,6 +47,15 @@ def metric_value(metric: str, result) -> float:
     return objective_value(metric, result.evals, result.train_curves)
 
 
+class ClaimedTrial(NamedTuple):
+    """A trial this worker claimed, with what its row reports through: the study it belongs to,
+    its heartbeat, and the state folder its runs live in."""
+    study: optuna.Study
+    trial: optuna.Trial
+    heartbeat: Heartbeat
+    state: Path
+
+
 def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run_id: str, procs_per_row: int = 1,
                   storage_url: str | None = None) -> bool:
     """Run one trial; False when a ladder has no waiting row left. The trial is claimed with a
@@ -62,38 +73,39 @@ def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run
             study.set_user_attr(f"spurious_{trial.number}", True)
             return False
         heartbeat = Heartbeat(trial)
+        claim = ClaimedTrial(study, trial, heartbeat, state)
         raise_if_signalled()   # a signal deferred inside the claim's store calls: hand the row back now
     except BaseException:
         _hand_back_claim(study, trial)
         raise
     try:
         with running_trial(trial.number):
-            values = _train_trial(study, cfg, trial, state, parent_run_id, heartbeat, procs_per_row, storage_url)
+            values = _train_trial(claim, cfg, parent_run_id, procs_per_row, storage_url)
     except PrunedRun:
-        _report(study, trial, heartbeat, state, "pruned", TrialState.PRUNED)
+        _report(claim, "pruned", TrialState.PRUNED)
     except (TrialReaped, RowTimedOut) as exc:   # handed back: its run is KILLED, the next row goes on
         log.warning("%s", exc)
     except (KeyboardInterrupt, SystemExit, RunKilled):
         forget_signals()   # this is the signal's exception: the unwinding must not raise it again
-        _report(study, trial, heartbeat, state, "interrupted", TrialState.FAIL)
+        _report(claim, "interrupted", TrialState.FAIL)
         raise
     except Exception as exc:  # noqa: BLE001 - recorded on the trial and in MLflow, the study goes on
         # a library turned the signal's raise into this error (Optuna's journal lock), or a store write
         # failed while the row unwound from the signal (a locked MLflow database): interrupted, not an error
         behind = signal_behind(exc)
         if signal_pending() or behind is not None:
-            _report(study, trial, heartbeat, state, "interrupted", TrialState.FAIL)
+            _report(claim, "interrupted", TrialState.FAIL)
             raise_if_signalled(exc)
             raise type(behind)(*behind.args) from exc
-        _report(study, trial, heartbeat, state, "error", TrialState.FAIL, error=f"{type(exc).__name__}: {exc}"[:2000])
+        _report(claim, "error", TrialState.FAIL, error=f"{type(exc).__name__}: {exc}"[:2000])
         log.error("trial %d failed: %s", trial.number, exc)
     else:
         undefined = _nan_objectives(cfg, values)
         if undefined:   # Optuna would FAIL a NaN silently, and the row would read interrupted, re-queued forever
-            _report(study, trial, heartbeat, state, "error", TrialState.FAIL, error=undefined)
+            _report(claim, "error", TrialState.FAIL, error=undefined)
             log.error("trial %d failed: %s", trial.number, undefined)
         else:
-            _report(study, trial, heartbeat, state, "complete", TrialState.COMPLETE, values=values)
+            _report(claim, "complete", TrialState.COMPLETE, values=values)
     finally:
         heartbeat.stop()
     return True
@@ -119,8 +131,9 @@ def _nan_objectives(cfg: StudyConfig, values: list[float]) -> str | None:
     return f"objective {', '.join(undefined)} is NaN for this run: the row has no value to report"
 
 
-def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str, heartbeat,
-                 procs_per_row: int = 1, storage_url: str | None = None) -> list[float]:
+def _train_trial(claim: ClaimedTrial, cfg: StudyConfig, parent_run_id: str, procs_per_row: int = 1,
+                 storage_url: str | None = None) -> list[float]:
+    study, trial, heartbeat, state = claim
     data, labels = cfg.study_kind.trial_experiment(cfg, trial)   # a ladder row or a sampled search point
     exp = quiet_build(data)
 
@@ -157,7 +170,7 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
         result = run_on_ranks(procs_per_row, spec, heartbeat, on_run, cfg.launcher.accelerate_config,
                               exp.train.dtype)
     else:
-        result = run_row(exp, state, parent_run_id, tags, run_name, resume_run_id, heartbeat, on_run,
+        result = run_row(exp, state, RunIdentity(parent_run_id, tags, run_name, resume_run_id), heartbeat, on_run,
                           trial if prunes else None, cfg.objectives[0].metric)
     if "eval/pass_at_1" in result.final_eval:   # for the progress lines (rows.latest_finished)
         try:
@@ -167,9 +180,10 @@ def _train_trial(study, cfg: StudyConfig, trial, state: Path, parent_run_id: str
     return objective_values(cfg, result)
 
 
-def _report(study, trial, heartbeat, state: Path, outcome: str, trial_state, values=None, error=None) -> None:
+def _report(claim: ClaimedTrial, outcome: str, trial_state, values=None, error=None) -> None:
     """Stop the heartbeat, then report. If a reaper finished the trial first (this worker was
     presumed dead), nothing is reported and the trial's runs end KILLED: the row was handed back."""
+    study, trial, heartbeat, state = claim
     heartbeat.stop()
     try:
         if error is not None:

@@ -9,7 +9,7 @@ from grpolab.errors import ConfigError, did_you_mean
 from grpolab.tasks.answers import make_extractor, make_grader
 from grpolab.tasks.prompting import Prompting
 from grpolab.tasks.rewards import parse_rewards
-from grpolab.tasks.verified import VerifiedTask, eval_sample_rows, log_eval_samples  # noqa: F401 - re-exported
+from grpolab.tasks.verified import Grading, VerifiedTask, eval_sample_rows, log_eval_samples  # noqa: F401 - re-exported
 from grpolab.world import tasks as toy
 
 _SHARED = {"template": "{prompt}", "system": None, "chat": "auto", "extract": None, "regex": None, "grade": None,
@@ -27,7 +27,7 @@ from grpolab.envs import (
     make_env_task,
 )
 from grpolab.method.spec import with_reward_weights
-from grpolab.tasks.sources import LocalSource, ReasoningGymSource
+from grpolab.tasks.sources import LocalSource, ReasoningGymSource, RowFields
 
 TASK_NAMES = (*toy.TASKS, *SOURCES, *ENVS)
 
@@ -62,14 +62,14 @@ def make_task(name: str, **params):
     grader = make_grader(merged["grade"], float(tolerance))
     prompting = Prompting(merged["template"], merged["system"], merged["chat"])
     rewards = parse_rewards(merged["rewards"])
-    return VerifiedTask(name, merged, source, prompting, extractor, merged["grade"], grader, rewards,
+    return VerifiedTask(name, merged, source, prompting, Grading(extractor, merged["grade"], grader), rewards,
                         _max_length(merged, source))
 
 
 def _source(name: str, p: dict):
     if name == "local_dataset":
-        return LocalSource(p["path"], p["prompt_field"], p["answer_field"], p["eval_fraction"], p["split"],
-                           p["reference_extract"], p["revision"], p["config"], p["held_out"])
+        fields = RowFields(p["prompt_field"], p["answer_field"], p["reference_extract"])
+        return LocalSource(p["path"], fields, p["eval_fraction"], p["split"], p["revision"], p["config"], p["held_out"])
     return ReasoningGymSource(p["dataset"], p["config"])
 
 

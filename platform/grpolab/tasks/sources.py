@@ -14,6 +14,7 @@ import lzma
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from grpolab.errors import ConfigError
 from grpolab.hub import HubRef, looks_like_hub_id
@@ -212,6 +213,14 @@ def _check_reference_extract(value, key: str) -> None:
                           "last_number, answer_tag")
 
 
+class RowFields(NamedTuple):
+    """Which columns of a dataset's rows hold the prompt and the answer, and how the reference
+    answer is read from the answer column (``reference_extract``)."""
+    prompt_field: str = "prompt"
+    answer_field: str = "answer"
+    reference_extract: str = "none"
+
+
 class LocalSource:
     """Rows of a local dataset or a hub dataset. The held-out set is a seeded ``eval_fraction``
     of them, or, with ``held_out``, another dataset, config or split (e.g. AIME 2024 held out
@@ -219,15 +228,15 @@ class LocalSource:
     yet in the cache is read when the run starts (after its download); otherwise the rows are
     read and checked now, before any model loads."""
 
-    def __init__(self, path: str, prompt_field: str = "prompt", answer_field: str = "answer",
-                 eval_fraction: float = 0.1, split: str | None = None, reference_extract: str = "none",
-                 revision: str | None = None, config: str | None = None, held_out: dict | str | None = None):
+    def __init__(self, path: str, fields: RowFields = RowFields(), eval_fraction: float = 0.1,
+                 split: str | None = None, revision: str | None = None, config: str | None = None,
+                 held_out: dict | str | None = None):
         if not isinstance(eval_fraction, (int, float)) or not 0 < float(eval_fraction) < 1:
             raise ConfigError(f"task.eval_fraction: must be strictly between 0 and 1, got {eval_fraction!r}")
-        _check_reference_extract(reference_extract, "task")
-        make_extractor(reference_extract)
+        _check_reference_extract(fields.reference_extract, "task")
+        make_extractor(fields.reference_extract)
         self.rows = locate_rows(path, split, config, revision, "task")
-        self.fields = (prompt_field, answer_field, reference_extract)
+        self.fields = fields
         self.held_out = self._held_out(held_out, path, config, revision) if held_out is not None else None
         self.eval_fraction = float(eval_fraction)
         self._examples: list[Example] | None = None
@@ -250,11 +259,10 @@ class LocalSource:
         if (rows.path, rows.split, rows.config) == (self.rows.path, self.rows.split, self.rows.config):
             raise ConfigError("task.held_out: names the training rows themselves; give another split, config or path "
                               "(or leave held_out out: a seeded eval_fraction of the rows is held out)")
-        prompt_field, answer_field, reference_extract = (raw.get(k, v) for k, v in zip(
-            ("prompt_field", "answer_field", "reference_extract"), self.fields))
-        _check_reference_extract(reference_extract, "task.held_out")
-        make_extractor(reference_extract)
-        return rows, (prompt_field, answer_field, reference_extract)
+        fields = RowFields(*(raw.get(k, v) for k, v in zip(RowFields._fields, self.fields)))
+        _check_reference_extract(fields.reference_extract, "task.held_out")
+        make_extractor(fields.reference_extract)
+        return rows, fields
 
     def _load(self) -> None:
         if self._examples is not None:

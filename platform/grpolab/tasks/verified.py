@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import random
+from typing import Callable, NamedTuple
 
 from grpolab.errors import ConfigError
 from grpolab.tasks.prompting import Prompting
@@ -20,14 +21,23 @@ log = logging.getLogger(__name__)
 _CACHE_LIMIT = 8192
 
 
+class Grading(NamedTuple):
+    """How a completion is judged: ``extract`` reads its answer (None: no answer), then ``grader``
+    compares it with the reference, or, with ``kind`` task, the source's own scorer does."""
+    extract: Callable[[str], str | None]
+    kind: str          # task.grade: math, numeric, exact or task
+    grader: Callable[[str, str], bool]
+
+
 class VerifiedTask:
-    def __init__(self, name: str, params: dict, source, prompting: Prompting, extractor, grade_kind: str,
-                 grader, rewards: list[Reward], max_completion_length: int):
-        if grade_kind == "task" and not hasattr(source, "scorer"):
+    def __init__(self, name: str, params: dict, source, prompting: Prompting, grading: Grading,
+                 rewards: list[Reward], max_completion_length: int):
+        if grading.kind == "task" and not hasattr(source, "scorer"):
             raise ConfigError("task.grade: task (the source's own scorer) is only valid for reasoning_gym; "
                               "use math, numeric or exact")
         self.name, self.params, self.source, self.prompting = name, params, source, prompting
-        self.extract, self.grade_kind, self.grader, self.rewards = extractor, grade_kind, grader, rewards
+        self.extract, self.grade_kind, self.grader = grading
+        self.rewards = rewards
         self.max_completion_length = max_completion_length
         self.reward_names = tuple(r.label for r in rewards)
         self.reward_weights = tuple(r.weight for r in rewards)

@@ -14,6 +14,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import NamedTuple
 
 import mlflow
 from mlflow.entities import Metric, Param, RunTag
@@ -140,11 +141,19 @@ def git_commit() -> str:
         return "unknown"
 
 
+class RunLink(NamedTuple):
+    """Where a recorded run sits: a new run (a child of ``parent_run_id`` when set) or, with
+    ``resume_run_id``, that existing run continued."""
+    parent_run_id: str | None = None
+    resume_run_id: str | None = None
+
+
 class RunRecorder:
     """One MLflow run. Use as a context manager: the exit decides the final status."""
 
     def __init__(self, state_dir: Path, experiment: str, run_name: str, tags: dict, params: dict,
-                 flush_every: int = 20, parent_run_id: str | None = None, resume_run_id: str | None = None):
+                 flush_every: int = 20, link: RunLink = RunLink()):
+        parent_run_id, resume_run_id = link
         self.client = client_for(state_dir)
         self.experiment_id = ensure_experiment(self.client, experiment, state_dir)
         self.stored_points: dict[tuple[str, int], float] = {}   # resumed run: points already in the store

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -22,11 +23,39 @@ class EvalResult:
     curve_pass_at_1: float = math.nan   # with curve_prompts: pass@1 over the first curve_prompts prompts only
 
 
-@torch.no_grad()
+@dataclass(frozen=True)
+class EvalOptions:
+    """How a held-out evaluation samples and what it measures besides pass@1 / pass@k."""
+    k: int                              # samples per prompt
+    temperature: float = 1.0
+    batch_prompts: int = 64             # prompts per generate call
+    keep_samples: int = 8               # (prompt, completion, correct) rows kept for inspection
+    max_new_tokens: int | None = None   # completion cap; None: the task's own limit
+    salvage: bool = False               # also the salvage rate (``salvaged``)
+    curve_prompts: int = 0              # P > 0: also pass@1 over the first P prompts only
+
+
+class Decoding(NamedTuple):
+    """How ``generate`` draws: n samples per prompt, or one greedy completion."""
+    n: int
+    max_new_tokens: int
+    temperature: float = 1.0
+    greedy: bool = False
+    top_p: float = 1.0
+
+
 def sample(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int,
-           temperature: float = 1.0, greedy: bool = False, top_p: float = 1.0) -> tuple[list[str], list[int]]:
+           temperature: float = 1.0, top_p: float = 1.0) -> tuple[list[str], list[int]]:
     """n completions per prompt (prompt-major order) and their token lengths (EOS counted);
     ``top_p`` < 1 samples from the nucleus (named benchmarks' decoding)."""
+    return generate(model, tokenizer, prompts, Decoding(n, max_new_tokens, temperature, top_p=top_p))
+
+
+@torch.no_grad()
+def generate(model, tokenizer, prompts: list[str], decoding: Decoding) -> tuple[list[str], list[int]]:
+    """Completions per prompt (prompt-major order) as ``decoding`` says and their token lengths
+    (EOS counted); greedy draws one per prompt whatever ``decoding.n``."""
+    greedy, top_p, temperature = decoding.greedy, decoding.top_p, decoding.temperature
     was_training = model.training
     model.eval()
     batch = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left")
@@ -34,8 +63,8 @@ def sample(model, tokenizer, prompts: list[str], n: int, max_new_tokens: int,
     out = model.generate(
         **batch, do_sample=not greedy, temperature=temperature if not greedy else None,
         top_k=0 if not greedy else None, top_p=top_p if not greedy and top_p < 1 else None,
-        max_new_tokens=max_new_tokens,
-        num_return_sequences=1 if greedy else n, pad_token_id=tokenizer.pad_token_id,
+        max_new_tokens=decoding.max_new_tokens,
+        num_return_sequences=1 if greedy else decoding.n, pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
     )
     model.train(was_training)
@@ -54,36 +83,35 @@ def decode_completions(tokenizer, rows: list[list[int]]) -> tuple[list[str], lis
     return texts, lengths
 
 
-def evaluate(model, tokenizer, task: Task, examples: list[Example], k: int,
-             temperature: float = 1.0, batch_prompts: int = 64, keep_samples: int = 8,
-             max_new_tokens: int | None = None, sampler=None, salvage: bool = False,
-             curve_prompts: int = 0) -> EvalResult:
-    """pass@1, pass@k, greedy accuracy and mean length on ``examples``. ``max_new_tokens`` is the
-    completion cap; a trained run passes its own training cap so that it is judged on completions
+def evaluate(model, tokenizer, task: Task, examples: list[Example], options: EvalOptions,
+             sampler=None) -> EvalResult:
+    """pass@1, pass@k, greedy accuracy and mean length on ``examples``, sampled as ``options`` says.
+    ``max_new_tokens`` is the completion cap; a trained run passes its own training cap so that it is judged on completions
     of the length it learned to produce (default: the task's own limit, e.g. for the warm start).
     ``sampler(prompts, n, max_new_tokens, temperature, greedy=False) -> (texts, lengths)`` draws
     the completions (default: transformers ``generate`` on ``model``; vllm_eval.py: the vLLM
     engine training samples with). ``salvage``: also the salvage rate (``salvaged``).
     ``curve_prompts`` P > 0: also pass@1 over the first P examples only, sum_{p<P} c_p / (P k), the
     value on the prompts the evaluations before the final one score (``curve_pass_at_1``)."""
+    k, temperature, keep_samples = options.k, options.temperature, options.keep_samples
     if hasattr(task, "evaluate"):   # multi-turn tasks run whole episodes (grpolab.envs)
         if sampler is not None:
             raise NotImplementedError(f"held-out episodes of task {task.name!r} run with transformers only, not vLLM")
-        if salvage:
+        if options.salvage:
             raise NotImplementedError(f"eval.salvage: task {task.name!r} runs multi-turn episodes, which have no "
                                       "single completion to continue; set eval.salvage: false")
         return task.evaluate(model, tokenizer, examples, k, temperature, keep_samples)
-    cap = max_new_tokens or task.max_completion_length
+    cap = options.max_new_tokens or task.max_completion_length
     if sampler is None:
         def sampler(prompts, n, max_new, temp=1.0, greedy=False):
-            return sample(model, tokenizer, prompts, n, max_new, temp, greedy)
+            return generate(model, tokenizer, prompts, Decoding(n, max_new, temp, greedy))
     correct_counts, lengths, greedy_hits, samples, cut, saved = [], [], 0, [], 0, 0
-    for start in range(0, len(examples), batch_prompts):
-        chunk = examples[start:start + batch_prompts]
+    for start in range(0, len(examples), options.batch_prompts):
+        chunk = examples[start:start + options.batch_prompts]
         prompts = [e.prompt for e in chunk]
         texts, lens = sampler(prompts, k, cap, temperature)
         lengths.extend(lens)
-        if salvage:
+        if options.salvage:
             with _kept_rng(model):
                 n_cut, n_saved = salvaged(sampler, task, [e for e in chunk for _ in range(k)], texts, lens, cap,
                                           temperature)
@@ -97,7 +125,7 @@ def evaluate(model, tokenizer, task: Task, examples: list[Example], k: int,
         greedy_texts, _ = sampler(prompts, 1, cap, greedy=True)
         greedy_hits += sum(task.is_correct(ex, t) for ex, t in zip(chunk, greedy_texts))
     n = max(len(examples), 1)
-    curve = correct_counts[:curve_prompts]
+    curve = correct_counts[:options.curve_prompts]
     return EvalResult(
         pass_at_1=sum(correct_counts) / (n * k), pass_at_k=sum(c > 0 for c in correct_counts) / n,
         greedy_accuracy=greedy_hits / n, mean_length=sum(lengths) / max(len(lengths), 1), samples=samples,

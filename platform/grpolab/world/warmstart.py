@@ -26,7 +26,7 @@ import transformers
 
 from grpolab.errors import ConfigError
 from grpolab.signals import raise_if_signalled
-from grpolab.world.generation import evaluate
+from grpolab.world.generation import EvalOptions, evaluate
 from grpolab.world.models import PRESETS, build_model, save_model
 from grpolab.world.tasks import Task
 
@@ -151,7 +151,7 @@ def _train_to_band(model, tokenizer, task: Task, seed: int, cfg: WarmStartConfig
             loss.backward()
             opt.step()
             step += 1
-        result = evaluate(model, tokenizer, task, held_out, cfg.group_size, max_new_tokens=cap)
+        result = evaluate(model, tokenizer, task, held_out, EvalOptions(cfg.group_size, max_new_tokens=cap))
         history.append({"step": step, "loss": round(loss.item(), 4), "pass@1": result.pass_at_1, f"pass@{cfg.group_size}": result.pass_at_k})
         log.info("warm start step %d loss %.3f pass@1 %.3f", step, loss.item(), result.pass_at_1)
         if low <= result.pass_at_1 <= high and result.pass_at_k > 0:
