@@ -201,7 +201,7 @@ def clip_stats(spec, coef, A, old_logp, mask, stats) -> None:
     stats["clip/low_fraction"] = masked_mean(low, mask)
     stats["clip/high_fraction"] = masked_mean(high, mask)
     stats["clip/region_fraction"] = masked_mean(region, mask)
-    _trl_clip_stats(spec, kind, coef, A_full, low, high, mask, stats)
+    _trl_clip_stats(spec, coef, A_full, low, high, mask, stats)
     high_m = high.to(mask.dtype) * mask
     n_high = float(high_m.sum())
     stats["clip/high_old_prob"] = float((torch.exp(old_logp) * high_m).sum() / n_high) if n_high else float("nan")
@@ -209,10 +209,10 @@ def clip_stats(spec, coef, A, old_logp, mask, stats) -> None:
     stats["clip/low_old_prob_fraction"] = masked_mean(torch.exp(old_logp) < LOW_OLD_PROB, mask)
 
 
-def _trl_clip_stats(spec, kind, coef, A_full, low, high, mask, stats) -> None:
+def _trl_clip_stats(spec, coef, A_full, low, high, mask, stats) -> None:
     """TRL's own clip curves (``tracking.metric_catalog.trl_loss_keys``), as its ``_compute_loss``
     defines them."""
-    if kind == "truncate":
+    if SURROGATES[spec.surrogate].clip == "truncate":
         stats["cispo_clip_ratio"] = masked_mean((coef > 1 + spec.eps_high) & (A_full > 0), mask)
         return
     stats["clip_ratio/low_mean"] = stats["clip/low_fraction"]

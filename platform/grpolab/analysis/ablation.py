@@ -58,8 +58,8 @@ def ladder_table(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state
     from grpolab.analysis.ladder_verdicts import rung_verdicts
     from grpolab.analysis.strength import shown_label
     from grpolab.analysis.verdicts import family_text, holm_text
-    level, looks, plan = sequential
-    rows, verdicts = rung_verdicts(rows, cfg, objective, state, level, looks, plan, draws)
+    level = sequential.level
+    rows, verdicts = rung_verdicts(rows, cfg, objective, state, sequential, draws)
     out = []
     for i, rung in enumerate(cfg.rungs):
         done = rows[(rows.rung == i) & (rows.state == "COMPLETE")]

@@ -10,6 +10,7 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -21,6 +22,9 @@ from grpolab.analysis.verdicts import Verdict, paired_verdict, with_censoring, w
 from grpolab.experiment.config import EvalCfg
 from grpolab.studies.definition import StudyConfig
 from grpolab.studies.objectives import censored_value
+
+if TYPE_CHECKING:
+    from grpolab.analysis.ablation import SequentialLooks
 
 
 @dataclass(frozen=True)
@@ -123,14 +127,16 @@ def censored_rows(rows: pd.DataFrame, metric: str, histories) -> pd.DataFrame:
 
 
 def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state: Path | None = None,
-                  level: float = 0.95, looks: int = 1, plan: tuple[int, ...] = (),
+                  sequential: SequentialLooks | None = None,
                   draws: dict | None = None) -> tuple[pd.DataFrame, list[RungVerdict]]:
-    """(rows with censored values at their budget, one RungVerdict per rung >= 1); ``level`` and
-    ``looks``: a sequential plan's (``studies.verdict_plan``); ``plan``: its looks' seed counts
-    (``studies.plan_looks``), each rung then judged on its largest complete look; ``draws``: per rung
+    """(rows with censored values at their budget, one RungVerdict per rung >= 1); ``sequential``
+    (``ablation.SequentialLooks``; None: no plan, level 0.95): a sequential plan's per-look level and
+    number of looks (``studies.verdict_plan``) and its looks' seed counts (``studies.plan_looks``),
+    each rung then judged on its largest complete look; ``draws``: per rung
     the evaluation draws of a metric measured apart from the rung's evaluation (``rung_eval_noise``).
     A rung whose rows generate more tokens than its control's is also judged at equal generated
     tokens (``equal_tokens``), outside the family: it changes no familywise label."""
+    level, looks, plan = sequential if sequential is not None else (0.95, 1, ())
     obj = cfg.objectives[objective]
     histories = _Histories(state)
     rows = censored_rows(rows, obj.metric, histories)

@@ -5,7 +5,7 @@ studies/until_decided.py; the front doors hand it ``LADDER_LOOKS``."""
 from __future__ import annotations
 
 from grpolab.analysis import inference
-from grpolab.analysis.ablation import ladder_rows, load_results
+from grpolab.analysis.ablation import SequentialLooks, ladder_rows, load_results
 from grpolab.analysis.ladder_verdicts import rung_verdicts
 from grpolab.analysis.verdicts import stops
 from grpolab.errors import ConfigError
@@ -27,7 +27,8 @@ class LadderLooks:
         cfg_now, study = load_results(run.study.path, run.state, run.storage_url)
         rows = ladder_rows(study, cfg_now)
         rows = rows[rows.seed.isin(cfg_now.seeds[:n])]          # look j judges its first n_j seeds
-        verdicts = [r.verdict for r in rung_verdicts(rows, cfg_now, 0, run.state, level, len(looks), tuple(looks))[1]]
+        sequential = SequentialLooks(level, len(looks), tuple(looks))
+        verdicts = [r.verdict for r in rung_verdicts(rows, cfg_now, 0, run.state, sequential)[1]]
         return Look(len(rows), [v.verdict for v in verdicts if v is not None],
                     [i for i, v in enumerate(verdicts, 1) if v is not None and not stops(v)])
 

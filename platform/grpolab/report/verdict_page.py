@@ -14,7 +14,7 @@ from typing import NamedTuple
 import pandas as pd
 import plotly.graph_objects as go
 
-from grpolab.analysis.ablation import ladder_rows, load_results
+from grpolab.analysis.ablation import SequentialLooks, ladder_rows, load_results
 from grpolab.report.figures import titled
 from grpolab.studies.definition import load_study
 from grpolab.report.page import render_page
@@ -194,7 +194,7 @@ def ladder_sections(state, study_path: str, storage_url: str | None) -> list[tup
     from grpolab.studies.storage import plan_looks, verdict_plan
     cfg, study = load_results(study_path, state, storage_url)
     level, looks, _ = verdict_plan(study)
-    steps = [r for r in rung_verdicts(ladder_rows(study, cfg), cfg, 0, state, level, looks, plan_looks(study))[1]
+    steps = [r for r in rung_verdicts(ladder_rows(study, cfg), cfg, 0, state, SequentialLooks(level, looks, plan_looks(study)))[1]
              if r.verdict is not None]
     if not steps:
         return []
