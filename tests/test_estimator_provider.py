@@ -39,13 +39,14 @@ def toy(monkeypatch):
     seen = []
     register_estimator(Estimator(NAME, params=declare(Param("toy_alpha", "the toy's scale", low=0, high=1)),
                                  inputs=("prompt_tokens",), no_trl="a test's estimator"))
-    register_provider("prompt_tokens", Provider(_prompt_tokens))
+    register_provider("prompt_tokens", Provider(_prompt_tokens, whole_groups=True))
 
     @estimators.register(NAME)
     def toy_fn(spec, x):
-        p = x.provided["prompt_tokens"]
-        seen.append({"rewards": x.rewards.clone(), "prompt_tokens": p.clone()})
-        groups = x.rewards.view(-1, x.group_size)
+        p = x.provided["prompt_tokens"]                     # this process's rows
+        r = x.rewards if x.local_rows is None else x.rewards[x.local_rows]
+        seen.append({"rewards": r.clone(), "prompt_tokens": p.clone()})
+        groups = r.view(-1, x.group_size)
         return spec.toy_alpha * (groups - groups.mean(1, keepdim=True)).flatten() / p
     try:
         yield seen
@@ -109,3 +110,12 @@ def test_the_trainer_supplies_the_new_input_and_trains_on_the_functions_advantag
     got = sorted(zip(prompt_tokens.tolist(), advantages.tolist()))
     want = sorted(zip(call["prompt_tokens"].tolist(), expected.tolist()))
     torch.testing.assert_close(torch.tensor(got), torch.tensor(want))
+
+
+def test_compute_advantages_refuses_an_input_no_entry_names():
+    """A misspelt input keyword to an estimator that reads none is refused, not carried along unread."""
+    from grpolab import algorithms
+    from grpolab.method.spec import build_spec
+    with pytest.raises(TypeError, match="unexpected keyword 'greedy_reward': advantage=group_std names no provided"):
+        algorithms.compute_advantages(build_spec({}), torch.tensor([1.0, 0.0, 1.0, 0.0]), 2,
+                                      greedy_reward=torch.zeros(4))

@@ -44,7 +44,7 @@ def _run(mode: str, state, monkeypatch):
     # it is also the model `trl vllm-serve --model` would serve in server mode
     model_dir, _ = _resolve_model_once(cfg, make_task("addition", digits=2), state)
     vllm_double.VLLMClient.MODEL_PATH = str(model_dir)
-    monkeypatch.setattr(generation, "sample", _no_transformers_sampling)
+    monkeypatch.setattr(generation, "generate", _no_transformers_sampling)   # sample() and evaluate() draw through it
     seen, at_eval = {}, {}
 
     def compare(step, metrics):

@@ -39,8 +39,8 @@ def test_band_is_checked_at_the_runs_cap_and_the_cap_is_in_the_key(tmp_path, mon
     assert task.max_completion_length == 44
     caps = []
 
-    def fake_evaluate(model, tokenizer, task, examples, k, max_new_tokens=None, **kw):
-        caps.append(max_new_tokens)
+    def fake_evaluate(model, tokenizer, task, examples, options, **kw):
+        caps.append(options.max_new_tokens)
         return EvalResult(pass_at_1=0.3, pass_at_k=0.9, greedy_accuracy=0.3, mean_length=9.0, samples=[])
     monkeypatch.setattr(ws, "evaluate", fake_evaluate)
     at_24 = WarmStartConfig(check_every=1, eval_prompts=8, max_completion_length=24)

@@ -66,6 +66,9 @@ def compute_advantages(spec: MethodSpec, rewards: torch.Tensor, group_size: int,
     entry, estimator = ADVANTAGES[spec.advantage], ESTIMATORS[spec.advantage]
     if rewards.shape[0] % group_size:
         raise ValueError(f"{rewards.shape[0]} rewards do not split into groups of {group_size}")
+    if provided and not entry.inputs:   # a misspelt keyword must not pass as an input nobody reads
+        raise TypeError(f"compute_advantages: unexpected keyword {sorted(provided)[0]!r}: advantage={spec.advantage} "
+                        "names no provided input")
     r = rewards if entry.components else combine_rewards(rewards, spec.reward_weights)
     inputs = AdvantageInputs(r, group_size, spec.adv_eps, spec.std_unbiased, mask, token_penalty, prompt_keys,
                              tracker, local_rows, reduce, lengths, greedy_rewards, old_logp, sum_pi_squared, provided)

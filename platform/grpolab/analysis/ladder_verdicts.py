@@ -10,7 +10,6 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -22,9 +21,6 @@ from grpolab.analysis.verdicts import Verdict, paired_verdict, with_censoring, w
 from grpolab.experiment.config import EvalCfg
 from grpolab.studies.definition import StudyConfig
 from grpolab.studies.objectives import censored_value
-
-if TYPE_CHECKING:
-    from grpolab.analysis.ablation import SequentialLooks
 
 
 @dataclass(frozen=True)
@@ -127,7 +123,7 @@ def censored_rows(rows: pd.DataFrame, metric: str, histories) -> pd.DataFrame:
 
 
 def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, state: Path | None = None,
-                  sequential: SequentialLooks | None = None,
+                  sequential: tuple | None = None,
                   draws: dict | None = None) -> tuple[pd.DataFrame, list[RungVerdict]]:
     """(rows with censored values at their budget, one RungVerdict per rung >= 1); ``sequential``
     (``ablation.SequentialLooks``; None: no plan, level 0.95): a sequential plan's per-look level and

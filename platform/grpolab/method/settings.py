@@ -113,9 +113,10 @@ def param_table() -> dict[str, Param]:
     from each entry's own declaration). Built again only when an entry is added, removed or
     replaced (every spec hash and logged param reads it; building costs ~1 ms); an entry's
     settings are fixed once registered. Callers must not change the dict."""
-    keys = tuple((axis, name, id(entry)) for axis, registry in AXIS_REGISTRIES.items()
+    keys = tuple((axis, name, entry) for axis, registry in AXIS_REGISTRIES.items()
                  for name, entry in registry.items())
-    if _built.get("keys") != keys:
+    held = _built.get("keys")   # compared by identity: a new entry at a freed one's address is still new
+    if held is None or len(held) != len(keys) or any(a[:2] != b[:2] or a[2] is not b[2] for a, b in zip(held, keys)):
         _built.update(keys=keys, table=_table())
     return _built["table"]
 

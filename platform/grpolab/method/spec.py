@@ -149,10 +149,11 @@ def validate_spec(spec: MethodSpec) -> None:
     for axis, choices in AXIS_CHOICES.items():
         value = getattr(spec, axis)
         _check(value in choices, f"method.{axis}: unknown value {value!r}; valid: {', '.join(choices)}")
-    table = param_table()
-    for f in fields(spec):   # a spec class extended with a setting (a test's) checks it too
-        refusal = table[f.name].refusal(getattr(spec, f.name))
-        _check(refusal is None, refusal)
+    own = {f.name for f in fields(spec)}   # a spec class extended with a setting (a test's) checks it too
+    for name, setting in param_table().items():
+        if name in own:
+            refusal = setting.refusal(getattr(spec, name))
+            _check(refusal is None, refusal)
     _validate_pairs(spec)
     _validate_sampling(spec)
     _validate_advantage(spec, ADVANTAGES[spec.advantage])

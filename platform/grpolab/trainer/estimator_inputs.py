@@ -29,7 +29,10 @@ class PolicyTokenStats(NamedTuple):
 
 class ProviderCall(NamedTuple):
     """What a provider reads: the batch's input rows, TRL's generation output ``out`` (this
-    process's rows) and ``mask`` (n_local, T), the model tokens the estimator's baselines are over."""
+    process's rows) and ``mask`` (n_local, T), the model tokens the estimator's baselines are over.
+    A provider returns this process's rows (n_local first); an estimator reading them alongside the
+    gathered rewards takes ``AdvantageInputs.local_rows`` of those (and its provider says
+    ``whole_groups`` when it needs each group on one process)."""
     inputs: list[dict]
     out: dict
     mask: torch.Tensor
