@@ -131,23 +131,7 @@ def run_study(run: StudyRun) -> int:
     workers run as cluster jobs submitted once the rows are queued, instead of processes on this
     machine."""
     cfg, state, echo, launcher = run.study, run.state, run.echo, run.launcher
-    placement = None
-    if launcher is not None:   # every refusal (storage, flags) before anything is written or submitted
-        launcher.check(cfg, run.storage_url, run.workers, run.devices)
-    else:
-        placement = placement_for(cfg.devices, run.gpus_per_row, run.devices, run.workers)
-    per_row = placement.per_row if placement else launcher.gpus_per_row if launcher else run.gpus_per_row
-    accelerate = row_accelerate_config(run.accelerate_config, cfg.launcher, per_row)
-    if accelerate:
-        check_rows_fit(accelerate, cfg,
-                       "--accelerate-config" if run.accelerate_config else "launcher.accelerate_config")
-    if launcher is not None:
-        launcher.accelerate_config = accelerate
-    workers = placement.workers if placement else launcher.jobs if launcher else (run.workers or 1)
-    if placement is not None:
-        echo(placement.describe() + (f"; launched by accelerate with {accelerate}" if accelerate else ""))
-    if launcher is None and cfg.launcher.slurm:
-        echo("launcher.slurm: not used (the workers run on this machine; --launcher slurm submits them with it)")
+    placement, workers, accelerate = _where_rows_run(run)
     cfg.study_kind.check(cfg, echo)   # before anything runs
     storage_url = run.storage_url or default_storage(state)
     tracking = check_stores(state, storage_url)          # fail fast: nothing is written before this
@@ -179,6 +163,29 @@ def run_study(run: StudyRun) -> int:
                                pending, lambda: setup_lock(state, tracking, storage_url))
     finally:
         release(procs, go=False)   # set-up failed or was interrupted: workers never told to go are killed
+
+
+def _where_rows_run(run: StudyRun) -> tuple:
+    """(device placement or None, worker count, accelerate config or None), every refusal (storage,
+    flags, rows that do not fit) made before anything is written or submitted."""
+    cfg, launcher, placement = run.study, run.launcher, None
+    if launcher is not None:
+        launcher.check(cfg, run.storage_url, run.workers, run.devices)
+    else:
+        placement = placement_for(cfg.devices, run.gpus_per_row, run.devices, run.workers)
+    per_row = placement.per_row if placement else launcher.gpus_per_row if launcher else run.gpus_per_row
+    accelerate = row_accelerate_config(run.accelerate_config, cfg.launcher, per_row)
+    if accelerate:
+        check_rows_fit(accelerate, cfg,
+                       "--accelerate-config" if run.accelerate_config else "launcher.accelerate_config")
+    if launcher is not None:
+        launcher.accelerate_config = accelerate
+    workers = placement.workers if placement else launcher.jobs if launcher else (run.workers or 1)
+    if placement is not None:
+        run.echo(placement.describe() + (f"; launched by accelerate with {accelerate}" if accelerate else ""))
+    if launcher is None and cfg.launcher.slurm:
+        run.echo("launcher.slurm: not used (the workers run on this machine; --launcher slurm submits them with it)")
+    return placement, workers, accelerate
 
 
 TICK_FAILURES = 5   # consecutive unreadable-store ticks (2 s apart) before the coordinator gives up
