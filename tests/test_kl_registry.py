@@ -63,7 +63,7 @@ def test_a_placement_puts_the_kl_where_its_entry_says(name):
 @pytest.mark.parametrize("coef, placement", [(0.0, "loss"), (0.1, "loss"), (0.1, "reward")])
 def test_kl_ratio_correction_acts_and_is_logged_exactly_with_an_in_loss_kl(coef, placement):
     """loss_t += beta KL_t (times rho with kl_ratio_correction) is the in-loss placement's term only
-    (docs VARIANTS.md, axis 5; algorithms.policy_loss): a reward-side KL has no rho to multiply, so
+    (algorithms.policy_loss; docs/methods.md, the KL axes): a reward-side KL has no rho to multiply, so
     the setting changes the loss, holds its requirement and is logged exactly with an in-loss KL."""
     g = torch.Generator().manual_seed(0)
     logp = torch.randn(2, 3, generator=g)

@@ -35,15 +35,33 @@ def _is_metrics_table(node) -> bool:
     return isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) and node.value.attr == "_metrics"
 
 
+def _bound(tree) -> list:
+    """(name, value) of every plain or tuple assignment (``a, b = x, y`` pairs a with x)."""
+    pairs = []
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Assign):
+            for t in n.targets:
+                if isinstance(t, ast.Name):
+                    pairs.append((t.id, n.value))
+                elif isinstance(t, ast.Tuple) and isinstance(n.value, ast.Tuple) and len(t.elts) == len(n.value.elts):
+                    pairs += [(e.id, v) for e, v in zip(t.elts, n.value.elts) if isinstance(e, ast.Name)]
+    return pairs
+
+
 def _written(tree) -> list:
     """Key nodes written on a logging path: entries of ``self._metrics[mode]`` (or a name bound to
-    it), of the stats/curves dicts, of dicts returned by ``*_metrics`` functions, and of a dict
-    passed to ``log_metrics``."""
-    aliases = {t.id for n in ast.walk(tree) if isinstance(n, ast.Assign) and _is_metrics_table(n.value)
-               for t in n.targets if isinstance(t, ast.Name)}
+    it), the key of a ``record_curve(key, value)`` call (the trainer's parts log through it, or a
+    name bound to it), of the stats/curves dicts, of dicts returned by ``*_metrics`` functions, and
+    of a dict passed to ``log_metrics``."""
+    bound = _bound(tree)
+    aliases = {name for name, value in bound if _is_metrics_table(value)}
+    recorders = {name for name, value in bound if isinstance(value, ast.Attribute) and value.attr == "record_curve"}
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Subscript):
+        if isinstance(node, ast.Call) and node.args and (getattr(node.func, "attr", None) == "record_curve" or (
+                isinstance(node.func, ast.Name) and node.func.id in recorders)):
+            found.append(node.args[0])
+        elif isinstance(node, ast.Subscript):
             table = node.value
             if _is_metrics_table(table) or (isinstance(table, ast.Name) and table.id in aliases) or (
                     isinstance(table, ast.Name) and table.id in METRIC_DICTS and isinstance(node.ctx, ast.Store)):
