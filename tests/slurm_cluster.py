@@ -17,6 +17,9 @@ from pathlib import Path
 
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "sbatch", "squeue", "scancel")
 KILL_WAIT_S = 2   # SIGTERM -> SIGKILL grace when a job is cancelled; small so cancel tests are quick
+# from the OS, not the random module: a test before the fixture may have seeded the module (a
+# training run's set_seed), which gave two clusters in one process the same FirstJobId
+_RANDOM = random.SystemRandom()
 STARTUP_S = 120   # for the node to come up: ~1.5 s on an idle machine, far more on a loaded 2-core one
 
 # submitit reads job states only from `sacct`, which needs slurmdbd (and a MySQL) to answer.
@@ -73,7 +76,7 @@ def _free_ports(count: int) -> list:
     for ~40 s before giving up)."""
     ports: list = []
     while len(ports) < count:
-        port = random.randrange(10000, 32768)
+        port = _RANDOM.randrange(10000, 32768)
         with socket.socket() as s, contextlib.suppress(OSError):
             s.bind(("127.0.0.1", port))
             if port not in ports:
@@ -114,7 +117,7 @@ JobCompType=jobcomp/none
 ReturnToService=2
 KillWait={KILL_WAIT_S}
 MinJobAge=600
-FirstJobId={random.randrange(10**5, 6 * 10**7)}
+FirstJobId={_RANDOM.randrange(10**5, 6 * 10**7)}
 NodeName=localhost NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory={mem_mb * 9 // 10} State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 """
