@@ -61,10 +61,15 @@ def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run
     """Run one trial; False when a ladder has no waiting row left. The trial is claimed with a
     heartbeat (heartbeat.py) for as long as it runs. ``procs_per_row`` > 1: the row trains as that
     many processes (ranks.py), which load the study from ``storage_url`` to prune."""
-    if cfg.study_kind.queued_rows and not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+    waiting = lambda: study.get_trials(deepcopy=False, states=(TrialState.WAITING,))  # noqa: E731
+    if cfg.study_kind.queued_rows and not waiting():
         return False
     if procs_per_row == 1:   # (several: the rank processes import it, not this one)
         from grpolab.experiment import runner  # noqa: F401 - the heavy imports happen before a row is claimed, not on its clock
+        # looked at again: another worker may have claimed the last row during the import's seconds,
+        # and ask() would then open a new, row-less trial
+        if cfg.study_kind.queued_rows and not waiting():
+            return False
     trial = study.ask()
     try:
         if cfg.study_kind.queued_rows and ROW_ATTR not in trial.user_attrs:
