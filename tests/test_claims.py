@@ -174,6 +174,39 @@ def test_a_ladder_until_decided_keeps_its_level_in_the_table(tmp_path, shared_st
     assert int(rows[1]["n"]) == 4 + len(looks)
 
 
+def test_a_study_file_edited_between_looks_stops_the_next_look_before_its_rows(tmp_path, shared_state):
+    """The looks run on the definition read when they started; the file edited during look 1 (here
+    inside the judge, which a decider that never decides keeps going) refuses look 2 before any
+    of its seeds is queued, naming the file, and look 1's rows stay complete."""
+    from grpolab.studies.definition import SeedsOnDemand
+    from grpolab.studies.study_run import StudyRun
+    from grpolab.studies.until_decided import Look, run_until_decided
+    path = tmp_path / "edited_mid_looks.yaml"
+    study = tiny_two_rung_ladder(name="edited_mid_looks", seeds=[0, 1])
+    path.write_text(yaml.safe_dump(study))
+    judged = []
+
+    class NeverDecides:   # the driver's decider protocol: two looks planned, every rung left open
+        def plan(self, cfg, max_seeds, batch):
+            return [2, 3], 0.95
+
+        def judge(self, run, n, level, looks):
+            judged.append(n)
+            edited = {**study, "rungs": [study["rungs"][0], {"name": "b", "changes": {"train.learning_rate": 0.01}}]}
+            path.write_text(yaml.safe_dump(edited))   # the user edits the file while look 1 runs
+            return Look(rows=4, labels=["b: open"], open_rungs=[1])
+    run = StudyRun.of(path, shared_state, workers=1, echo=lambda line: None)
+    with pytest.raises(ConfigError, match=r"edited_mid_looks.yaml: the study file changed while --until-decided "
+                                          r"ran its looks; look 2 is not started"):
+        run_until_decided(run, SeedsOnDemand(batch=1, cap=3), NeverDecides())
+    assert judged == [2]
+    from grpolab.analysis.ablation import load_results
+    path.write_text(yaml.safe_dump(study))
+    cfg, optuna_study = load_results(str(path), shared_state, None)
+    rows = sorted((t.user_attrs["row"], t.state.name) for t in optuna_study.get_trials() if "row" in t.user_attrs)
+    assert rows == [(f"r{r}-s{s}", "COMPLETE") for r in range(2) for s in range(2)] and list(cfg.seeds) == [0, 1]
+
+
 def test_a_claim_study_with_its_own_seeds_on_demand_plan_runs_it_and_is_judged_at_its_level(tmp_path, shared_state):
     """A claim study with seeds: {first, batch, cap} (as the shipped ones): plain `verdicts` runs the
     study's registered plan, and the claim is judged on its rows at the per-look level the plan

@@ -9,7 +9,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
-from grpolab.studies.definition import SeedsOnDemand, StudyConfig
+from grpolab.errors import ConfigError
+from grpolab.studies.definition import SeedsOnDemand, StudyConfig, load_study
+from grpolab.studies.registration import definition_hash
 from grpolab.studies.study_run import StudyRun
 from grpolab.tracking.stores import init_tracking_store
 
@@ -51,6 +53,7 @@ def run_until_decided(run: StudyRun, on_demand: SeedsOnDemand, decider: LookDeci
     needed, held = None, _HeldPublish(run.publish)
     try:
         for j, n in enumerate(looks, 1):
+            _refuse_if_edited(cfg, j)
             add_seeds(cfg, storage, n, needed)
             code = run_study(replace(run, publish=held.hold if run.publish else None))
             if code:
@@ -68,6 +71,16 @@ def run_until_decided(run: StudyRun, on_demand: SeedsOnDemand, decider: LookDeci
         return code
     finally:
         held.flush()
+
+
+def _refuse_if_edited(cfg: StudyConfig, look: int) -> None:
+    """The looks run on the study as it was read when they started (the coordinator keeps that
+    definition; worker processes read the file afresh): a file edited while they run would mix two
+    definitions in one table, so the next look is refused before any of its rows is queued."""
+    if definition_hash(load_study(cfg.path)) != definition_hash(cfg):
+        raise ConfigError(f"{cfg.path}: the study file changed while --until-decided ran its looks; look {look} "
+                          "is not started, and the rows of the looks before it are kept: run the command again "
+                          "(with --accept-changed to keep those rows under the new definition), or restore the file")
 
 
 def _why_stop(look: Look, j: int, looks: list[int], n: int, max_rows: int | None) -> str:
