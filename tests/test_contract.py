@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from grpolab.experiment.config import build_config, rollout_steps
+from grpolab.experiment.config import build_config
 from grpolab.errors import ConfigError
 from grpolab.method.registry import METHODS
 from grpolab.experiment.runner import run_experiment
@@ -123,7 +123,7 @@ def test_every_registered_method_trains(key, shared_state, tmp_path):
     cap = Capture()
     result = run_experiment(cfg, shared_state, callbacks=[cap])
     # one log window per rollout (minibatches x num_iterations optimizer steps, runner.py)
-    assert result.steps == 2 and len(cap.logs) == 2 // rollout_steps(cfg.train)
+    assert result.steps == 2 and len(cap.logs) == 2 // cfg.train.rollout_steps
     for logs in cap.logs:
         assert math.isfinite(logs["loss"])
         assert logs["override/loss"] == 1.0

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from grpolab.errors import ConfigError
-from grpolab.experiment.config import apply_overrides, build_config
+from grpolab.experiment.config import build_config
+from grpolab.experiment.overrides import apply_overrides
 from grpolab.experiment.runner import run_splits, warm_start_config
 from grpolab.studies.definition import load_study
 from grpolab.world.tasks import make_task

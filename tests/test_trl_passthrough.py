@@ -97,7 +97,7 @@ def test_grpolab_defaults_yield_to_train_trl(tmp_path):
 
 def test_dotted_override_keys_reach_train_trl():
     """Ladder rung changes, search-space keys and --set all name train.trl.<field> as a dotted key."""
-    from grpolab.experiment.config import apply_overrides
+    from grpolab.experiment.overrides import apply_overrides
     cfg = build_config(apply_overrides(_data({"top_p": 1.0}), ["train.trl.top_p=0.9", "train.trl.min_p=0.05"]))
     assert cfg.train.trl == {"top_p": 0.9, "min_p": 0.05}
     with pytest.raises(ConfigError, match="train.trl.epsilon: grpolab sets this GRPOConfig field; use method"):

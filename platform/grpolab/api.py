@@ -85,7 +85,7 @@ def override_strings(overrides: dict, data: dict | None = None) -> list[str]:
     (``**{"train.steps": 5}``); a nested mapping is merged key by key (``train={"steps": 5}``)
     unless it names a new task, method or model (``task={"name": "countdown"}``), which then
     replaces the old one whole."""
-    from grpolab.experiment.config import override_string
+    from grpolab.experiment.overrides import override_string
     out = []
     for key, value in overrides.items():
         if not isinstance(key, str) or not key or key.startswith(".") or key.endswith("."):
@@ -111,7 +111,8 @@ def _lookup(data: dict, dotted: str):
 def load(experiment, **overrides):
     """The validated configuration ``grpolab.run`` would train (a ``RunConfig``), without
     training: ``experiment`` is a YAML path or a dict in the experiment file's layout."""
-    from grpolab.experiment.config import apply_overrides, build_config, load_experiment
+    from grpolab.experiment.config import build_config, load_experiment
+    from grpolab.experiment.overrides import apply_overrides
     if isinstance(experiment, (str, os.PathLike)):
         from grpolab.yaml_input import read_yaml_mapping
         data = read_yaml_mapping(Path(experiment), "experiment file", "give at least method and task")

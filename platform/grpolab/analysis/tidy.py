@@ -18,7 +18,8 @@ import pandas as pd
 from optuna.trial import TrialState
 
 from grpolab.errors import ConfigError
-from grpolab.experiment.config import TrainCfg, apply_overrides, as_overrides
+from grpolab.experiment.config import TrainCfg
+from grpolab.experiment.overrides import apply_overrides, as_overrides
 from grpolab.studies.rows import OUTCOME_ATTR, RUN_ATTR, deciding_trial, row_key, row_trials
 from grpolab.tracking.naming import clean_metric_name
 

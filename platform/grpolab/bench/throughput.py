@@ -34,7 +34,7 @@ class _StepClock(TrainerCallback):
 
 def row_experiment(path: str) -> dict:
     """The experiment mapping of FILE's first row."""
-    from grpolab.experiment.config import apply_overrides
+    from grpolab.experiment.overrides import apply_overrides
     from grpolab.yaml_input import read_yaml_mapping
     data = read_yaml_mapping(Path(path), "bench file", "give an experiment or a study file")
     from grpolab.studies.definition import load_study
@@ -47,7 +47,8 @@ def row_experiment(path: str) -> dict:
 
 
 def bench_throughput(state: Path, path: str | None, rollouts: int = 2) -> dict:
-    from grpolab.experiment.config import apply_overrides, build_config
+    from grpolab.experiment.config import build_config
+    from grpolab.experiment.overrides import apply_overrides
     from grpolab.experiment.runner import run_experiment
     if not path:
         raise ConfigError("bench --what throughput: give the experiment or study file to measure")

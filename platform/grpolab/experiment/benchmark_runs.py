@@ -4,7 +4,6 @@ run's training prompts once, then scored at every evaluation beside the held-out
 from __future__ import annotations
 
 from grpolab.errors import ConfigError
-from grpolab.experiment.config import final_prompts
 from grpolab.tasks import render_examples
 from grpolab.tasks.benchmarks import Benchmark, benchmark_examples, check_overlap, parse_benchmarks, score_benchmark
 from grpolab.tracking.held_out import BENCHMARK_KEY, canonical_metric
@@ -42,7 +41,7 @@ class RunBenchmarks:
         train_prompts = {e.prompt for e in train}
         items = []
         for bench in parse_benchmarks(cfg.eval.benchmarks if benchmarks is None else benchmarks):
-            examples = benchmark_examples(bench, task, cfg.seed, cfg.eval.seed, final_prompts(cfg.eval))
+            examples = benchmark_examples(bench, task, cfg.seed, cfg.eval.seed, cfg.eval.final_prompt_count)
             check_overlap(bench, examples, train_prompts)
             items.append((bench, render_examples(task, examples, tokenizer)))
         return cls(items, cfg.seed)

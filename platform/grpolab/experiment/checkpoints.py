@@ -15,7 +15,6 @@ import torch
 from transformers import TrainerCallback
 
 from grpolab.errors import ConfigError
-from grpolab.experiment.config import rollout_steps
 from grpolab.experiment.engines import trains_on_cuda
 from grpolab.tracking.naming import flat_keys
 from grpolab.tracking.recorder import stored_points
@@ -49,7 +48,7 @@ def save_interval(train) -> int:
     """Optimizer steps between checkpoints (0: only at the end)."""
     if train.save_every >= 0:
         return train.save_every
-    per = rollout_steps(train)
+    per = train.rollout_steps
     return -(-AUTO_SAVE_EVERY // per) * per
 
 

@@ -19,7 +19,7 @@ from grpolab import __version__
 from grpolab.errors import ConfigError
 from grpolab.experiment import checkpoints, engines, vllm_eval
 from grpolab.experiment.benchmark_runs import RunBenchmarks
-from grpolab.experiment.config import RunConfig, final_prompts, rollout_steps
+from grpolab.experiment.config import RunConfig
 from grpolab.experiment.pretrained import model_directory, resolve_pretrained
 from grpolab.experiment.run_identity import RunIdentity
 from grpolab.method.advantages import ADVANTAGES
@@ -138,7 +138,7 @@ def warm_start_config(cfg: RunConfig) -> WarmStartConfig:
     return WarmStartConfig(band=tuple(ws.band), group_size=cfg.train.group_size, learning_rate=ws.learning_rate,
                            max_steps=ws.max_steps, check_every=ws.check_every,
                            max_completion_length=cfg.eval.max_completion_length, held_out_seed=cfg.eval.seed,
-                           held_out_prompts=final_prompts(cfg.eval) if cfg.eval.seed >= 0 else 0)
+                           held_out_prompts=cfg.eval.final_prompt_count if cfg.eval.seed >= 0 else 0)
 
 
 def run_splits(cfg: RunConfig, task) -> tuple[list, list]:
@@ -146,7 +146,7 @@ def run_splits(cfg: RunConfig, task) -> tuple[list, list]:
     evaluations before the last use its first eval.prompts); eval.seed >= 0 draws it from that seed
     for every run (one benchmark), and the train stream of the run seed leaves its prompts out."""
     fixed = {"held_out_seed": cfg.eval.seed} if cfg.eval.seed >= 0 else {}
-    return task.splits(cfg.seed, cfg.train.n_train_prompts, final_prompts(cfg.eval), **fixed)
+    return task.splits(cfg.seed, cfg.train.n_train_prompts, cfg.eval.final_prompt_count, **fixed)
 
 
 def _resolve_model_once(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
@@ -181,7 +181,7 @@ def _grpo_args(cfg: RunConfig, task, output_dir: Path):
     return GRPOConfig(
         # one log window per rollout: rollout curves (entropy, length, groups) and loss-side curves
         # (clip, kl) are averaged over the same optimizer steps and land on the same step
-        output_dir=str(output_dir), report_to=list(cfg.tracking.report_to) or "none", logging_steps=rollout_steps(t),
+        output_dir=str(output_dir), report_to=list(cfg.tracking.report_to) or "none", logging_steps=t.rollout_steps,
         save_strategy="steps" if checkpoints.save_interval(t) else "no", save_steps=checkpoints.save_interval(t) or 500,
         max_steps=t.steps, per_device_train_batch_size=micro, gradient_accumulation_steps=t.grad_accum,
         steps_per_generation=t.minibatches * t.grad_accum, num_iterations=t.num_iterations,

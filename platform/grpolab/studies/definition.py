@@ -14,7 +14,7 @@ from pathlib import Path
 
 from grpolab.errors import ConfigError, did_you_mean
 from grpolab.experiment.benchmark_runs import check_named_scores
-from grpolab.experiment.config import apply_overrides, as_overrides
+from grpolab.experiment.overrides import apply_overrides, as_overrides
 from grpolab.studies.devices import check_devices
 from grpolab.studies.kinds import kind_named
 from grpolab.studies.kinds.ladder import ladder_notes  # noqa: F401  (re-exported: coordinator, plan, tests)

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from grpolab.errors import ConfigError
-from grpolab.experiment.config import apply_overrides, build_config, override_string
+from grpolab.experiment.config import build_config
+from grpolab.experiment.overrides import apply_overrides, override_string
 from grpolab.studies.kinds import kind_named
 from grpolab.studies.launch_options import LaunchOptions
 from grpolab.studies.objectives import check_metric

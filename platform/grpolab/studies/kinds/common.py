@@ -5,7 +5,7 @@ it runs. A kind overrides what it does otherwise (ladder.py: fixed rows, queued)
 
 from __future__ import annotations
 
-from grpolab.experiment.config import apply_overrides
+from grpolab.experiment.overrides import apply_overrides
 
 COMMON_KEYS = frozenset({"kind", "name", "description", "base", "seeds", "metric", "objectives", "budget",
                          "row_timeout_s", "deviations", "devices", "plan", "launcher"})

@@ -5,7 +5,7 @@ run, and compared rung against rung on paired seeds (verdicts, ablation tables).
 from __future__ import annotations
 
 from grpolab.errors import ConfigError
-from grpolab.experiment.config import apply_overrides
+from grpolab.experiment.overrides import apply_overrides
 from grpolab.method.requirements import inert
 from grpolab.method.spec import MethodSpec
 from grpolab.studies.kinds import register

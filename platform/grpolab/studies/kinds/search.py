@@ -5,7 +5,7 @@ new point until ``n_trials`` trials ended."""
 from __future__ import annotations
 
 from grpolab.errors import ConfigError
-from grpolab.experiment.config import apply_overrides, as_overrides
+from grpolab.experiment.overrides import apply_overrides, as_overrides
 from grpolab.studies.kinds import register
 from grpolab.studies.kinds.common import COMMON_KEYS, StudyCommon
 from grpolab.studies.search_space import check_space, suggest

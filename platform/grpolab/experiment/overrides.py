@@ -1,0 +1,60 @@
+"""``key.path=value`` overrides: how the command line, study rungs and search points change an
+experiment's mapping before it is validated. Values are read as YAML with the safe loader, and a
+YAML tag is refused, so an override can only ever be plain data."""
+
+from __future__ import annotations
+
+import math
+
+import yaml
+
+from grpolab.errors import ConfigError
+
+
+def override_string(key: str, value) -> str:
+    """``key=value`` as the command line writes it, the value in YAML flow style on one line
+    (no folding of long values, no document-end marker), so ``parse_override`` reads ``value`` back."""
+    return f"{key}={yaml.safe_dump(value, default_flow_style=True, width=math.inf).strip().removesuffix(chr(10) + '...')}"
+
+
+def as_overrides(values: dict) -> list[str]:
+    """``{dotted key: value}`` -> override strings (``override_string``)."""
+    return [override_string(k, v) for k, v in values.items()]
+
+
+def parse_override(text: str) -> tuple[list[str], object]:
+    if "=" not in text:
+        raise ConfigError(f"override {text!r}: expected key.path=value, e.g. train.steps=50")
+    key, value = text.split("=", 1)
+    return key.strip().split("."), override_value(text, value)
+
+
+PLAIN_VALUES = "a plain value: a number, text, true/false, null, [a, list] or {a: mapping}"
+
+
+def override_value(text: str, value: str):
+    """The YAML value of one ``key=value`` override, read with the safe loader only; a YAML tag
+    (``!!python/object``, ``!!str``, ``!custom``) is refused before anything is constructed, so
+    an override can only ever be plain data."""
+    try:
+        if any(isinstance(token, yaml.TagToken) for token in yaml.scan(value, Loader=yaml.SafeLoader)):
+            raise ConfigError(f"override {text!r}: YAML tags (!...) are not accepted; give {PLAIN_VALUES}")
+        return yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"override {text!r}: not a valid YAML value ({problem}); give {PLAIN_VALUES}") from None
+
+
+def apply_overrides(data: dict, overrides: list[str]) -> dict:
+    data = yaml.safe_load(yaml.safe_dump(data)) or {}
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for part in path[:-1]:
+            if isinstance(node.get(part), str) and part == "method":
+                node[part] = {"base": node[part]}
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {text!r}: {part} is not a mapping")
+        node[path[-1]] = value
+    return data
