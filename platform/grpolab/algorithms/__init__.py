@@ -148,12 +148,7 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
     mask = mask.to(logp.dtype)
     A = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
     stats: dict[str, float] = {}
-    eff_mask = mask
-    if spec.top_entropy_quantile < 1.0:
-        if entropies is None:
-            raise ValueError("top_entropy_quantile < 1 needs per-token entropies")
-        eff_mask = mask * entropy_mask(entropies.detach(), mask, spec.top_entropy_quantile, gather).to(mask.dtype)
-        stats["entropy/kept_fraction"] = masked_mean(eff_mask, mask)
+    eff_mask = _top_entropy_tokens(spec, mask, entropies, gather, stats)
     log_ratio = logp - old_logp
     surrogate = SURROGATE_LOSSES[spec.surrogate]   # the registry: algorithms/surrogates.py
     if surrogate.pairwise:
@@ -166,14 +161,8 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
         stats["kl"] = masked_mean(kl_estimate(logp.detach(), ref_logp, spec.kl_estimator), mask)
     else:
         per_token, coef = surrogate_loss(spec, logp, log_ratio, A, mask, stats, generator, sampling_weights)
-        if keep is not None:   # the policy term only, as TRL masks it (the KL below stays)
-            per_token = per_token * keep.to(per_token.dtype)
-            stats["off_policy/kept_fraction"] = masked_mean(keep, mask)
-        if spec.top_entropy_quantile < 1.0:  # the policy-gradient term only; the normaliser still counts them
-            per_token = per_token * eff_mask
-        if sampling_weights is not None and not surrogate.own_sampler_weight:   # VESPO folds it into its weight w
-            # the policy term only, before the KL is added: TRL 1.16 and verl weight the KL by no sampler ratio
-            per_token = per_token * sampling_weights.to(per_token.dtype)
+        per_token = _selected_and_weighted(spec, per_token, mask, eff_mask, keep,
+                                           None if surrogate.own_sampler_weight else sampling_weights, stats)
         kl = kl_estimate(logp, ref_logp, spec.kl_estimator) if ref_logp is not None else None
         if kl is not None and kl_in_loss(spec):
             # on every valid token, also when top-entropy selection masks the policy gradient (as TRL);
@@ -191,6 +180,34 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
             loss = loss - entropy_coef * (entropies * eff_mask).sum() / eff_mask.sum().clamp(min=1.0)
     clip_stats(spec, coef.detach(), A, old_logp, mask, stats)
     return loss, stats
+
+
+def _top_entropy_tokens(spec: MethodSpec, mask, entropies, gather, stats: dict):
+    """The tokens whose policy term trains: every valid token, or with top_entropy_quantile q < 1
+    only the highest-entropy (1 - q) of them (the 80/20 rule); the kept fraction is a stat."""
+    if spec.top_entropy_quantile >= 1.0:
+        return mask
+    if entropies is None:
+        raise ValueError("top_entropy_quantile < 1 needs per-token entropies")
+    eff_mask = mask * entropy_mask(entropies.detach(), mask, spec.top_entropy_quantile, gather).to(mask.dtype)
+    stats["entropy/kept_fraction"] = masked_mean(eff_mask, mask)
+    return eff_mask
+
+
+def _selected_and_weighted(spec: MethodSpec, per_token, mask, eff_mask, keep, sampling_weights, stats: dict):
+    """The per-token policy term, before the KL is added: rows (tokens) TRL's off-policy mask drops
+    (``keep``) and tokens top-entropy selection leaves out contribute 0 (the normaliser still counts
+    them), and a sampler that is not the trained policy weights the rest by w (``sampling_weights``;
+    None where the surrogate folds w into its own weight, as VESPO does). The KL is weighted by no
+    sampler ratio and masked by neither, as in TRL 1.16 and verl."""
+    if keep is not None:
+        per_token = per_token * keep.to(per_token.dtype)
+        stats["off_policy/kept_fraction"] = masked_mean(keep, mask)
+    if spec.top_entropy_quantile < 1.0:
+        per_token = per_token * eff_mask
+    if sampling_weights is not None:
+        per_token = per_token * sampling_weights.to(per_token.dtype)
+    return per_token
 
 
 def _positive_nll(logp, mask, positive, stats) -> torch.Tensor:
