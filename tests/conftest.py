@@ -125,7 +125,7 @@ def write_sums(path: Path, n: int = 40) -> Path:
 
 def tiny_dataset(n=64):
     import datasets
-    from grpolab.world.tasks import make_task
+    from grpolab.world.generated import make_task
     task = make_task("addition", digits=2)
     train, _ = task.splits(0, n, 8)
     return task, train, datasets.Dataset.from_dict({"prompt": [e.prompt for e in train], "idx": list(range(len(train)))})

@@ -239,7 +239,7 @@ def test_dropin_evaluation_logs_benchmark_scores_under_trls_eval_prefix(tiny_mod
     import datasets
     from trl import GRPOConfig
     from grpolab import GrpoLabTrainer
-    from grpolab.world.tasks import make_task
+    from grpolab.world.generated import make_task
     task = make_task("addition", digits=2)
     train, held = task.splits(0, 32, 6)
     def data(examples):
@@ -349,7 +349,7 @@ def test_every_answer_row_must_hold_n_answers():
 
 def test_overlap_check_ignores_whitespace_and_case():
     from grpolab.tasks.benchmarks import Benchmark, check_overlap
-    from grpolab.world.tasks import Example
+    from grpolab.world.task import Example
     examples = [Example("What is  the SUM of 2 and 3?\n", "5", {}), Example("Name a prime.", "2", {}),
                 Example("rendered <prompt>", "4", {"question": " what is 2+2? "})]
     with pytest.raises(ConfigError, match="2 of its 3 prompts are training prompts"):

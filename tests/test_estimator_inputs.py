@@ -254,7 +254,7 @@ def test_a_run_config_splits_prompts_into_whole_groups_per_process(tmp_path, mon
     from grpolab.errors import ConfigError
     from grpolab.experiment.config import build_config
     from grpolab.experiment import runner
-    from grpolab.world.tasks import make_task
+    from grpolab.world.generated import make_task
 
     def config(method, prompts):
         return build_config({"name": "whole", "method": method, "task": {"name": "addition", "digits": 2},

@@ -12,7 +12,7 @@ from grpolab.experiment.config import build_config
 from grpolab.experiment.overrides import apply_overrides
 from grpolab.experiment.runner import run_splits, warm_start_config
 from grpolab.studies.definition import load_study
-from grpolab.world.tasks import make_task
+from grpolab.world.generated import make_task
 from grpolab.world.warmstart import cache_key, sft_splits
 
 REPO = Path(__file__).resolve().parents[1]

@@ -286,7 +286,7 @@ def test_salvage_continues_only_truncated_samples_to_twice_the_cap_and_scores_th
     """Cap 4: two of four samples reach it; continued from prompt + prefix, one of them ends with
     the right answer (the prefix and its continuation are judged together), so the rate is 1/2."""
     from grpolab.world.generation import EvalOptions, evaluate, salvaged
-    from grpolab.world.tasks import Example
+    from grpolab.world.task import Example
 
     class Sums:
         name, max_completion_length = "sums", 4
@@ -320,7 +320,7 @@ def test_salvage_moves_no_random_draw_of_the_evaluation_or_of_training():
     import torch
 
     from grpolab.world.generation import EvalOptions, evaluate
-    from grpolab.world.tasks import Example
+    from grpolab.world.task import Example
 
     class Sums:
         name, max_completion_length = "sums", 4

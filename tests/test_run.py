@@ -76,11 +76,11 @@ def test_short_run_records_every_curve_tag_param_and_artifact(shared_state):
 
 
 def test_reward_function_error_ends_failed_with_reason(shared_state, monkeypatch):
-    from grpolab.world import tasks
+    from grpolab.world import generated
 
     def boom(self, example, completion):
         raise RuntimeError("reward service exploded")
-    monkeypatch.setattr(tasks.Task, "score", boom)
+    monkeypatch.setattr(generated.GeneratedTask, "score", boom)
     with pytest.raises(RuntimeError, match="exploded"):
         run_experiment(small_cfg("fails"), shared_state)
     (run,) = runs_named(shared_state, "fails-s0")
@@ -89,9 +89,9 @@ def test_reward_function_error_ends_failed_with_reason(shared_state, monkeypatch
 
 
 def test_non_finite_loss_stops_the_run_as_failed(shared_state, monkeypatch):
-    from grpolab.world import tasks
+    from grpolab.world import generated
     # an infinite reward (NaN is TRL's "None: unscorable", which is skipped, not a failure)
-    monkeypatch.setattr(tasks.Task, "score", lambda self, e, c: {"correct": math.inf})
+    monkeypatch.setattr(generated.GeneratedTask, "score", lambda self, e, c: {"correct": math.inf})
     from grpolab.errors import NonFiniteLossError
     with pytest.raises(NonFiniteLossError):
         run_experiment(small_cfg("nan"), shared_state)

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from grpolab.world.tasks import TASKS, make_task
+from grpolab.world.generated import TASKS, make_task
 
 
 def ex_for(task, prompt):
@@ -27,19 +27,19 @@ def test_addition_verifier_and_carries():
 
 
 def test_splits_are_deterministic_in_the_seed():
-    from grpolab.world import tasks
+    from grpolab.world import generated
     t = make_task("countdown")
     first = [e.prompt for e in t.splits(5, 50, 10)[0]]
-    tasks._SPLITS.clear()                                    # drawn again, not the kept draw
+    generated._SPLITS.clear()                                    # drawn again, not the kept draw
     assert first == [e.prompt for e in t.splits(5, 50, 10)[0]]
     assert [e.prompt for e in t.splits(5, 50, 10)[0]] != [e.prompt for e in t.splits(6, 50, 10)[0]]
 
 
 def test_splits_asked_again_are_the_drawn_examples_in_fresh_lists():
-    from grpolab.world import tasks
+    from grpolab.world import generated
     task = make_task("addition", digits=3)
     first = task.splits(7, 20, 5)
-    tasks._SPLITS.clear()
+    generated._SPLITS.clear()
     drawn_again = task.splits(7, 20, 5)                      # drawn anew: equal
     second = task.splits(7, 20, 5)                           # kept: the same examples, not drawn again
     assert first == drawn_again == second
@@ -86,7 +86,7 @@ def test_addition_columns_length_grows_with_width_and_spreads():
 
 
 def test_checked_column_work_writes_the_columns_twice_and_leaves_unchecked_targets_unchanged():
-    from grpolab.world.tasks import _column_work
+    from grpolab.world.generated import _column_work
     train, _ = make_task("addition_columns", min_digits=2, max_digits=3).splits(0, 400, 10)
     # checked 0 draws exactly as the writer did before the mode existed: direct or column work, one draw each
     rng, old_rng = random.Random(5), random.Random(5)
@@ -166,3 +166,18 @@ def test_local_jsonl_dataset_task(tmp_path):
         make_task("local_dataset", path=str(bad))
     with pytest.raises(ConfigError, match="cannot read"):
         make_task("local_dataset", path=str(tmp_path / "missing.jsonl"))
+
+
+def test_every_task_kind_is_a_task_whose_splits_are_disjoint_and_capped(tmp_path):
+    from conftest import write_sums
+    from grpolab.tasks import make_task as make_any
+    from grpolab.world.task import Task
+    local = make_any("local_dataset", path=str(write_sums(tmp_path / "sums.jsonl")))
+    for task in (make_any("addition", digits=3), make_any("gridworld"), local):
+        assert isinstance(task, Task)
+        train, held = task.splits(3, 10, 4)
+        assert len(train) == 10 and len(held) == 4
+        assert not {e.prompt for e in train} & {e.prompt for e in held}
+    assert make_any("addition").fixed_held_out and not local.fixed_held_out
+    with pytest.raises(TypeError, match="keeps its own held-out split"):
+        local.splits(0, 4, 2, held_out_seed=1)

@@ -3,7 +3,7 @@
 import json
 import time
 
-from grpolab.world.tasks import make_task
+from grpolab.world.generated import make_task
 from grpolab.world.warmstart import WarmStartConfig, cache_key, warm_start
 
 

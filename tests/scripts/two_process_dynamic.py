@@ -12,7 +12,7 @@ from grpolab.method.registry import get_method
 from grpolab.trainer.dropin import task_correctness
 from grpolab.trainer.grpo_trainer import GrpoLabTrainer
 from grpolab.world.models import load_model
-from grpolab.world.tasks import make_task
+from grpolab.world.generated import make_task
 
 model_dir, out_path = sys.argv[1], sys.argv[2]
 method = sys.argv[3] if len(sys.argv) > 3 else "dapo"

@@ -99,7 +99,7 @@ def bench_trainer(preset: str, steps: int, repeats: int, precisions=("fp32", "bf
     from grpolab.trainer.grpo_trainer import GrpoLabTrainer
     from grpolab.trainer.dropin import MethodSettingsWarning, task_correctness
     from grpolab.world.models import build_model, save_model
-    from grpolab.world.tasks import make_task
+    from grpolab.world.generated import make_task
 
     task = make_task("addition", digits=2)
     train, _ = task.splits(0, 2000, 8)

@@ -2,6 +2,6 @@
 local model (rollout.py) and the task kind experiments name (task.py)."""
 
 from grpolab.envs.base import EnvContractError, Environment, Episode, checked_step  # noqa: F401
-from grpolab.envs.task import ENVS, EpisodeTask, make_env_task  # noqa: F401
+from grpolab.envs.episode_task import ENVS, EpisodeTask, make_env_task  # noqa: F401
 
 

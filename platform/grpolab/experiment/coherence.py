@@ -7,9 +7,7 @@ Detail: docs/runs.md, "grpolab.experiment.config"."""
 
 from __future__ import annotations
 
-import inspect
-
-from grpolab.envs.task import check_episode_config
+from grpolab.envs.episode_task import check_episode_config
 from grpolab.errors import ConfigError, did_you_mean
 from grpolab.experiment.engines import check_engines
 from grpolab.experiment.model_files import check_model_digest
@@ -21,7 +19,7 @@ from grpolab.method.surrogates import CLIP, SURROGATES
 from grpolab.planning import unmet_here
 from grpolab.trainer.trl_passthrough import check_report_to, check_trl_settings
 from grpolab.world.models import PRESETS
-from grpolab.world.tasks import TASKS as GENERATED_TASKS
+from grpolab.world.generated import TASKS as GENERATED_TASKS
 
 
 def check_tracking_settings(tracking) -> None:
@@ -164,7 +162,7 @@ def check_final_eval(ev, task) -> None:
                           "the evaluations before the final one use a subset of its prompts")
     if ev.seed < -1:
         raise ConfigError(f"eval.seed: must be >= 0, or -1 (the run seed), got {ev.seed}")
-    if ev.seed >= 0 and "held_out_seed" not in inspect.signature(task.splits).parameters:
+    if ev.seed >= 0 and not task.fixed_held_out:
         raise ConfigError(f"eval.seed: task {task.name!r} keeps its own held-out split; a fixed eval.seed is for "
                           f"the generated tasks ({', '.join(GENERATED_TASKS)}); leave it at -1")
 

@@ -4,7 +4,7 @@ advantage A^E takes its group mean and std (``method.episode_norm``), on multi-t
 An entry says its formula and source, whether it counts an episode once per turn (``per_turn``:
 it recomputes A^E from the episode returns, so it needs a multi-turn environment task, an
 estimator with a step-level normaliser and returns that are the whole reward: ``spec`` and
-``envs.task`` refuse the rest), and how stock TRL 1.16 stands to it. The setting is logged when
+``envs.episode_task`` refuse the rest), and how stock TRL 1.16 stands to it. The setting is logged when
 away from its default (``tracking.naming``). Its function is attached by name one floor up
 (``grpolab.algorithms.gigpo.EPISODE_NORM_FUNCTIONS``) and called by the episode rollout
 (``grpolab.envs.trainer_rollout``). Adding a population: one entry here, its function, and its

@@ -10,7 +10,7 @@ from grpolab.tasks.answers import make_extractor, make_grader
 from grpolab.tasks.prompting import Prompting
 from grpolab.tasks.rewards import parse_rewards
 from grpolab.tasks.verified import Grading, VerifiedTask, eval_sample_rows, log_eval_samples  # noqa: F401 - re-exported
-from grpolab.world import tasks as toy
+from grpolab.world import generated
 
 _SHARED = {"template": "{prompt}", "system": None, "chat": "auto", "extract": None, "regex": None, "grade": None,
            "tolerance": 1e-6, "rewards": ["correctness"], "max_completion_length": None}
@@ -29,7 +29,7 @@ from grpolab.envs import (
 from grpolab.method.spec import with_reward_weights
 from grpolab.tasks.sources import LocalSource, ReasoningGymSource, RowFields
 
-TASK_NAMES = (*toy.TASKS, *SOURCES, *ENVS)
+TASK_NAMES = (*generated.TASKS, *SOURCES, *ENVS)
 
 
 def task_of(section: dict):
@@ -39,8 +39,8 @@ def task_of(section: dict):
 
 def make_task(name: str, **params):
     """Build a task by name; unknown names, keys or values raise ConfigError naming the key."""
-    if name in toy.TASKS:
-        return toy.make_task(name, **params)
+    if name in generated.TASKS:
+        return generated.make_task(name, **params)
     if name in ENVS:
         return make_env_task(name, **params)
     if name not in SOURCES:

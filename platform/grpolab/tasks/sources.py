@@ -1,8 +1,9 @@
 """Where examples come from: local files or ``datasets`` directories, hub datasets (``org/name``
 in the Hugging Face cache, hub.py), and reasoning-gym.
 
-Every source yields ``Example(prompt=question, answer=reference, meta)`` and splits seeded,
-disjoint train and held-out sets: no held-out question is ever a training question.
+Every source yields ``Example(prompt=question, answer=reference, meta)`` and gives its task's
+``draws`` (world/task.py): seeded, disjoint train and held-out sets, no held-out question ever a
+training question.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from grpolab.hub import fetch as fetch_hub
 from grpolab.hub import resolve as resolve_hub
 from grpolab.tasks.answers import make_extractor
 from grpolab.tasks.data_files import hub_data_files
-from grpolab.world.tasks import Example
+from grpolab.world.task import Draws, Example
 
 FILE_KINDS = (".jsonl", ".json", ".parquet", ".csv")
 COMPRESSIONS = {".gz": gzip.open, ".bz2": bz2.open, ".xz": lzma.open}   # of .jsonl, .json and .csv files
@@ -299,18 +300,17 @@ class LocalSource:
         """``dataset`` / ``held_out`` -> ``org/name@commit`` of the hub snapshots read."""
         return dict(self._pinned)
 
-    def splits(self, seed: int, n_train: int, n_eval: int) -> tuple[list[Example], list[Example]]:
+    def draws(self, seed: int, n_train: int, n_eval: int) -> Draws:
+        """The rows shuffled by the seed: the held-out set is their first ``eval_fraction`` (or the
+        ``held_out`` rows, shuffled apart), and training skips every held-out question."""
         order = list(self.examples)
         random.Random(f"local-{seed}").shuffle(order)
         if self._held is not None:
             held = list(self._held)
             random.Random(f"local-held-{seed}").shuffle(held)
-            held_prompts = {e.prompt for e in self._held}
-            return [e for e in order if e.prompt not in held_prompts][:n_train], held[:n_eval]
+            return Draws(held, order, self._held, distinct=False)
         k = max(1, int(len(order) * self.eval_fraction))
-        held_out = order[:k][:n_eval]
-        held_prompts = {e.prompt for e in order[:k]}
-        return [e for e in order[k:] if e.prompt not in held_prompts][:n_train], held_out
+        return Draws(order[:k], order[k:], order[:k], distinct=False)
 
     def score(self, example: Example, answer: str) -> float:
         raise ConfigError("task.grade: task is only valid for reasoning_gym tasks; use math, numeric or exact")
@@ -342,11 +342,10 @@ class ReasoningGymSource:
         data = reasoning_gym.create_dataset(self.dataset, size=max(size, 1), seed=seed, **self.config)
         return [Example(entry["question"], str(entry["answer"]), {"entry": entry}) for entry in data][:size]
 
-    def splits(self, seed: int, n_train: int, n_eval: int) -> tuple[list[Example], list[Example]]:
-        held_out = self._draw(2 * seed + 1, n_eval)       # odd generator seeds: held out; even: training
-        held_prompts = {e.prompt for e in held_out}
-        train = [e for e in self._draw(2 * seed, n_train) if e.prompt not in held_prompts]
-        return train, held_out
+    def draws(self, seed: int, n_train: int, n_eval: int) -> Draws:
+        """Odd generator seeds give the held-out examples, even ones training's; a training draw
+        that repeats a held-out question is one example short."""
+        return Draws(self._draw(2 * seed + 1, n_eval), self._draw(2 * seed, n_train), distinct=False)
 
     def score(self, example: Example, answer: str) -> float:
         return float(self.scorer.score_answer(answer, example.meta["entry"]))

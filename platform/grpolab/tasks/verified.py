@@ -1,8 +1,8 @@
 """A verifiable task built from parts: source + prompting + extraction + grading + rewards.
 
-It has the toy ``Task``'s interface (``splits``, ``target``, ``score``, ``is_correct``,
+It is a ``Task`` (world/task.py: ``splits``, ``target``, ``score``, ``is_correct``,
 ``reward_names``, ``max_completion_length``), so the trainer, the warm start and the held-out
-evaluation treat both alike, plus ``render`` (prompting with the model's tokenizer) and
+evaluation treat every kind alike, plus ``render`` (prompting with the model's tokenizer) and
 ``reward_funcs`` (one TRL reward function per named reward, with failure accounting).
 """
 
@@ -15,7 +15,7 @@ from typing import Callable, NamedTuple
 from grpolab.errors import ConfigError
 from grpolab.tasks.prompting import Prompting
 from grpolab.tasks.rewards import Reward, RewardFailedError, call_user
-from grpolab.world.tasks import Example
+from grpolab.world.task import Draws, Example, Task
 
 log = logging.getLogger(__name__)
 _CACHE_LIMIT = 8192
@@ -29,7 +29,7 @@ class Grading(NamedTuple):
     grader: Callable[[str, str], bool]
 
 
-class VerifiedTask:
+class VerifiedTask(Task):
     def __init__(self, name: str, params: dict, source, prompting: Prompting, grading: Grading,
                  rewards: list[Reward], max_completion_length: int):
         if grading.kind == "task" and not hasattr(source, "scorer"):
@@ -43,9 +43,9 @@ class VerifiedTask:
         self.reward_weights = tuple(r.weight for r in rewards)
         self._graded: dict[tuple[str, str], bool] = {}
 
-    # -- the toy Task interface ----------------------------------------------------------
-    def splits(self, seed: int, n_train: int, n_eval: int) -> tuple[list[Example], list[Example]]:
-        return self.source.splits(seed, n_train, n_eval)
+    # -- the Task interface (world/task.py) ----------------------------------------------
+    def draws(self, seed: int, n_train: int, n_eval: int, held_out_seed) -> Draws:
+        return self.source.draws(seed, n_train, n_eval)
 
     def target(self, example: Example, rng: random.Random) -> str:
         return example.answer   # the SFT target of a warm start: the bare reference

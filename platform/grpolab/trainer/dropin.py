@@ -20,7 +20,7 @@ import inspect
 import math
 from typing import NamedTuple
 
-from grpolab.envs.task import check_episode_method
+from grpolab.envs.episode_task import check_episode_method
 from grpolab.method.requirements import filters_groups
 from grpolab.errors import GrpoLabWarning, warn_at_caller
 from grpolab.method.registry import METHODS
@@ -212,7 +212,7 @@ def prepare(model, reward_funcs, args, train_dataset, method, correctness, trl_k
 
 def check_episode_axes(spec: MethodSpec, rollout_func) -> None:
     """GiGPO's step term and per-turn episode counting need multi-turn episodes (an
-    ``EpisodeRollout``); on episodes, the length axes that cannot act are refused (envs/task.py)."""
+    ``EpisodeRollout``); on episodes, the length axes that cannot act are refused (envs/episode_task.py)."""
     if hasattr(rollout_func, "finish"):   # an envs.trainer_rollout.EpisodeRollout
         check_episode_method(spec, rollout_func.task.name)
     elif spec.step_omega > 0 or EPISODE_NORMS[spec.episode_norm].per_turn:

@@ -8,7 +8,7 @@ from typing import NamedTuple
 
 import torch
 
-from grpolab.world.tasks import Example, Task
+from grpolab.world.task import Example, Task
 
 
 @dataclass

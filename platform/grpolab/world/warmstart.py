@@ -28,7 +28,7 @@ from grpolab.errors import ConfigError
 from grpolab.signals import raise_if_signalled
 from grpolab.world.generation import EvalOptions, evaluate
 from grpolab.world.models import PRESETS, build_model, save_model
-from grpolab.world.tasks import Task
+from grpolab.world.task import Task
 
 log = logging.getLogger(__name__)
 WARMSTART_VERSION = 1  # bump when the procedure changes: it is part of the cache key

@@ -20,7 +20,7 @@ from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.episode_norms import EPISODE_NORMS
 from grpolab.method.kl import kl_in_reward
 from grpolab.method.sampling_modes import SAMPLING_MODES, sampling_modes
-from grpolab.world.tasks import Example
+from grpolab.world.task import Draws, Example, Task, seeded_draws
 
 OUTCOMES_KEPT = 200_000   # recorded (prompt, episode text) outcomes before the store is cleared
 
@@ -57,7 +57,7 @@ def make_env_task(name: str, **params) -> "EpisodeTask":
 
 
 @dataclass
-class EpisodeTask:
+class EpisodeTask(Task):
     name: str
     params: dict
     make_env: object
@@ -73,21 +73,13 @@ class EpisodeTask:
     def max_completion_length(self) -> int:
         return self.max_turns * (self.params["action_tokens"] + self.obs_tokens)
 
-    def splits(self, seed: int, n_train: int, n_eval: int) -> tuple[list[Example], list[Example]]:
-        """(train, eval) initial states with distinct prompts; eval drawn first, train excludes it."""
-        def draw(rng: random.Random, n: int, exclude: set) -> list[Example]:
-            out, seen = [], set(exclude)
-            for _ in range(50 * n):
-                if len(out) == n:
-                    break
-                env_seed = rng.randrange(2**31)
-                prompt = checked_reset(self.make_env(), env_seed)
-                if prompt not in seen:
-                    seen.add(prompt)
-                    out.append(Example(prompt, "success", {"env_seed": env_seed}))
-            return out
-        held_out = draw(random.Random(f"{self.name}-eval-{seed}"), n_eval, set())
-        return draw(random.Random(f"{self.name}-train-{seed}"), n_train, {e.prompt for e in held_out}), held_out
+    def draws(self, seed, n_train: int, n_eval: int, held_out_seed) -> Draws:
+        """Initial states from seeded streams (world/task.py), one per distinct reset observation."""
+        return seeded_draws(self.name, self._initial_state, seed, n_train, n_eval, held_out_seed)
+
+    def _initial_state(self, rng: random.Random) -> Example:
+        env_seed = rng.randrange(2**31)
+        return Example(checked_reset(self.make_env(), env_seed), "success", {"env_seed": env_seed})
 
     def target(self, example: Example, rng: random.Random) -> str:
         """A demonstration episode for the warm start: an expert that takes a random action with

@@ -1,8 +1,8 @@
-"""Verifiable toy tasks, generated deterministically from a seed.
+"""Verifiable toy tasks, generated deterministically from a seed (the kind ``GeneratedTask``).
 
 Every task yields ``Example(prompt, answer, meta)`` and scores a completion into named reward
-components (the first component, or ``correct``, is the verifiable correctness). The held-out
-eval split is drawn first and the train split never contains an eval prompt.
+components (the first component, or ``correct``, is the verifiable correctness). Its examples
+come from seeded streams (world/task.py): a held-out seed fixes one eval set for every run seed.
 """
 
 from __future__ import annotations
@@ -10,21 +10,15 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from grpolab.errors import ConfigError
+from grpolab.world.task import Draws, Example, Task, seeded_draws
 
 
 @dataclass(frozen=True)
-class Example:
-    prompt: str
-    answer: str
-    meta: dict = field(default_factory=dict, hash=False, compare=False)
-
-
-@dataclass(frozen=True)
-class Task:
+class GeneratedTask(Task):
     """A task: a generator of examples, an SFT target writer and a verifier."""
 
     name: str
@@ -35,26 +29,27 @@ class Task:
     _target: Callable[[Example, random.Random, dict], str]
     _score: Callable[[Example, str, dict], dict[str, float]]
     _correct: Callable[[Example, str], bool]
+    fixed_held_out = True
 
     def splits(self, seed: int, n_train: int, n_eval: int,
                held_out_seed: int | None = None) -> tuple[list[Example], list[Example]]:
-        """(train, eval): eval drawn first from its own stream, train excludes eval prompts.
-        ``held_out_seed`` draws the eval set from that seed's stream instead of ``seed``'s: one fixed
-        benchmark for every run seed, still disjoint from each seed's train stream. The eval draw is
-        sequential, so the first m of n eval prompts are the m-prompt set (a subset, same order)."""
+        """``Task.splits``, kept: they are a pure function of the key, and a run asks for its splits
+        about 5 times. The eval draw is sequential, so the first m of n eval prompts are the
+        m-prompt set (a subset, same order)."""
         held = seed if held_out_seed is None else held_out_seed
         # the streams are named by the seeds' text (1 and 1.0 draw differently); examples are shared, never changed
         key = (self.name, repr(sorted(self.params.items())), f"{seed}", f"{held}", n_train, n_eval)
-        if key not in _SPLITS:   # a pure function of the key: a run asks for its splits ~5 times
-            eval_rng, train_rng = random.Random(f"{self.name}-eval-{held}"), random.Random(f"{self.name}-train-{seed}")
-            eval_set = _unique(lambda: self._generate(eval_rng, self.params), n_eval, exclude=set())
-            train_set = _unique(lambda: self._generate(train_rng, self.params), n_train,
-                                exclude={e.prompt for e in eval_set})
+        if key not in _SPLITS:
+            train_set, eval_set = super().splits(seed, n_train, n_eval, held_out_seed)
             if len(_SPLITS) >= _SPLITS_KEPT:
                 del _SPLITS[next(iter(_SPLITS))]
             _SPLITS[key] = (tuple(train_set), tuple(eval_set))
         train_set, eval_set = _SPLITS[key]
         return list(train_set), list(eval_set)
+
+    def draws(self, seed, n_train: int, n_eval: int, held_out_seed) -> Draws:
+        return seeded_draws(self.name, lambda rng: self._generate(rng, self.params), seed, n_train, n_eval,
+                            held_out_seed)
 
     def target(self, example: Example, rng: random.Random) -> str:
         return self._target(example, rng, self.params)
@@ -69,19 +64,6 @@ class Task:
 # The splits drawn last (a task's params are integers, its generator deterministic), oldest dropped first.
 _SPLITS: dict[tuple, tuple[tuple[Example, ...], tuple[Example, ...]]] = {}
 _SPLITS_KEPT = 32
-
-
-def _unique(draw, n: int, exclude: set[str]) -> list[Example]:
-    """Up to n examples with distinct prompts; small spaces (2-digit sums) may hold fewer."""
-    seen, out = set(exclude), []
-    for _ in range(n * 50):
-        if len(out) == n:
-            break
-        ex = draw()
-        if ex.prompt not in seen:
-            seen.add(ex.prompt)
-            out.append(ex)
-    return out
 
 
 def _strip(completion: str) -> str:
@@ -263,7 +245,7 @@ TASKS: dict[str, tuple] = {
 }
 
 
-def make_task(name: str, **params) -> Task:
+def make_task(name: str, **params) -> GeneratedTask:
     """Build a task by name; unknown names or parameters raise ConfigError naming the valid ones."""
     if name not in TASKS:
         raise ConfigError(f"task.name: unknown task {name!r}; valid: {', '.join(sorted(TASKS))} "
@@ -292,4 +274,4 @@ def make_task(name: str, **params) -> Task:
     if merged.get("min_carries", 0) > merged.get("digits", 0) and "digits" in merged:
         raise ConfigError(f"task.min_carries: two {merged['digits']}-digit numbers make at most {merged['digits']} "
                           f"carries, got {merged['min_carries']}; valid: 0 to {merged['digits']}")
-    return Task(name, merged, rewards, max_len(merged), gen, target, score, correct)
+    return GeneratedTask(name, merged, rewards, max_len(merged), gen, target, score, correct)
