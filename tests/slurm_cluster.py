@@ -17,8 +17,9 @@ from pathlib import Path
 
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sinfo", "sbatch", "squeue", "scancel")
 KILL_WAIT_S = 2   # SIGTERM -> SIGKILL grace when a job is cancelled; small so cancel tests are quick
-# from the OS, not the random module: a test before the fixture may have seeded the module (a
-# training run's set_seed), which gave two clusters in one process the same FirstJobId
+# FirstJobId and the ports come from the OS, not the random module, which a training run's set_seed
+# earlier in the same process seeds: two clusters in one process get different job ids, since
+# submitit's watcher (one per process, used directly by the smoke tests) keeps finished states by id
 _RANDOM = random.SystemRandom()
 STARTUP_S = 120   # for the node to come up: ~1.5 s on an idle machine, far more on a loaded 2-core one
 
@@ -123,8 +124,6 @@ PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 """
 # NoCtldInAddrAny,NoInAddrAny: the daemons listen on 127.0.0.1 (their addresses above), not on every interface.
 # batch_sched_delay=0: start batch jobs on submit, not up to 3 s later (measured: 2-3 s -> 1-2 s).
-# FirstJobId is random because submitit's SlurmJob.watcher is one per process and caches finished
-# states by job id: a second cluster in the same session must not reuse the first one's ids.
 
 
 def _start_munged(root: Path, run: Path, logs: Path) -> tuple:

@@ -28,7 +28,7 @@ import psycopg2
 from optuna.trial import TrialState
 
 from fault_helpers import held_study
-from grpolab.studies.rows import ROW_ATTR, RUN_ATTR
+from grpolab.studies.rows import ROW_ATTR, RUN_ATTR, SPURIOUS_ATTR
 from grpolab.studies.storage_loss import PATIENCE_ENV
 
 PATIENCE = 10   # seconds the storage may stay away (GRPOLAB_STORAGE_PATIENCE), 60 by default
@@ -201,11 +201,11 @@ def test_a_study_storage_gone_for_good_ends_two_workers_and_their_coordinator_to
     trials = study.get_trials(deepcopy=False)
     assert [(t.state, t.user_attrs[ROW_ATTR]) for t in trials if ROW_ATTR in t.user_attrs] == [
         (TrialState.COMPLETE, f"r0-s{seed}") for seed in range(3)]   # no row trained twice
-    # both workers may look for the one waiting row at once: the one whose ask() came second got a
-    # new, row-less trial, which it failed and marked, and trained nothing
+    # the two workers start together and both look for the one waiting row: the one whose ask()
+    # came second may get a new, row-less trial, which it marks, fails and trains nothing in
     for t in trials:
         if ROW_ATTR not in t.user_attrs:
-            assert t.state == TrialState.FAIL and study.user_attrs.get(f"spurious_{t.number}") is True, t
+            assert t.state == TrialState.FAIL and t.user_attrs.get(SPURIOUS_ATTR) is True, t
     after = _runs(state)
     assert {run: after[run] for run in row_runs} == {run: runs[run] for run in row_runs}   # untouched
     assert len(after) == 4 and all(status == "FINISHED" for status, _ in after.values())

@@ -175,9 +175,10 @@ def test_a_ladder_until_decided_keeps_its_level_in_the_table(tmp_path, shared_st
 
 
 def test_a_study_file_edited_between_looks_stops_the_next_look_before_its_rows(tmp_path, shared_state):
-    """The looks run on the definition read when they started; the file edited during look 1 (here
-    inside the judge, which a decider that never decides keeps going) refuses look 2 before any
-    of its seeds is queued, naming the file, and look 1's rows stay complete."""
+    """The looks run on the definition read when they started. Look 2 runs while the file is
+    unchanged (so a refusal is not the check's own doing); the file edited during look 2 (inside
+    the judge of a decider that never decides) refuses look 3 before any of its seeds is queued,
+    naming the file, and the rows of looks 1 and 2 stay complete."""
     from grpolab.studies.definition import SeedsOnDemand
     from grpolab.studies.study_run import StudyRun
     from grpolab.studies.until_decided import Look, run_until_decided
@@ -186,25 +187,32 @@ def test_a_study_file_edited_between_looks_stops_the_next_look_before_its_rows(t
     path.write_text(yaml.safe_dump(study))
     judged = []
 
-    class NeverDecides:   # the driver's decider protocol: two looks planned, every rung left open
+    class NeverDecides:   # the driver's decider protocol: three looks planned, every rung left open
         def plan(self, cfg, max_seeds, batch):
-            return [2, 3], 0.95
+            return [2, 3, 4], 0.95
 
         def judge(self, run, n, level, looks):
             judged.append(n)
-            edited = {**study, "rungs": [study["rungs"][0], {"name": "b", "changes": {"train.learning_rate": 0.01}}]}
-            path.write_text(yaml.safe_dump(edited))   # the user edits the file while look 1 runs
-            return Look(rows=4, labels=["b: open"], open_rungs=[1])
+            if n == 3:   # the user edits the file while look 2 runs
+                edited = {**study, "rungs": [study["rungs"][0], {"name": "b", "changes": {"train.learning_rate": 0.01}}]}
+                path.write_text(yaml.safe_dump(edited))
+            return Look(rows=2 * n, labels=["b: open"], open_rungs=[1])
     run = StudyRun.of(path, shared_state, workers=1, echo=lambda line: None)
     with pytest.raises(ConfigError, match=r"edited_mid_looks.yaml: the study file changed while --until-decided "
-                                          r"ran its looks; look 2 is not started"):
-        run_until_decided(run, SeedsOnDemand(batch=1, cap=3), NeverDecides())
-    assert judged == [2]
+                                          r"ran its looks; look 3 is not started"):
+        run_until_decided(run, SeedsOnDemand(batch=1, cap=4), NeverDecides())
+    assert judged == [2, 3]
+    from grpolab.studies.definition import load_study
+    from grpolab.studies.storage import default_storage
+    from grpolab.studies.trials import worker_loop
+    with pytest.raises(ConfigError, match=r"edited_mid_looks.yaml: the study file changed after study "
+                                          r"'edited_mid_looks' was set up from it; this worker runs no row"):
+        worker_loop(load_study(path), default_storage(shared_state), shared_state)   # a worker process reads the edit
     from grpolab.analysis.ablation import load_results
     path.write_text(yaml.safe_dump(study))
     cfg, optuna_study = load_results(str(path), shared_state, None)
     rows = sorted((t.user_attrs["row"], t.state.name) for t in optuna_study.get_trials() if "row" in t.user_attrs)
-    assert rows == [(f"r{r}-s{s}", "COMPLETE") for r in range(2) for s in range(2)] and list(cfg.seeds) == [0, 1]
+    assert rows == [(f"r{r}-s{s}", "COMPLETE") for r in range(2) for s in range(3)] and list(cfg.seeds) == [0, 1, 2]
 
 
 def test_a_claim_study_with_its_own_seeds_on_demand_plan_runs_it_and_is_judged_at_its_level(tmp_path, shared_state):

@@ -174,3 +174,39 @@ def test_a_worker_that_does_not_see_the_journal_says_so_and_creates_nothing(tmp_
     create_or_load(load_study(study_file(tmp_path, name="another")), f"journal:{other}")
     assert cli.main(["--state", str(tmp_path / "state"), "study-worker", str(path), "--storage", f"journal:{other}"]) == 2
     assert f"study slurm_opts is not in journal {other}" in capsys.readouterr().err
+
+
+def test_job_states_are_read_afresh_until_each_job_ends_then_kept(tmp_path, monkeypatch):
+    """The launcher asks sacct about the jobs not yet ended at every poll, so a job that only passes
+    through a state in which it still runs or waits (CONFIGURING while a node boots, SUSPENDED) is
+    followed to its end (submitit's watcher files those as ended and stops asking); an ended job is
+    not asked about again, its step lines (``101.batch``) are not jobs, and a sacct that does not
+    answer leaves the last states read."""
+    from types import SimpleNamespace
+    answer, calls = tmp_path / "answer", tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sacct").write_text(f'#!/bin/sh\necho "$@" >> {calls}\n[ -s {answer} ] || exit 1\n'
+                                   f'echo "JobID|State|NodeList"\ncat {answer}\n')
+    (bin_dir / "sacct").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    launcher = SlurmLauncher(jobs=2)
+    launcher.submitted.extend(SimpleNamespace(job_id=j) for j in ("101", "102"))
+
+    answer.write_text("101|CONFIGURING|node1\n102|PENDING|\n")
+    assert launcher.states() == {"101": "CONFIGURING", "102": "PENDING"}
+    answer.write_text("101|RUNNING|node1\n101.batch|RUNNING|node1\n102|CANCELLED by 0|\n")
+    assert launcher.states() == {"101": "RUNNING", "102": "CANCELLED"}
+    answer.write_text("101|COMPLETED|node1\n")   # 102 is not asked about any more
+    assert launcher.states() == {"101": "COMPLETED", "102": "CANCELLED"}
+    assert [line.split()[-1] for line in calls.read_text().splitlines()] == ["101,102", "101,102", "101"]
+    answer.write_text("")                        # sacct fails from now on: nothing left to ask
+    assert launcher.states() == {"101": "COMPLETED", "102": "CANCELLED"}
+    assert len(calls.read_text().splitlines()) == 3
+
+    launcher.submitted.append(SimpleNamespace(job_id="103"))
+    assert launcher.states()["103"] == "UNKNOWN"   # sacct failed: not known yet, so still watched
+    answer.write_text("103|PREEMPTED|\n")
+    assert launcher.states()["103"] == "PREEMPTED"
+    answer.write_text("103|PENDING|\n")          # requeued after its preemption: followed again
+    assert launcher.states()["103"] == "PENDING"

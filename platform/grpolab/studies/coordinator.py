@@ -33,6 +33,7 @@ from grpolab.studies.registration import (
 from grpolab.studies.resume import RESUMES_ATTR
 from grpolab.studies.results_written import results_pending, write_results
 from grpolab.studies.rows import (
+    DEFINITION_ATTR,
     PARENT_RUN_ATTR,
     ROW_ATTR,
     RUN_ATTR,
@@ -85,11 +86,11 @@ def enqueue_missing_rows(study: optuna.Study, cfg: StudyConfig, retry_failed: bo
 def check_definition(study: optuna.Study, cfg: StudyConfig, accept_changed: bool) -> None:
     """A study keeps its rows across runs of the command; mixing rows made under another
     definition (budget, rungs, seeds) into one table would be silent, so it is refused."""
-    stored, current = study.user_attrs.get("definition_hash"), definition_hash(cfg)
+    stored, current = study.user_attrs.get(DEFINITION_ATTR), definition_hash(cfg)
     if stored is not None and stored != current and not accept_changed:
         raise ConfigError(f"study {cfg.name!r} already holds rows made from a different definition of {cfg.path}; "
                           "give the study a new name, or pass --accept-changed to keep the old rows and go on")
-    study.set_user_attr("definition_hash", current)
+    study.set_user_attr(DEFINITION_ATTR, current)
 
 
 def ensure_parent_run(study: optuna.Study, cfg: StudyConfig, state: Path, reopen: bool = True) -> str:
@@ -250,7 +251,8 @@ def _coordinate(study, cfg: StudyConfig, run: StudyRun, workers: Workers, parent
             elif workers.in_process:
                 # the inner one ends first: a storage found gone stops the watchdog's wait for it before the join
                 with watchdog(study, state, cfg.row_timeout_s, echo):
-                    outlasting_storage_loss(storage_url, lambda: worker_loop(cfg, storage_url, state, tick))
+                    # the file's definition, as a worker process reads it (it adds the storage's seeds itself)
+                    outlasting_storage_loss(storage_url, lambda: worker_loop(run.study, storage_url, state, tick))
             else:
                 for line in run_workers(workers.procs, tick):
                     echo(line)

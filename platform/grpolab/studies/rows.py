@@ -25,7 +25,10 @@ if TYPE_CHECKING:
 # Optuna user attributes. On a trial: its row, how it ended, its MLflow run. On the study: the
 # MLflow parent run that holds the study's tables and dashboard, and the study file's path.
 ROW_ATTR, OUTCOME_ATTR, RUN_ATTR = "row", "outcome", "mlflow_run_id"
+# a trial a worker opened when another had just claimed the last waiting row: failed at once, never a row
+SPURIOUS_ATTR = "spurious"
 PARENT_RUN_ATTR, STUDY_PATH_ATTR = "mlflow_parent_run_id", "study_path"
+DEFINITION_ATTR = "definition_hash"   # the study file's definition its rows are made from (registration.definition_hash)
 PASS_AT_1_ATTR = "final_pass_at_1"   # a finished row's final held-out pass@1 (the progress lines show it)
 
 

@@ -122,6 +122,21 @@ def job_state(raw: str) -> str:
     return (raw or "UNKNOWN").split()[0].upper()
 
 
+def parse_sacct(text: str) -> dict[str, str]:
+    """``sacct --parsable2`` output (a ``JobID|State|...`` header, then a line per job and per job
+    step) -> {job id: state}; the steps (``123.batch``, ``123.0``) are left out."""
+    lines = text.splitlines()
+    if len(lines) < 2:
+        return {}
+    names, states = lines[0].split("|"), {}
+    for line in lines[1:]:
+        row = dict(zip(names, line.split("|")))
+        job_id = row.get("JobID", "").strip()
+        if job_id and "." not in job_id:
+            states[job_id] = row.get("State", "").strip()
+    return states
+
+
 def worker_command(cfg: StudyConfig, storage_url: str, state: Path, procs_per_row: int,
                    accelerate_config: str | None = None) -> list[str]:
     return [sys.executable, "-m", "grpolab.cli", "--state", str(Path(state).resolve()), "study-worker",
@@ -164,6 +179,8 @@ class SlurmLauncher:
     poll_s: float = 2.0
     submitted: list = field(default_factory=list)   # every job submitted (submitit Job objects)
     cancelled: set = field(default_factory=set)     # jobs this launcher cancelled itself (not reported)
+    last_seen: dict = field(default_factory=dict)   # job id -> its state at the last sacct answer
+    ended: dict = field(default_factory=dict)       # job id -> its final state (not asked again)
 
     @property
     def timeout_min(self) -> int:
@@ -230,18 +247,28 @@ class SlurmLauncher:
 
     def submit(self, executor, cmd: list[str], count: int) -> list:
         jobs = [executor.submit(run_worker, cmd) for _ in range(count)]
-        for job in jobs:
-            job.watcher.register_job(job.job_id)
         self.submitted.extend(jobs)
         return jobs
 
     def states(self) -> dict[str, str]:
-        """Each submitted job's state, from one sacct call for all of them."""
-        if not self.submitted:
-            return {}
-        watcher = self.submitted[0].watcher
-        watcher.update()
-        return {job.job_id: job_state(watcher.get_state(job.job_id, mode="cache")) for job in self.submitted}
+        """Each submitted job's state, from one sacct call for the jobs not yet ended; a job's end
+        state is kept here once seen. Read here rather than through submitit's watcher, which is one
+        per process and stops asking about any job it takes for ended: states in which a job still
+        runs or waits (CONFIGURING, SUSPENDED, REQUEUE_HOLD, ...) and an id an earlier cluster used."""
+        open_ids = [j.job_id for j in self.submitted if j.job_id not in self.ended]
+        if open_ids:
+            try:
+                answer = subprocess.run(["sacct", "-o", "JobID,State,NodeList", "--parsable2", "-j", ",".join(open_ids)],
+                                        capture_output=True, text=True, check=True, timeout=120).stdout
+            except (OSError, subprocess.SubprocessError) as exc:   # a slow or restarting controller: ask again next poll
+                log.warning("sacct did not answer (the job states shown are the last ones read): %s", exc)
+            else:
+                read = parse_sacct(answer)
+                for job_id in open_ids:
+                    self.last_seen[job_id] = state = job_state(read.get(job_id, ""))
+                    if state not in ACTIVE | QUEUED | {"PREEMPTED"}:   # a preempted job may be requeued
+                        self.ended[job_id] = state
+        return {j.job_id: self.ended.get(j.job_id) or self.last_seen.get(j.job_id, "UNKNOWN") for j in self.submitted}
 
     def cancel(self, job_ids) -> None:
         ids = [str(j) for j in job_ids]

@@ -18,6 +18,7 @@ import optuna
 from optuna.exceptions import UpdateFinishedTrialError
 from optuna.trial import TrialState
 
+from grpolab.errors import ConfigError
 from grpolab.experiment.run_identity import RunIdentity
 from grpolab.signals import (RunKilled, forget_signals, raise_if_signalled, signal_behind, signal_pending,
                              signals_raise)
@@ -29,8 +30,9 @@ from grpolab.studies.resume import RESUMES_ATTR, checkpoint_to_resume, previous_
 from grpolab.studies.row_interrupts import RowTimedOut, job_end_raises, running_trial, timeouts_interrupt
 from grpolab.studies.row_on_ranks import run_on_ranks
 from grpolab.studies.row_run import PrunedRun, run_row
-from grpolab.studies.rows import (OUTCOME_ATTR, PARENT_RUN_ATTR, PASS_AT_1_ATTR, ROW_ATTR, RUN_ATTR,
-                                  study_run_identity)
+from grpolab.studies.registration import definition_hash
+from grpolab.studies.rows import (DEFINITION_ATTR, OUTCOME_ATTR, PARENT_RUN_ATTR, PASS_AT_1_ATTR, ROW_ATTR, RUN_ATTR,
+                                  SPURIOUS_ATTR, study_run_identity)
 from grpolab.studies.run_closing import end_trial_runs, link_restart
 from grpolab.studies.storage import load_for_worker, with_added_seeds
 
@@ -66,16 +68,17 @@ def run_one_trial(study: optuna.Study, cfg: StudyConfig, state: Path, parent_run
         return False
     if procs_per_row == 1:   # (several: the rank processes import it, not this one)
         from grpolab.experiment import runner  # noqa: F401 - the heavy imports happen before a row is claimed, not on its clock
-        # looked at again: another worker may have claimed the last row during the import's seconds,
-        # and ask() would then open a new, row-less trial
+        # looked at again after the import, which takes seconds where no go-signal preloaded it (a Slurm
+        # job's worker): another worker may have claimed the last row meanwhile
         if cfg.study_kind.queued_rows and not waiting():
             return False
     trial = study.ask()
     try:
         if cfg.study_kind.queued_rows and ROW_ATTR not in trial.user_attrs:
-            # another worker took the last waiting row between our check and ask(): not a row
+            # another worker took the last waiting row between our check and ask(): not a row (marked
+            # first, so that a process stopped between the two writes leaves no unexplained failure)
+            trial.set_user_attr(SPURIOUS_ATTR, True)
             study.tell(trial, state=TrialState.FAIL)
-            study.set_user_attr(f"spurious_{trial.number}", True)
             return False
         heartbeat = Heartbeat(trial)
         claim = ClaimedTrial(study, trial, heartbeat, state)
@@ -212,6 +215,17 @@ def _report(claim: ClaimedTrial, outcome: str, trial_state, values=None, error=N
                    status="FAILED" if outcome == "error" else "KILLED", from_statuses=("RUNNING",))
 
 
+def _check_same_definition(study, cfg: StudyConfig) -> None:
+    """A worker process reads the study file itself, maybe long after its coordinator did (a Slurm
+    job that waited in the queue): rows trained from an edited file would join rows of the stored
+    definition in one table, so the worker refuses before it claims any row."""
+    stored = study.user_attrs.get(DEFINITION_ATTR)
+    if stored is not None and stored != definition_hash(cfg):
+        raise ConfigError(f"{cfg.path}: the study file changed after study {cfg.name!r} was set up from it; this "
+                          "worker runs no row: restore the file, or run the study command again (with "
+                          "--accept-changed to keep the rows made so far under the edited definition)")
+
+
 def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=None, procs_per_row: int = 1,
                 accelerate_config: str | None = None) -> None:
     if accelerate_config is not None:   # the coordinator's choice (its flag or the file's), already checked
@@ -219,6 +233,7 @@ def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=Non
     if procs_per_row == 1:   # (several: each rank pins its own share; this process does not train)
         pin_worker_threads()
     study = load_for_worker(cfg, storage_url)   # created by the coordinator; a worker never creates one
+    _check_same_definition(study, cfg)
     cfg = with_added_seeds(cfg, study)
     parent = study.user_attrs[PARENT_RUN_ATTR]
     rows_run = 0

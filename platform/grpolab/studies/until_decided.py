@@ -79,8 +79,10 @@ def _refuse_if_edited(cfg: StudyConfig, look: int) -> None:
     definitions in one table, so the next look is refused before any of its rows is queued."""
     if definition_hash(load_study(cfg.path)) != definition_hash(cfg):
         raise ConfigError(f"{cfg.path}: the study file changed while --until-decided ran its looks; look {look} "
-                          "is not started, and the rows of the looks before it are kept: run the command again "
-                          "(with --accept-changed to keep those rows under the new definition), or restore the file")
+                          "is not started, and the rows of the looks before it are kept: restore the file and run "
+                          "the command again to continue the looks, or run it with --accept-changed to go on under "
+                          "the edited definition with those rows (an edit of the seeds-on-demand plan needs a new "
+                          "study name)")
 
 
 def _why_stop(look: Look, j: int, looks: list[int], n: int, max_rows: int | None) -> str:
