@@ -98,7 +98,7 @@ import json, sys
 from pathlib import Path
 import torch
 from grpolab.experiment.model_files import content_digest
-from grpolab.experiment.runner import resolve_model
+from grpolab.experiment.starting_model import resolve_model
 from grpolab.studies.definition import load_study, quiet_build
 from grpolab.tasks import make_task
 from grpolab.world.models import load_model

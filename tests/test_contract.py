@@ -24,8 +24,8 @@ def _factories_name_their_device(monkeypatch):
     """Every training step here runs under the device guard: a tensor factory in grpolab without
     ``device=`` would put a CPU tensor beside CUDA ones on a GPU (device_guard.py). The warm start
     trains on the CPU by design and, unguarded, keeps the guard's cost to the steps themselves."""
-    import grpolab.experiment.runner as runner
-    monkeypatch.setattr(runner, "warm_start", outside_the_guard(runner.warm_start))
+    import grpolab.experiment.starting_model as starting_model
+    monkeypatch.setattr(starting_model, "warm_start", outside_the_guard(starting_model.warm_start))
     with factories_name_their_device():
         yield
 

@@ -10,7 +10,8 @@ import pytest
 from grpolab.errors import ConfigError
 from grpolab.experiment.config import build_config
 from grpolab.experiment.overrides import apply_overrides
-from grpolab.experiment.runner import run_splits, warm_start_config
+from grpolab.experiment.runner import run_splits
+from grpolab.experiment.starting_model import warm_start_config
 from grpolab.studies.definition import load_study
 from grpolab.world.generated import make_task
 from grpolab.world.warmstart import cache_key, sft_splits

@@ -35,7 +35,7 @@ def _config(mode: str):
 def vllm_run(request, tmp_path_factory):
     """(mode, state, run id, its run folder, the model it started from) of a 2-step run trained under
     the vLLM stand-in."""
-    from grpolab.experiment.runner import _resolve_model_once
+    from grpolab.experiment.starting_model import resolve_model_once
     from grpolab.tasks import make_task
     from grpolab.tracking.stores import prepare_stores
     state = share_models(tmp_path_factory.mktemp(f"rescore-vllm-{request.param}"), tmp_path_factory)
@@ -43,7 +43,7 @@ def vllm_run(request, tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         vllm_double.install(mp)
         cfg = _config(request.param)
-        model_dir, _ = _resolve_model_once(cfg, make_task("random_reward", digits=2), state)
+        model_dir, _ = resolve_model_once(cfg, make_task("random_reward", digits=2), state)
         vllm_double.VLLMClient.MODEL_PATH = str(model_dir)   # what the run's `trl vllm-serve` serves
         result = run_experiment(cfg, state)
     return request.param, state, result.run_id, state / "runs" / result.run_id, model_dir

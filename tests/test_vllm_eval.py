@@ -36,13 +36,13 @@ def _no_transformers_sampling(*args, **kwargs):
 
 def _run(mode: str, state, monkeypatch):
     """One 2-step run under the double; at each eval, the engine's weights vs the trainer's."""
-    from grpolab.experiment.runner import _resolve_model_once
+    from grpolab.experiment.starting_model import resolve_model_once
     from grpolab.tasks import make_task
     vllm_double.install(monkeypatch)
     cfg = _config(mode)
     # the warm start (cached per preset, task, seed) samples with transformers: done before the ban below;
     # it is also the model `trl vllm-serve --model` would serve in server mode
-    model_dir, _ = _resolve_model_once(cfg, make_task("addition", digits=2), state)
+    model_dir, _ = resolve_model_once(cfg, make_task("addition", digits=2), state)
     vllm_double.VLLMClient.MODEL_PATH = str(model_dir)
     monkeypatch.setattr(generation, "generate", _no_transformers_sampling)   # sample() and evaluate() draw through it
     seen, at_eval = {}, {}

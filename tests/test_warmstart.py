@@ -57,14 +57,14 @@ def test_band_is_checked_at_the_runs_cap_and_the_cap_is_in_the_key(tmp_path, mon
 
 
 def test_run_passes_its_eval_cap_to_the_warm_start(tmp_path, monkeypatch):
-    from grpolab.experiment import runner
+    from grpolab.experiment import starting_model
     from grpolab.experiment.config import build_config
     seen = []
-    monkeypatch.setattr(runner, "warm_start", lambda preset, task, seed, cfg, cache: seen.append(cfg) or (tmp_path, {}))
+    monkeypatch.setattr(starting_model, "warm_start", lambda preset, task, seed, cfg, cache: seen.append(cfg) or (tmp_path, {}))
     base = {"method": "grpo", "task": {"name": "addition_scratchpad", "digits": 2}}
     for train, expected in (({"max_completion_length": 24, "minibatches": 2}, 24), ({"minibatches": 2}, 44)):
         cfg = build_config({**base, "train": train})
-        runner.resolve_model(cfg, make_task("addition_scratchpad", digits=2), tmp_path)
+        starting_model.resolve_model(cfg, make_task("addition_scratchpad", digits=2), tmp_path)
         assert seen[-1].max_completion_length == expected
 
 

@@ -20,8 +20,8 @@ from grpolab.errors import ConfigError
 from grpolab.experiment import checkpoints, engines, vllm_eval
 from grpolab.experiment.benchmark_runs import RunBenchmarks
 from grpolab.experiment.config import RunConfig
-from grpolab.experiment.pretrained import model_directory, resolve_pretrained
 from grpolab.experiment.run_identity import RunIdentity
+from grpolab.experiment.starting_model import resolve_model_once
 from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.requirements import inert_settings
 from grpolab.signals import raise_if_signalled, signals_raise
@@ -35,8 +35,7 @@ from grpolab.tracking.recorder import RunLink, RunRecorder, git_commit, stored_n
 from grpolab.trainer.dropin import MethodSettingsWarning, task_correctness
 from grpolab.trainer.estimator_inputs import needs_whole_groups
 from grpolab.world.generation import EvalOptions, evaluate
-from grpolab.world.models import build_model, load_model, save_model
-from grpolab.world.warmstart import WarmStartConfig, warm_start
+from grpolab.world.models import load_model
 
 log = logging.getLogger(__name__)
 
@@ -103,63 +102,12 @@ def _eval_metrics(result) -> dict:
     return {**{key: getattr(result, field) for key, field in HELD_OUT_METRICS.items()}, **curve}
 
 
-def resolve_model(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
-    pretrained = resolve_pretrained(cfg.model.preset, cfg.model.path, state / "models")  # GGUF: converted once
-    if pretrained is not None:
-        return pretrained
-    if cfg.model.path is not None:
-        return model_directory(cfg.model.path, cfg.model.revision)   # a hub id: its cached (or fetched) snapshot
-    ws = cfg.warm_start
-    if not ws.enabled:
-        target = state / "models" / f"{cfg.model.preset}-random-{cfg.seed}"
-        if not (target / "config.json").exists():
-            # written aside, then renamed: a concurrent worker never loads a half-written model
-            scratch = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-            save_model(*build_model(cfg.model.preset, cfg.seed), scratch)
-            try:
-                os.rename(scratch, target)
-            except OSError:   # another process renamed its identical copy first
-                import shutil
-                shutil.rmtree(scratch, ignore_errors=True)
-        return target, {"source": "random-init"}
-    # the band is checked at the cap the run's held-out pass@1 is measured at (eval's, which
-    # defaults to the training cap), not the task's own: a start in band at 44 tokens can be
-    # far below it at a training cap of 24
-    # By default the warm start's seed is the run seed (different seeds, different SFT models);
-    # warm_start.seed pins one shared warm start, e.g. to compare methods from the same model.
-    return warm_start(cfg.model.preset, task, ws.seed if ws.seed >= 0 else cfg.seed, warm_start_config(cfg),
-                      state / "models")
-
-
-def warm_start_config(cfg: RunConfig) -> WarmStartConfig:
-    """The warm start a run asks for; with a fixed benchmark (eval.seed >= 0) its SFT data and band
-    check keep out of the benchmark's prompts."""
-    ws = cfg.warm_start
-    return WarmStartConfig(band=tuple(ws.band), group_size=cfg.train.group_size, learning_rate=ws.learning_rate,
-                           max_steps=ws.max_steps, check_every=ws.check_every,
-                           max_completion_length=cfg.eval.max_completion_length, held_out_seed=cfg.eval.seed,
-                           held_out_prompts=cfg.eval.final_prompt_count if cfg.eval.seed >= 0 else 0)
-
-
 def run_splits(cfg: RunConfig, task) -> tuple[list, list]:
     """(train prompts, held-out set) of a run: the held-out set is eval.final_prompts long (the
     evaluations before the last use its first eval.prompts); eval.seed >= 0 draws it from that seed
     for every run (one benchmark), and the train stream of the run seed leaves its prompts out."""
     fixed = {"held_out_seed": cfg.eval.seed} if cfg.eval.seed >= 0 else {}
     return task.splits(cfg.seed, cfg.train.n_train_prompts, cfg.eval.final_prompt_count, **fixed)
-
-
-def _resolve_model_once(cfg: RunConfig, task, state: Path) -> tuple[Path, dict]:
-    """With several processes rank 0 builds (or finds) the model first and the others then read
-    the cache: once torch.distributed is up, transformers writes weights on rank 0 only, so a
-    model saved by another rank would be a folder without weights. (Before the process group
-    exists every process writes a complete copy aside and the first rename wins.)"""
-    import torch.distributed as dist
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return resolve_model(cfg, task, state)
-    resolved = resolve_model(cfg, task, state) if dist.get_rank() == 0 else None
-    dist.barrier()
-    return resolved or resolve_model(cfg, task, state)
 
 
 def _grpo_args(cfg: RunConfig, task, output_dir: Path):
@@ -345,7 +293,7 @@ def _prepare(run: _Run):
     """The (warm-started) model and tokenizer, the train and held-out prompts, the train dataset."""
     import datasets
     cfg = run.cfg
-    model_dir, ws_record = _resolve_model_once(cfg, run.task, run.state)
+    model_dir, ws_record = resolve_model_once(cfg, run.task, run.state)
     run.model, run.tokenizer = load_model(model_dir)
     raise_if_signalled()   # loading can swallow a SIGTERM (a finaliser); stop before tokenising and building the trainer
     engines.check_model(run.model.config, cfg, str(model_dir))

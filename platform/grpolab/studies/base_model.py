@@ -32,7 +32,7 @@ PROVENANCE = "base_model.json"
 def export_base_model(study_path: str, out: Path, state: Path) -> str:
     """Train (or find in ``state``) the warm start of ``study_path``'s first rung, copy it to ``out``
     with a provenance record, and return the folder's content digest."""
-    from grpolab.experiment.runner import resolve_model
+    from grpolab.experiment.starting_model import resolve_model
 
     study = load_study(study_path)
     cfg = quiet_build(study.rung_experiment(0, study.seeds[0]))
