@@ -86,6 +86,8 @@ class Task:
         shares a prompt with it; each is capped at its count (a small space or dataset may give
         fewer). ``held_out_seed`` (a kind with ``fixed_held_out``) draws the held-out set from that
         seed's stream instead of ``seed``'s."""
+        if n_train < 0 or n_eval < 0:
+            raise ValueError(f"task {self.name!r}: splits takes counts >= 0, got n_train={n_train}, n_eval={n_eval}")
         if held_out_seed is not None and not self.fixed_held_out:
             raise TypeError(f"task {self.name!r} keeps its own held-out split; it takes no held_out_seed")
         return disjoint_splits(self.draws(seed, n_train, n_eval, held_out_seed), n_train, n_eval)
