@@ -32,6 +32,15 @@ os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "platform"),
 
 from grpolab.startup import IMPORT_THRESHOLDS  # noqa: E402  (needs the path above)
 
+# Test files sit in one folder per floor (tests/method, tests/studies, ...), their helper modules here
+# (pytest puts this folder on sys.path for this conftest). A test file may import another one's helpers
+# by its module name (`from test_engines import two_steps`; basenames are unique), so every floor
+# folder is importable whichever file runs first or alone. The vendored conformance suite is left out.
+TESTS = Path(__file__).resolve().parent
+for _floor in sorted({p.parent for p in TESTS.glob("*/test_*.py")} - {TESTS / "conformance"}):
+    if str(_floor) not in sys.path:
+        sys.path.append(str(_floor))
+
 # As a command-line process runs it while importing, for the whole session: test processes keep importing
 # (each test file's lazily loaded libraries) and keep long-lived state (stores, caches, warm starts).
 gc.set_threshold(*IMPORT_THRESHOLDS)

@@ -73,7 +73,7 @@ def in_store_library(frame) -> bool:
     dispatches a connection's ``commit`` event before its guarded DBAPI commit, and an exception
     raised there leaves the write transaction open in the connection pool (a SQLite store stays
     locked for every writer, this process's KILLED status included, until the process exits:
-    tests/test_signal_in_store.py). The store call returns in milliseconds, or after its own
+    tests/ground/test_signal_in_store.py). The store call returns in milliseconds, or after its own
     timeout, and the noted signal is raised at the next safe point."""
     while frame is not None:
         if (frame.f_globals.get("__name__") or "").partition(".")[0] in STORE_LIBRARIES:

@@ -67,7 +67,7 @@ def own_process() -> None:
 # top_level.txt into a path object (numpy, scipy, pandas, plotly: 0.7 CPU-s per scan on the 2-core test
 # machine, 204 distributions). A process the command line owns scans once; on Python 3.11 it also reads
 # RECORD as text and makes path objects only of its .py lines (0.1 s), by 3.11's rule (3.12 changed it:
-# there the library's own scan runs, once). tests/test_startup_packages.py compares both with the library.
+# there the library's own scan runs, once). tests/ground/test_startup_packages.py compares both with the library.
 _scanned: list = []
 
 

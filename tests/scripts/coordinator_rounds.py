@@ -1,4 +1,4 @@
-"""One of several `grpolab study` coordinators started together by tests/test_faults.py.
+"""One of several `grpolab study` coordinators started together by tests/studies/test_faults.py.
 
 For each round it waits at a file barrier (so every coordinator starts that round at the same
 moment), points MLflow at the round's fresh store and runs the real CLI entry point on the

@@ -1,6 +1,6 @@
 """Further baselines: verl 0.9.1's (``register_adv_est``) OPO, pass@k, GPG, ReMax and the optimal
 token baselines, and MaxRL's mean-scaled advantage. Pure torch. Shapes as ``grpolab.algorithms.advantages``: r (N,) with groups of G
-contiguous, mask (N, T). Formulas follow verl's ``core_algos.py``; tests/test_verl_reference.py
+contiguous, mask (N, T). Formulas follow verl's ``core_algos.py``; tests/algorithms/test_verl_reference.py
 compares each with verl's own output on shared tensors.
 """
 

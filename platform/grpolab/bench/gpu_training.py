@@ -43,7 +43,7 @@ TASK_FOR = {"gdpo": {"name": "addition_format"}, "gigpo": {"name": "gridworld"},
 
 def method_config(key: str):
     """2 optimizer steps of ``key`` on the tiny preset in bf16, tracking off, with the settings
-    the contract suite (tests/test_contract.py) gives it so that its mechanism acts at toy scale."""
+    the contract suite (tests/method/test_contract.py) gives it so that its mechanism acts at toy scale."""
     from grpolab.experiment.config import build_config
     from grpolab.method.registry import METHODS
     task = TASK_FOR.get(key, {"name": "random_reward"})

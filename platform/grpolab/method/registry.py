@@ -172,7 +172,7 @@ METHODS: dict[str, Method] = {m.key: m for m in [
                 "(the paper's setting); differs from group_mean by 1/mean, so it acts wherever a group's success "
                 "rate is below 1 and not 0; GRPO's clip and a token-mean loss (TRL's default loss_type), not checked "
                 "against the paper's loss"),
-    # verl 0.9.1's further estimators and policy losses (core_algos.py); tests/test_verl_reference.py
+    # verl 0.9.1's further estimators and policy losses (core_algos.py); tests/algorithms/test_verl_reference.py
     # matches each with verl's own output
     Method("opo", "OPO", "Hao et al. 2025, On-Policy RL with Optimal Reward Baseline, arXiv:2505.23585; "
                          "verl 0.9.1 adv_estimator=opo",

@@ -6,7 +6,7 @@ reads ``TRL_LOSS_TYPES`` here, on the method floor, so that ``grpolab methods`` 
 name next to a registered method's. TRL's ``loss_type`` encodes two axes at once (the surrogate
 and the aggregation): TRL's "dapo" is DAPO's token-level aggregation only, not the paper's recipe
 (grpolab's ``dapo`` adds Clip-Higher, overlong filtering, soft overlong punishment and dynamic
-sampling). ``tests/test_trl_mapping.py`` checks ``trl_recipe`` against the field table, both ways.
+sampling). ``tests/trainer/test_trl_mapping.py`` checks ``trl_recipe`` against the field table, both ways.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ population, weighting, range, the TRL key it mirrors, and when it is logged (``m
 
 The trainer (required keys, loss-side weighting, TRL's loss-side names), the recorder (the TRL
 keys it drops), study objectives and figures (a metric's range), the dashboard (panel titles) and
-docs/metrics.md (``render_doc``, ``grpolab metrics-doc``) read it here; tests/test_metric_catalog.py
+docs/metrics.md (``render_doc``, ``grpolab metrics-doc``) read it here; tests/tracking/test_metric_catalog.py
 fails on a key the package logs that no record covers.
 """
 

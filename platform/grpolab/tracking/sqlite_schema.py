@@ -6,7 +6,7 @@ they end at, for the pinned MLflow, is shipped as SQL text (``mlflow_sqlite_sche
 own dump of a store MLflow migrated, alembic head included), and a new store is created from it in
 0.04 s. MLflow then opens it as any store at head. With another MLflow version installed than the
 one the file was dumped from, a warning line says so and MLflow migrates as usual
-(``python -m grpolab.tracking.sqlite_schema`` rewrites the file; tests/test_sqlite_schema.py fails
+(``python -m grpolab.tracking.sqlite_schema`` rewrites the file; tests/tracking/test_sqlite_schema.py fails
 until it does).
 """
 

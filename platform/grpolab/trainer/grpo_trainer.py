@@ -1,6 +1,6 @@
 """The ONE module that touches TRL internals: a GRPOTrainer subclass running grpolab's axes.
 
-Override points (TRL 1.16.0, pinned; tests/test_trl_contract.py fails loudly if they move):
+Override points (TRL 1.16.0, pinned; tests/trainer/test_trl_contract.py fails loudly if they move):
 - ``_calculate_rewards``: keep the gathered reward components, plus correctness and lengths.
 - ``_generate_and_score_completions``: call TRL, then replace its advantages with
   ``grpolab.algorithms.compute_advantages`` and record the rollout curves.

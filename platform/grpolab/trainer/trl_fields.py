@@ -26,7 +26,7 @@ from grpolab.method.trl_names import TRL_LOSS_TYPES
 # TRL (passed through: TRL applies it itself, outside the loss and advantages grpolab replaces) or
 # REFUSED (no grpolab equivalent: set away from its default it raises, the note says why).
 # Fields of transformers.TrainingArguments are passed through (``trl_field``).
-# tests/test_trl_mapping.py fails when TRL adds a GRPOConfig field this table does not classify.
+# tests/trainer/test_trl_mapping.py fails when TRL adds a GRPOConfig field this table does not classify.
 AXIS, TRL, REFUSED = "axis", "trl", "refused"
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RECORDED = ROOT / "tests" / "data"
 
 

@@ -7,7 +7,7 @@ the documented math API (docs/api.md)."""
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "platform" / "grpolab"
 TRAINER = PACKAGE / "trainer"
 MAX_PARAMS = 7

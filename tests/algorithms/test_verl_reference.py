@@ -17,7 +17,7 @@ from grpolab.algorithms.estimators import ESTIMATORS, AdvantageInputs
 from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.spec import MethodSpec, build_spec
 
-FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "verl" / "core_algos_0.9.1.json").read_text())
+FIXTURE = json.loads((Path(__file__).parents[1] / "fixtures" / "verl" / "core_algos_0.9.1.json").read_text())
 X = {k: torch.tensor(v) if k != "index" else v for k, v in FIXTURE["inputs"].items()}
 G = 4
 TOL = dict(atol=1e-5, rtol=0)
@@ -34,7 +34,7 @@ def _per_token(a: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def test_fixture_provenance():
     p = FIXTURE["provenance"]
     assert p["verl_version"] == "0.9.1" and p["file"] == "verl/trainer/ppo/core_algos.py" and len(p["sha256"]) == 64
-    provenance = (Path(__file__).parent / "fixtures" / "verl" / "PROVENANCE.md").read_text()
+    provenance = (Path(__file__).parents[1] / "fixtures" / "verl" / "PROVENANCE.md").read_text()
     assert f"sha256 `{p['sha256']}`" in provenance   # the recorded file is the one the provenance names
     assert X["index"] == [i // G for i in range(12)]   # grpolab's contiguous groups of G are verl's uids
 

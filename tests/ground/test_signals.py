@@ -308,7 +308,7 @@ def test_a_session_started_with_sigint_ignored_blames_no_test(tmp_path):
     """Review finding 11: pytest started with SIGINT ignored (nohup, a background job) had the
     first test blamed for it, and SIGINT un-ignored behind the session's back. The session is
     this conftest with one test that leaves signals alone."""
-    shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
+    shutil.copy(Path(__file__).parents[1] / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_alone.py").write_text(
         "import signal\n\ndef test_alone():\n    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n")
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_alone.py"],

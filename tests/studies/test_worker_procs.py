@@ -119,7 +119,7 @@ def test_validating_a_study_imports_no_torch():
             "print(sorted(m for m in ('torch', 'transformers', 'trl', 'peft') if m in sys.modules))")
     from pathlib import Path
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[1])
+                         cwd=Path(__file__).resolve().parents[2])
     assert out.stdout.strip() == "[]", out.stderr[-2000:]
 
 

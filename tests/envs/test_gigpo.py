@@ -356,7 +356,7 @@ def test_two_gigpo_steps_env_tokens_carry_no_loss_and_anchor_groups_have_expecte
 # -- helpers ------------------------------------------------------------------------------------
 def _repo():
     from pathlib import Path
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]
 
 
 def _task():

@@ -363,7 +363,7 @@ ADAPTIVE_AXES = dict(entropy_mode="adaptive_gated", entropy_coef=0.01, entropy_t
 
 def test_trl_adaptive_entropy_is_the_gated_adaptive_axis(tmp_path):
     """TRL's adaptive entropy control (no longer refused): entropy_mode=adaptive_gated and its bounds, without
-    method= and as an override of a named method (trl parity: tests/test_trl_parity.py)."""
+    method= and as an override of a named method (trl parity: tests/algorithms/test_trl_parity.py)."""
     setup, _ = _prepare(tmp_path, None, **ADAPTIVE_TRL)
     assert {k: getattr(setup.spec, k) for k in ADAPTIVE_AXES} == ADAPTIVE_AXES
     setup, said = _prepare(tmp_path, "grpo", correctness="answer", **ADAPTIVE_TRL)
@@ -377,7 +377,7 @@ def test_trl_adaptive_entropy_is_the_gated_adaptive_axis(tmp_path):
 @pytest.mark.parametrize("method", ["grpo", None])
 def test_trl_off_policy_mask_is_trls_own_mask_in_grpolabs_loss(method, tmp_path):
     """off_policy_mask_threshold: passed through (TRL computes the mask, grpolab's loss applies it as TRL's does;
-    parity in tests/test_trl_parity.py), never refused."""
+    parity in tests/algorithms/test_trl_parity.py), never refused."""
     from grpolab.trainer.trl_fields import TRL, TRL_FIELDS
     assert TRL_FIELDS["off_policy_mask_threshold"].kind == TRL
     setup, _ = _prepare(tmp_path, method, correctness="answer", off_policy_mask_threshold=0.5)

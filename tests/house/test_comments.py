@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "platform" / "grpolab"
 EXTERNAL_FILES = {"core_algos"}   # cited reference implementations: verl's verl/trainer/ppo/core_algos.py
 FILE_STEMS = {p.stem for p in ROOT.rglob("*.py")} | EXTERNAL_FILES

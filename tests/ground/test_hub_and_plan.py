@@ -16,7 +16,7 @@ import yaml
 
 from hub_cache import folder_files, go_offline, parquet_bytes, put_repo
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "mlflow", "peft", "optuna", "trl", "accelerate")
 CARD = """---
 configs:

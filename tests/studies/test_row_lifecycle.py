@@ -1,4 +1,4 @@
-"""Row lifecycle under faults, beyond tests/test_faults.py: a hung (alive, silent) row is handed
+"""Row lifecycle under faults, beyond tests/studies/test_faults.py: a hung (alive, silent) row is handed
 back by its row timeout; an interrupted --retry-failed retry is re-queued; the PostgreSQL
 advisory lock excludes coordinators whatever their MLflow stores; the state folder's
 artifact-root mark is never half-read. Real journal files, a real MLflow SQLite store, a real

@@ -21,7 +21,7 @@ from grpolab.studies.launch_options import check_accelerate_config
 from grpolab.tracking.recorder import tracking_uri
 from test_study_devices import study_file
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "studies" / "accelerate"
 
 

@@ -4,7 +4,7 @@ more values is built to be returned, and no rollout row is read by position."""
 import ast
 from pathlib import Path
 
-TRAINER = Path(__file__).resolve().parents[1] / "platform" / "grpolab" / "trainer"
+TRAINER = Path(__file__).resolve().parents[2] / "platform" / "grpolab" / "trainer"
 
 
 def _modules():

@@ -16,7 +16,7 @@ from grpolab.studies.definition import load_study
 from grpolab.world.generated import make_task
 from grpolab.world.warmstart import cache_key, sft_splits
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LADDER = REPO / "studies" / "dapo_table1.yaml"
 
 

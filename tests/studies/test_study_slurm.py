@@ -5,7 +5,7 @@ handed back at once, by its worker (SIGTERM) or, when the worker ignores SIGTERM
 it, by the coordinator from the job's state; every row completes exactly once, the cancelled
 row's run ends KILLED with the reason and no MLflow run is left RUNNING. Storage the jobs could
 not share (SQLite) is refused before anything is submitted. The journal storage on a shared
-folder, and the cluster options, are tested in tests/test_slurm_options.py."""
+folder, and the cluster options, are tested in tests/studies/test_slurm_options.py."""
 
 import os
 import threading

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from test_comments import _texts
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "platform" / "grpolab"
 MAX_LINES = 12
 SCANNED = [PKG, ROOT / "tests", ROOT / "scripts"]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-MARK = "<!-- tests/test_readme_quickstart.py executes the next code block as written -->"
+REPO = Path(__file__).resolve().parents[2]
+MARK = "<!-- tests/house/test_readme_quickstart.py executes the next code block as written -->"
 WARNING_LINE = re.compile(r"^(?P<file>.+?):(?P<line>\d+): (?P<category>\w+): (?P<message>.*)$")
 
 

@@ -14,8 +14,9 @@ from slurm_cluster import KILL_WAIT_S, cluster_for_test, until
 @pytest.fixture
 def cluster(tmp_path, monkeypatch, record_property):
     with cluster_for_test(tmp_path, monkeypatch, record_property) as c:
-        # the jobs import this module by name
-        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+        # the jobs import this module by name, and it imports slurm_cluster from tests/
+        here = Path(__file__).resolve().parent
+        monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(here), str(here.parent), os.environ.get("PYTHONPATH", "")]))
         yield c
 
 
