@@ -180,7 +180,6 @@ class SlurmLauncher:
     submitted: list = field(default_factory=list)   # every job submitted (submitit Job objects)
     cancelled: set = field(default_factory=set)     # jobs this launcher cancelled itself (not reported)
     last_seen: dict = field(default_factory=dict)   # job id -> its state at the last sacct answer
-    ended: dict = field(default_factory=dict)       # job id -> its final state (not asked again)
 
     @property
     def timeout_min(self) -> int:
@@ -252,10 +251,10 @@ class SlurmLauncher:
 
     def states(self) -> dict[str, str]:
         """Each submitted job's state, from one sacct call for the jobs not yet ended; a job's end
-        state is kept here once seen. Read here rather than through submitit's watcher, which is one
-        per process and stops asking about any job it takes for ended: states in which a job still
-        runs or waits (CONFIGURING, SUSPENDED, REQUEUE_HOLD, ...) and an id an earlier cluster used."""
-        open_ids = [j.job_id for j in self.submitted if j.job_id not in self.ended]
+        state is kept once seen. Read here rather than through submitit's watcher, which is one per
+        process and stops asking about any job it takes for ended: states in which a job still runs
+        or waits (CONFIGURING, SUSPENDED, REQUEUE_HOLD, ...) and an id an earlier cluster used."""
+        open_ids = [j.job_id for j in self.submitted if not _ended(self.last_seen.get(j.job_id, "UNKNOWN"))]
         if open_ids:
             try:
                 answer = subprocess.run(["sacct", "-o", "JobID,State,NodeList", "--parsable2", "-j", ",".join(open_ids)],
@@ -264,11 +263,8 @@ class SlurmLauncher:
                 log.warning("sacct did not answer (the job states shown are the last ones read): %s", exc)
             else:
                 read = parse_sacct(answer)
-                for job_id in open_ids:
-                    self.last_seen[job_id] = state = job_state(read.get(job_id, ""))
-                    if state not in ACTIVE | QUEUED | {"PREEMPTED"}:   # a preempted job may be requeued
-                        self.ended[job_id] = state
-        return {j.job_id: self.ended.get(j.job_id) or self.last_seen.get(j.job_id, "UNKNOWN") for j in self.submitted}
+                self.last_seen.update({job_id: job_state(read.get(job_id, "")) for job_id in open_ids})
+        return {j.job_id: self.last_seen.get(j.job_id, "UNKNOWN") for j in self.submitted}
 
     def cancel(self, job_ids) -> None:
         ids = [str(j) for j in job_ids]
@@ -330,6 +326,11 @@ class SlurmLauncher:
             self.cancel(j.job_id for j in self.submitted if seen.get(j.job_id) in ACTIVE | QUEUED | {None})
             raise
         return lines
+
+
+def _ended(state: str) -> bool:
+    """A state no job leaves (its end state, never asked about again); a preempted job may be requeued."""
+    return state not in ACTIVE | QUEUED | {"PREEMPTED"}
 
 
 def _interrupted_rows(study, cfg: StudyConfig) -> bool:
