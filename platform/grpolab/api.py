@@ -173,7 +173,7 @@ def _tracking_uri(state: Path) -> str:
 def study(path: str | os.PathLike, *, progress: bool = True, **flags) -> StudyOutcome:
     """Run (or resume) a study file, as ``grpolab study`` does (the same checks, then the same
     ``execute``): every missing row of a ladder, or a search's trial budget. Returns when no row
-    is left to run; rows that failed are reported, never raised. ``progress``: print live
+    is left to run (or the time limit stops it); rows that failed are reported, never raised. ``progress``: print live
     progress to stderr.
 
     The keywords are the command's flags (``commands.study.API_FLAGS``):
@@ -182,7 +182,9 @@ def study(path: str | os.PathLike, *, progress: bool = True, **flags) -> StudyOu
     Seeds on demand, as ``--until-decided --max-seeds N --batch B``: ``until_decided=True`` adds
     ``batch`` paired seeds per look (default: the file's, else 2) until every rung is decided or
     ``max_seeds`` (default: the file's cap) ran; a file with ``seeds: {first, batch, cap}`` does so
-    by default, ``fixed_seeds=True`` runs its first seeds only. Where the workers run, as the
+    by default, ``fixed_seeds=True`` runs its first seeds only. ``time_limit`` (minutes, as
+    ``--time-limit``): no row starts that would end later; the rows left wait for the next call,
+    and the looks of seeds on demand pause where they are. Where the workers run, as the
     command line's launch flags: ``gpus_per_row``/``devices``/``accelerate_config`` (each worker
     owns that many devices; default workers: pool // K), or ``launcher="slurm"`` with ``slurm``, a
     dict of SlurmLauncher options (jobs, partition, time, folder, cpus_per_job, account, qos, mem,
@@ -200,9 +202,17 @@ def study(path: str | os.PathLike, *, progress: bool = True, **flags) -> StudyOu
     confine_caches(state_path(state))
     code = execute(options)
     from grpolab.commands.shared import parent_run_id
-    return StudyOutcome(path=options.path, name=options.study.name, complete=code == 0,
+    complete = code == 0 and not (options.time_limit is not None and _rows_left(options.study, state_dir(state), storage))
+    return StudyOutcome(path=options.path, name=options.study.name, complete=complete,
                         state=state_dir(state).resolve(), storage=storage,
                         parent_run_id=parent_run_id(options.study, state_dir(state), storage))
+
+
+def _rows_left(cfg, state: Path, storage: str | None) -> bool:
+    """Whether rows wait (a ladder) or trials are still short (a search) after a time-limited run."""
+    from grpolab.studies.storage import default_storage, load_existing, with_added_seeds
+    study = load_existing(cfg, storage or default_storage(state))
+    return study is not None and cfg.study_kind.pending(study, with_added_seeds(cfg, study))
 
 
 def results(study: str | os.PathLike | StudyOutcome, *, state: str | os.PathLike | None = None,

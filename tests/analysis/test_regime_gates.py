@@ -6,6 +6,7 @@ the evaluation noise of its boundary is marked fragile."""
 from __future__ import annotations
 
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -98,6 +99,10 @@ def test_a_present_regime_leaves_the_label_and_counts_it_decided(monkeypatch):
     ("incorrect_length_growth", {"length__incorrect": (10.0, 15.0)}, 1.5),  # tail / head
     ("accuracy_gain", {"accuracy": (0.2, 0.5)}, 0.3),                      # tail - head
     ("entropy_drop", {"entropy": (0.0, 0.0)}, math.nan),                   # 0 / 0: no value, never a silent 0
+    # truncation learned away by the tail: 3 of the 11 logged steps (0, 10, 20) at 0.3, the rest at 0
+    ("truncated_fraction", {"length__truncated_fraction": (0.3, 0.0)}, 0.0),               # last quarter only
+    ("truncated_fraction_run", {"length__truncated_fraction": (0.3, 0.0)}, 0.9 / 11),      # every step of the run
+    ("salvage_rate_run", {"length__truncated_salvageable": (0.6, 0.2)}, (3 * 0.6 + 8 * 0.2) / 11),
 ])
 def test_each_measure_is_its_documented_ratio(measure, curves, value):
     got = run_measure(measure, _history(**curves))
@@ -278,7 +283,7 @@ def test_both_dapo_ladders_gate_every_rung_by_the_same_scale_free_rule():
     assert toy.base["eval"]["salvage"] is qwen.base["eval"]["salvage"] is True   # the salvage gate's curve is logged
     assert [r.regime for r in toy.rungs] == [r.regime for r in qwen.rungs]
     assert [g.measure for r in toy.rungs[1:] for g in r.regime.gates] == [
-        "truncated_fraction", "salvage_rate", "entropy_drop", "correct_in_soft_zone", "length_cv",
+        "truncated_fraction_run", "salvage_rate_run", "entropy_drop", "correct_in_soft_zone", "length_cv",
         "incorrect_length_growth", "all_correct_groups"]
 
 
@@ -350,7 +355,7 @@ def test_a_salvage_gate_on_rows_that_never_log_salvage_is_refused_at_load(tmp_pa
     assert load_study(REPO / "studies" / "dapo_table1.yaml").rung_experiment(0, 100)["eval"]["salvage"] is True
     off = tmp_path / "ladder.yaml"
     off.write_text(text.replace("salvage: true}", "salvage: false}"))
-    with pytest.raises(ConfigError, match=r"rungs\[1\] \(\+ Overlong Filtering\)\.regime: the gate salvage_rate reads a "
+    with pytest.raises(ConfigError, match=r"rungs\[1\] \(\+ Overlong Filtering\)\.regime: the gate salvage_rate_run reads a "
                                           r"curve logged only with eval\.salvage: true.*set eval\.salvage: true in base\.eval"):
         load_study(off)
 
@@ -382,7 +387,24 @@ def test_mechanism_floors_read_the_previous_rung_and_the_length_floor_is_scale_f
             # dynamic sampling's rounds exist only where it is on: its own rows, whether it acted at all
             assert [r.mechanism.rows for r in study.rungs[1:]] == ["previous"] * 4 + ["this"]
             assert study.rungs[4].mechanism.metric == "tail:length/cv" and study.rungs[4].mechanism.at_least == 0.15
+            # the two cap mechanisms act on whatever each step holds, and a policy learns the cap: the whole run
+            assert [study.rungs[i].mechanism.metric for i in (1, 3)] == [
+                "run:length/truncated_fraction", "run:length/soft_penalized_fraction"]
             assert "all-wrong groups" in study.rungs[5].regime.premise
     lengths = torch.tensor([4.0, 8.0, 12.0, 16.0])   # mean 10, sd (N-1) 5.164
     out = rollout_metrics(torch.zeros(4), torch.zeros(4).bool(), lengths, lengths >= 24, 2)
     assert out["length/cv"] == pytest.approx(0.5164, abs=1e-4)
+
+
+@pytest.mark.parametrize("metric, message", [
+    ("run:eval/pass_at_1", "run: reads a training curve"),
+    ("head:", "head: reads a training curve"),
+    ("mean:length/truncated_fraction", "expected <agg>:<key> with agg in final, auc, tail"),
+])
+def test_a_floor_reads_head_or_run_of_a_training_curve_only(metric, message):
+    from grpolab.studies.definition import parse_mechanism
+    from grpolab.studies.objectives import check_window_metric
+    check_window_metric("run:length/truncated_fraction")
+    check_window_metric("tail:clip/high_fraction")
+    with pytest.raises(ConfigError, match=f"rungs\\[1\\].mechanism.metric: metric '{re.escape(metric)}': .*{message}"):
+        parse_mechanism({"metric": metric, "at_least": 0.02}, "rungs[1].mechanism", ("this", "previous"), check_window_metric)

@@ -126,6 +126,8 @@ def test_grpolab_warnings_print_as_one_line_and_others_keep_pythons_format(capsy
     (["study", "studies/dapo_table1.yaml", "--accelerate-config", "nope.yaml"], "--accelerate-config: seeds on demand"),
     (["study", "studies/dapo_table1.yaml", "--until-decided", "--max-seeds", "32", "--batch", "0"],
      "--batch: must be >= 1, got 0"),
+    (["study", "studies/dapo_table1.yaml", "--time-limit", "0"], "--time-limit: minutes, a finite number > 0, got 0.0"),
+    (["study", "studies/dapo_table1.yaml", "--time-limit", "inf"], "--time-limit: minutes, a finite number > 0, got inf"),
     (["verdicts", "--batch", "4"], "--max-seeds and --batch: only with --until-decided"),
     (["verdicts", "--until-decided", "--max-seeds", "32", "--batch", "0"], "--batch: must be >= 1, got 0"),
 ])
@@ -138,7 +140,7 @@ def test_a_flag_the_chosen_path_would_not_read_is_refused_not_ignored(tmp_path, 
 
 
 @pytest.mark.parametrize("flags", [["--workers", "2"], ["--table"], ["--fixed-seeds"], ["--launcher", "slurm"],
-                                   ["--jobs", "2"], ["--until-decided", "--max-seeds", "32"]])
+                                   ["--jobs", "2"], ["--until-decided", "--max-seeds", "32"], ["--time-limit", "13"]])
 def test_plan_refuses_a_flag_only_running_reads(tmp_path, capsys, flags):
     assert main(["--state", str(tmp_path / "state"), "study", "studies/dapo_table1.yaml", "--plan", *flags]) == 2
     assert f"{flags[0]}: not with --plan" in capsys.readouterr().err

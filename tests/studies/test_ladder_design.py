@@ -42,9 +42,11 @@ def test_final_benchmark_is_one_set_for_every_seed_and_rung_and_disjoint_from_tr
     # the shipped base model is the warm start its provenance names; its SFT data and band check
     # kept out of the benchmark
     provenance = json.loads((REPO / cfg.model.path / "base_model.json").read_text())
+    settings = provenance["warm_start_settings"]   # every warm_start setting the export ran with
+    assert settings["seed"] == provenance["warm_start_seed"]
     trained = build_config(apply_overrides(study.rung_experiment(0, study.seeds[0]),
                                            ["model.path=null", f"model.preset={provenance['preset']}", "model.sha256=null",
-                                            f"warm_start.seed={provenance['warm_start_seed']}"]))
+                                            *(f"warm_start.{k}={v}" for k, v in settings.items())]))
     ws = warm_start_config(trained)
     key = cache_key(trained.model.preset, task, trained.warm_start.seed, ws)
     assert provenance["warm_start_cache"] == f"{trained.model.preset}-{task.name}-{key}"
@@ -64,12 +66,15 @@ def test_per_seed_held_out_sets_differ_without_a_fixed_seed():
 
 def test_design_choices_are_recorded_as_deviations():
     study = load_study(LADDER)
-    assert study.name == "dapo_table1_v5" and study.seeds == tuple(range(200, 216))   # fresh seeds
-    assert tuple(study.on_demand) == (16, 64, 340)
-    changes = " ".join(d.change for d in study.deviations if d.date in ("2026-11-26", "2026-11-27"))
-    for part in ("benchmark", "warm start", "seeds on demand", "avg@2", "max_rows 320 -> 340", "cap 48 -> 64",
-                 "fresh seeds"):
+    assert study.name == "dapo_table1_columns" and study.seeds == tuple(range(300, 316))   # fresh seeds
+    assert tuple(study.on_demand) == (16, 64, None)   # each run of the command is bounded by --time-limit instead
+    changes = " ".join(d.change for d in study.deviations)
+    seen = " ".join(d.after_seeing for d in study.deviations)
+    for part in ("task addition_columns", "cap 54", "learning rate 1e-4", "read the whole run", "warm start of seed 3000",
+                 "run seeds from 300"):
         assert part in changes
+    for part in ("pilots", "0.0165 in the last quarter", "0.040-0.044 over the whole run"):
+        assert part in seen
 
 
 @pytest.mark.parametrize("seeds, message", [
@@ -81,7 +86,7 @@ def test_design_choices_are_recorded_as_deviations():
     ({"first": 16, "batch": 16, "cap": 48, "start": -1}, "seeds.start: need an integer >= 0"),
 ])
 def test_bad_seeds_design_is_refused(tmp_path, seeds, message):
-    text = LADDER.read_text().replace("seeds: {first: 16, batch: 16, cap: 64, max_rows: 340, start: 200}", f"seeds: {seeds}")
+    text = LADDER.read_text().replace("seeds: {first: 16, batch: 16, cap: 64, start: 300}", f"seeds: {seeds}")
     assert text != LADDER.read_text()
     path = tmp_path / "ladder.yaml"
     path.write_text(text)

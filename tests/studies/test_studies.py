@@ -210,7 +210,7 @@ def test_every_shipped_study_validates():
         with planning():            # a GPU-only need (bf16, vLLM, a download) is recorded, not refused, on CPU
             cfg = load_study(path)  # every rung of a ladder is built and validated here
         names.add(cfg.name)
-    assert {"dapo_table1_v5", "dr_grpo_length_v2", "clip_higher_entropy_v2", "search_clip_lr",
+    assert {"dapo_table1_columns", "dr_grpo_length_v2", "clip_higher_entropy_v2", "search_clip_lr",
             "dynamic_sampling_efficiency_v2", "gspo_clipping_v2", "zero_variance_v2"} <= names
     dapo = load_study(REPO / "studies/dapo_table1.yaml")
     assert [r.published for r in dapo.rungs] == [30, 36, 38, 41, 42, 50]

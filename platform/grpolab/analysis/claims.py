@@ -15,15 +15,14 @@ from pathlib import Path
 from grpolab.analysis import DIRECTIONS
 from grpolab.errors import ConfigError
 from grpolab.studies.definition import Mechanism, StudyConfig, load_study, parse_mechanism
-from grpolab.studies.objectives import check_metric, parse_threshold
+from grpolab.studies.objectives import check_window_metric, parse_threshold
 from grpolab.studies.regime import Regime, check_logged, parse_regime
 from grpolab.studies.registration import parse_deviations
 from grpolab.yaml_input import check_input_file, read_yaml_mapping
 
 CLAIMS_DIR = Path(__file__).resolve().parents[3] / "studies" / "claims"
-LOCAL_AGGS = ("head", "start")
 REQUIREMENTS = ("rollout_reuse", "free_length", "warm_start_band", "length_cap", "cold_start")
-FREE_LENGTH_TASKS = ("addition_scratchpad",)
+FREE_LENGTH_TASKS = ("addition_scratchpad", "addition_columns")
 _KEYS = {"name", "source", "statement", "published", "study", "treatment", "control", "metric", "direction",
          "smallest_effect", "regime", "requires", "mechanism", "report", "kind", "statistic_note", "deviations",
          "premise", "scale", "threshold_of"}
@@ -72,12 +71,12 @@ class Claim:
 
 def check_claim_metric(metric: str, where: str) -> None:
     agg, _, key = metric.partition(":")
-    if agg in LOCAL_AGGS:
-        if not key or (agg == "start" and not key.startswith("eval/")):
-            raise ConfigError(f"{where}: {metric!r}; head:<train key> or start:<held-out key>, e.g. start:eval/pass_at_1")
+    if agg == "start":
+        if not key.startswith("eval/"):
+            raise ConfigError(f"{where}: {metric!r}; start:<held-out key>, e.g. start:eval/pass_at_1")
         return
     try:
-        check_metric(metric)
+        check_window_metric(metric)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 

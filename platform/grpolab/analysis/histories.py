@@ -15,8 +15,8 @@ from grpolab.tracking.naming import clean_metric_name
 
 
 def train_keys(metrics) -> set[str]:
-    """The training curves that the windows ``metrics`` read (tail:/head: keys)."""
-    return {m.split(":", 1)[1] for m in metrics if m and m.split(":", 1)[0] in ("tail", "head")}
+    """The training curves that the windows ``metrics`` read (tail:/head:/run: keys)."""
+    return {m.split(":", 1)[1] for m in metrics if m and m.split(":", 1)[0] in ("tail", "head", "run")}
 
 
 def run_history(client, run_id: str, keys: set[str], evals: bool = True) -> RunHistory:

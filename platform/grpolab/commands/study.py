@@ -30,6 +30,7 @@ class StudyOptions:
     slurm: dict | None = None         # SlurmLauncher's keyword arguments; None: workers on this machine
     accelerate_config: str | None = None
     on_demand: object | None = None   # SeedsOnDemand: add paired seeds until decided; None: the file's seeds
+    time_limit: float | None = None   # minutes: no row starts that would end later (studies/time_limit.py)
     echo: object = field(default=print)   # where progress lines go
     where: bool = True                # say where the study's MLflow runs are, at the end
 
@@ -56,13 +57,14 @@ class StudyFlags:
     launcher: str = "local"
     slurm: dict | None = None
     accelerate_config: str | None = None
+    time_limit: float | None = None
     echo: object = field(default=print)
     where: bool = True
 
 
 #: the flags ``grpolab.study`` takes as keywords (it prints no table, writes no dashboard and never plans)
 API_FLAGS = ("state", "storage", "workers", "retry_failed", "accept_changed", "until_decided", "max_seeds", "batch",
-             "fixed_seeds", "gpus_per_row", "devices", "launcher", "slurm", "accelerate_config")
+             "fixed_seeds", "gpus_per_row", "devices", "launcher", "slurm", "accelerate_config", "time_limit")
 
 
 def add(sub) -> None:
@@ -81,6 +83,9 @@ def add(sub) -> None:
     study.add_argument("--tokens-per-second", type=float, default=None, metavar="X",
                        help="with --plan: one row's generated tokens per second (grpolab bench --what throughput)")
     shared.sequential_flags(study, "every rung verdict")
+    study.add_argument("--time-limit", type=float, default=None, metavar="MINUTES",
+                       help="start no row that would end more than MINUTES after the command started (the median "
+                            "row time measured so far); the rows left wait for the next run of the same command")
     study.add_argument("--fixed-seeds", action="store_true",
                        help="a study file with seeds: {first, batch, cap}: run its first seeds only, add none")
     study_flags.add_launch_flags(study)
@@ -93,7 +98,8 @@ def parse(args) -> StudyOptions:
         accept_changed=args.accept_changed, table=args.table, dashboard=args.dashboard, plan=args.plan,
         tokens_per_second=args.tokens_per_second, until_decided=args.until_decided, max_seeds=args.max_seeds,
         batch=args.batch, fixed_seeds=args.fixed_seeds, gpus_per_row=args.gpus_per_row, devices=args.devices,
-        launcher=args.launcher, slurm=study_flags.slurm_values(args), accelerate_config=args.accelerate_config))
+        launcher=args.launcher, slurm=study_flags.slurm_values(args), accelerate_config=args.accelerate_config,
+        time_limit=args.time_limit))
 
 
 def study_options(path, flags: StudyFlags) -> StudyOptions:
@@ -105,7 +111,8 @@ def study_options(path, flags: StudyFlags) -> StudyOptions:
         _nothing_the_plan_ignores(workers=f.workers, retry_failed=f.retry_failed, accept_changed=f.accept_changed,
                                   table=f.table, dashboard=f.dashboard, until_decided=f.until_decided,
                                   max_seeds=f.max_seeds, batch=f.batch, fixed_seeds=f.fixed_seeds, devices=f.devices,
-                                  launcher=f.launcher, slurm=f.slurm, accelerate_config=f.accelerate_config)
+                                  launcher=f.launcher, slurm=f.slurm, accelerate_config=f.accelerate_config,
+                                  time_limit=f.time_limit)
         if f.tokens_per_second is not None and not f.tokens_per_second > 0:
             raise ConfigError(f"--tokens-per-second: must be > 0, got {f.tokens_per_second}")
         return StudyOptions(path, None, plan=True, tokens_per_second=f.tokens_per_second, **common)
@@ -113,6 +120,9 @@ def study_options(path, flags: StudyFlags) -> StudyOptions:
         raise ConfigError("--tokens-per-second: only with --plan")
     shared.at_least("--workers", f.workers, 1)
     shared.at_least("--batch", f.batch, 1)
+    if f.time_limit is not None and (isinstance(f.time_limit, bool) or not isinstance(f.time_limit, (int, float))
+                                     or not 0 < f.time_limit < float("inf")):
+        raise ConfigError(f"--time-limit: minutes, a finite number > 0, got {f.time_limit!r}")
     slurm = study_flags.launcher_options(f.launcher, dict(f.slurm or {}), f.until_decided, f.gpus_per_row,
                                          f.accelerate_config)
     from grpolab.studies.definition import load_study
@@ -127,7 +137,7 @@ def study_options(path, flags: StudyFlags) -> StudyOptions:
                           "each row as one process on this machine; add --fixed-seeds to run the first seeds with it")
     return StudyOptions(path, study, workers=f.workers, retry_failed=f.retry_failed, accept_changed=f.accept_changed,
                         table=f.table, dashboard=f.dashboard, devices=f.devices, slurm=slurm,
-                        accelerate_config=f.accelerate_config, on_demand=on_demand, **common)
+                        accelerate_config=f.accelerate_config, on_demand=on_demand, time_limit=f.time_limit, **common)
 
 
 def _nothing_the_plan_ignores(*, launcher, slurm, **given) -> None:
@@ -146,12 +156,12 @@ def execute(options: StudyOptions) -> int:
     dashboard and where the runs are, as asked. Returns run_study's exit code."""
     if options.plan:
         return _plan(options)
+    started = time.time()   # the time limit counts from here, the study's imports included
     from grpolab.state import state_path
     from grpolab.tracking.stores import check_stores
     check_stores(state_path(options.state), options.storage)   # fail fast, before the study's imports
     from grpolab.report.publish import record_study_tables
     from grpolab.studies.study_run import StudyRun
-    started = time.time()
     launcher = None
     if options.slurm is not None:
         from grpolab.studies.slurm import SlurmLauncher
@@ -159,7 +169,8 @@ def execute(options: StudyOptions) -> int:
     run = StudyRun(options.study, state_path(options.state), storage_url=options.storage, workers=options.workers,
                    retry_failed=options.retry_failed, accept_changed=options.accept_changed, echo=options.echo,
                    publish=record_study_tables, gpus_per_row=options.gpus_per_row, devices=options.devices,
-                   launcher=launcher, accelerate_config=options.accelerate_config)
+                   launcher=launcher, accelerate_config=options.accelerate_config,
+                   claim_until=None if options.time_limit is None else started + 60 * options.time_limit)
     if options.on_demand is not None:
         from grpolab.analysis.until_decided import LADDER_LOOKS
         from grpolab.studies.until_decided import run_until_decided

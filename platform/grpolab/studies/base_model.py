@@ -13,6 +13,7 @@ prints the ``model:`` lines to put in the study's ``base:``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import platform
@@ -52,6 +53,9 @@ def export_base_model(study_path: str, out: Path, state: Path) -> str:
     (out / PROVENANCE).write_text(json.dumps({
         "study": study.name, "file": str(study_path), "preset": cfg.model.preset, "task": dict(cfg.task),
         "warm_start_seed": cfg.warm_start.seed, "warm_start_cache": folder.name,   # world.warmstart.cache_key
+        # every warm_start setting of the study, so that the cache key above can be recomputed from this file
+        "warm_start_settings": {k: list(v) if isinstance(v, tuple) else v
+                                for k, v in dataclasses.asdict(cfg.warm_start).items()},
         "warm_start": {k: v for k, v in record.items() if k not in ("history", "cache_hit")},
         # a warm start found in the state's cache may have been trained on another machine than this one
         "found_in_state_cache": bool(record.get("cache_hit")),

@@ -49,6 +49,7 @@ from grpolab.studies.rows import (
 from grpolab.studies.study_run import StudyRun
 from grpolab.studies.storage import (create_or_load, default_storage, end_if_gone, outlasting_storage_loss,
                                      seed_param, share_storage_loss, storage_loss_ends_command, with_added_seeds)
+from grpolab.studies.time_limit import set_claim_until
 from grpolab.studies.trials import worker_loop
 from grpolab.tracking.recorder import RunRecorder, client_for
 from grpolab.tracking.stores import StoreUnreachable, check_stores, init_tracking_store, setup_lock
@@ -149,6 +150,7 @@ def run_study(run: StudyRun) -> int:
                 init_tracking_store(state)
                 study = create_or_load(cfg, storage_url)
                 check_definition(study, cfg, run.accept_changed)
+                set_claim_until(study, run.claim_until)   # before any worker is told to go
                 if cfg.study_kind.paired_rungs:   # before any row of this run: the file's verdict fields as they stand
                     register_ladder(state, cfg, study)
                 cfg = with_added_seeds(cfg, study)
@@ -277,7 +279,7 @@ def _coordinate(study, cfg: StudyConfig, run: StudyRun, workers: Workers, parent
         if pending:
             _close_parent(state, parent, final)
     echo(format_progress(final))
-    code = summary(study, cfg, final, echo)
+    code = summary(study, cfg, final, echo, run.claim_until)
     return code if written else max(code, 1)
 
 

@@ -74,14 +74,16 @@ def _eval_series(metric: str, key: str, evals: dict[int, dict], steps: list[int]
 
 def curve_window(key: str, curves: dict[str, list], end: str) -> list[float]:
     """The finite values of a training curve in its last quarter of steps (``end="tail"``: steps >
-    3/4 of the latest step, at least the latest point) or its first (``"head"``: steps <= 1/4 of the
-    latest step, at least the first point); [] when it has no finite point."""
+    3/4 of the latest step, at least the latest point), its first (``"head"``: steps <= 1/4 of the
+    latest step, at least the first point) or all of them (``"run"``); [] when it has no finite point."""
     points = sorted((s, v) for s, v in curves.get(key, []) if v is not None and math.isfinite(v))
     if not points:
         return []
     last = points[-1][0]
     if end == "tail":
         return [v for s, v in points if s > 0.75 * last] or [points[-1][1]]
+    if end == "run":
+        return [v for s, v in points]
     return [v for s, v in points if s <= 0.25 * last] or [points[0][1]]
 
 
@@ -117,13 +119,29 @@ def check_metric(metric: str) -> None:
                           "benchmark's eval/<benchmark>/<avg|pass|maj|sd>@<k> or eval/<benchmark>/mean_length")
 
 
+CURVE_WINDOWS = ("head", "run")   # beside tail:, the training-curve windows a floor or gate reads (never an objective)
+
+
+def check_window_metric(metric: str) -> None:
+    """A mechanism floor's metric: a study objective's (``check_metric``), or ``head:``/``run:`` of a
+    training curve."""
+    agg, _, key = metric.partition(":")
+    if agg in CURVE_WINDOWS:
+        if not key or is_eval_key(key):
+            raise ConfigError(f"metric {metric!r}: {agg}: reads a training curve, e.g. {agg}:length/truncated_fraction")
+        return
+    check_metric(metric)
+
+
 def window_value(metric: str, history) -> float:
     """A metric of one run's history (``evals``, ``train_curves``, ``start_eval``): ``objective_value``,
-    plus the head:/start: windows analysis reads; NaN where the run has no value."""
+    plus the head:/run:/start: windows analysis reads; NaN where the run has no value. ``run:`` is
+    the mean of every finite point of a training curve: what a mechanism that acts at every step
+    (it masks or reweights whatever the step holds) meets over the whole run."""
     agg, _, key = metric.partition(":")
-    if agg == "head":   # the mirror of tail:
-        head = curve_window(key, history.train_curves, "head")
-        return sum(head) / len(head) if head else math.nan
+    if agg in ("head", "run"):   # head: the mirror of tail:
+        points = curve_window(key, history.train_curves, agg)
+        return sum(points) / len(points) if points else math.nan
     if agg == "start":
         return history.start_eval[key]
     try:

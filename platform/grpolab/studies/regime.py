@@ -26,6 +26,13 @@ MEASURES: dict[str, Measure] = {
     "truncated_fraction": Measure("window", ("tail:length/truncated_fraction",), "completions truncated"),
     "salvage_rate": Measure("window", ("tail:length/truncated_salvageable",),
                             "truncated completions correct when continued to twice the cap", "eval.salvage: true logs it"),
+    # Overlong filtering masks whatever truncation a step holds, so its premise is read over the whole run:
+    # the policy may learn truncation away by the tail, after the filter has acted on every step before
+    "truncated_fraction_run": Measure("window", ("run:length/truncated_fraction",),
+                                      "completions truncated, mean over the whole run"),
+    "salvage_rate_run": Measure("window", ("run:length/truncated_salvageable",),
+                                "truncated completions correct when continued to twice the cap, mean over the "
+                                "run's evaluations", "eval.salvage: true logs it"),
     "entropy_drop": Measure("drop", ("tail:entropy", "head:entropy"), "relative head-to-tail entropy drop"),
     "correct_in_soft_zone": Measure("window", ("tail:length/soft_penalized_correct_fraction",),
                                     "correct completions inside the soft-punishment zone"),
@@ -67,7 +74,7 @@ class Regime:
 
 
 # measures whose curve a run logs only under a setting: (the experiment key, what it must be)
-LOGGED_ONLY_WITH = {"salvage_rate": ("eval", "salvage")}
+LOGGED_ONLY_WITH = {"salvage_rate": ("eval", "salvage"), "salvage_rate_run": ("eval", "salvage")}
 
 
 def check_logged(regime: Regime | None, where: str, rows_experiment: dict) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from optuna.trial import TrialState
 
 from grpolab.studies.study_config import StudyConfig, quiet_build
+from grpolab.studies.time_limit import past_time_limit
 from grpolab.tracking.naming import method_label
 
 if TYPE_CHECKING:
@@ -115,12 +116,17 @@ def format_progress(p: dict) -> str:
             f"elapsed {int(p['elapsed'])}s, ETA {eta}{latest}")
 
 
-def summary(study, cfg: StudyConfig, final: dict, echo) -> int:
-    """Say which rows failed or did not complete; the exit code: 0 only when every row is done."""
+def summary(study, cfg: StudyConfig, final: dict, echo, claim_until: float | None = None) -> int:
+    """Say which rows failed or did not complete; the exit code: 0 only when every row is done, or
+    when the rows left only wait because the command's time limit (``claim_until``) ended it."""
     failed = final["failed"]   # rows left failed (not retried) are counted among them
     if failed:
         echo(f"{failed} row(s) failed; see `grpolab table {cfg.path}` and rerun with --retry-failed")
     missing, open_rows = cfg.study_kind.open_rows(study, cfg, final)
+    if open_rows and not failed and not final["interrupted"] and claim_until is not None and past_time_limit(study):
+        echo(f"the time limit ended this run with {missing} row(s) waiting; run the same command again to go on "
+             "(the rows made so far are kept)")
+        return 0
     if open_rows:
         echo(f"{missing} row(s) did not complete: {', '.join(open_rows)}; "
              "run the same command again to resume them")

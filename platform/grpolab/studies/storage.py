@@ -203,6 +203,15 @@ def record_stop(cfg: StudyConfig, storage_url: str, why: str) -> None:
     study.set_user_attr(SEQUENTIAL_ATTR, {**study.user_attrs[SEQUENTIAL_ATTR], "stopped": why})
 
 
+def record_pause(cfg: StudyConfig, storage_url: str, why: str | None) -> None:
+    """Keep with the sequential plan that a time limit paused its looks (``why``), or clear it
+    (None) when a run of the command goes on: the tables then say the looks are not over."""
+    study = create_or_load(cfg, storage_url)
+    plan = study.user_attrs[SEQUENTIAL_ATTR]
+    if plan.get("paused") != why:
+        study.set_user_attr(SEQUENTIAL_ATTR, {k: v for k, v in {**plan, "paused": why}.items() if v is not None})
+
+
 def verdict_plan(study: optuna.Study) -> tuple[float, int, int]:
     """(level, planned looks, rows complete before the plan) of a study's verdicts: (0.95, 1, 0)
     without a sequential plan."""
@@ -224,6 +233,8 @@ def sequential_note(study: optuna.Study) -> str:
             f"{100 * plan['level']:.4g} % (Bonferroni over the looks)")
     if plan.get("stopped"):
         note += f"; {plan['stopped']}"
+    if plan.get("paused"):
+        note += f"; {plan['paused']}"
     if plan.get("rows_before"):
         note += (f"; the plan began after {plan['rows_before']} rows were complete, so an earlier look at them "
                  "is not covered by its error bound")

@@ -35,6 +35,7 @@ class StudyRun:
     devices: str | None = None
     launcher: object | None = None
     accelerate_config: str | None = None
+    claim_until: float | None = None
 
     @classmethod
     def of(cls, path, state, **how) -> StudyRun:

@@ -35,6 +35,7 @@ from grpolab.studies.rows import (DEFINITION_ATTR, OUTCOME_ATTR, PARENT_RUN_ATTR
                                   SPURIOUS_ATTR, study_run_identity)
 from grpolab.studies.run_closing import end_trial_runs, link_restart
 from grpolab.studies.storage import load_for_worker, with_added_seeds
+from grpolab.studies.time_limit import past_time_limit
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +242,7 @@ def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=Non
         while True:
             if after_trial is not None:
                 after_trial()
-            if cfg.study_kind.budget_spent(study, cfg):
+            if cfg.study_kind.budget_spent(study, cfg) or past_time_limit(study):
                 return
             raise_if_signalled()   # a SIGTERM swallowed outside a trial still stops the worker
             if not run_one_trial(study, cfg, state, parent, procs_per_row, storage_url):

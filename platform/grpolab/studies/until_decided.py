@@ -40,23 +40,26 @@ def run_until_decided(run: StudyRun, on_demand: SeedsOnDemand, decider: LookDeci
     look run only the rungs undecided rungs need (``rows_needed``); a look whose rows would take
     the study past ``on_demand.max_rows`` is not started (fewer looks than planned stay valid,
     conservatively); why the looks ended is kept with the plan (``record_stop``), before the last
-    look's tables and dashboard are published (``run.publish``), so they say it. Returns
-    run_study's exit code."""
+    look's tables and dashboard are published (``run.publish``), so they say it. A time limit
+    (``run.claim_until``, studies/time_limit.py) that leaves a look's rows waiting pauses the looks
+    there, recorded the same way and cleared by the next run, which goes on from the rows kept.
+    Returns run_study's exit code."""
     from grpolab.studies.coordinator import run_study
-    from grpolab.studies.storage import add_seeds, default_storage, record_sequential
+    from grpolab.studies.storage import add_seeds, default_storage, record_pause, record_sequential
     cfg, echo = run.study, run.echo
     looks, level = decider.plan(cfg, on_demand.cap, on_demand.batch)
     storage = run.storage_url or default_storage(run.state)
     Path(run.state).mkdir(parents=True, exist_ok=True)
     init_tracking_store(run.state)
     record_sequential(cfg, storage, looks, level)
+    record_pause(cfg, storage, None)   # this run goes on with the looks
     needed, held = None, _HeldPublish(run.publish)
     try:
         for j, n in enumerate(looks, 1):
             _refuse_if_edited(cfg, j)
             add_seeds(cfg, storage, n, needed)
             code = run_study(replace(run, publish=held.hold if run.publish else None))
-            if code:
+            if code or _paused(run, storage, f"during look {j}/{len(looks)} at {n} seeds"):
                 return code
             look = decider.judge(run, n, level, looks)
             echo(f"look {j}/{len(looks)} at {n} seeds (per-look level {100 * level:.4g} %): " + ", ".join(look.labels))
@@ -83,6 +86,21 @@ def _refuse_if_edited(cfg: StudyConfig, look: int) -> None:
                           "the command again to continue the looks, or run it with --accept-changed to go on under "
                           "the edited definition with those rows (an edit of the seeds-on-demand plan needs a new "
                           "study name)")
+
+
+def _paused(run: StudyRun, storage: str, where: str) -> bool:
+    """Whether the command's time limit paused the looks here: the look's run ended with rows still
+    waiting, which its workers, past the limit, did not claim (recorded with the plan, so the
+    tables say it). Decided by time alone, never by results."""
+    from grpolab.studies.storage import create_or_load, record_pause
+    from grpolab.studies.time_limit import waiting_rows
+    if run.claim_until is None or not waiting_rows(create_or_load(run.study, storage)):
+        return False
+    why = (f"paused {where} by this command's time limit, the rows made so far kept: run the same command "
+           "again to go on with the registered plan")
+    run.echo(why)
+    record_pause(run.study, storage, why)
+    return True
 
 
 def _why_stop(look: Look, j: int, looks: list[int], n: int, max_rows: int | None) -> str:

@@ -10,6 +10,7 @@ from grpolab.method.requirements import inert
 from grpolab.method.spec import MethodSpec
 from grpolab.studies.kinds import register
 from grpolab.studies.kinds.common import COMMON_KEYS, StudyCommon
+from grpolab.studies.objectives import check_window_metric
 from grpolab.studies.regime import check_logged, parse_regime
 from grpolab.studies.study_config import Rung, StudyConfig, parse_mechanism, quiet_build, validate_experiment
 from grpolab.tracking.naming import flat_keys, ladder_run_name
@@ -127,7 +128,8 @@ def _rungs(raw) -> tuple[Rung, ...]:
         if published is not None and (isinstance(published, bool) or not isinstance(published, (int, float))):
             raise ConfigError(f"rungs[{i}].published: expected a number or nothing, got {published!r}")
         out.append(Rung(item["name"], changes, published,
-                        parse_mechanism(item.get("mechanism"), f"rungs[{i}].mechanism", ("this", "previous")),
+                        parse_mechanism(item.get("mechanism"), f"rungs[{i}].mechanism", ("this", "previous"),
+                                        check_window_metric),
                         parse_regime(item.get("regime"), f"rungs[{i}].regime", ("previous",))))
     return tuple(out)
 
