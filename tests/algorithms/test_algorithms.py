@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from grpolab.algorithms import compute_advantages, entropy_mask, policy_loss, soft_overlong_penalty
+from grpolab.algorithms import compute_advantages, entropy_mask, LossInputs, policy_loss, soft_overlong_penalty
 from grpolab.algorithms import advantages as adv
 from grpolab.algorithms import losses as L
 from grpolab.algorithms.advantages import ValueTracker
@@ -152,7 +152,7 @@ def test_on_policy_clip_fraction_zero_and_eps_high_no_effect():
     grads = []
     for eps_high in (0.2, 0.28, 5.0):
         lp = logp.detach().clone().requires_grad_()
-        loss, stats = policy_loss(spec(eps_high=eps_high), lp, lp.detach(), A, mask)
+        loss, stats = policy_loss(spec(eps_high=eps_high), LossInputs(lp, lp.detach(), A, mask))
         loss.backward()
         grads.append(lp.grad)
         assert stats["clip/region_fraction"] == 0.0
@@ -164,7 +164,7 @@ def test_clip_by_hand_and_fractions():
     old = torch.zeros(1, 3)
     mask = torch.ones(1, 3)
     A = torch.tensor([1.0])
-    loss, stats = policy_loss(spec(aggregation="token_mean_local"), lp, old, A, mask)
+    loss, stats = policy_loss(spec(aggregation="token_mean_local"), LossInputs(lp, old, A, mask))
     # per token: -min(1.5, 1.2) = -1.2; -min(0.5, 0.8) = -0.5; -1.1  -> mean -0.9333
     assert loss.item() == pytest.approx(-(1.2 + 0.5 + 1.1) / 3, abs=1e-6)
     assert stats["clip/high_fraction"] == pytest.approx(1 / 3)
@@ -177,18 +177,20 @@ def test_clip_by_hand_and_fractions():
 def test_dual_clip_caps_negative_advantage_loss():
     lp = torch.log(torch.tensor([[5.0]])).requires_grad_()
     loss, _ = policy_loss(spec(surrogate="dual_clip", dual_clip_c=3.0, aggregation="token_mean_local"),
-                          lp, torch.zeros(1, 1), torch.tensor([-1.0]), torch.ones(1, 1))
+                          LossInputs(lp, torch.zeros(1, 1), torch.tensor([-1.0]), torch.ones(1, 1)))
     assert loss.item() == pytest.approx(3.0)  # plain clip would give 5.0
-    plain, _ = policy_loss(spec(aggregation="token_mean_local"), lp, torch.zeros(1, 1), torch.tensor([-1.0]), torch.ones(1, 1))
+    plain, _ = policy_loss(spec(aggregation="token_mean_local"),
+                           LossInputs(lp, torch.zeros(1, 1), torch.tensor([-1.0]), torch.ones(1, 1)))
     assert plain.item() == pytest.approx(5.0)
 
 
 def test_cispo_every_token_has_gradient_clip_zeroes_some():
     logp, old, mask, A = _batch(spread=1.0)
     lp1 = logp.detach().clone().requires_grad_()
-    policy_loss(spec(surrogate="cispo", eps_low=1.0, eps_high=0.2, aggregation="token_mean"), lp1, old, A, mask)[0].backward()
+    policy_loss(spec(surrogate="cispo", eps_low=1.0, eps_high=0.2, aggregation="token_mean"),
+                LossInputs(lp1, old, A, mask))[0].backward()
     lp2 = logp.detach().clone().requires_grad_()
-    policy_loss(spec(aggregation="token_mean"), lp2, old, A, mask)[0].backward()
+    policy_loss(spec(aggregation="token_mean"), LossInputs(lp2, old, A, mask))[0].backward()
     valid = mask.bool()
     assert (lp1.grad[valid] != 0).all()
     assert (lp2.grad[valid] == 0).any()
@@ -197,7 +199,7 @@ def test_cispo_every_token_has_gradient_clip_zeroes_some():
 def test_sapo_gate_by_hand():
     lp = torch.log(torch.tensor([[1.2, 0.9]])).requires_grad_()
     loss, _ = policy_loss(spec(surrogate="sapo", sapo_tau_pos=2.0, sapo_tau_neg=3.0, aggregation="token_mean_local"),
-                          lp, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2))
+                          LossInputs(lp, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2)))
     t0 = -(4 / 2.0) * torch.sigmoid(torch.tensor(2.0 * 0.2)) * 1.0
     t1 = -(4 / 3.0) * torch.sigmoid(torch.tensor(3.0 * -0.1)) * -1.0
     assert loss.item() == pytest.approx(((t0 + t1) / 2).item(), abs=1e-6)
@@ -205,15 +207,15 @@ def test_sapo_gate_by_hand():
 
 def test_reinforce_is_minus_a_logp():
     logp, old, mask, A = _batch()
-    loss, _ = policy_loss(spec(surrogate="reinforce", aggregation="token_mean_local"), logp, old, A, mask)
+    loss, _ = policy_loss(spec(surrogate="reinforce", aggregation="token_mean_local"), LossInputs(logp, old, A, mask))
     expected = (-(A.unsqueeze(1) * logp) * mask).sum() / mask.sum()
     assert loss.item() == pytest.approx(expected.item(), abs=1e-6)
 
 
 def test_gmpo_sign_aware_log_space_clip_by_hand():
     lp = torch.tensor([[0.5, -0.5], [0.5, -0.5]]).requires_grad_()
-    loss, _ = policy_loss(spec(ratio="geometric", eps_low=0.4, eps_high=0.4), lp, torch.zeros(2, 2),
-                          torch.tensor([1.0, -1.0]), torch.ones(2, 2))
+    loss, _ = policy_loss(spec(ratio="geometric", eps_low=0.4, eps_high=0.4), LossInputs(lp, torch.zeros(2, 2),
+                          torch.tensor([1.0, -1.0]), torch.ones(2, 2)))
     # A>0: clip above at .4 -> mean(.4, -.5) = -.05; A<0: clip below at -.4 -> mean(.5, -.4) = .05
     expected = (-1.0 * math.exp(-0.05) + 1.0 * math.exp(0.05)) / 2
     assert loss.item() == pytest.approx(expected, abs=1e-6)
@@ -223,14 +225,14 @@ def test_clip_cov_zeroes_selected_tokens_and_kl_cov_penalises():
     logp, old, mask, A = _batch(spread=0.05)
     s = spec(surrogate="clip_cov", cov_fraction=0.25, cov_low=-10.0, cov_high=10.0, aggregation="token_mean")
     lp = logp.detach().clone().requires_grad_()
-    loss, stats = policy_loss(s, lp, old, A, mask, generator=torch.Generator().manual_seed(0))
+    loss, stats = policy_loss(s, LossInputs(lp, old, A, mask, generator=torch.Generator().manual_seed(0)))
     loss.backward()
     n_valid = int(mask.sum())
     assert stats["cov/selected_fraction"] == pytest.approx(int(0.25 * n_valid) / n_valid)
     assert int((lp.grad[mask.bool()] == 0).sum()) >= int(0.25 * n_valid)
     k = spec(surrogate="kl_cov", cov_fraction=0.25, kl_cov_coef=1.0, aggregation="token_mean")
     plain = spec(surrogate="reinforce", aggregation="token_mean")  # placeholder for -A*rho sum below
-    loss_k, st = policy_loss(k, logp, old, A, mask)
+    loss_k, st = policy_loss(k, LossInputs(logp, old, A, mask))
     base = ((-A.unsqueeze(1) * torch.exp(logp - old)) * mask).sum() / mask.sum()
     assert st["cov/selected_fraction"] > 0
     assert loss_k.item() > base.item()  # the |log ratio| penalty only adds
@@ -241,8 +243,8 @@ def test_group_dpo_by_hand():
     logp = torch.tensor([[-1.0, -1.0], [-2.0, -2.0], [-0.5, -0.5], [-0.5, -0.5]])
     ref = torch.full((4, 2), -1.5)
     rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])  # second group has equal rewards: no pair
-    loss, stats = policy_loss(spec(surrogate="group_dpo", dpo_beta=0.5), logp, logp, torch.zeros(4), torch.ones(4, 2),
-                              ref, rewards=rewards, group_ids=torch.tensor([0, 0, 1, 1]))
+    loss, stats = policy_loss(spec(surrogate="group_dpo", dpo_beta=0.5), LossInputs(logp, logp, torch.zeros(4), torch.ones(4, 2),
+                              ref, rewards=rewards, group_ids=torch.tensor([0, 0, 1, 1])))
     margin = 0.5 * ((-2.0 + 3.0) - (-4.0 + 3.0))
     assert loss.item() == pytest.approx(-torch.nn.functional.logsigmoid(torch.tensor(margin)).item(), abs=1e-6)
     assert stats["dpo/pairs"] == 1.0
@@ -269,8 +271,8 @@ def test_aggregations_by_hand():
 def test_kl_in_loss_adds_beta_times_k3():
     logp, old, mask, A = _batch()
     ref = logp.detach() - 0.3
-    base, _ = policy_loss(spec(kl_coef=0.0), logp, old, A, mask, ref)
-    with_kl, stats = policy_loss(spec(kl_coef=0.1), logp, old, A, mask, ref)
+    base, _ = policy_loss(spec(kl_coef=0.0), LossInputs(logp, old, A, mask, ref))
+    with_kl, stats = policy_loss(spec(kl_coef=0.1), LossInputs(logp, old, A, mask, ref))
     k3 = math.exp(-0.3) - 1 + 0.3
     assert with_kl.item() - base.item() == pytest.approx(0.1 * k3, abs=1e-6)
     assert stats["kl"] == pytest.approx(k3, abs=1e-6)
@@ -280,7 +282,7 @@ def test_zero_variance_group_contributes_zero_policy_loss():
     r = torch.tensor([1.0, 1.0, 1.0, 1.0])
     A = compute_advantages(spec(advantage="group_std"), r, 4)
     logp, old, mask, _ = _batch()
-    loss, _ = policy_loss(spec(kl_coef=0.0), logp, old, A, mask)
+    loss, _ = policy_loss(spec(kl_coef=0.0), LossInputs(logp, old, A, mask))
     loss.backward()
     assert loss.item() == 0.0 and logp.grad.abs().max().item() == 0.0
 
@@ -294,7 +296,7 @@ def test_equal_lengths_grpo_dapo_drgrpo_gradients_proportional():
     grads = {}
     for agg in ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"):
         lp = logp.detach().clone().requires_grad_()
-        policy_loss(spec(aggregation=agg), lp, old, A, mask, max_completion_length=10)[0].backward()
+        policy_loss(spec(aggregation=agg), LossInputs(lp, old, A, mask, max_completion_length=10))[0].backward()
         grads[agg] = lp.grad.flatten()
     base = grads["seq_mean_token_mean"]
     for agg, grad in grads.items():
@@ -310,8 +312,8 @@ def test_entropy_mask_keeps_top_fraction_and_bonus_lowers_loss():
     assert kept.tolist() == [[False, True, False, True, False]]
     logp, old, mask, A = _batch()
     e = torch.rand(4, 5)
-    base, _ = policy_loss(spec(), logp, old, A, mask, entropies=e)
-    bonus, _ = policy_loss(spec(entropy_coef=0.1), logp, old, A, mask, entropies=e, entropy_coef=0.1)
+    base, _ = policy_loss(spec(), LossInputs(logp, old, A, mask, entropies=e))
+    bonus, _ = policy_loss(spec(entropy_coef=0.1), LossInputs(logp, old, A, mask, entropies=e, entropy_coef=0.1))
     assert base.item() - bonus.item() == pytest.approx(0.1 * ((e * mask).sum() / mask.sum()).item(), abs=1e-6)
 
 
@@ -357,7 +359,7 @@ def test_luspo_scales_each_sequence_term_by_its_length_by_hand():
     lp = torch.tensor([[0.05, 0.15], [-0.5, 9.0]]).requires_grad_()   # the padded 9.0 must not count
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
     A = torch.tensor([1.0, -1.0])
-    loss, stats = policy_loss(s, lp, old, A, mask)
+    loss, stats = policy_loss(s, LossInputs(lp, old, A, mask))
     assert loss.item() == pytest.approx((2 * -1.1051709 + 0.8) / 2, abs=1e-6)
     loss.backward()
     # d/d l_0t of (1/2) * 2 * (-s_0) with s_0 = exp(mean_t l_0t): -(1/2) * 2 * s_0 / 2 = -0.5525855 per token
@@ -365,7 +367,7 @@ def test_luspo_scales_each_sequence_term_by_its_length_by_hand():
     assert lp.grad[1].tolist() == [0.0, 0.0]          # clipped (A < 0, s < 0.8) and padding
     gspo = build_spec({**METHODS["gspo"].axes, "eps_low": 0.2, "eps_high": 0.2})
     lp2 = lp.detach().clone().requires_grad_()
-    loss2, _ = policy_loss(gspo, lp2, old, A, mask)
+    loss2, _ = policy_loss(gspo, LossInputs(lp2, old, A, mask))
     assert loss2.item() == pytest.approx((-1.1051709 + 0.8) / 2, abs=1e-6)
     loss2.backward()
     assert (lp.grad[0] / lp2.grad[0]).tolist() == pytest.approx([2.0, 2.0])   # x |o_0| = 2
@@ -398,7 +400,7 @@ def test_vespo_gamma_kernel_and_loss_by_hand():
     mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
     A = torch.tensor([1.0, -1.0])
     lp = logp.clone().requires_grad_()
-    loss, stats = policy_loss(s, lp, old, A, mask)
+    loss, stats = policy_loss(s, LossInputs(lp, old, A, mask))
     expected = (phi0 * 1.0 + phi0 * 2.0 - phi1 * 0.5) / 3     # -phi A logp, summed
     assert loss.item() == pytest.approx(expected, abs=1e-6)
     loss.backward()
@@ -411,9 +413,9 @@ def test_vespo_on_policy_is_reinforce_and_huge_weights_vanish():
     logp, _, mask, A = _batch()
     s = METHODS["vespo"].spec()
     lp1 = logp.detach().clone().requires_grad_()
-    policy_loss(s, lp1, lp1.detach(), A, mask)[0].backward()
+    policy_loss(s, LossInputs(lp1, lp1.detach(), A, mask))[0].backward()
     lp2 = logp.detach().clone().requires_grad_()
-    policy_loss(spec(surrogate="reinforce", aggregation="token_mean"), lp2, lp2.detach(), A, mask)[0].backward()
+    policy_loss(spec(surrogate="reinforce", aggregation="token_mean"), LossInputs(lp2, lp2.detach(), A, mask))[0].backward()
     assert torch.allclose(lp1.grad, lp2.grad, atol=1e-7)          # phi(1) = 1 for every (k, lambda)
     # w = e^20 (the clamp): phi = exp(3 + 2 * 20 - 3 e^20) underflows to exactly 0
     phi = L.vespo_weights(torch.full((1, 4), 10.0), torch.tensor([[1.0]]), torch.ones(1, 4), 2.0, 3.0, 3.0, 2.0)
@@ -427,7 +429,7 @@ def test_vespo_folds_the_sampler_correction_into_its_weight():
     logp = torch.tensor([[-1.0, -2.0]])
     old = logp - torch.tensor([[0.1, 0.2]])
     sw = torch.tensor([[math.exp(0.05), math.exp(0.05)]])
-    loss, _ = policy_loss(s, logp, old, torch.tensor([1.0]), torch.ones(1, 2), sampling_weights=sw)
+    loss, _ = policy_loss(s, LossInputs(logp, old, torch.tensor([1.0]), torch.ones(1, 2), sampling_weights=sw))
     assert loss.item() == pytest.approx(_vespo_phi_numpy(0.4, 1.0) * 3.0 / 2, abs=1e-6)
 
 
@@ -437,9 +439,9 @@ def test_trl_named_clip_stats_match_trls_definitions():
     per sequence: low (0, 1/2) -> min 0, high (1/2, 0) -> max 1/2. CISPO: rho > 1.2 with A > 0: 1/4."""
     lp = torch.log(torch.tensor([[1.5, 0.5], [0.7, 1.0]]))
     A, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 2)
-    _, st = policy_loss(spec(), lp, torch.zeros(2, 2), A, mask)
+    _, st = policy_loss(spec(), LossInputs(lp, torch.zeros(2, 2), A, mask))
     assert [st[f"clip_ratio/{k}"] for k in ("low_mean", "high_mean", "region_mean", "low_min", "high_max")] == \
         pytest.approx([0.25, 0.25, 0.5, 0.0, 0.5])
-    _, st = policy_loss(spec(surrogate="cispo", eps_low=1.0, eps_high=0.2, aggregation="token_mean"), lp,
-                        torch.zeros(2, 2), A, mask)
+    _, st = policy_loss(spec(surrogate="cispo", eps_low=1.0, eps_high=0.2, aggregation="token_mean"), LossInputs(lp,
+                        torch.zeros(2, 2), A, mask))
     assert st["cispo_clip_ratio"] == pytest.approx(0.25) and "clip_ratio/low_mean" not in st

@@ -5,7 +5,7 @@ with torch.quantile's own values below it."""
 import pytest
 import torch
 
-from grpolab.algorithms import entropy_mask, policy_loss, quantile
+from grpolab.algorithms import entropy_mask, LossInputs, policy_loss, quantile
 from grpolab.method.registry import METHODS
 from grpolab.method.spec import build_spec
 
@@ -27,8 +27,8 @@ def test_bf16_log_probs_are_upcast_before_the_ratio(method):
     exp(logp - old_logp) of nearby bf16 numbers computed in bf16 would lose the ratio's 1% moves."""
     spec = METHODS[method].spec()
     logp, old, ref, mask, A = _inputs(torch.bfloat16)
-    loss, stats = policy_loss(spec, logp, old, A, mask, ref)
-    up_loss, up_stats = policy_loss(spec, logp.float(), old.float(), A, mask, ref.float())
+    loss, stats = policy_loss(spec, LossInputs(logp, old, A, mask, ref))
+    up_loss, up_stats = policy_loss(spec, LossInputs(logp.float(), old.float(), A, mask, ref.float()))
     assert loss.dtype == torch.float32 and torch.equal(loss, up_loss)
     nan_as_text = lambda d: {k: "nan" if v != v else v for k, v in d.items()}   # noqa: E731 (nan != nan)
     assert nan_as_text(stats) == nan_as_text(up_stats) and "kl" in stats
@@ -37,7 +37,7 @@ def test_bf16_log_probs_are_upcast_before_the_ratio(method):
 def test_fp32_and_fp64_inputs_are_left_as_they_are():
     spec = build_spec({"kl_coef": 0.1})
     logp, old, ref, mask, A = _inputs(torch.float64)
-    assert policy_loss(spec, logp, old, A, mask, ref)[0].dtype == torch.float64
+    assert policy_loss(spec, LossInputs(logp, old, A, mask, ref))[0].dtype == torch.float64
 
 
 def test_quantile_equals_torch_quantile_on_random_inputs():

@@ -137,7 +137,7 @@ def test_loss_and_gradient_parity(case, off_policy, tiny_model_dir, tmp_path):
     assert len(grads_a) == len(grads_b) > 0
     assert max((a - b).abs().max().item() for a, b in zip(grads_a, grads_b)) <= 1e-6
     if off_policy and case in ("dapo", "grpo+kl"):  # the off-policy batch really clips
-        num, den = ours._window.sums["clip/region_fraction"]   # accumulated for the generation batch's curve
+        num, den = ours.loss_curves.window.sums["clip/region_fraction"]   # accumulated for the generation batch's curve
         assert den > 0 and num / den > 0
 
 
@@ -256,7 +256,7 @@ def test_off_policy_mask_parity_case_is_informative(tiny_model_dir, tmp_path):
                                      inputs["completion_mask"], 0.05)
     assert 0 < int(keep.sum()) < keep.numel()
     _loss_and_grads(ours, inputs)
-    num, den = ours._window.sums["off_policy/kept_fraction"]
+    num, den = ours.loss_curves.window.sums["off_policy/kept_fraction"]
     assert 0 < num / den < 1
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpolab.algorithms import compute_advantages, policy_loss
+from grpolab.algorithms import compute_advantages, LossInputs, policy_loss
 from grpolab.algorithms import baselines
 from grpolab.algorithms.estimators import ESTIMATORS, AdvantageInputs
 from grpolab.method.advantages import ADVANTAGES
@@ -105,8 +105,8 @@ def test_policy_losses_match_verl(case, edges):
     name, agg = case.split("/")
     expected = (EDGES if edges else FIXTURE)["losses"][case]
     logp = (E if edges else X)["logp"].clone().requires_grad_()
-    loss, stats = policy_loss(_spec(name, agg, expected["config"]), logp, X["old_logp"],
-                              (E if edges else X)["token_advantages"], X["mask"])
+    loss, stats = policy_loss(_spec(name, agg, expected["config"]), LossInputs(logp, X["old_logp"],
+                              (E if edges else X)["token_advantages"], X["mask"]))
     loss.backward()
     assert float(loss.detach()) == pytest.approx(expected["loss"], abs=1e-5)
     torch.testing.assert_close(logp.grad, torch.tensor(expected["grad"]), **TOL)

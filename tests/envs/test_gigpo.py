@@ -295,11 +295,11 @@ def test_two_gigpo_steps_env_tokens_carry_no_loss_and_anchor_groups_have_expecte
         seen_inputs.append({k: inputs[k] for k in ("completion_mask", "tool_mask", "advantages")})
         return original_loss(self, model, inputs)
 
-    def recording_policy_loss(spec, logp, old, advantages, mask, ref_logp=None, **kw):
-        loss, stats = policy_loss(spec, logp, old, advantages, mask, ref_logp, **kw)
-        grad = torch.autograd.grad(loss, logp, retain_graph=True)[0]
-        seen_losses.append({"mask": mask.detach().clone(), "grad": grad, "stats": dict(stats), "logp": logp.detach(),
-                            "ref": ref_logp, "entropies": kw["entropies"].detach()})
+    def recording_policy_loss(spec, inputs):
+        loss, stats = policy_loss(spec, inputs)
+        grad = torch.autograd.grad(loss, inputs.logp, retain_graph=True)[0]
+        seen_losses.append({"mask": inputs.mask.detach().clone(), "grad": grad, "stats": dict(stats),
+                            "logp": inputs.logp.detach(), "ref": inputs.ref_logp, "entropies": inputs.entropies.detach()})
         return loss, stats
 
     def finish(self, spec, episode_adv, width):

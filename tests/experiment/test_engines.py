@@ -163,13 +163,13 @@ def test_sampling_weights_multiply_every_token_term():
     mask = torch.tensor([[1.0, 1.0, 0.0]])
     adv = torch.tensor([2.0])
     w = torch.tensor([[0.5, 3.0, 1.0]])
-    plain, _ = algorithms.policy_loss(spec, logp, logp.detach(), adv, mask)
-    weighted, _ = algorithms.policy_loss(spec, logp, logp.detach(), adv, mask, sampling_weights=w)
+    plain, _ = algorithms.policy_loss(spec, algorithms.LossInputs(logp, logp.detach(), adv, mask))
+    weighted, _ = algorithms.policy_loss(spec, algorithms.LossInputs(logp, logp.detach(), adv, mask, sampling_weights=w))
     # on-policy ratio 1: per-token surrogate = -A = -2 on the two valid tokens
     assert plain.item() == pytest.approx(-2.0)
     assert weighted.item() == pytest.approx((-2.0 * 0.5 - 2.0 * 3.0) / 2)
     seq_w = torch.tensor([[0.0]])             # sequence_mask: a masked sequence contributes nothing
-    masked, _ = algorithms.policy_loss(spec, logp, logp.detach(), adv, mask, sampling_weights=seq_w)
+    masked, _ = algorithms.policy_loss(spec, algorithms.LossInputs(logp, logp.detach(), adv, mask, sampling_weights=seq_w))
     assert masked.item() == 0.0
 
 
@@ -235,8 +235,8 @@ def test_sampling_weights_leave_the_kl_term_unweighted():
     ref = torch.tensor([[-1.5, -1.0, -0.5]])
     mask = torch.tensor([[1.0, 1.0, 0.0]])
     w = torch.tensor([[0.5, 3.0, 1.0]])
-    loss, _ = algorithms.policy_loss(spec, logp, logp.detach(), torch.tensor([2.0]), mask, ref_logp=ref,
-                                     sampling_weights=w)
+    loss, _ = algorithms.policy_loss(spec, algorithms.LossInputs(logp, logp.detach(), torch.tensor([2.0]), mask, ref_logp=ref,
+                                     sampling_weights=w))
     k3 = torch.exp(ref - logp.detach()) - (ref - logp.detach()) - 1
     expected = ((-2.0 * w[0, :2]) + 0.5 * k3[0, :2]).sum() / 2
     assert loss.item() == pytest.approx(expected.item())

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpolab.algorithms import policy_loss
+from grpolab.algorithms import LossInputs, policy_loss
 from grpolab.method.kl import KL_ESTIMATORS, KL_PLACEMENTS, TRL_KL, kl_in_loss, kl_in_reward
 from grpolab.method.requirements import requirement
 from grpolab.method.spec import build_spec
@@ -50,8 +50,8 @@ def test_a_placement_puts_the_kl_where_its_entry_says(name):
     logp = torch.randn(2, 3, generator=g)
     mask, A = torch.ones(2, 3), torch.tensor([1.0, -1.0])
     ref = logp.detach() + 0.3
-    with_kl, _ = policy_loss(spec, logp, logp.detach(), A, mask, ref)
-    without, _ = policy_loss(build_spec({"kl_coef": 0.0}), logp, logp.detach(), A, mask, ref)
+    with_kl, _ = policy_loss(spec, LossInputs(logp, logp.detach(), A, mask, ref))
+    without, _ = policy_loss(build_spec({"kl_coef": 0.0}), LossInputs(logp, logp.detach(), A, mask, ref))
     assert (with_kl.item() != pytest.approx(without.item())) == KL_PLACEMENTS[name].in_loss
     for param in KL_PLACEMENTS[name].params:
         assert requirement(param, True).holds(SimpleNamespace(spec=spec, reuses_rollouts=False))
@@ -71,7 +71,7 @@ def test_kl_ratio_correction_acts_and_is_logged_exactly_with_an_in_loss_kl(coef,
     mask, A = torch.ones(2, 3), torch.tensor([1.0, -1.0])
     specs = [build_spec({"kl_coef": coef, "kl_placement": placement, "kl_ratio_correction": on,
                          "eps_low": 0.9, "eps_high": 0.9}) for on in (False, True)]
-    losses = [policy_loss(spec, logp, old, A, mask, ref)[0].item() for spec in specs]
+    losses = [policy_loss(spec, LossInputs(logp, old, A, mask, ref))[0].item() for spec in specs]
     acts = coef > 0 and placement == "loss"
     assert (losses[0] != pytest.approx(losses[1])) == acts == kl_in_loss(specs[1])
     assert requirement("kl_ratio_correction", True).holds(SimpleNamespace(spec=specs[1], reuses_rollouts=True)) == acts

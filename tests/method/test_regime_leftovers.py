@@ -8,7 +8,7 @@ import warnings
 import pytest
 import torch
 
-from grpolab.algorithms import policy_loss
+from grpolab.algorithms import LossInputs, policy_loss
 from grpolab.experiment.config import build_config
 from grpolab.errors import ConfigError
 from grpolab.studies.objectives import objective_value
@@ -26,8 +26,8 @@ def _cfg(method: dict, minibatches: int):
 def _grad_on_policy(**axes) -> torch.Tensor:
     """d loss / d log pi at rho = 1 (old = current log-probs), mixed-sign advantages."""
     logp = torch.tensor([[-0.3, -1.2, -0.7], [-2.0, -0.1, -0.5]], requires_grad=True)
-    loss, _ = policy_loss(build_spec({"aggregation": "token_mean_local", **axes}), logp, logp.detach(),
-                          torch.tensor([1.5, -2.0]), torch.ones(2, 3))
+    loss, _ = policy_loss(build_spec({"aggregation": "token_mean_local", **axes}), LossInputs(logp, logp.detach(),
+                          torch.tensor([1.5, -2.0]), torch.ones(2, 3)))
     loss.backward()
     return logp.grad
 

@@ -17,7 +17,7 @@ from typing import Callable
 import pytest
 import torch
 
-from grpolab.algorithms import compute_advantages, gigpo, policy_loss
+from grpolab.algorithms import compute_advantages, gigpo, LossInputs, policy_loss
 from grpolab.algorithms import aggregations as AG
 from grpolab.algorithms import estimators as E
 from grpolab.algorithms import kl as KL
@@ -111,8 +111,8 @@ def _filtered(spec):
 
 
 def _in_loss(spec, logp, ref=None):
-    loss, stats = policy_loss(spec, logp, torch.zeros_like(logp), torch.tensor([1.0 if ref is None else 0.0]),
-                              torch.ones_like(logp), ref)
+    loss, stats = policy_loss(spec, LossInputs(logp, torch.zeros_like(logp), torch.tensor([1.0 if ref is None else 0.0]),
+                              torch.ones_like(logp), ref))
     return loss.item(), stats.get("kl")
 
 

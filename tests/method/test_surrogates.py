@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpolab.algorithms import policy_loss
+from grpolab.algorithms import LossInputs, policy_loss
 from grpolab.method.requirements import requirement
 from grpolab.method.spec import MethodSpec, build_spec
 from grpolab.method.surrogates import SURROGATE_PARAMS, SURROGATES
@@ -77,9 +77,9 @@ def _batch(on_policy: bool):
 
 def _loss_and_grad(spec: MethodSpec, on_policy: bool = False):
     logp, old, ref, mask = _batch(on_policy)
-    loss, stats = policy_loss(spec, logp, old, torch.tensor([1.5, -2.0, 0.5, -0.7]), mask, ref_logp=ref,
+    loss, stats = policy_loss(spec, LossInputs(logp, old, torch.tensor([1.5, -2.0, 0.5, -0.7]), mask, ref_logp=ref,
                               rewards=torch.tensor([1.0, 0.0, 0.5, 0.0]), group_ids=torch.tensor([0, 0, 1, 1]),
-                              generator=torch.Generator().manual_seed(1))
+                              generator=torch.Generator().manual_seed(1)))
     loss.backward()
     return float(loss.detach()), logp.grad, stats
 

@@ -52,10 +52,11 @@ class _LossSpy:
         from grpolab import algorithms
         self.calls, original = [], algorithms.policy_loss
 
-        def spy(spec, logp, old, advantages, mask, *a, **kw):
-            loss, stats = original(spec, logp, old, advantages, mask, *a, **kw)
-            self.calls.append({"logp": logp.detach().clone(), "old": old.detach().clone(), "A": advantages.clone(),
-                               "mask": mask.clone(), "norm": float(kw["token_normaliser"]), "loss": loss.item()})
+        def spy(spec, inputs):
+            loss, stats = original(spec, inputs)
+            self.calls.append({"logp": inputs.logp.detach().clone(), "old": inputs.old_logp.detach().clone(),
+                               "A": inputs.advantages.clone(), "mask": inputs.mask.clone(),
+                               "norm": float(inputs.token_normaliser), "loss": loss.item()})
             return loss, stats
         monkeypatch.setattr(algorithms, "policy_loss", spy)
 

@@ -41,7 +41,7 @@ def test_eval_uses_the_training_completion_cap_and_logs_it(shared_state):
 # -- 5. the top-entropy mask selects policy-gradient tokens only; the in-loss KL stays on all ----
 
 def test_top_entropy_mask_keeps_the_in_loss_kl_on_every_token():
-    from grpolab.algorithms import policy_loss
+    from grpolab.algorithms import LossInputs, policy_loss
     from grpolab.method.spec import build_spec
     logp = torch.log(torch.tensor([[0.5, 0.25, 0.5, 0.125]]))
     ref = torch.log(torch.tensor([[0.25, 0.25, 0.5, 0.25]]))
@@ -49,14 +49,14 @@ def test_top_entropy_mask_keeps_the_in_loss_kl_on_every_token():
     s = build_spec({"top_entropy_quantile": 0.5, "kl_coef": 0.1, "kl_estimator": "k1",
                     "aggregation": "token_mean_local"})
     A = torch.tensor([1.0])
-    loss, stats = policy_loss(s, logp, logp.detach(), A, mask, ref, entropies=ent)
+    loss, stats = policy_loss(s, LossInputs(logp, logp.detach(), A, mask, ref, entropies=ent))
     # on-policy: surrogate -A * 1 on the 2 kept tokens; k1 KL x = logp - ref = (ln2, 0, 0, -ln2) on all 4
     kl = [math.log(2), 0.0, 0.0, -math.log(2)]
     expected = (-1.0 * 2 + 0.1 * sum(kl)) / 4
     assert loss.item() == pytest.approx(expected, abs=1e-6)
     # the gradient of the KL reaches the masked tokens 1 and 2 (coefficient 0.1 / 4 each)
     lp = logp.clone().requires_grad_(True)
-    policy_loss(s, lp, lp.detach(), torch.tensor([0.0]), mask, ref, entropies=ent)[0].backward()
+    policy_loss(s, LossInputs(lp, lp.detach(), torch.tensor([0.0]), mask, ref, entropies=ent))[0].backward()
     assert lp.grad.flatten().tolist() == pytest.approx([0.025] * 4, abs=1e-6)
     assert stats["entropy/kept_fraction"] == pytest.approx(0.5)
 
@@ -357,12 +357,12 @@ def test_metric_doc_defines_every_key_of_a_real_run(shared_state):
 # -- 6. VAPO's switches: positive-example LM loss, value clipping, advantage whitening ------------
 
 def test_positive_example_lm_loss_by_hand():
-    from grpolab.algorithms import policy_loss
+    from grpolab.algorithms import LossInputs, policy_loss
     from grpolab.method.spec import build_spec
     logp = torch.log(torch.tensor([[0.5, 0.25, 0.5], [0.125, 0.5, 0.5]]))
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]])
     s = build_spec({"aggregation": "token_mean_local", "positive_lm_coef": 0.1})
-    loss, stats = policy_loss(s, logp, logp.detach(), torch.zeros(2), mask, positive=torch.tensor([True, False]))
+    loss, stats = policy_loss(s, LossInputs(logp, logp.detach(), torch.zeros(2), mask, positive=torch.tensor([True, False])))
     nll = (math.log(2) + math.log(4)) / 2                       # the correct row's 2 valid tokens
     assert stats["lm/positive_nll"] == pytest.approx(nll)
     assert loss.item() == pytest.approx(0.1 * nll, abs=1e-6)    # A = 0: only the LM term is left

@@ -106,10 +106,10 @@ def test_zero_variance_filter_recomputes_normaliser_by_hand(tiny_model_dir, tmp_
     assert out["completion_mask"].tolist() == [[1, 1, 1], [1, 1, 0], [0, 0, 0], [0, 0, 0]]
     assert out["num_items_in_batch"].item() == 5                    # 3 + 2 tokens of the kept group
     # token_mean loss with that normaliser: sum over kept tokens / 5
-    from grpolab.algorithms import policy_loss
+    from grpolab.algorithms import LossInputs, policy_loss
     logp = torch.full((4, 3), -1.0)
-    loss, _ = policy_loss(build_spec({"surrogate": "reinforce", "aggregation": "token_mean"}), logp, logp,
-                          torch.tensor([1.0, -1.0, 0.0, 0.0]), out["completion_mask"], token_normaliser=5)
+    loss, _ = policy_loss(build_spec({"surrogate": "reinforce", "aggregation": "token_mean"}), LossInputs(logp, logp,
+                          torch.tensor([1.0, -1.0, 0.0, 0.0]), out["completion_mask"], token_normaliser=5))
     assert loss.item() == pytest.approx((3 * 1.0 - 2 * 1.0) / 5)
 
 

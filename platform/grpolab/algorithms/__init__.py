@@ -1,7 +1,7 @@
 """The GRPO family's math as pure torch functions: the platform's public math API.
 
     compute_advantages(spec, rewards, group_size, ...) -> advantages (N,) or (N, T)
-    policy_loss(spec, logp, old_logp, advantages, mask, ref_logp=None, ...) -> (loss, stats)
+    policy_loss(spec, LossInputs(logp, old_logp, advantages, mask, ref_logp=None, ...)) -> (loss, stats)
 
 Nothing here imports TRL, MLflow or Optuna; ``grpolab.trainer.grpo_trainer`` calls these inside TRL's loop.
 """
@@ -14,6 +14,7 @@ from grpolab.algorithms import advantages as adv
 from grpolab.algorithms import losses as L
 from grpolab.algorithms.advantages import ValueTracker
 from grpolab.algorithms.kl import kl_estimate
+from grpolab.algorithms.loss_inputs import LossInputs
 from grpolab.algorithms.estimators import ESTIMATORS, AdvantageInputs, refuse_unscorable
 from grpolab.algorithms.shaping import overlong_buffer, soft_overlong_penalty
 from grpolab.algorithms.surrogates import SURROGATE_LOSSES, Batch, clip_stats, masked_mean, surrogate_loss
@@ -21,7 +22,7 @@ from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.kl import kl_in_loss
 from grpolab.method.spec import MethodSpec
 
-__all__ = ["compute_advantages", "gae_advantages", "policy_loss", "entropy_mask", "ValueTracker",
+__all__ = ["compute_advantages", "gae_advantages", "policy_loss", "LossInputs", "entropy_mask", "ValueTracker",
            "soft_overlong_penalty", "overlong_buffer", "combine_rewards"]
 
 
@@ -124,19 +125,14 @@ def _at_least_fp32(t: torch.Tensor | None) -> torch.Tensor | None:
     return t.float() if t is not None and t.dtype in (torch.bfloat16, torch.float16) else t
 
 
-def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
-                mask: torch.Tensor, ref_logp: torch.Tensor | None = None, *, token_normaliser=None,
-                max_completion_length: int | None = None, entropies: torch.Tensor | None = None,
-                entropy_coef: float | None = None, rewards: torch.Tensor | None = None,
-                group_ids: torch.Tensor | None = None, generator: torch.Generator | None = None, gather=None,
-                positive: torch.Tensor | None = None,
-                sampling_weights: torch.Tensor | None = None, keep: torch.Tensor | None = None):
+def policy_loss(spec: MethodSpec, inputs: LossInputs):
     """Loss of one micro-batch (before gradient-accumulation scaling) and its statistics.
 
-    logp, old_logp, ref_logp, mask, entropies: (B, T); advantages (B,) or (B, T). The loss is
-    surrogate(ratio) [+ beta * KL (times rho if kl_ratio_correction) when kl_placement == "loss"] aggregated per ``spec.aggregation``
-    [- entropy_coef * mean entropy]. Stats: clip fractions (low: rho < 1 - eps_low with A < 0;
-    high: rho > 1 + eps_high with A > 0; region: either), mean old-policy probability of
+    ``inputs`` (``LossInputs``): logp, old_logp, ref_logp, mask, entropies (B, T); advantages (B,)
+    or (B, T). The loss is surrogate(ratio) [+ beta * KL (times rho if kl_ratio_correction) when
+    kl_placement == "loss"] aggregated per ``spec.aggregation`` [- entropy_coef * mean entropy].
+    Stats: clip fractions (low: rho < 1 - eps_low with A < 0; high: rho > 1 + eps_high with
+    A > 0; region: either), mean old-policy probability of
     high-clipped tokens, KL, entropy, and the method's own selection counts.
     ``sampling_weights`` (B, T) or (B, 1): the importance weight w of a sampler that is not the
     trained policy (vLLM: w = pi_train / pi_vllm, truncated or masked, engines.py); the per-token
@@ -144,11 +140,12 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
     0/1: rows (tokens) whose surrogate term is dropped, the KL kept (TRL's off-policy sequence mask)."""
     # bf16 / fp16 log-probs carry 3 significant digits: the ratio exp(logp - old_logp), the KL and
     # the surrogate are computed in float32 (fp32 and fp64 inputs are left as they are)
-    logp, old_logp, ref_logp = (_at_least_fp32(t) for t in (logp, old_logp, ref_logp))
-    mask = mask.to(logp.dtype)
-    A = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+    logp, old_logp, ref_logp = (_at_least_fp32(t) for t in (inputs.logp, inputs.old_logp, inputs.ref_logp))
+    mask, entropies, generator = inputs.mask.to(logp.dtype), inputs.entropies, inputs.generator
+    sampling_weights, keep = inputs.sampling_weights, inputs.keep
+    A = inputs.advantages.unsqueeze(1) if inputs.advantages.dim() == 1 else inputs.advantages
     stats: dict[str, float] = {}
-    eff_mask = _top_entropy_tokens(spec, mask, entropies, gather, stats)
+    eff_mask = _top_entropy_tokens(spec, mask, entropies, inputs.gather, stats)
     log_ratio = logp - old_logp
     surrogate = SURROGATE_LOSSES[spec.surrogate]   # the registry: algorithms/surrogates.py
     if surrogate.pairwise:
@@ -156,8 +153,8 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
             raise ValueError(f"{spec.surrogate} has no per-token loss to re-weight or mask: set "
                              "generation.is_correction=none and no off-policy mask")
         coef = torch.exp(log_ratio)
-        loss = surrogate.fn(spec, Batch(logp, log_ratio, coef, A, eff_mask, generator, None, ref_logp, rewards,
-                                        group_ids), stats)
+        loss = surrogate.fn(spec, Batch(logp, log_ratio, coef, A, eff_mask, generator, None, ref_logp, inputs.rewards,
+                                        inputs.group_ids), stats)
         stats["kl"] = masked_mean(kl_estimate(logp.detach(), ref_logp, spec.kl_estimator), mask)
     else:
         per_token, coef = surrogate_loss(spec, logp, log_ratio, A, mask, stats, generator, sampling_weights)
@@ -168,16 +165,16 @@ def policy_loss(spec: MethodSpec, logp: torch.Tensor, old_logp: torch.Tensor, ad
             # on every valid token, also when top-entropy selection masks the policy gradient (as TRL);
             # the ratio correction gives the unbiased reverse-KL gradient off-policy; it changes it on-policy too
             per_token = per_token + spec.kl_coef * (kl * coef if spec.kl_ratio_correction else kl)
-        loss = L.aggregate(per_token, mask, spec.aggregation, token_normaliser, max_completion_length)
+        loss = L.aggregate(per_token, mask, spec.aggregation, inputs.token_normaliser, inputs.max_completion_length)
         if kl is not None:
             stats["kl"] = masked_mean(kl.detach(), mask)
     stats["policy_loss"] = float(loss.detach())
     if spec.positive_lm_coef > 0:
-        loss = loss + spec.positive_lm_coef * _positive_nll(logp, mask, positive, stats)
+        loss = loss + spec.positive_lm_coef * _positive_nll(logp, mask, inputs.positive, stats)
     if entropies is not None:
         stats["entropy"] = masked_mean(entropies.detach(), mask)
-        if entropy_coef:
-            loss = loss - entropy_coef * (entropies * eff_mask).sum() / eff_mask.sum().clamp(min=1.0)
+        if inputs.entropy_coef:
+            loss = loss - inputs.entropy_coef * (entropies * eff_mask).sum() / eff_mask.sum().clamp(min=1.0)
     clip_stats(spec, coef.detach(), A, old_logp, mask, stats)
     return loss, stats
 

@@ -73,12 +73,12 @@ class Critic:
         with torch.set_grad_enabled(grad):
             return self.model(ids, attn, batch["completion_ids"].size(1))
 
-    def train_on(self, inputs: dict, value_clip: float, accumulation: int, max_grad_norm: float) -> float:
-        """One micro-batch of value regression to the GAE targets (``inputs["returns"]``); the
-        critic's own optimizer steps once per gradient-accumulation window of ``accumulation``
-        micro-batches."""
-        loss = value_loss(self.values(inputs, grad=True), inputs["returns"], inputs["completion_mask"],
-                          inputs.get("old_values"), value_clip)
+    def train_on(self, inputs: dict, returns: torch.Tensor, old_values: torch.Tensor | None, value_clip: float,
+                 accumulation: int, max_grad_norm: float) -> float:
+        """One micro-batch (TRL's batch ``inputs``) of value regression to the GAE targets ``returns``
+        (B, T), clipped around the values at generation ``old_values``; the critic's own optimizer
+        steps once per gradient-accumulation window of ``accumulation`` micro-batches."""
+        loss = value_loss(self.values(inputs, grad=True), returns, inputs["completion_mask"], old_values, value_clip)
         (loss / accumulation).backward()
         self.micro_steps += 1
         if self.micro_steps % accumulation == 0:

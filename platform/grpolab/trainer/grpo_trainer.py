@@ -5,7 +5,7 @@ Override points (TRL 1.16.0, pinned; tests/trainer/test_trl_contract.py fails lo
 - ``_generate_and_score_completions``: call TRL, then replace its advantages with
   ``grpolab.algorithms.compute_advantages`` and record the rollout curves.
 - ``_compute_loss``: the per-token log-probs and entropies from TRL's patched forward, then
-  ``grpolab.algorithms.policy_loss``. Scaled for gradient accumulation here, because TRL sets
+  ``grpolab.algorithms.policy_loss`` over one ``LossInputs`` record. Scaled for gradient accumulation here, because TRL sets
   ``loss_is_scaled_for_ga``.
 Native TRL settings used where TRL is exact: ``mask_truncated_completions`` (overlong filter),
 ``num_iterations`` / ``steps_per_generation`` (rollout reuse), the reference model (beta != 0).
@@ -24,6 +24,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from grpolab import algorithms
+from grpolab.algorithms import LossInputs
 from grpolab.algorithms.kl import kl_estimate
 from grpolab.errors import NonFiniteLossError
 from grpolab.method.advantages import ADVANTAGES
@@ -32,6 +33,7 @@ from grpolab.method.kl import kl_in_reward
 from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.tracking.metric_catalog import trl_loss_keys
 from grpolab.trainer import dropin, loss_stats, mlflow_report, vllm_engine
+from grpolab.trainer.batch_extras import BatchExtras
 from grpolab.trainer.benchmark_eval import BenchmarkEvaluation, resolve_answer_extractor
 from grpolab.trainer.correctness import Correctness, warn_unscorable
 from grpolab.trainer.critic import Critic
@@ -39,7 +41,7 @@ from grpolab.trainer.empty_updates import EmptyUpdateChecks
 from grpolab.trainer.entropy_control import EntropyController
 from grpolab.trainer.estimator_inputs import EstimatorInputs, check_whole_groups
 from grpolab.trainer.grpolab_state import GrpolabState
-from grpolab.trainer.loss_stats import WindowStats, weighted
+from grpolab.trainer.loss_stats import LossCurves
 from grpolab.trainer.group_sampling import GroupSampling
 from grpolab.trainer.pi_old_entropy import PiOldEntropy, TrlForward, loss_sees_pi_old_on_every_token
 from grpolab.trainer.sampling import PromptDraws
@@ -88,7 +90,7 @@ class GrpoLabTrainer(GRPOTrainer):
         self.rollout_rows_kept: int | None = None  # how many of them (None: 4 groups; CLI runs: tracking.samples)
         self._scored: ScoredRound | None = None   # the latest round's rewards and rows
         self._entropy_in_loss = False
-        self._window, self._step_entropy = WindowStats(), WindowStats()   # loss-side curves (loss_stats.py)
+        self.loss_curves = LossCurves(self)
         super().__init__(model, funcs, args, train_dataset, *trl_args, **trl_kwargs)
         self.prompt_draws = PromptDraws(self.args.seed, self.accelerator.process_index)
         if late:
@@ -243,6 +245,38 @@ class GrpoLabTrainer(GRPOTrainer):
         logp, entropies, aux_loss = self._get_per_token_logps_and_entropies(  # entropy: a curve for every method
             model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True,
             compute_aux_loss=self.aux_loss_enabled)   # MoE: the router's load-balancing loss, as TRL requests it
+        extras, training = BatchExtras.of(inputs), self.model.training
+        loss, stats = algorithms.policy_loss(self.spec, self._loss_inputs(inputs, logp, entropies, completion_mask, extras))
+        trl_stats = {k: stats.pop(k) for k in list(stats) if k in trl_loss_keys()}
+        if self.aux_loss_enabled:   # as TRL 1.16: + coef * aux_loss, scaled for gradient accumulation below
+            loss = loss + self.router_aux_loss_coef * aux_loss
+            trl_stats["aux_loss"] = float(aux_loss.detach())
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(f"non-finite loss {loss.item()} at step {self.state.global_step}")
+        self.loss_curves.log_trl(trl_stats, "train" if training else "eval", float(completion_mask.sum()))
+        stats["trained/entropy"] = stats.pop("entropy", float("nan"))
+        if training and self._entropy_in_loss:   # the trained tokens are all generated tokens, under pi_old
+            stats["entropy"] = stats["trained/entropy"]
+        if training:
+            loss = loss / self.current_gradient_accumulation_steps
+            if self.critic is not None:
+                stats["critic/value_loss"] = self.critic.train_on(inputs, extras.returns, extras.old_values,
+                                                                  self.spec.value_clip,
+                                                                  self.current_gradient_accumulation_steps,
+                                                                  self.args.max_grad_norm)
+                if self.critic.micro_steps <= self.spec.critic_warmup * self.current_gradient_accumulation_steps:
+                    loss = loss * 0.0   # value pretraining: the policy waits until the critic has learned
+                    stats["critic/warmup"] = 1.0
+            window_ends = (self._step + 1) % (self.args.steps_per_generation * self.num_iterations) == 0
+            self.loss_curves.accumulate(stats, float(completion_mask.sum()), window_ends)
+        else:
+            self.loss_curves.log_eval(stats)
+        self._metrics["train"]["override/loss"].append(1.0)
+        return loss
+
+    def _loss_inputs(self, inputs, logp, entropies, completion_mask, extras: BatchExtras) -> LossInputs:
+        """``policy_loss``'s record of one micro-batch: TRL's batch ``inputs``, the forward's log-probs
+        and entropies, the trained tokens and grpolab's per-row ``extras``."""
         old = inputs.get("old_per_token_logps")
         old = logp.detach() if old is None else old
         keep = None
@@ -251,88 +285,26 @@ class GrpoLabTrainer(GRPOTrainer):
             keep = self.get_off_policy_mask(A.unsqueeze(1) if A.dim() == 1 else A, logp,
                                             inputs.get("sampling_per_token_logps", old), completion_mask,
                                             self.off_policy_mask_threshold)
-        training = self.model.training
-        spg = self.args.steps_per_generation if training else 1
-        token_normaliser = inputs["num_items_in_batch"] / self.accelerator.num_processes / spg
+        spg = self.args.steps_per_generation if self.model.training else 1
         gather = (lambda v: loss_stats.gather_valid(self.accelerator, v)) if self.accelerator.num_processes > 1 else None
-        loss, stats = algorithms.policy_loss(
-            self.spec, logp, old, inputs["advantages"], completion_mask, inputs.get("ref_per_token_logps"),
-            token_normaliser=token_normaliser, max_completion_length=self.max_completion_length,
-            entropies=entropies, entropy_coef=self.entropy_control.applied(), rewards=inputs.get("seq_rewards"),
-            group_ids=inputs.get("group_ids"), gather=gather,
-            positive=inputs.get("correct"),
+        return LossInputs(
+            logp, old, inputs["advantages"], completion_mask, inputs.get("ref_per_token_logps"),
+            token_normaliser=inputs["num_items_in_batch"] / self.accelerator.num_processes / spg,
+            max_completion_length=self.max_completion_length, entropies=entropies,
+            entropy_coef=self.entropy_control.applied(), rewards=extras.rewards, group_ids=extras.group_ids,
+            gather=gather, positive=extras.correct,
             sampling_weights=inputs.get("importance_sampling_ratio"),  # TRL's vLLM correction (engines.py)
-            keep=keep,
-        )
-        trl_stats = {k: stats.pop(k) for k in list(stats) if k in trl_loss_keys()}
-        if self.aux_loss_enabled:   # as TRL 1.16: + coef * aux_loss, scaled for gradient accumulation below
-            loss = loss + self.router_aux_loss_coef * aux_loss
-            trl_stats["aux_loss"] = float(aux_loss.detach())
-        if not torch.isfinite(loss):
-            raise NonFiniteLossError(f"non-finite loss {loss.item()} at step {self.state.global_step}")
-        self._log_trl_stats(trl_stats, "train" if training else "eval", float(completion_mask.sum()))
-        stats["trained/entropy"] = stats.pop("entropy", float("nan"))
-        if training and self._entropy_in_loss:   # the trained tokens are all generated tokens, under pi_old
-            stats["entropy"] = stats["trained/entropy"]
-        if training:
-            loss = loss / self.current_gradient_accumulation_steps
-            if self.critic is not None:
-                stats["critic/value_loss"] = self.critic.train_on(inputs, self.spec.value_clip,
-                                                                  self.current_gradient_accumulation_steps,
-                                                                  self.args.max_grad_norm)
-                if self.critic.micro_steps <= self.spec.critic_warmup * self.current_gradient_accumulation_steps:
-                    loss = loss * 0.0   # value pretraining: the policy waits until the critic has learned
-                    stats["critic/warmup"] = 1.0
-            self._accumulate_loss_stats(stats, float(completion_mask.sum()))
-        else:
-            for key, value in stats.items():
-                if not (isinstance(value, float) and math.isnan(value)):
-                    self._metrics["eval"][key].append(value)
-        self._metrics["train"]["override/loss"].append(1.0)
-        return loss
+            keep=keep)
 
-    def _log_trl_stats(self, stats: dict, mode: str, tokens: float) -> None:
-        """TRL's own loss-side curves (``metric_catalog.trl_loss_keys``, ``aux_loss``) under TRL's names,
-        once per micro-batch as TRL logs them (its ``log`` averages over the logging window), combined
-        over processes as TRL combines them (``loss_stats.combine_over_processes``). The MLflow
-        recorder of CLI runs drops the ones that duplicate grpolab's curves."""
-        if not stats:
-            return
-        if self.accelerator.num_processes > 1:
-            stats = loss_stats.combine_over_processes(stats, tokens, self.accelerator)
-        for key in sorted(stats):
-            self._metrics[mode][key].append(float(stats[key]))
-
-    def _accumulate_loss_stats(self, stats: dict, tokens: float) -> None:
-        """Loss-side curves reduced over every micro-batch of a generation batch (all its passes,
-        fresh and reused) and over every process, logged once per generation batch; the adaptive
-        entropy coefficient reads the trained-token entropy of each optimizer step, also global."""
-        stats = {k: v for k, v in stats.items() if not (k in ("entropy", "trained/entropy") and math.isnan(v))}
-        pairs = weighted(stats, tokens, self.accelerator.num_processes)
-        self._window.add(pairs)
-        if "trained/entropy" in pairs:
-            self._step_entropy.add({"trained/entropy": pairs["trained/entropy"]})
-        reduce_sum = self._reduce_sum if self.accelerator.num_processes > 1 else None
-        if self.accelerator.sync_gradients:
-            self._update_entropy_coef(self._step_entropy.emit(reduce_sum).get("trained/entropy"))
-            coef = self.entropy_control.coef
-            if not ENTROPY_MODES[self.spec.entropy_mode].adaptive and coef:   # as TRL logs a static bonus
-                self._metrics["train"]["entropy_coef"].append(coef)
-        if (self._step + 1) % (self.args.steps_per_generation * self.num_iterations) == 0:
-            for key, value in self._window.emit(reduce_sum).items():
-                self._metrics["train"][key].append(value)
-
-    def _reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
-        return self.accelerator.reduce(t.to(self.accelerator.device), reduction="sum").cpu()
-
-    def _update_entropy_coef(self, entropy: float | None) -> None:
-        """``EntropyController.update`` once per optimizer step (at the accumulation boundary), from
-        the entropy of the step's trained tokens over every process."""
-        if not self.entropy_control.update(entropy):
-            return
-        # TRL's attributes, as TRL's controller keeps them: its checkpoint (entropy_ctrl_state.json) saves these
-        self.entropy_coef, self._last_world_entropy = self.entropy_control.coef, entropy
-        self._metrics["train"]["entropy_coef"].append(self.entropy_control.coef)
+    def update_entropy_coef(self, entropy: float | None) -> None:
+        """At an accumulation boundary: ``EntropyController.update`` from the entropy of the optimizer
+        step's trained tokens over every process (None: none), and the coefficient's curve."""
+        if self.entropy_control.update(entropy):
+            # TRL's attributes, as TRL's controller keeps them: its checkpoint (entropy_ctrl_state.json) saves these
+            self.entropy_coef, self._last_world_entropy = self.entropy_control.coef, entropy
+            self.record_curve("entropy_coef", self.entropy_control.coef)
+        elif not ENTROPY_MODES[self.spec.entropy_mode].adaptive and self.entropy_control.coef:   # as TRL logs a static bonus
+            self.record_curve("entropy_coef", self.entropy_control.coef)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         """TRL restores its adaptive entropy controller from the checkpoint here (``entropy_coef``,

@@ -15,7 +15,8 @@ import torch
 from grpolab import algorithms
 from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.sampling_modes import SAMPLING_MODES
-from grpolab.trainer import dropin
+from grpolab.trainer import batch_extras, dropin
+from grpolab.trainer.batch_extras import BatchExtras
 from grpolab.trainer.metrics import rollout_metrics, trained_metrics
 from grpolab.trainer.rollouts import (Generated, RolloutRow, RolloutView, completion_rows, correct_of, generated_mask,
                                       lengths_of, truncated_of)
@@ -38,10 +39,13 @@ class Rollout(NamedTuple):
 
 class Scored(NamedTuple):
     """The advantage stage's result: this process's advantages, (n_local,) or per token (n_local, T),
-    the combined reward (N,) and GFPO's retained rows (None: every row is in the baselines)."""
+    the combined reward (N,), GFPO's retained rows (None: every row is in the baselines) and, with a
+    critic, its values at generation and GAE's value targets (n_local, T) (None without one)."""
     advantages: torch.Tensor
     total: torch.Tensor
     retained: torch.Tensor | None
+    old_values: torch.Tensor | None = None
+    returns: torch.Tensor | None = None
 
 
 class RolloutStages:
@@ -67,8 +71,8 @@ class RolloutStages:
         return total - seq_pen   # (N,): the weights are already in ``total``, never applied twice
 
     def advantages(self, rollout: Rollout, inputs: list[dict]) -> Scored:
-        """grpolab's advantages of the batch (``algorithms.compute_advantages``, or GAE with a critic);
-        fills ``old_values`` / ``returns`` into ``rollout.out`` for the critic."""
+        """grpolab's advantages of the batch (``algorithms.compute_advantages``, or GAE with a critic,
+        whose values and value targets the result carries for the critic's loss)."""
         trainer, out, start, G, mask = self.trainer, rollout.out, rollout.start, rollout.G, rollout.mask
         spec, accelerator, n_local = trainer.spec, trainer.accelerator, out["completion_ids"].size(0)
         total = algorithms.combine_rewards(rollout.rewards, spec.reward_weights)
@@ -83,10 +87,11 @@ class RolloutStages:
         # the loss applies the trained mask
         baseline_mask = generated_tokens.float() if ADVANTAGES[spec.advantage].over_generated_tokens else mask
         extra = trainer.estimator_inputs.extras(inputs, out, baseline_mask)
+        old_values = returns = None
         if trainer.critic is not None:
-            out["old_values"] = trainer.critic.values(out, grad=False)
-            advantages, out["returns"] = algorithms.gae_advantages(
-                spec, rewards_adj[start:start + n_local], out["old_values"], mask, rollout.penalty, reduce=reduce)
+            old_values = trainer.critic.values(out, grad=False)
+            advantages, returns = algorithms.gae_advantages(
+                spec, rewards_adj[start:start + n_local], old_values, mask, rollout.penalty, reduce=reduce)
         else:
             advantages = algorithms.compute_advantages(
                 spec, rewards_adj, G, mask=baseline_mask, token_penalty=rollout.penalty,
@@ -101,10 +106,11 @@ class RolloutStages:
             advantages, episode_stats = trainer.rollout_func.finish(spec, advantages, out["completion_ids"].size(1))
             for key, value in episode_stats.items():
                 trainer.record_curve(key, value)
-        return Scored(advantages, total, retained)
+        return Scored(advantages, total, retained, old_values, returns)
 
     def record(self, rollout: Rollout, scored: Scored) -> None:
-        """The loss's per-row inputs into ``rollout.out``, the completions table
+        """The loss's per-row inputs into ``rollout.out`` (``advantages``, and grpolab's own as one
+        ``BatchExtras`` record under ``batch_extras.KEY``), the completions table
         (``trainer.last_rollout``), the rollout curves and the update-signal check."""
         trainer, out, start, G, rows = self.trainer, rollout.out, rollout.start, rollout.G, rollout.rows
         total, device, n_local = scored.total, rollout.rewards.device, out["completion_ids"].size(0)
@@ -112,9 +118,10 @@ class RolloutStages:
         kept = 4 * G if trainer.rollout_rows_kept is None else trainer.rollout_rows_kept
         trainer.last_rollout = completion_rows(RolloutView(rows, rollout.rewards, total, start, G),
                                                trainer.reward_func_names, scored.advantages, rollout.mask, kept)
-        out["group_ids"] = (torch.arange(total.numel(), device=device) // G)[start:start + n_local]
-        out["seq_rewards"] = total[start:start + n_local]
-        out["correct"] = correct_of(rows).to(device)[start:start + n_local]
+        out[batch_extras.KEY] = BatchExtras(
+            group_ids=(torch.arange(total.numel(), device=device) // G)[start:start + n_local],
+            rewards=total[start:start + n_local], correct=correct_of(rows).to(device)[start:start + n_local],
+            old_values=scored.old_values, returns=scored.returns)
         trained_rows = self._gather((out["completion_mask"].sum(1) > 0).float()).bool().cpu()
         self._curves(rollout, scored, trained_rows)
         retained = scored.retained
