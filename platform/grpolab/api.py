@@ -202,7 +202,8 @@ def study(path: str | os.PathLike, *, progress: bool = True, **flags) -> StudyOu
     confine_caches(state_path(state))
     code = execute(options)
     from grpolab.commands.shared import parent_run_id
-    complete = code == 0 and not (options.time_limit is not None and _rows_left(options.study, state_dir(state), storage))
+    limited = options.time_limit is not None
+    complete = code == 0 and not (limited and _rows_left(options.study, state_dir(state), storage))
     return StudyOutcome(path=options.path, name=options.study.name, complete=complete,
                         state=state_dir(state).resolve(), storage=storage,
                         parent_run_id=parent_run_id(options.study, state_dir(state), storage))

@@ -128,6 +128,8 @@ def test_grpolab_warnings_print_as_one_line_and_others_keep_pythons_format(capsy
      "--batch: must be >= 1, got 0"),
     (["study", "studies/dapo_table1.yaml", "--time-limit", "0"], "--time-limit: minutes, a finite number > 0, got 0.0"),
     (["study", "studies/dapo_table1.yaml", "--time-limit", "inf"], "--time-limit: minutes, a finite number > 0, got inf"),
+    (["study", "studies/dapo_table1.yaml", "--fixed-seeds", "--launcher", "slurm", "--time-limit", "5"],
+     "--time-limit: not with --launcher slurm"),
     (["verdicts", "--batch", "4"], "--max-seeds and --batch: only with --until-decided"),
     (["verdicts", "--until-decided", "--max-seeds", "32", "--batch", "0"], "--batch: must be >= 1, got 0"),
 ])

@@ -209,10 +209,14 @@ def test_a_rung_is_judged_on_its_largest_complete_planned_look():
     assert "beyond it" not in frame.why[2]
     unplanned = ladder_table(rows, cfg, 0, None, SequentialLooks(0.975, 2))   # no plan: every complete pair
     assert unplanned.pairs[1] == 9
-    done = rows[~((rows.rung == 0) & (rows.seed == 101))]   # look 1 itself incomplete: its complete pairs
+    done = rows[~((rows.rung == 0) & (rows.seed == 101))]   # look 1 itself incomplete (a paused study)
     assert judged_seeds(done, (0, 1), cfg.seeds, (6, 12)).look == -1
-    assert "look 1 is incomplete for this pair (5 of its 6 seeds" in ladder_table(
-        done, cfg, 0, None, SequentialLooks(0.975, 2, (6, 12))).why[1]
+    interim = ladder_table(done, cfg, 0, None, SequentialLooks(0.975, 2, (6, 12)))
+    # an interim look outside the plan: no label, no familywise label, no test in the family; face value kept
+    assert interim.label[1] == interim.verdict_vs_prev[1] == "not judged yet: look 1 incomplete"
+    assert "look 1 is incomplete for this pair (5 of its 6 seeds have both rows complete)" in interim.why[1]
+    assert "at face value: " in interim.why[1] and interim.family_label[1] == "" and not interim.fragile[1]
+    assert interim.label[2] != "not judged yet: look 1 incomplete"   # rungs b and c have their look 1 complete
 
 
 CLAIM_STUDIES = ("clip_higher_entropy", "gspo_clipping", "dr_grpo_length", "dynamic_sampling_efficiency",

@@ -28,6 +28,7 @@ REGIME_ABSENT = "regime absent: not a test of the claim"
 REGIME_UNMEASURED = "regime not measured: not a test of the claim"
 NOT_RUN = "not run"
 HOLDS_EXACTLY = "holds exactly on every seed"
+NOT_YET = "not judged yet: look 1 incomplete"
 
 LABELS = {   # label -> what happened (docs/studies.md's table is checked against this)
     REPRODUCED: "the whole interval lies at or beyond the smallest effect that matters (delta) in the claimed "
@@ -51,6 +52,9 @@ LABELS = {   # label -> what happened (docs/studies.md's table is checked agains
     REGIME_UNMEASURED: "a gate on the regime the mechanism needs could not be measured (the missing curve is named) "
                        "and no gate failed: the comparison is not shown to test the published claim",
     NOT_RUN: "no paired seed has both rows complete",
+    NOT_YET: "seeds on demand: not every seed of the first planned look has both rows complete yet (a time limit "
+             "paused the study, or it still runs); the interval on the pairs complete so far is shown as face value, "
+             "an interim look outside the plan's error bound, and the rung joins no family",
     HOLDS_EXACTLY: f"a construction check (the toy is built so that the claim must hold) whose every paired "
                    f"difference is exactly 0, on at least {MIN_SEEDS} seeds: a statement about the seeds run, "
                    "with no interval or level (zero spread)",

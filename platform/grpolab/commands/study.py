@@ -128,6 +128,9 @@ def study_options(path, flags: StudyFlags) -> StudyOptions:
     from grpolab.studies.definition import load_study
     study = load_study(path)   # the whole file is answered before any store or the coordinator is loaded
     on_demand = study_flags.seeds_on_demand(study.on_demand, f.fixed_seeds, f.until_decided, f.max_seeds, f.batch)
+    if f.time_limit is not None and slurm is not None:
+        raise ConfigError("--time-limit: not with --launcher slurm, whose jobs may wait in the queue past any limit; "
+                          "bound each job with --time (Slurm's own limit) instead")
     if on_demand is not None and (slurm is not None or f.gpus_per_row is not None):
         raise ConfigError("seeds on demand (--until-decided or the study's seeds: {first, batch, cap}) run on this "
                           "machine only for now: add --fixed-seeds to launch the first seeds with Slurm or --gpus-per-row")
@@ -162,6 +165,7 @@ def execute(options: StudyOptions) -> int:
     check_stores(state_path(options.state), options.storage)   # fail fast, before the study's imports
     from grpolab.report.publish import record_study_tables
     from grpolab.studies.study_run import StudyRun
+    from grpolab.studies.time_limit import TimeLimit
     launcher = None
     if options.slurm is not None:
         from grpolab.studies.slurm import SlurmLauncher
@@ -170,7 +174,7 @@ def execute(options: StudyOptions) -> int:
                    retry_failed=options.retry_failed, accept_changed=options.accept_changed, echo=options.echo,
                    publish=record_study_tables, gpus_per_row=options.gpus_per_row, devices=options.devices,
                    launcher=launcher, accelerate_config=options.accelerate_config,
-                   claim_until=None if options.time_limit is None else started + 60 * options.time_limit)
+                   time_limit=TimeLimit.of(options.time_limit, started))
     if options.on_demand is not None:
         from grpolab.analysis.until_decided import LADDER_LOOKS
         from grpolab.studies.until_decided import run_until_decided

@@ -37,12 +37,16 @@ def parse(args) -> WorkerOptions:
 
 
 def execute(options: WorkerOptions) -> int:
+    from grpolab.studies.time_limit import TimeLimit
     from grpolab.studies.worker_exit import exit_now
+    limit = None
     if options.wait_for_go:   # started by a coordinator before its set-up (studies/processes.py)
         from grpolab.studies.processes import wait_for_go
         try:
-            if not wait_for_go(preload=options.procs_per_row == 1):
+            word = wait_for_go(preload=options.procs_per_row == 1)
+            if word is None:
                 exit_now(0)   # not needed (nothing to run, or the set-up failed): nothing was touched
+            limit = TimeLimit.parse(word)   # the coordinator's time limit, for its own workers only
         except KeyboardInterrupt:   # Ctrl-C reached the whole process group during the set-up
             exit_now(130)
     from grpolab.state import state_dir
@@ -55,7 +59,7 @@ def execute(options: WorkerOptions) -> int:
     try:
         outlasting_storage_loss(options.storage, lambda: worker_loop(
             load_study(options.path), options.storage, state, procs_per_row=options.procs_per_row,
-            accelerate_config=options.accelerate_config))
+            accelerate_config=options.accelerate_config, limit=limit))
     except StoreUnreachable as exc:   # its coordinator ends the command in the one error line for all its workers
         logging.getLogger(__name__).warning("this worker stops: %s", exc)
         exit_now(EX_TEMPFAIL)

@@ -49,7 +49,6 @@ from grpolab.studies.rows import (
 from grpolab.studies.study_run import StudyRun
 from grpolab.studies.storage import (create_or_load, default_storage, end_if_gone, outlasting_storage_loss,
                                      seed_param, share_storage_loss, storage_loss_ends_command, with_added_seeds)
-from grpolab.studies.time_limit import set_claim_until
 from grpolab.studies.trials import worker_loop
 from grpolab.tracking.recorder import RunRecorder, client_for
 from grpolab.tracking.stores import StoreUnreachable, check_stores, init_tracking_store, setup_lock
@@ -150,7 +149,6 @@ def run_study(run: StudyRun) -> int:
                 init_tracking_store(state)
                 study = create_or_load(cfg, storage_url)
                 check_definition(study, cfg, run.accept_changed)
-                set_claim_until(study, run.claim_until)   # before any worker is told to go
                 if cfg.study_kind.paired_rungs:   # before any row of this run: the file's verdict fields as they stand
                     register_ladder(state, cfg, study)
                 cfg = with_added_seeds(cfg, study)
@@ -161,7 +159,7 @@ def run_study(run: StudyRun) -> int:
                 pending = has_pending_rows(study, cfg)
                 parent = ensure_parent_run(study, cfg, state, reopen=pending)
             raise_if_signalled()   # deferred inside the set-up's store calls: no worker is told to go
-            release(procs, go=pending)
+            release(procs, go=pending, limit=run.time_limit)   # the limit rides on the go word
             return _coordinate(study, cfg, run, Workers(workers, in_process, procs if pending else []), parent,
                                pending, lambda: setup_lock(state, tracking, storage_url))
     finally:
@@ -254,7 +252,8 @@ def _coordinate(study, cfg: StudyConfig, run: StudyRun, workers: Workers, parent
                 # the inner one ends first: a storage found gone stops the watchdog's wait for it before the join
                 with watchdog(study, state, cfg.row_timeout_s, echo):
                     # the file's definition, as a worker process reads it (it adds the storage's seeds itself)
-                    outlasting_storage_loss(storage_url, lambda: worker_loop(run.study, storage_url, state, tick))
+                    outlasting_storage_loss(storage_url, lambda: worker_loop(run.study, storage_url, state, tick,
+                                                                                      limit=run.time_limit))
             else:
                 for line in run_workers(workers.procs, tick):
                     echo(line)
@@ -279,7 +278,7 @@ def _coordinate(study, cfg: StudyConfig, run: StudyRun, workers: Workers, parent
         if pending:
             _close_parent(state, parent, final)
     echo(format_progress(final))
-    code = summary(study, cfg, final, echo, run.claim_until)
+    code = summary(study, cfg, final, echo, run.time_limit)
     return code if written else max(code, 1)
 
 

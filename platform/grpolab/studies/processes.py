@@ -46,7 +46,7 @@ def row_flags(procs_per_row: int, accelerate_config: str | None) -> list[str]:
         ["--accelerate-config", accelerate_config] if accelerate_config else [])
 
 
-def release(procs: list[subprocess.Popen], go: bool) -> None:
+def release(procs: list[subprocess.Popen], go: bool, limit=None) -> None:
     """Tell each waiting worker to claim rows (``go``) or to exit. A worker already released keeps
     its order, unless ``go`` is False and it still runs: then it is stopped (``stop``), so that no
     path out of the coordinator leaves workers training. A worker never released is killed
@@ -57,7 +57,7 @@ def release(procs: list[subprocess.Popen], go: bool) -> None:
             continue
         try:
             if go:
-                p.stdin.write(GO + "\n")
+                p.stdin.write(f"{GO} {limit.word() if limit else ''}".strip() + "\n")
             p.stdin.close()
         except (BrokenPipeError, OSError):   # it already exited (an import error): run_workers reports it
             pass
@@ -85,13 +85,15 @@ def stop(procs: list[subprocess.Popen], grace: float = 3.0, patience: float = 60
             p.wait()
 
 
-def wait_for_go(preload: bool = True) -> bool:
-    """Worker side: import what a row needs, then wait for the coordinator's word on stdin.
-    False (exit without touching a store) on anything but ``go``, end of file included.
-    ``preload`` False: rows run as several processes (ranks.py), which import it themselves."""
+def wait_for_go(preload: bool = True) -> str | None:
+    """Worker side: import what a row needs, then wait for the coordinator's word on stdin: what
+    follows ``go`` (its time limit, time_limit.TimeLimit.word; '' for none), or None (exit without
+    touching a store) on anything else, end of file included. ``preload`` False: rows run as
+    several processes (ranks.py), which import it themselves."""
     if preload:
         from grpolab.experiment import runner  # noqa: F401 - the ~5 s of imports overlap the coordinator's set-up
-    return sys.stdin.readline().strip() == GO
+    word, _, rest = sys.stdin.readline().strip().partition(" ")
+    return rest if word == GO else None
 
 
 def run_workers(procs: list[subprocess.Popen], tick) -> list[str]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from optuna.trial import TrialState
 
 from grpolab.studies.study_config import StudyConfig, quiet_build
-from grpolab.studies.time_limit import past_time_limit
+from grpolab.studies.time_limit import completed_since
 from grpolab.tracking.naming import method_label
 
 if TYPE_CHECKING:
@@ -116,14 +116,19 @@ def format_progress(p: dict) -> str:
             f"elapsed {int(p['elapsed'])}s, ETA {eta}{latest}")
 
 
-def summary(study, cfg: StudyConfig, final: dict, echo, claim_until: float | None = None) -> int:
+def summary(study, cfg: StudyConfig, final: dict, echo, limit=None) -> int:
     """Say which rows failed or did not complete; the exit code: 0 only when every row is done, or
-    when the rows left only wait because the command's time limit (``claim_until``) ended it."""
+    when the command's time limit (time_limit.TimeLimit) left rows waiting after some row of this
+    run completed (none did: no row fits the limit, 1)."""
     failed = final["failed"]   # rows left failed (not retried) are counted among them
     if failed:
         echo(f"{failed} row(s) failed; see `grpolab table {cfg.path}` and rerun with --retry-failed")
     missing, open_rows = cfg.study_kind.open_rows(study, cfg, final)
-    if open_rows and not failed and not final["interrupted"] and claim_until is not None and past_time_limit(study):
+    if open_rows and limit is not None and not failed and not final["interrupted"] and not final["running"]:
+        if not completed_since(study, limit.started):
+            echo(f"no row fitted in the time limit ({(limit.claim_until - limit.started) / 60:.3g} min) and none ran; "
+                 f"{missing} row(s) wait: run the command with a longer --time-limit")
+            return 1
         echo(f"the time limit ended this run with {missing} row(s) waiting; run the same command again to go on "
              "(the rows made so far are kept)")
         return 0
@@ -131,6 +136,10 @@ def summary(study, cfg: StudyConfig, final: dict, echo, claim_until: float | Non
         echo(f"{missing} row(s) did not complete: {', '.join(open_rows)}; "
              "run the same command again to resume them")
     return 1 if failed or open_rows else 0
+
+
+def waiting_rows(study) -> int:
+    return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
 
 def study_run_identity(cfg, trial_number: int, labels: dict, exp) -> tuple[str, str]:

@@ -22,7 +22,8 @@ class StudyRun:
     closes (the front door passes the report's table publisher: the study driver never imports
     reporting, as Optuna's ``optimize`` takes ``callbacks=``). ``launcher`` (slurm.SlurmLauncher):
     the workers run as cluster jobs. ``devices``/``accelerate_config``: studies/devices.py and
-    launch_options.py."""
+    launch_options.py. ``time_limit`` (studies/time_limit.py): no row starts that is expected to
+    end past it; None: no limit."""
     study: StudyConfig
     state: Path
     storage_url: str | None = None
@@ -35,7 +36,7 @@ class StudyRun:
     devices: str | None = None
     launcher: object | None = None
     accelerate_config: str | None = None
-    claim_until: float | None = None
+    time_limit: object | None = None   # time_limit.TimeLimit
 
     @classmethod
     def of(cls, path, state, **how) -> StudyRun:

@@ -35,7 +35,7 @@ from grpolab.studies.rows import (DEFINITION_ATTR, OUTCOME_ATTR, PARENT_RUN_ATTR
                                   SPURIOUS_ATTR, study_run_identity)
 from grpolab.studies.run_closing import end_trial_runs, link_restart
 from grpolab.studies.storage import load_for_worker, with_added_seeds
-from grpolab.studies.time_limit import past_time_limit
+from grpolab.studies.time_limit import row_fits
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +228,9 @@ def _check_same_definition(study, cfg: StudyConfig) -> None:
 
 
 def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=None, procs_per_row: int = 1,
-                accelerate_config: str | None = None) -> None:
+                accelerate_config: str | None = None, limit=None) -> None:
+    """Claim and train rows until none waits (a search: its budget is spent), a signal stops the
+    worker, or a row would not fit in ``limit`` (time_limit.TimeLimit, this command's only)."""
     if accelerate_config is not None:   # the coordinator's choice (its flag or the file's), already checked
         cfg = dataclasses.replace(cfg, launcher=dataclasses.replace(cfg.launcher, accelerate_config=accelerate_config))
     if procs_per_row == 1:   # (several: each rank pins its own share; this process does not train)
@@ -242,7 +244,7 @@ def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=Non
         while True:
             if after_trial is not None:
                 after_trial()
-            if cfg.study_kind.budget_spent(study, cfg) or past_time_limit(study):
+            if cfg.study_kind.budget_spent(study, cfg) or (limit is not None and not row_fits(study, limit)):
                 return
             raise_if_signalled()   # a SIGTERM swallowed outside a trial still stops the worker
             if not run_one_trial(study, cfg, state, parent, procs_per_row, storage_url):

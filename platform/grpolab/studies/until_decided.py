@@ -41,7 +41,7 @@ def run_until_decided(run: StudyRun, on_demand: SeedsOnDemand, decider: LookDeci
     the study past ``on_demand.max_rows`` is not started (fewer looks than planned stay valid,
     conservatively); why the looks ended is kept with the plan (``record_stop``), before the last
     look's tables and dashboard are published (``run.publish``), so they say it. A time limit
-    (``run.claim_until``, studies/time_limit.py) that leaves a look's rows waiting pauses the looks
+    (``run.time_limit``, studies/time_limit.py) that leaves a look's rows waiting pauses the looks
     there, recorded the same way and cleared by the next run, which goes on from the rows kept.
     Returns run_study's exit code."""
     from grpolab.studies.coordinator import run_study
@@ -59,7 +59,7 @@ def run_until_decided(run: StudyRun, on_demand: SeedsOnDemand, decider: LookDeci
             _refuse_if_edited(cfg, j)
             add_seeds(cfg, storage, n, needed)
             code = run_study(replace(run, publish=held.hold if run.publish else None))
-            if code or _paused(run, storage, f"during look {j}/{len(looks)} at {n} seeds"):
+            if code or _paused(run, storage, looks):
                 return code
             look = decider.judge(run, n, level, looks)
             echo(f"look {j}/{len(looks)} at {n} seeds (per-look level {100 * level:.4g} %): " + ", ".join(look.labels))
@@ -88,14 +88,18 @@ def _refuse_if_edited(cfg: StudyConfig, look: int) -> None:
                           "study name)")
 
 
-def _paused(run: StudyRun, storage: str, where: str) -> bool:
-    """Whether the command's time limit paused the looks here: the look's run ended with rows still
-    waiting, which its workers, past the limit, did not claim (recorded with the plan, so the
-    tables say it). Decided by time alone, never by results."""
-    from grpolab.studies.storage import create_or_load, record_pause
-    from grpolab.studies.time_limit import waiting_rows
-    if run.claim_until is None or not waiting_rows(create_or_load(run.study, storage)):
+def _paused(run: StudyRun, storage: str, looks: list[int]) -> bool:
+    """Whether the command's time limit paused the looks: its run ended well (exit 0) with rows still
+    waiting, which its workers, past the limit, did not claim. Recorded with the plan, so the tables
+    say it, and named by the latest look the study holds seeds for (a later run of the command goes
+    through the complete looks again before it reaches the paused one). Decided by time alone."""
+    from grpolab.studies.rows import waiting_rows
+    from grpolab.studies.storage import create_or_load, record_pause, with_added_seeds
+    study = create_or_load(run.study, storage)
+    if run.time_limit is None or not waiting_rows(study):
         return False
+    n = len(with_added_seeds(run.study, study).seeds)
+    where = f"during look {looks.index(n) + 1}/{len(looks)} at {n} seeds" if n in looks else f"at {n} seeds"
     why = (f"paused {where} by this command's time limit, the rows made so far kept: run the same command "
            "again to go on with the registered plan")
     run.echo(why)
