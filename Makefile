@@ -34,7 +34,7 @@ install-test: install
 	@PYTHON=$(PYTHON) sh scripts/install_slurm.sh   # Slurm + munge and submitit, for the loopback cluster tests
 
 # The main job on the embedded defaults: the toy DAPO Table 1 ladder, its table and dashboard. Each run
-# starts no row that would end more than RUN_MINUTES after it began; the rows made are kept, and running
+# starts no row expected (by the median row time) to end more than RUN_MINUTES after it began; the rows made are kept, and running
 # it again goes on with the same registered looks (how many runs decide the ladder depends on the machine).
 RUN_MINUTES ?= 12
 run: install

@@ -399,7 +399,7 @@ def test_mechanism_floors_read_the_previous_rung_and_the_length_floor_is_scale_f
 @pytest.mark.parametrize("metric, message", [
     ("run:eval/pass_at_1", "run: reads a training curve"),
     ("head:", "head: reads a training curve"),
-    ("mean:length/truncated_fraction", "expected <agg>:<key> with agg in final, auc, tail"),
+    ("mean:length/truncated_fraction", "expected <window>:<key> with window in final, auc, tail, steps_to, tokens_to, head, run"),
 ])
 def test_a_floor_reads_head_or_run_of_a_training_curve_only(metric, message):
     from grpolab.studies.definition import parse_mechanism

@@ -73,7 +73,7 @@ def test_design_choices_are_recorded_as_deviations():
     for part in ("task addition_columns", "cap 54", "learning rate 1e-4", "read the whole run", "warm start of seed 3000",
                  "run seeds from 300"):
         assert part in changes
-    for part in ("pilots", "0.0165 in the last quarter", "0.040-0.044 over the whole run"):
+    for part in ("pilots", "0.0165 in the last quarter", "0.039-0.044 over the whole run", "3e-4 0.24-0.28 %"):
         assert part in seen
 
 

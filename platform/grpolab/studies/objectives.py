@@ -12,7 +12,7 @@ from grpolab.errors import ConfigError
 from grpolab.tracking.held_out import EVAL_KEYS, canonical_metric, is_eval_key
 from grpolab.tracking.metric_catalog import range_of
 
-METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")   # a study objective's; analysis adds head:, start:
+METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")   # a study objective's; analysis adds head:, run:, start:
 
 
 def objective_value(metric: str, evals: dict[int, dict], curves: dict[str, list]) -> float:
@@ -130,6 +130,9 @@ def check_window_metric(metric: str) -> None:
         if not key or is_eval_key(key):
             raise ConfigError(f"metric {metric!r}: {agg}: reads a training curve, e.g. {agg}:length/truncated_fraction")
         return
+    if agg not in METRIC_AGGS:
+        raise ConfigError(f"metric {metric!r}: expected <window>:<key> with window in "
+                          f"{', '.join(METRIC_AGGS + CURVE_WINDOWS)}, e.g. run:length/truncated_fraction")
     check_metric(metric)
 
 
