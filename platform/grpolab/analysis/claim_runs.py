@@ -7,6 +7,7 @@ Detail: docs/studies.md, "grpolab.analysis.claim_runs".
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -19,8 +20,8 @@ from grpolab.analysis import inference
 from grpolab.analysis.claims import Claim, Side, claim_files, load_claim
 from grpolab.analysis.histories import mean_window, run_history, train_keys
 from grpolab.analysis.regimes import RegimeCheck, check_regime, with_regime
-from grpolab.analysis.verdicts import (Verdict, paired_verdict, stops, with_censoring, with_construction, with_family,
-                                       with_mechanism)
+from grpolab.analysis.verdicts import (NOT_RUN, NOT_YET, Verdict, paired_verdict, replaced, stops, with_censoring,
+                                       with_construction, with_family, with_mechanism)
 from grpolab.errors import ConfigError
 from grpolab.studies import registration as preregistration
 from grpolab.studies.definition import load_study
@@ -82,7 +83,8 @@ def _scaled(claim: Claim, values: dict) -> dict:
 
 
 def _claim_rows(claim: Claim, state: Path, storage_url: str | None, seeds: int | None = None):
-    """(runs {rung name: {seed: run id}}, histories {run id: RunHistory}, (level, looks), plan note),
+    """(runs {rung name: {seed: run id}}, histories {run id: RunHistory}, (level, looks), plan note,
+    interim: no planned look complete yet),
     on the study's first ``seeds`` seeds when given (a sequential look); under the study's own plan,
     on the largest planned look whose seeds are all complete on the claim's rungs, as its table
     judges a rung (``ladder_verdicts.judged_seeds``)."""
@@ -94,8 +96,8 @@ def _claim_rows(claim: Claim, state: Path, storage_url: str | None, seeds: int |
     from grpolab.tracking.recorder import tracking_uri
     cfg, study = load_results(claim.study_path, state, storage_url, create=False)
     if study is None:   # never run: judged as not run, and no empty study left in the storage
-        return {}, {}, (0.95, 1), ""
-    rows, where = ladder_rows(study, cfg), ""
+        return {}, {}, (0.95, 1), "", False
+    rows, where, interim = ladder_rows(study, cfg), "", False
     if seeds is not None:
         rows = rows[rows.seed.isin(cfg.seeds[:seeds])]
     elif plan := plan_looks(study):   # the study's own plan: the largest planned look complete on the claim's rungs
@@ -103,8 +105,9 @@ def _claim_rows(claim: Claim, state: Path, storage_url: str | None, seeds: int |
         sides = tuple(sorted({names.index(s.rung) for s in (claim.treatment, claim.control) if s.rung}))
         judged = judged_seeds(rows[rows.state == "COMPLETE"], sides, cfg.seeds, plan)
         rows = rows[rows.seed.isin(judged.seeds)]
-        where = (f"judged on look {judged.look} of {len(plan)} ({judged.size} seeds)" if judged.look > 0
-                 else f"look 1 incomplete: judged on its complete pairs of {judged.size} seeds")
+        interim = judged.look == -1
+        where = (f"judged on look {judged.look} of {len(plan)} ({judged.size} seeds)" if not interim
+                 else f"look 1 of {judged.size} seeds is incomplete on the claim's rungs")
         if claim.metric_of(claim.treatment) != cfg.objectives[0].metric:
             where += f"; the study's looks stopped on its own metric {cfg.objectives[0].metric}, not this claim's"
     runs: dict[str, dict] = {}
@@ -117,14 +120,14 @@ def _claim_rows(claim: Claim, state: Path, storage_url: str | None, seeds: int |
     needed = {r for rung in rungs for r in runs.get(rung, {}).values()}
     level, looks, _ = verdict_plan(study)
     note = "; ".join(filter(None, [where, sequential_note(study)]))
-    return runs, {run_id: run_history(client, run_id, keys) for run_id in needed}, (level, looks), note
+    return runs, {run_id: run_history(client, run_id, keys) for run_id in needed}, (level, looks), note, interim
 
 
 def judge(claim: Claim, state: Path, storage_url: str | None, seeds: int | None = None) -> ClaimResult:
     """Read the claim's rows (already run) and return its verdict on the paired seeds (the first
     ``seeds`` only, at a sequential look), at its study's verdict level (0.95, or the per-look level
     of seeds added until decided)."""
-    runs, histories, (level, looks), plan = _claim_rows(claim, state, storage_url, seeds)
+    runs, histories, (level, looks), plan, interim = _claim_rows(claim, state, storage_url, seeds)
 
     def paired(t_metric: str, c_metric: str, scaled: bool = False):
         t, ct = _side_values(claim, claim.treatment, t_metric, runs, histories)
@@ -157,6 +160,9 @@ def judge(claim: Claim, state: Path, storage_url: str | None, seeds: int | None 
         result.premise = check_regime(claim.premise, [histories[on[s]] for s in sorted(diffs) if s in on],
                                       f"{side.rung!r} rows of the {len(diffs)} paired seeds")
         result.verdict = with_regime(result.verdict, result.premise)
+    if interim and result.verdict.verdict != NOT_RUN:   # as a ladder rung's: an interim look joins no family
+        result.verdict = dataclasses.replace(replaced(result.verdict, NOT_YET, "look 1 is incomplete on the claim's "
+                                                      "rungs"), p={}, fragile="")
     study_cfg = load_study(claim.study_path)
     result.preregistration = preregistration.status(state, _prereg_key(claim), _registered(claim, study_cfg),
                                                     claim.deviations + study_cfg.deviations)

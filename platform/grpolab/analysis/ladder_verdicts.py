@@ -164,7 +164,7 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
         diffs = {int(s): float(mine.value[s] - before.value[s]) for s in common}
         v = paired_verdict(diffs, direction, obj.smallest_effect, level, looks)
         note = look_note(judged, len(common), len(paired) - len(common))
-        v = dataclasses.replace(v, diagnostics=v.diagnostics + (note,)) if note else v
+        v = dataclasses.replace(v, diagnostics=v.diagnostics + (note,)) if note and judged.look != -1 else v
         v = with_censoring(v, int(mine.censored[common].sum()), int(before.censored[common].sum()), obj.metric)
         if mech is not None:
             v = with_mechanism(v, mech.metric, value, mech.at_least, f"{cfg.rungs[on].name!r} rows")

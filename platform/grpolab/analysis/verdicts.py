@@ -53,7 +53,7 @@ LABELS = {   # label -> what happened (docs/studies.md's table is checked agains
                        "and no gate failed: the comparison is not shown to test the published claim",
     NOT_RUN: "no paired seed has both rows complete",
     NOT_YET: "seeds on demand: not every seed of the first planned look has both rows complete yet (a time limit "
-             "paused the study, or it still runs); the interval on the pairs complete so far is shown as face value, "
+             "paused the study, it still runs, or a row of it failed: --retry-failed); the interval on the pairs complete so far is shown as face value, "
              "an interim look outside the plan's error bound, and the rung joins no family",
     HOLDS_EXACTLY: f"a construction check (the toy is built so that the claim must hold) whose every paired "
                    f"difference is exactly 0, on at least {MIN_SEEDS} seeds: a statement about the seeds run, "

@@ -242,6 +242,7 @@ def _coordinate(study, cfg: StudyConfig, run: StudyRun, workers: Workers, parent
     three-coordinator test lost a coordinator to it)."""
     state, storage_url, echo, launcher, publish = run.state, run.storage_url, run.echo, run.launcher, run.publish
     started, tick = time.time(), _ticker(study, cfg, state, workers.count, echo, storage_url)
+    worker_failed = False   # a worker that exited non-zero: rows it left are no time-limit pause
     try:
         with storage_loss_ends_command(storage_url):
             if launcher is not None:
@@ -257,6 +258,7 @@ def _coordinate(study, cfg: StudyConfig, run: StudyRun, workers: Workers, parent
             else:
                 for line in run_workers(workers.procs, tick):
                     echo(line)
+                    worker_failed = True
             while study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
                 tick()   # rows run by other coordinators' workers: wait until they end or are handed back
                 time.sleep(2)
@@ -278,7 +280,7 @@ def _coordinate(study, cfg: StudyConfig, run: StudyRun, workers: Workers, parent
         if pending:
             _close_parent(state, parent, final)
     echo(format_progress(final))
-    code = summary(study, cfg, final, echo, run.time_limit)
+    code = summary(study, cfg, final, echo, None if worker_failed else run.time_limit)
     return code if written else max(code, 1)
 
 

@@ -12,7 +12,7 @@ from grpolab.errors import ConfigError
 from grpolab.tracking.held_out import EVAL_KEYS, canonical_metric, is_eval_key
 from grpolab.tracking.metric_catalog import range_of
 
-METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")   # a study objective's; analysis adds head:, run:, start:
+METRIC_AGGS = ("final", "auc", "tail", "steps_to", "tokens_to")   # a study objective's; analysis adds head:, run: (CURVE_WINDOWS) and start: (claims)
 
 
 def objective_value(metric: str, evals: dict[int, dict], curves: dict[str, list]) -> float:

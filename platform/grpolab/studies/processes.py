@@ -20,6 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from grpolab.studies.time_limit import TimeLimit
 from grpolab.studies.worker_exit import wait_any
 
 GO = "go"
@@ -46,11 +47,12 @@ def row_flags(procs_per_row: int, accelerate_config: str | None) -> list[str]:
         ["--accelerate-config", accelerate_config] if accelerate_config else [])
 
 
-def release(procs: list[subprocess.Popen], go: bool, limit=None) -> None:
+def release(procs: list[subprocess.Popen], go: bool, limit: TimeLimit | None = None) -> None:
     """Tell each waiting worker to claim rows (``go``) or to exit. A worker already released keeps
     its order, unless ``go`` is False and it still runs: then it is stopped (``stop``), so that no
     path out of the coordinator leaves workers training. A worker never released is killed
-    outright: it is still importing or waiting, and has written nothing anywhere."""
+    outright: it is still importing or waiting, and has written nothing anywhere. ``limit``: the
+    command's time limit, written after ``go`` on the same line, so only these workers read it."""
     released = [p for p in procs if p.stdin is None or p.stdin.closed]
     for p in procs:
         if p in released:

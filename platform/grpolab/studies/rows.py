@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from optuna.trial import TrialState
 
 from grpolab.studies.study_config import StudyConfig, quiet_build
-from grpolab.studies.time_limit import completed_since
+from grpolab.studies.time_limit import TimeLimit, completed_since, row_fits
 from grpolab.tracking.naming import method_label
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def format_progress(p: dict) -> str:
             f"elapsed {int(p['elapsed'])}s, ETA {eta}{latest}")
 
 
-def summary(study, cfg: StudyConfig, final: dict, echo, limit=None) -> int:
+def summary(study, cfg: StudyConfig, final: dict, echo, limit: TimeLimit | None = None) -> int:
     """Say which rows failed or did not complete; the exit code: 0 only when every row is done, or
     when the command's time limit (time_limit.TimeLimit) left rows waiting after some row of this
     run completed (none did: no row fits the limit, 1)."""
@@ -124,7 +124,8 @@ def summary(study, cfg: StudyConfig, final: dict, echo, limit=None) -> int:
     if failed:
         echo(f"{failed} row(s) failed; see `grpolab table {cfg.path}` and rerun with --retry-failed")
     missing, open_rows = cfg.study_kind.open_rows(study, cfg, final)
-    if open_rows and limit is not None and not failed and not final["interrupted"] and not final["running"]:
+    if (open_rows and limit is not None and not failed and not final["interrupted"] and not final["running"]
+            and not row_fits(study, limit)):   # the limit, not a failure, left them (the coordinator drops it for those)
         if not completed_since(study, limit.started):
             echo(f"no row fitted in the time limit ({(limit.claim_until - limit.started) / 60:.3g} min) and none ran; "
                  f"{missing} row(s) wait: run the command with a longer --time-limit")

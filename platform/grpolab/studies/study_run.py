@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from grpolab.studies.definition import StudyConfig, load_study
+from grpolab.studies.time_limit import TimeLimit
 
 # publish(state, parent_run_id, study_path, storage_url): what the front door records on the parent run
 Publish = Callable[[Path, str, str, "str | None"], None]
@@ -36,7 +37,7 @@ class StudyRun:
     devices: str | None = None
     launcher: object | None = None
     accelerate_config: str | None = None
-    time_limit: object | None = None   # time_limit.TimeLimit
+    time_limit: TimeLimit | None = None
 
     @classmethod
     def of(cls, path, state, **how) -> StudyRun:

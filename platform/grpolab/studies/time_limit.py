@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import optuna
-from optuna.trial import TrialState
+if TYPE_CHECKING:   # the command reads TimeLimit before any store is opened: Optuna is imported where used
+    import optuna
 
 _now = time.time   # the one clock the limit reads (a test may replace it)
 
@@ -28,10 +29,10 @@ class TimeLimit:
 
     @classmethod
     def of(cls, minutes: float | None, started: float) -> TimeLimit | None:
-        return None if minutes is None else cls(started + 60.0 * minutes, started)
+        return None if minutes is None else cls(float(started) + 60.0 * float(minutes), float(started))
 
     def word(self) -> str:
-        return f"{self.claim_until!r} {self.started!r}"
+        return f"{float(self.claim_until)!r} {float(self.started)!r}"   # plain floats round-trip exactly
 
     @classmethod
     def parse(cls, word: str) -> TimeLimit | None:
@@ -43,6 +44,7 @@ def typical_row_seconds(study: optuna.Study, since: float) -> float:
     """Median wall time of the rows completed since ``since`` (this command's own), else of every
     complete row of the study (another machine's, maybe); 0 before any row completed, so that the
     first rows always start and something is measured."""
+    from optuna.trial import TrialState
     complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                 if t.datetime_complete and t.datetime_start]
     recent = [t for t in complete if t.datetime_complete.timestamp() >= since]
@@ -56,5 +58,7 @@ def row_fits(study: optuna.Study, limit: TimeLimit) -> bool:
 
 
 def completed_since(study: optuna.Study, since: float) -> int:
-    return sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    """Rows (a search: trials, pruned ones included) that ended well since ``since``."""
+    from optuna.trial import TrialState
+    return sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
                if t.datetime_complete and t.datetime_complete.timestamp() >= since)

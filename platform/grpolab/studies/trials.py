@@ -35,7 +35,7 @@ from grpolab.studies.rows import (DEFINITION_ATTR, OUTCOME_ATTR, PARENT_RUN_ATTR
                                   SPURIOUS_ATTR, study_run_identity)
 from grpolab.studies.run_closing import end_trial_runs, link_restart
 from grpolab.studies.storage import load_for_worker, with_added_seeds
-from grpolab.studies.time_limit import row_fits
+from grpolab.studies.time_limit import TimeLimit, row_fits
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +228,7 @@ def _check_same_definition(study, cfg: StudyConfig) -> None:
 
 
 def worker_loop(cfg: StudyConfig, storage_url: str, state: Path, after_trial=None, procs_per_row: int = 1,
-                accelerate_config: str | None = None, limit=None) -> None:
+                accelerate_config: str | None = None, limit: TimeLimit | None = None) -> None:
     """Claim and train rows until none waits (a search: its budget is spent), a signal stops the
     worker, or a row would not fit in ``limit`` (time_limit.TimeLimit, this command's only)."""
     if accelerate_config is not None:   # the coordinator's choice (its flag or the file's), already checked

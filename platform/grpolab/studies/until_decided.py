@@ -52,7 +52,6 @@ def run_until_decided(run: StudyRun, on_demand: SeedsOnDemand, decider: LookDeci
     Path(run.state).mkdir(parents=True, exist_ok=True)
     init_tracking_store(run.state)
     record_sequential(cfg, storage, looks, level)
-    record_pause(cfg, storage, None)   # this run goes on with the looks
     needed, held = None, _HeldPublish(run.publish)
     try:
         for j, n in enumerate(looks, 1):
@@ -60,7 +59,8 @@ def run_until_decided(run: StudyRun, on_demand: SeedsOnDemand, decider: LookDeci
             add_seeds(cfg, storage, n, needed)
             code = run_study(replace(run, publish=held.hold if run.publish else None))
             if code or _paused(run, storage, looks):
-                return code
+                return code   # a pause recorded by an earlier run stays until a run gets past it
+            record_pause(cfg, storage, None)
             look = decider.judge(run, n, level, looks)
             echo(f"look {j}/{len(looks)} at {n} seeds (per-look level {100 * level:.4g} %): " + ", ".join(look.labels))
             stopped = _why_stop(look, j, looks, n, on_demand.max_rows)
