@@ -195,8 +195,10 @@ class GrpoLabTrainer(GRPOTrainer):
 
     # -- the generation batch: generate -> score -> select -> advantages -> metrics ----------
     def _generate_and_score_completions(self, inputs):
-        if not self.model.training:
-            return super()._generate_and_score_completions(inputs)
+        if not self.model.training:   # evaluation: TRL's batch, and the loss's per-row inputs for every method
+            out = super()._generate_and_score_completions(inputs)
+            self.stages.record_evaluation(out, self._scored, self.num_generations_eval)
+            return out
         batch = self._select(inputs)
         out = batch.local
         n_local = out["completion_ids"].size(0)
