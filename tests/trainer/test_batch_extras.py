@@ -42,3 +42,12 @@ def test_a_split_without_shuffle_slices_the_record_and_a_batch_without_one_has_n
     first, second = split_tensor_dict({**base, batch_extras.KEY: BatchExtras(**fields)}, 2)
     assert torch.equal(BatchExtras.of(second).returns, fields["returns"][4:])
     assert BatchExtras.of(base) == BatchExtras()
+
+
+def test_a_critic_batch_without_value_targets_fails_by_name():
+    from types import SimpleNamespace
+    import pytest
+    from grpolab.trainer.grpo_trainer import GrpoLabTrainer
+    trainer = SimpleNamespace(critic=object())   # the check comes before the critic is used
+    with pytest.raises(RuntimeError, match=r"critic: the batch has no value targets \(returns\)"):
+        GrpoLabTrainer._train_critic(trainer, {}, BatchExtras(), {})

@@ -261,20 +261,27 @@ class GrpoLabTrainer(GRPOTrainer):
             stats["entropy"] = stats["trained/entropy"]
         if training:
             loss = loss / self.current_gradient_accumulation_steps
-            if self.critic is not None:
-                stats["critic/value_loss"] = self.critic.train_on(inputs, extras.returns, extras.old_values,
-                                                                  self.spec.value_clip,
-                                                                  self.current_gradient_accumulation_steps,
-                                                                  self.args.max_grad_norm)
-                if self.critic.micro_steps <= self.spec.critic_warmup * self.current_gradient_accumulation_steps:
-                    loss = loss * 0.0   # value pretraining: the policy waits until the critic has learned
-                    stats["critic/warmup"] = 1.0
+            if self.critic is not None and self._train_critic(inputs, extras, stats):
+                loss = loss * 0.0   # value pretraining: the policy waits until the critic has learned
             window_ends = (self._step + 1) % (self.args.steps_per_generation * self.num_iterations) == 0
             self.loss_curves.accumulate(stats, float(completion_mask.sum()), window_ends)
         else:
             self.loss_curves.log_eval(stats)
         self._metrics["train"]["override/loss"].append(1.0)
         return loss
+
+    def _train_critic(self, inputs, extras: BatchExtras, stats: dict) -> bool:
+        """The critic's micro-step on ``inputs`` toward GAE's value targets (``extras.returns``), its
+        value loss into ``stats``; True while it warms up (``critic_warmup`` optimizer steps)."""
+        if extras.returns is None:   # a batch the rollout stages did not fill (built by hand, or not a rollout's)
+            raise RuntimeError("critic: the batch has no value targets (returns)")
+        ga = self.current_gradient_accumulation_steps
+        stats["critic/value_loss"] = self.critic.train_on(inputs, extras.returns, extras.old_values,
+                                                          self.spec.value_clip, ga, self.args.max_grad_norm)
+        warming = self.critic.micro_steps <= self.spec.critic_warmup * ga
+        if warming:
+            stats["critic/warmup"] = 1.0
+        return warming
 
     def _loss_inputs(self, inputs, logp, entropies, completion_mask, extras: BatchExtras) -> LossInputs:
         """``policy_loss``'s record of one micro-batch: TRL's batch ``inputs``, the forward's log-probs
