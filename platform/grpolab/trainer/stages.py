@@ -127,6 +127,8 @@ class RolloutStages:
         kept = 4 * G if trainer.rollout_rows_kept is None else trainer.rollout_rows_kept
         trainer.last_rollout = completion_rows(RolloutView(rows, rollout.rewards, total, start, G),
                                                trainer.reward_func_names, scored.advantages, rollout.mask, kept)
+        # added last to TRL's dict: TRL's split reads the micro-batch size from the .shape[0] of the
+        # batch's first non-None value (prompt_ids), which the record (no shape) must never be
         out[batch_extras.KEY] = dataclasses.replace(group_extras(total, rows, G, slice(start, start + n_local)),
                                                     old_values=scored.old_values, returns=scored.returns)
         trained_rows = self._gather((out["completion_mask"].sum(1) > 0).float()).bool().cpu()
@@ -144,6 +146,7 @@ class RolloutStages:
         trainer, n_local = self.trainer, out["completion_ids"].size(0)
         start = trainer.accelerator.process_index * n_local
         total = algorithms.combine_rewards(scored.rewards, trainer.spec.reward_weights)
+        # added last, as ``record`` adds it (TRL's dict keeps prompt_ids first)
         out[batch_extras.KEY] = group_extras(total, scored.rows, G, slice(start, start + n_local))
 
     def _curves(self, rollout: Rollout, scored: Scored, trained_rows: torch.Tensor) -> None:
