@@ -41,7 +41,7 @@ from grpolab.trainer.empty_updates import EmptyUpdateChecks
 from grpolab.trainer.entropy_control import EntropyController
 from grpolab.trainer.estimator_inputs import EstimatorInputs, check_whole_groups
 from grpolab.trainer.grpolab_state import GrpolabState
-from grpolab.trainer.loss_stats import LossCurves
+from grpolab.trainer.loss_curves import LossCurves
 from grpolab.trainer.group_sampling import GroupSampling
 from grpolab.trainer.pi_old_entropy import PiOldEntropy, TrlForward, loss_sees_pi_old_on_every_token
 from grpolab.trainer.sampling import PromptDraws
@@ -263,8 +263,11 @@ class GrpoLabTrainer(GRPOTrainer):
             loss = loss / self.current_gradient_accumulation_steps
             if self.critic is not None and self._train_critic(inputs, extras, stats):
                 loss = loss * 0.0   # value pretraining: the policy waits until the critic has learned
-            window_ends = (self._step + 1) % (self.args.steps_per_generation * self.num_iterations) == 0
-            self.loss_curves.accumulate(stats, float(completion_mask.sum()), window_ends)
+            entropy = self.loss_curves.accumulate(stats, float(completion_mask.sum()))
+            if self.accelerator.sync_gradients:   # the optimizer step's trained tokens are all in
+                self._update_entropy_coef(entropy)
+            if self._window_ends(self._step):
+                self.loss_curves.log_window()
         else:
             self.loss_curves.log_eval(stats)
         self._metrics["train"]["override/loss"].append(1.0)
@@ -305,7 +308,7 @@ class GrpoLabTrainer(GRPOTrainer):
             sampling_weights=inputs.get("importance_sampling_ratio"),  # TRL's vLLM correction (engines.py)
             keep=keep)
 
-    def update_entropy_coef(self, entropy: float | None) -> None:
+    def _update_entropy_coef(self, entropy: float | None) -> None:
         """At an accumulation boundary: ``EntropyController.update`` from the entropy of the optimizer
         step's trained tokens over every process (None: none), and the coefficient's curve."""
         if self.entropy_control.update(entropy):
@@ -314,6 +317,13 @@ class GrpoLabTrainer(GRPOTrainer):
             self.record_curve("entropy_coef", self.entropy_control.coef)
         elif not ENTROPY_MODES[self.spec.entropy_mode].adaptive and self.entropy_control.coef:   # as TRL logs a static bonus
             self.record_curve("entropy_coef", self.entropy_control.coef)
+
+    def _window_ends(self, step: int) -> bool:
+        """Whether micro-step ``step`` (TRL's ``_step``, from 0) is the last one over its generation
+        batch, which serves steps_per_generation * num_iterations micro-steps: (step + 1) % that == 0.
+        TRL's ``training_step`` increments ``_step`` after the step's loss, so ``_compute_loss`` reads
+        the step's own index and ``training_step``, after TRL's, the index + 1."""
+        return (step + 1) % (self.args.steps_per_generation * self.num_iterations) == 0
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         """TRL restores its adaptive entropy controller from the checkpoint here (``entropy_coef``,
@@ -329,7 +339,7 @@ class GrpoLabTrainer(GRPOTrainer):
         """TRL's step; the window's ``time/*`` curves where a generation batch ends (``StepTimes``)."""
         start = self.step_times.step_starts()
         output = super().training_step(model, inputs, num_items_in_batch)
-        window_ends = self._step % (self.args.steps_per_generation * self.num_iterations) == 0   # TRL counted it
+        window_ends = self._window_ends(self._step - 1)   # TRL's training_step counted this step
         for key, value in self.step_times.step_ends(start, window_ends, self.accelerator).items():
             self._metrics["train"][key].append(value)
         return output
