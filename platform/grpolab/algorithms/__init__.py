@@ -128,16 +128,15 @@ def _at_least_fp32(t: torch.Tensor | None) -> torch.Tensor | None:
 def policy_loss(spec: MethodSpec, inputs: LossInputs):
     """Loss of one micro-batch (before gradient-accumulation scaling) and its statistics.
 
-    ``inputs`` (``LossInputs``): logp, old_logp, ref_logp, mask, entropies (B, T); advantages (B,)
-    or (B, T). The loss is surrogate(ratio) [+ beta * KL (times rho if kl_ratio_correction) when
-    kl_placement == "loss"] aggregated per ``spec.aggregation`` [- entropy_coef * mean entropy].
-    Stats: clip fractions (low: rho < 1 - eps_low with A < 0; high: rho > 1 + eps_high with
-    A > 0; region: either), mean old-policy probability of
-    high-clipped tokens, KL, entropy, and the method's own selection counts.
-    ``sampling_weights`` (B, T) or (B, 1): the importance weight w of a sampler that is not the
-    trained policy (vLLM: w = pi_train / pi_vllm, truncated or masked, engines.py); the per-token
-    policy term (not the KL) is multiplied by w before aggregation, as TRL and verl do. ``keep`` (B, 1) or (B, T) of
-    0/1: rows (tokens) whose surrogate term is dropped, the KL kept (TRL's off-policy sequence mask)."""
+    ``inputs``: one ``LossInputs`` record (its docstring gives each field's shape and meaning). The
+    loss is w * surrogate(rho) [+ beta * KL (times rho if kl_ratio_correction) when kl_placement
+    == "loss"] aggregated per ``spec.aggregation`` [+ positive_lm_coef * NLL of the correct
+    completions] [- entropy_coef * mean entropy], rho = exp(logp - old_logp); w is the sampler's
+    importance weight (1 without one; it weights the policy term, not the KL, as TRL and verl do),
+    and the rows (tokens) ``keep`` drops lose their surrogate term, the KL kept. Stats: clip
+    fractions (low: rho < 1 - eps_low with A < 0; high: rho > 1 + eps_high with A > 0; region:
+    either), mean old-policy probability of high-clipped tokens, KL, entropy, and the method's own
+    selection counts."""
     # bf16 / fp16 log-probs carry 3 significant digits: the ratio exp(logp - old_logp), the KL and
     # the surrogate are computed in float32 (fp32 and fp64 inputs are left as they are)
     logp, old_logp, ref_logp = (_at_least_fp32(t) for t in (inputs.logp, inputs.old_logp, inputs.ref_logp))
@@ -153,8 +152,8 @@ def policy_loss(spec: MethodSpec, inputs: LossInputs):
             raise ValueError(f"{spec.surrogate} has no per-token loss to re-weight or mask: set "
                              "generation.is_correction=none and no off-policy mask")
         coef = torch.exp(log_ratio)
-        loss = surrogate.fn(spec, Batch(logp, log_ratio, coef, A, eff_mask, generator, None, ref_logp, inputs.rewards,
-                                        inputs.group_ids), stats)
+        loss = surrogate.fn(spec, Batch(logp, log_ratio, coef, A, eff_mask, generator=generator, ref_logp=ref_logp,
+                                        rewards=inputs.rewards, group_ids=inputs.group_ids), stats)
         stats["kl"] = masked_mean(kl_estimate(logp.detach(), ref_logp, spec.kl_estimator), mask)
     else:
         per_token, coef = surrogate_loss(spec, logp, log_ratio, A, mask, stats, generator, sampling_weights)

@@ -41,7 +41,7 @@ from grpolab.trainer.empty_updates import EmptyUpdateChecks
 from grpolab.trainer.entropy_control import EntropyController
 from grpolab.trainer.estimator_inputs import EstimatorInputs, check_whole_groups
 from grpolab.trainer.grpolab_state import GrpolabState
-from grpolab.trainer.loss_stats import LossCurves
+from grpolab.trainer.loss_curves import LossCurves
 from grpolab.trainer.group_sampling import GroupSampling
 from grpolab.trainer.pi_old_entropy import PiOldEntropy, TrlForward, loss_sees_pi_old_on_every_token
 from grpolab.trainer.sampling import PromptDraws
@@ -195,8 +195,10 @@ class GrpoLabTrainer(GRPOTrainer):
 
     # -- the generation batch: generate -> score -> select -> advantages -> metrics ----------
     def _generate_and_score_completions(self, inputs):
-        if not self.model.training:
-            return super()._generate_and_score_completions(inputs)
+        if not self.model.training:   # evaluation: TRL's batch, and the loss's per-row inputs for every method
+            out = super()._generate_and_score_completions(inputs)
+            self.stages.record_evaluation(out, self._scored, self.num_generations_eval)
+            return out
         batch = self._select(inputs)
         out = batch.local
         n_local = out["completion_ids"].size(0)
@@ -259,20 +261,30 @@ class GrpoLabTrainer(GRPOTrainer):
             stats["entropy"] = stats["trained/entropy"]
         if training:
             loss = loss / self.current_gradient_accumulation_steps
-            if self.critic is not None:
-                stats["critic/value_loss"] = self.critic.train_on(inputs, extras.returns, extras.old_values,
-                                                                  self.spec.value_clip,
-                                                                  self.current_gradient_accumulation_steps,
-                                                                  self.args.max_grad_norm)
-                if self.critic.micro_steps <= self.spec.critic_warmup * self.current_gradient_accumulation_steps:
-                    loss = loss * 0.0   # value pretraining: the policy waits until the critic has learned
-                    stats["critic/warmup"] = 1.0
-            window_ends = (self._step + 1) % (self.args.steps_per_generation * self.num_iterations) == 0
-            self.loss_curves.accumulate(stats, float(completion_mask.sum()), window_ends)
+            if self.critic is not None and self._train_critic(inputs, extras, stats):
+                loss = loss * 0.0   # value pretraining: the policy waits until the critic has learned
+            entropy = self.loss_curves.accumulate(stats, float(completion_mask.sum()))
+            if self.accelerator.sync_gradients:   # the optimizer step's trained tokens are all in
+                self._update_entropy_coef(entropy)
+            if self._window_ends(self._step):
+                self.loss_curves.log_window()
         else:
             self.loss_curves.log_eval(stats)
         self._metrics["train"]["override/loss"].append(1.0)
         return loss
+
+    def _train_critic(self, inputs, extras: BatchExtras, stats: dict) -> bool:
+        """The critic's micro-step on ``inputs`` toward GAE's value targets (``extras.returns``), its
+        value loss into ``stats``; True while it warms up (``critic_warmup`` optimizer steps)."""
+        if extras.returns is None:   # a batch the rollout stages did not fill (built by hand, or not a rollout's)
+            raise RuntimeError("critic: the batch has no value targets (returns)")
+        ga = self.current_gradient_accumulation_steps
+        stats["critic/value_loss"] = self.critic.train_on(inputs, extras.returns, extras.old_values,
+                                                          self.spec.value_clip, ga, self.args.max_grad_norm)
+        warming = self.critic.micro_steps <= self.spec.critic_warmup * ga
+        if warming:
+            stats["critic/warmup"] = 1.0
+        return warming
 
     def _loss_inputs(self, inputs, logp, entropies, completion_mask, extras: BatchExtras) -> LossInputs:
         """``policy_loss``'s record of one micro-batch: TRL's batch ``inputs``, the forward's log-probs
@@ -296,7 +308,7 @@ class GrpoLabTrainer(GRPOTrainer):
             sampling_weights=inputs.get("importance_sampling_ratio"),  # TRL's vLLM correction (engines.py)
             keep=keep)
 
-    def update_entropy_coef(self, entropy: float | None) -> None:
+    def _update_entropy_coef(self, entropy: float | None) -> None:
         """At an accumulation boundary: ``EntropyController.update`` from the entropy of the optimizer
         step's trained tokens over every process (None: none), and the coefficient's curve."""
         if self.entropy_control.update(entropy):
@@ -305,6 +317,13 @@ class GrpoLabTrainer(GRPOTrainer):
             self.record_curve("entropy_coef", self.entropy_control.coef)
         elif not ENTROPY_MODES[self.spec.entropy_mode].adaptive and self.entropy_control.coef:   # as TRL logs a static bonus
             self.record_curve("entropy_coef", self.entropy_control.coef)
+
+    def _window_ends(self, step: int) -> bool:
+        """Whether micro-step ``step`` (TRL's ``_step``, from 0) is the last one over its generation
+        batch, which serves steps_per_generation * num_iterations micro-steps: (step + 1) % that == 0.
+        TRL's ``training_step`` increments ``_step`` after the step's loss, so ``_compute_loss`` reads
+        the step's own index and ``training_step``, after TRL's, the index + 1."""
+        return (step + 1) % (self.args.steps_per_generation * self.num_iterations) == 0
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         """TRL restores its adaptive entropy controller from the checkpoint here (``entropy_coef``,
@@ -320,7 +339,7 @@ class GrpoLabTrainer(GRPOTrainer):
         """TRL's step; the window's ``time/*`` curves where a generation batch ends (``StepTimes``)."""
         start = self.step_times.step_starts()
         output = super().training_step(model, inputs, num_items_in_batch)
-        window_ends = self._step % (self.args.steps_per_generation * self.num_iterations) == 0   # TRL counted it
+        window_ends = self._window_ends(self._step - 1)   # TRL's training_step counted this step
         for key, value in self.step_times.step_ends(start, window_ends, self.accelerator).items():
             self._metrics["train"][key].append(value)
         return output

@@ -5,8 +5,8 @@ between the fresh and the reused passes over a rollout.
 Each statistic is kept as (numerator, denominator): a token mean as (sum over tokens, tokens),
 the old-policy probability of upper-clipped tokens as (sum over those tokens, their count), a
 count per micro-batch as (count, 1 / processes). The mean reported is sum(num) / sum(den)
-over the window and all processes. No TRL here: ``LossCurves``, the trainer's part that keeps the
-windows, reads its accelerator and logs through its ``record_curve``.
+over the window and all processes. No TRL here: ``loss_curves.LossCurves``, the trainer's part that
+keeps the windows, reads its accelerator and logs through its ``record_curve``.
 """
 
 from __future__ import annotations
@@ -92,55 +92,3 @@ def gather_valid(accelerator, values: torch.Tensor) -> torch.Tensor:
     padded[:values.numel()] = values
     gathered = accelerator.gather(padded)
     return gathered[~torch.isnan(gathered)]
-
-
-class LossCurves:
-    """A ``GrpoLabTrainer``'s loss-side curves, logged through its ``record_curve``: TRL's own per
-    micro-batch, grpolab's over each generation batch (``window``), and the trained-token entropy
-    of each optimizer step (``step_entropy``), which the adaptive entropy coefficient reads."""
-
-    def __init__(self, trainer):
-        self.trainer = trainer
-        self.window, self.step_entropy = WindowStats(), WindowStats()
-
-    def _reduce_sum(self, t: torch.Tensor) -> torch.Tensor:
-        accelerator = self.trainer.accelerator
-        return accelerator.reduce(t.to(accelerator.device), reduction="sum").cpu()
-
-    def log_trl(self, stats: dict, mode: str, tokens: float) -> None:
-        """TRL's own loss-side curves (``metric_catalog.trl_loss_keys``, ``aux_loss``) under TRL's names,
-        once per micro-batch as TRL logs them (its ``log`` averages over the logging window), combined
-        over processes as TRL combines them (``combine_over_processes``). The MLflow recorder of CLI
-        runs drops the ones that duplicate grpolab's curves."""
-        if not stats:
-            return
-        accelerator = self.trainer.accelerator
-        if accelerator.num_processes > 1:
-            stats = combine_over_processes(stats, tokens, accelerator)
-        for key in sorted(stats):
-            self.trainer.record_curve(key, float(stats[key]), mode)
-
-    def log_eval(self, stats: dict) -> None:
-        """An evaluation micro-batch's statistics, each as it came (NaN: no data, left out)."""
-        for key, value in stats.items():
-            if not (isinstance(value, float) and math.isnan(value)):
-                self.trainer.record_curve(key, value, "eval")
-
-    def accumulate(self, stats: dict, tokens: float, window_ends: bool) -> None:
-        """Loss-side curves reduced over every micro-batch of a generation batch (all its passes,
-        fresh and reused) and over every process, logged once per generation batch (where
-        ``window_ends``); at each accumulation boundary the trained-token entropy of the optimizer
-        step, also global, goes to the trainer's ``update_entropy_coef``."""
-        trainer = self.trainer
-        processes = trainer.accelerator.num_processes
-        stats = {k: v for k, v in stats.items() if not (k in ("entropy", "trained/entropy") and math.isnan(v))}
-        pairs = weighted(stats, tokens, processes)
-        self.window.add(pairs)
-        if "trained/entropy" in pairs:
-            self.step_entropy.add({"trained/entropy": pairs["trained/entropy"]})
-        reduce_sum = self._reduce_sum if processes > 1 else None
-        if trainer.accelerator.sync_gradients:
-            trainer.update_entropy_coef(self.step_entropy.emit(reduce_sum).get("trained/entropy"))
-        if window_ends:
-            for key, value in self.window.emit(reduce_sum).items():
-                trainer.record_curve(key, value)

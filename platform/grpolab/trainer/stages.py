@@ -8,6 +8,7 @@ through its ``record_curve``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
 
 import torch
@@ -18,8 +19,8 @@ from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.trainer import batch_extras, dropin
 from grpolab.trainer.batch_extras import BatchExtras
 from grpolab.trainer.metrics import rollout_metrics, trained_metrics
-from grpolab.trainer.rollouts import (Generated, RolloutRow, RolloutView, completion_rows, correct_of, generated_mask,
-                                      lengths_of, truncated_of)
+from grpolab.trainer.rollouts import (Generated, RolloutRow, RolloutView, ScoredRound, completion_rows, correct_of,
+                                      generated_mask, lengths_of, truncated_of)
 
 
 class Rollout(NamedTuple):
@@ -46,6 +47,14 @@ class Scored(NamedTuple):
     retained: torch.Tensor | None
     old_values: torch.Tensor | None = None
     returns: torch.Tensor | None = None
+
+
+def group_extras(total: torch.Tensor, rows: list[RolloutRow], G: int, local: slice) -> BatchExtras:
+    """This process's rows (``local`` of the gathered batch) as the loss reads them: group i // G of
+    row i, the combined reward ``total`` (N,) and correctness, on ``total``'s device; no critic fields."""
+    device = total.device
+    return BatchExtras(group_ids=(torch.arange(total.numel(), device=device) // G)[local], rewards=total[local],
+                       correct=correct_of(rows).to(device)[local])
 
 
 class RolloutStages:
@@ -118,15 +127,27 @@ class RolloutStages:
         kept = 4 * G if trainer.rollout_rows_kept is None else trainer.rollout_rows_kept
         trainer.last_rollout = completion_rows(RolloutView(rows, rollout.rewards, total, start, G),
                                                trainer.reward_func_names, scored.advantages, rollout.mask, kept)
-        out[batch_extras.KEY] = BatchExtras(
-            group_ids=(torch.arange(total.numel(), device=device) // G)[start:start + n_local],
-            rewards=total[start:start + n_local], correct=correct_of(rows).to(device)[start:start + n_local],
-            old_values=scored.old_values, returns=scored.returns)
+        # added last to TRL's dict: TRL's split reads the micro-batch size from the .shape[0] of the
+        # batch's first non-None value (prompt_ids), which the record (no shape) must never be
+        out[batch_extras.KEY] = dataclasses.replace(group_extras(total, rows, G, slice(start, start + n_local)),
+                                                    old_values=scored.old_values, returns=scored.returns)
         trained_rows = self._gather((out["completion_mask"].sum(1) > 0).float()).bool().cpu()
         self._curves(rollout, scored, trained_rows)
         retained = scored.retained
         in_baseline = total if retained is None else total.masked_fill(~retained.to(total.device), float("nan"))
         trainer.empty_updates.check(out, in_baseline, rows, trained_rows, rollout.generated, G)
+
+    def record_evaluation(self, out: dict, scored: ScoredRound, G: int) -> None:
+        """An evaluation batch's per-row loss inputs into ``out`` (TRL's dict; its advantages are
+        TRL's): the groups of ``G`` (the evaluation's group size), the combined reward and
+        correctness of this process's rows, so that every method's loss evaluates (the pairwise
+        surrogates read the groups and rewards, VAPO's LM term the correct rows). No critic values:
+        evaluation trains no critic."""
+        trainer, n_local = self.trainer, out["completion_ids"].size(0)
+        start = trainer.accelerator.process_index * n_local
+        total = algorithms.combine_rewards(scored.rewards, trainer.spec.reward_weights)
+        # added last, as ``record`` adds it (TRL's dict keeps prompt_ids first)
+        out[batch_extras.KEY] = group_extras(total, scored.rows, G, slice(start, start + n_local))
 
     def _curves(self, rollout: Rollout, scored: Scored, trained_rows: torch.Tensor) -> None:
         """Curves once per generation batch, in two populations: unprefixed over every completion
