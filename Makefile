@@ -36,7 +36,7 @@ install-test: install
 # The main job on the embedded defaults: the toy DAPO Table 1 ladder, its table and dashboard. Each run
 # starts no row expected (by the median row time) to end more than RUN_MINUTES after it began; the rows made are kept, and running
 # it again goes on with the same registered looks (how many runs decide the ladder depends on the machine).
-RUN_MINUTES ?= 12
+RUN_MINUTES ?= 11
 run: install
 	$(PYTHON) -m grpolab.cli --state $(STATE) study studies/dapo_table1.yaml --workers $(WORKERS) --table --dashboard \
 		--time-limit $(RUN_MINUTES)
