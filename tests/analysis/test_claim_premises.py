@@ -30,7 +30,7 @@ def _judge(monkeypatch, tmp_path, name: str, histories: dict) -> claim_runs.Clai
     """Judge shipped claim ``name`` on ``histories`` {rung name: [RunHistory per seed]}."""
     runs = {rung: {s: f"{rung}-{s}" for s in SEEDS} for rung in histories}
     table = {f"{rung}-{s}": h for rung, hs in histories.items() for s, h in zip(SEEDS, hs)}
-    monkeypatch.setattr(claim_runs, "_claim_rows", lambda *a, **k: (runs, table, (0.95, 1), ""))
+    monkeypatch.setattr(claim_runs, "_claim_rows", lambda *a, **k: (runs, table, (0.95, 1), "", False))
     return claim_runs.judge(load_claim(CLAIMS_DIR / f"{name}.yaml"), tmp_path / "state", None)
 
 
@@ -61,7 +61,7 @@ def test_a_premise_reads_only_the_judged_paired_seeds(monkeypatch, tmp_path):
     rows["eps_high 0.2"][7] = RunHistory({80: {}}, {"entropy": _curve(0.8, 4.0), "clip/high_fraction": _curve(0.01, 0.01)})
     runs = {rung: {s: f"{rung}-{s}" for s, _ in zip(SEEDS, hs)} for rung, hs in rows.items()}
     table = {f"{rung}-{s}": h for rung, hs in rows.items() for s, h in zip(SEEDS, hs)}
-    monkeypatch.setattr(claim_runs, "_claim_rows", lambda *a, **k: (runs, table, (0.95, 1), ""))
+    monkeypatch.setattr(claim_runs, "_claim_rows", lambda *a, **k: (runs, table, (0.95, 1), "", False))
     result = claim_runs.judge(load_claim(CLAIMS_DIR / "clip_higher_entropy.yaml"), tmp_path / "state", None)
     assert result.verdict.n == 7 and result.premise.status == "present"
     assert result.premise.gates[0].value == pytest.approx(1 - (0.2 + 0.003) / 0.8)   # seeds 100-106: tails 0.200-0.206
