@@ -89,7 +89,7 @@ def test_the_ladder_declares_its_shipped_base_model_and_the_files_match():
     folder = REPO / base["path"]
     assert content_digest(folder) == base["sha256"]
     provenance = json.loads((folder / "base_model.json").read_text())
-    assert provenance["warm_start_seed"] == 1000 and provenance["preset"] == "tiny"
+    assert provenance["warm_start_seed"] == 3000 and provenance["preset"] == "tiny"
     assert provenance["warm_start"]["band"][0] <= provenance["warm_start"]["pass@1"] <= provenance["warm_start"]["band"][1]
 
 
