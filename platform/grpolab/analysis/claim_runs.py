@@ -7,7 +7,6 @@ Detail: docs/studies.md, "grpolab.analysis.claim_runs".
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -20,8 +19,8 @@ from grpolab.analysis import inference
 from grpolab.analysis.claims import Claim, Side, claim_files, load_claim
 from grpolab.analysis.histories import mean_window, run_history, train_keys
 from grpolab.analysis.regimes import RegimeCheck, check_regime, with_regime
-from grpolab.analysis.verdicts import (NOT_RUN, NOT_YET, Verdict, paired_verdict, replaced, stops, with_censoring,
-                                       with_construction, with_family, with_mechanism)
+from grpolab.analysis.verdicts import (Verdict, paired_verdict, stops, with_censoring, with_construction, with_family,
+                                       with_interim_look, with_mechanism)
 from grpolab.errors import ConfigError
 from grpolab.studies import registration as preregistration
 from grpolab.studies.definition import load_study
@@ -160,9 +159,8 @@ def judge(claim: Claim, state: Path, storage_url: str | None, seeds: int | None 
         result.premise = check_regime(claim.premise, [histories[on[s]] for s in sorted(diffs) if s in on],
                                       f"{side.rung!r} rows of the {len(diffs)} paired seeds")
         result.verdict = with_regime(result.verdict, result.premise)
-    if interim and result.verdict.verdict != NOT_RUN:   # as a ladder rung's: an interim look joins no family
-        result.verdict = dataclasses.replace(replaced(result.verdict, NOT_YET, "look 1 is incomplete on the claim's "
-                                                      "rungs"), p={}, fragile="")
+    if interim:   # as a ladder rung's: an interim look joins no family
+        result.verdict = with_interim_look(result.verdict, "look 1 is incomplete on the claim's rungs")
     study_cfg = load_study(claim.study_path)
     result.preregistration = preregistration.status(state, _prereg_key(claim), _registered(claim, study_cfg),
                                                     claim.deviations + study_cfg.deviations)

@@ -17,7 +17,7 @@ from grpolab.analysis.equal_tokens import EqualTokens, equal_tokens
 from grpolab.analysis.histories import mean_window, run_history, train_keys
 from grpolab.analysis.regimes import RegimeCheck, check_regime, with_regime
 from grpolab.analysis.strength import eval_draws, eval_noise_sd, with_family_fragility, with_fragility
-from grpolab.analysis.verdicts import (NOT_RUN, NOT_YET, Verdict, paired_verdict, replaced, with_censoring, with_family,
+from grpolab.analysis.verdicts import (Verdict, paired_verdict, with_censoring, with_family, with_interim_look,
                                        with_mechanism)
 from grpolab.experiment.config import EvalCfg
 from grpolab.studies.definition import StudyConfig
@@ -169,8 +169,8 @@ def rung_verdicts(rows: pd.DataFrame, cfg: StudyConfig, objective: int = 0, stat
         if mech is not None:
             v = with_mechanism(v, mech.metric, value, mech.at_least, f"{cfg.rungs[on].name!r} rows")
         v = with_fragility(with_regime(v, regime), noise)
-        if judged.look == -1 and v.verdict != NOT_RUN:   # an interim look: no label, no family, face value kept
-            v = dataclasses.replace(replaced(v, NOT_YET, note), p={}, fragile="")
+        if judged.look == -1:
+            v = with_interim_look(v, note)
         out.append(RungVerdict(i, direction, v, value, tuple(common), regime, noise, same))
     scored = [r for r in out if r.verdict is not None]
     for r, v in zip(scored, with_family([r.verdict for r in scored])):   # then the family label's own fragility

@@ -201,6 +201,15 @@ def replaced(v: Verdict, label: str, reason: str, diagnostic: str | None = None)
                                face_value=v.face_value or v.verdict, diagnostics=diagnostics)
 
 
+def with_interim_look(v: Verdict, why: str) -> Verdict:
+    """``not judged yet`` for a verdict on a first planned look that is not complete (an interim look
+    outside the plan's error bound): its face value kept, no fragility, and no p-value, so it joins no
+    family. ``not run`` stays as it is."""
+    if v.verdict == NOT_RUN:
+        return v
+    return dataclasses.replace(replaced(v, NOT_YET, why), p={}, fragile="")
+
+
 def with_mechanism(v: Verdict, metric: str, value: float, floor: float, rows: str) -> Verdict:
     """``precondition not met`` when the precondition's curve (mean over the seeds of ``rows``) is
     below its floor, or was never measured (NaN); otherwise the verdict with the measured value noted."""
