@@ -64,9 +64,10 @@ def _runs(state: Path) -> dict:
 
 def _stopped_for_good(proc, pg_ctl) -> tuple[str, float]:
     """Stop the server (not started again while the command runs) and wait for the command:
-    (its stderr, seconds from the stop to its end)."""
-    pg_ctl("stop", "-m", "fast")
+    (its stderr, seconds from the stop to its end). The clock starts before ``pg_ctl stop``: the
+    server drops its connections before pg_ctl returns, so the command's patience starts inside that call."""
     stopped = time.monotonic()
+    pg_ctl("stop", "-m", "fast")
     out, err = proc.communicate(timeout=300)
     assert "Traceback" not in out + err, err[-3000:]
     return err, time.monotonic() - stopped
