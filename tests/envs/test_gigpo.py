@@ -1,6 +1,7 @@
 """GiGPO and multi-turn environments: hand-computed advantages, the environment contract, bad
 input, and two real GiGPO steps on the grid world through TRL's rollout_func path."""
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import torch
 from transformers import TrainerCallback
 
 from grpolab import algorithms
-from grpolab.algorithms import gigpo
+from grpolab.algorithms import AdvantageInputs, gigpo
 from grpolab.algorithms.kl import kl_estimate
 from grpolab.experiment.config import build_config
 from grpolab.envs import EnvContractError, checked_step
@@ -104,14 +105,12 @@ def test_episode_norm_step_weights_each_episode_by_its_turns():
     # equal turns: the same mean and population std as per episode (the N - 1 divisor counts rows)
     equal_turns = gigpo.step_row_episode_advantages([1.0, 0.0, 2.0, 2.0], [2, 2, 1, 4], 2, std_norm=True, unbiased=False)
     per_episode = algorithms.compute_advantages(build_spec({"advantage": "group_std", "std_unbiased": False}),
-                                                torch.tensor([1.0, 0.0]), 2)
+                                                AdvantageInputs(torch.tensor([1.0, 0.0]), 2)).advantages
     assert equal_turns[:2].tolist() == pytest.approx(per_episode.tolist(), rel=1e-6)
     assert equal_turns[2:].tolist() == [0.0, 0.0]                                      # all-equal returns
     episodes = _toy_episodes([["A"], ["A", "B", "C"]], [[1.0], [0.0, 0.0, 0.0]])
-    rollout = EpisodeRollout(_task(), [])
-    rollout.episodes, rollout.group_size = episodes, 2
     spec = build_spec({"advantage": "group_mean", "episode_norm": "step"})
-    out, _ = rollout.finish(spec, torch.tensor([0.5, -0.5]), 12)        # per episode it would be +-0.5
+    out, _ = _with_episodes(spec, episodes, 12)                          # per episode it would be +-0.5
     assert out.tolist() == pytest.approx([0.75, -0.25])                # mean over 4 rows = 1/4
 
 
@@ -127,15 +126,13 @@ def test_token_advantages_by_turn_and_omega_zero_is_episode_level():
     assert torch.equal(A0[model], episode_adv.view(-1, 1).expand_as(A0)[model])   # omega = 0: A^E on every model token
 
 
-def test_finish_with_omega_zero_returns_the_episode_advantage_unchanged():
+def test_omega_zero_leaves_the_episode_advantage_unchanged():
     episodes = _toy_episodes()
-    rollout = EpisodeRollout(_task(), [])
-    rollout.episodes, rollout.group_size = episodes, 2
     ep_adv = algorithms.compute_advantages(build_spec({"advantage": "group_std"}),
-                                           torch.tensor([e.total_reward for e in episodes]), 2)
-    out, stats = rollout.finish(build_spec({"advantage": "group_std", "step_omega": 0.0}), ep_adv, 9)
-    assert out is ep_adv and stats["anchor/groups"] == 5 and stats["episode/turns"] == pytest.approx(9 / 4)
-    per_token, _ = rollout.finish(build_spec({"advantage": "group_mean", "step_omega": 1.0, "step_gamma": 0.5}), ep_adv, 9)
+                                           AdvantageInputs(torch.tensor([e.total_reward for e in episodes]), 2)).advantages
+    out, stats = _with_episodes(build_spec({"advantage": "group_std", "step_omega": 0.0}), episodes, 9)
+    assert torch.equal(out, ep_adv) and stats["anchor/groups"] == 5 and stats["episode/turns"] == pytest.approx(9 / 4)
+    per_token, _ = _with_episodes(build_spec({"advantage": "group_mean", "step_omega": 1.0, "step_gamma": 0.5}), episodes, 9)
     assert per_token.shape == (4, 9)
     # episode 1, turn 0 (state A): A^E + (0.5 - 0.375); its env tokens 0
     assert per_token[1, 0].item() == pytest.approx(ep_adv[1].item() + 0.125)
@@ -287,9 +284,9 @@ class _Logs(TrainerCallback):
 def test_two_gigpo_steps_env_tokens_carry_no_loss_and_anchor_groups_have_expected_sizes(shared_state, monkeypatch):
     from grpolab.experiment.runner import run_experiment
     from grpolab.trainer.grpo_trainer import GrpoLabTrainer
-    seen_inputs, seen_losses, finished = [], [], []
-    original_loss, original_finish = GrpoLabTrainer._compute_loss, EpisodeRollout.finish
-    policy_loss = algorithms.policy_loss
+    seen_inputs, seen_losses, supplied, estimated = [], [], [], []
+    original_loss, original_inputs = GrpoLabTrainer._compute_loss, EpisodeRollout.advantage_inputs
+    policy_loss, compute_advantages = algorithms.policy_loss, algorithms.compute_advantages
 
     def compute_loss(self, model, inputs):
         seen_inputs.append({k: inputs[k] for k in ("completion_mask", "tool_mask", "advantages")})
@@ -302,18 +299,30 @@ def test_two_gigpo_steps_env_tokens_carry_no_loss_and_anchor_groups_have_expecte
                             "logp": inputs.logp.detach(), "ref": inputs.ref_logp, "entropies": inputs.entropies.detach()})
         return loss, stats
 
-    def finish(self, spec, episode_adv, width):
-        out = original_finish(self, spec, episode_adv, width)
-        finished.append((list(self.episodes), episode_adv.clone(), out[0].clone(), out[1], spec))
-        return out
+    def advantage_inputs(self, spec, width, record_curve):
+        curves: dict = {}
+
+        def record(key, value):
+            curves[key] = value
+            record_curve(key, value)
+        given = original_inputs(self, spec, width, record)
+        supplied.append((list(self.episodes), curves))
+        return given
+
+    def recording_compute_advantages(spec, x):
+        estimate = compute_advantages(spec, x)
+        episode_level = compute_advantages(spec, dataclasses.replace(x, episodes=None)).advantages   # A^E alone
+        estimated.append((episode_level, estimate.advantages.clone(), spec))
+        return estimate
 
     monkeypatch.setattr(GrpoLabTrainer, "_compute_loss", compute_loss)
     monkeypatch.setattr(algorithms, "policy_loss", recording_policy_loss)
-    monkeypatch.setattr(EpisodeRollout, "finish", finish)
+    monkeypatch.setattr(EpisodeRollout, "advantage_inputs", advantage_inputs)
+    monkeypatch.setattr(algorithms, "compute_advantages", recording_compute_advantages)
     cfg = _cfg("gigpo", None, group_size=4, prompts_per_rollout=4, learning_rate=0.001, minibatches=2)
     logs = _Logs()
     result = run_experiment(cfg, shared_state, callbacks=[logs])
-    assert result.steps == 2 and len(finished) == 1 and len(seen_losses) == 2   # one rollout, two minibatches
+    assert result.steps == 2 and len(supplied) == len(estimated) == 1 and len(seen_losses) == 2   # one rollout, two minibatches
 
     # environment tokens: attended (completion_mask 1) but never trained (tool_mask 0), zero gradient
     for inputs, call in zip(seen_inputs, seen_losses):
@@ -328,7 +337,7 @@ def test_two_gigpo_steps_env_tokens_carry_no_loss_and_anchor_groups_have_expecte
         assert call["stats"]["kl"] == pytest.approx(float((kl * m).sum() / m.sum()), rel=1e-5, abs=1e-9)
 
     # anchor groups: re-derived here from the episodes' own state keys
-    episodes, ep_adv, per_token, stats, spec = finished[0]
+    (episodes, stats), (ep_adv, per_token, spec) = supplied[0], estimated[0]
     sizes = Counter((i // 4, key) for i, e in enumerate(episodes) for key in e.state_keys)
     assert stats["anchor/groups"] == len(sizes)
     assert stats["anchor/group_size_mean"] == pytest.approx(sum(sizes.values()) / len(sizes))
@@ -362,6 +371,17 @@ def _repo():
 def _task():
     from grpolab.tasks import make_task
     return make_task("gridworld")
+
+
+def _with_episodes(spec, episodes, width: int, group_size: int = 2):
+    """``compute_advantages`` on the episodes' returns with the episodes input their rollout supplies,
+    and the curves the rollout records."""
+    rollout = EpisodeRollout(_task(), [])
+    rollout.episodes, rollout.group_size = episodes, group_size
+    curves: dict = {}
+    given = rollout.advantage_inputs(spec, width, curves.__setitem__)
+    returns = torch.tensor([e.total_reward for e in episodes])
+    return algorithms.compute_advantages(spec, AdvantageInputs.of(returns, group_size, **given)).advantages, curves
 
 
 def _toy_episodes(all_keys=KEYS, all_rewards=REWARDS):
