@@ -139,6 +139,62 @@ def test_omega_zero_leaves_the_episode_advantage_unchanged():
     assert per_token[1, 1].item() == per_token[1, 0].item() and per_token[1, 2].item() == 0.0   # EOS; env token
 
 
+# Two episode groups of G = 2 whose returns differ within each group (1 vs 0.4, 0.5 vs 0.1) and
+# whose episodes run 2 or 3 turns; episode 2 revisits A at its third step.
+MIXED_KEYS = [["A", "B", "C"], ["A", "C"], ["A", "B", "A"], ["A", "B"]]
+MIXED_REWARDS = [[0.0, 0.0, 1.0], [-0.1, 0.5], [0.0, 0.2, 0.3], [0.1, 0.0]]
+# per token (width 10): turn t's two model tokens at 3t, 3t + 1; an observation token, then padding
+MIXED = {
+    "gigpo": ({"advantage": "group_std", "step_omega": 1.0, "step_gamma": 0.5},
+              [[1.4130484, 0.7069402, 1.413847], [-1.4130483, -1.413847], [0.5420628, 1.4136781, 1.7780186],
+               [-1.6132245, -1.4136782]]),
+    "per_turn_population": ({"advantage": "group_mean", "step_omega": 0.5, "step_gamma": 0.9, "episode_norm": "step"},
+                            [[0.355, 0.24, 0.365], [-0.475, -0.485], [0.2343333, 0.2775, 0.1728333],
+                             [-0.3271667, -0.3575]]),
+}
+
+
+@pytest.mark.parametrize("case", list(MIXED))
+def test_compute_advantages_with_the_episodes_input_on_a_fixed_batch(case):
+    """Eq. 8 per token through compute_advantages: the estimator's A^E of the returns, its population
+    (episode_norm), plus omega times the anchor groups' step term, on every model token of a turn."""
+    axes, by_turn = MIXED[case]
+    episodes = _toy_episodes(MIXED_KEYS, MIXED_REWARDS)
+    out, curves = _with_episodes(build_spec(axes), episodes, 10)
+    expected = torch.zeros(4, 10)
+    for i, turns in enumerate(by_turn):
+        for t, value in enumerate(turns):
+            expected[i, 3 * t:3 * t + 2] = value
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+    assert curves == pytest.approx({
+        "episode/turns": 2.5, "episode/success_rate": 0.75, "episode/truncated": 1.0, "episode/return": 0.5,
+        "episode/model_tokens": 5.0, "anchor/groups": 5.0, "anchor/group_size_mean": 2.0,
+        "anchor/singleton_step_fraction": 0.1, "anchor/groups_size_1": 0.2, "anchor/groups_size_2": 0.6,
+        "anchor/groups_size_3to4": 0.2, "anchor/groups_size_5to8": 0.0, "anchor/groups_size_over8": 0.0})
+
+
+def test_the_episodes_input_composes_the_gigpo_functions():
+    """The same batch term by term: group_std's A^E of the returns, then A^E + omega * A^S by turn."""
+    spec = build_spec(MIXED["gigpo"][0])
+    episodes = _toy_episodes(MIXED_KEYS, MIXED_REWARDS)
+    episode_adv = algorithms.compute_advantages(spec, AdvantageInputs(torch.tensor([1.0, 0.4, 0.5, 0.1]), 2)).advantages
+    assert episode_adv.tolist() == pytest.approx([0.7069402, -0.7069401, 0.7068568, -0.7068569], abs=1e-6)
+    ids = gigpo.anchor_groups(MIXED_KEYS, 2)
+    step = gigpo.step_advantages([gigpo.discounted_returns(r, 0.5) for r in MIXED_REWARDS], ids, std_norm=True)
+    turn_index = torch.full((4, 10), -1)
+    for i, e in enumerate(episodes):
+        turn_index[i, :len(e.turn_index)] = torch.tensor(e.turn_index)
+    expected = gigpo.token_advantages(episode_adv, step, turn_index, 1.0)
+    assert torch.equal(_with_episodes(spec, episodes, 10)[0], expected)
+
+
+def test_a_batch_of_other_size_than_its_episodes_is_refused():
+    episodes = gigpo.Episodes([[1.0], [0.0]], [[0], [0]], torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="4 advantages for 2 episodes"):
+        algorithms.compute_advantages(build_spec({"advantage": "group_mean"}),
+                                      AdvantageInputs(torch.tensor([1.0, 0.0, 1.0, 0.0]), 2, episodes=episodes))
+
+
 def test_similarity_threshold_groups_near_identical_text_states():
     keys = [["abcdefgh"], ["abcdefgX"], ["zzzzzzzz"], ["abcdefgh"]]
     exact = gigpo.anchor_groups(keys, 4)
