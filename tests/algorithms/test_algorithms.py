@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from grpolab.algorithms import compute_advantages, entropy_mask, LossInputs, policy_loss, soft_overlong_penalty
+from grpolab.algorithms import (AdvantageInputs, compute_advantages, entropy_mask, LossInputs, policy_loss,
+                                soft_overlong_penalty)
 from grpolab.algorithms import advantages as adv
 from grpolab.algorithms import losses as L
 from grpolab.algorithms.advantages import ValueTracker
@@ -24,7 +25,7 @@ def spec(**kw):
 # --- advantages ----------------------------------------------------------------------------
 
 def test_group_std_one_correct_of_eight_is_2_47():
-    a = compute_advantages(spec(advantage="group_std"), ONE_OF_EIGHT, 8)
+    a = compute_advantages(spec(advantage="group_std"), AdvantageInputs(ONE_OF_EIGHT, 8)).advantages
     # mean 0.125, unbiased std sqrt(0.125) = 0.35355; 0.875 / (0.35355 + 1e-4) = 2.4742
     assert a[0].item() == pytest.approx(0.875 / (math.sqrt(0.125) + 1e-4), rel=1e-6)
     assert round(a[0].item(), 2) == 2.47
@@ -32,12 +33,13 @@ def test_group_std_one_correct_of_eight_is_2_47():
 
 
 def test_group_std_biased_variant_differs():
-    a = compute_advantages(spec(advantage="group_std", std_unbiased=False, adv_eps=0.0), ONE_OF_EIGHT, 8)
+    s = spec(advantage="group_std", std_unbiased=False, adv_eps=0.0)
+    a = compute_advantages(s, AdvantageInputs(ONE_OF_EIGHT, 8)).advantages
     assert a[0].item() == pytest.approx(0.875 / math.sqrt(0.125 * 0.875), rel=1e-6)  # population std
 
 
 def test_group_mean_one_correct_is_0_875():
-    a = compute_advantages(spec(advantage="group_mean"), ONE_OF_EIGHT, 8)
+    a = compute_advantages(spec(advantage="group_mean"), AdvantageInputs(ONE_OF_EIGHT, 8)).advantages
     assert a[0].item() == pytest.approx(0.875)
     assert a[1:].tolist() == pytest.approx([-0.125] * 7)
 
@@ -45,16 +47,17 @@ def test_group_mean_one_correct_is_0_875():
 def test_dr_grpo_times_g_over_g_minus_1_is_rloo():
     r = torch.tensor([0.3, 1.0, 0.0, 0.7, 2.0, 2.0, 1.0, 5.0])
     for G in (2, 4, 8):
-        dr = compute_advantages(spec(advantage="group_mean"), r, G)
-        rloo = compute_advantages(spec(advantage="leave_one_out"), r, G)
+        dr = compute_advantages(spec(advantage="group_mean"), AdvantageInputs(r, G)).advantages
+        rloo = compute_advantages(spec(advantage="leave_one_out"), AdvantageInputs(r, G)).advantages
         assert torch.allclose(dr * G / (G - 1), rloo, atol=1e-6)
     # leave-one-out by hand for the first group of 4: r_0 - mean(1.0, 0.0, 0.7)
-    assert compute_advantages(spec(advantage="leave_one_out"), r, 4)[0].item() == pytest.approx(0.3 - 1.7 / 3)
+    rloo = compute_advantages(spec(advantage="leave_one_out"), AdvantageInputs(r, 4)).advantages
+    assert rloo[0].item() == pytest.approx(0.3 - 1.7 / 3)
 
 
 def test_batch_std_uses_whole_batch_std():
     r = torch.tensor([1.0, 0.0, 1.0, 1.0])
-    a = compute_advantages(spec(advantage="batch_std"), r, 2)
+    a = compute_advantages(spec(advantage="batch_std"), AdvantageInputs(r, 2)).advantages
     std = r.std().item()  # unbiased over 4 = 0.5
     assert a.tolist() == pytest.approx([0.5 / (std + 1e-4), -0.5 / (std + 1e-4), 0.0, 0.0])
 
@@ -62,7 +65,7 @@ def test_batch_std_uses_whole_batch_std():
 def test_zero_variance_group_gets_exactly_zero_for_every_group_estimator():
     r = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0])
     for name in ("group_std", "group_mean", "batch_std", "leave_one_out"):
-        a = compute_advantages(spec(advantage=name), r, 4)
+        a = compute_advantages(spec(advantage=name), AdvantageInputs(r, 4)).advantages
         assert a[:4].abs().max().item() == 0.0, name
         assert a[4:].abs().max().item() > 0, name
 
@@ -71,9 +74,9 @@ def test_gdpo_decoupled_keeps_reward_combinations_apart():
     # Two components. Group A: (1,0) and (0,1) and (0,0) and (0,0); summed-then-normalised
     # makes (1,0) and (0,1) identical; decoupled keeps them apart when the components differ in spread.
     r = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 1.0], [0.0, 0.0]])
-    summed = compute_advantages(spec(advantage="group_std"), r, 4)
+    summed = compute_advantages(spec(advantage="group_std"), AdvantageInputs(r, 4)).advantages
     assert summed[0].item() == pytest.approx(summed[1].item())
-    dec = compute_advantages(spec(advantage="decoupled"), r, 4)
+    dec = compute_advantages(spec(advantage="decoupled"), AdvantageInputs(r, 4)).advantages
     assert abs(dec[0].item() - dec[1].item()) > 0.1
     # by hand: comp0 group z = (0.75, -.25, -.25, -.25)/std0; comp1 z = (-.5, .5, .5, -.5)/std1
     s0, s1 = r[:, 0].std().item() + 1e-4, r[:, 1].std().item() + 1e-4
@@ -90,7 +93,7 @@ def test_reinforce_pp_returns_and_whitening_by_hand():
     # row 0: rewards (-.1, -.2, 1-.3) -> returns (0.4, 0.5, 0.7); row 1: (-.4, -.5) -> (-0.9, -0.5)
     assert ret.flatten().tolist() == pytest.approx([0.4, 0.5, 0.7, -0.9, -0.5, 0.0], abs=1e-6)
     a = compute_advantages(spec(advantage="reinforce_pp", kl_coef=0.1, kl_placement="reward", kl_estimator="k1"),
-                           r, 2, mask=mask, token_penalty=pen)
+                           AdvantageInputs(r, 2, mask=mask, token_penalty=pen)).advantages
     vals = torch.tensor([0.4, 0.5, 0.7, -0.9, -0.5])
     z = (vals - vals.mean()) / (vals.std() + 1e-8)
     assert a[mask.bool()].tolist() == pytest.approx(z.tolist(), abs=1e-5)
@@ -100,7 +103,7 @@ def test_reinforce_pp_returns_and_whitening_by_hand():
 def test_reinforce_pp_baseline_subtracts_group_mean_first():
     mask = torch.ones(4, 2)
     r = torch.tensor([1.0, 0.0, 1.0, 1.0])
-    a = compute_advantages(spec(advantage="reinforce_pp_baseline"), r, 2, mask=mask)
+    a = compute_advantages(spec(advantage="reinforce_pp_baseline"), AdvantageInputs(r, 2, mask=mask)).advantages
     # group-centred (0.5, -0.5, 0, 0) on every token, whitened over 8 tokens
     vals = torch.tensor([0.5, 0.5, -0.5, -0.5, 0, 0, 0, 0])
     z = (vals - vals.mean()) / (vals.std() + 1e-8)
@@ -109,8 +112,8 @@ def test_reinforce_pp_baseline_subtracts_group_mean_first():
 
 def test_value_tracker_beta_updates_and_advantage():
     tr = ValueTracker(decay=0.5)
-    a = compute_advantages(spec(advantage="value_tracker", adv_eps=0.0), torch.tensor([1.0, 0.0]), 2,
-                           prompt_keys=["q", "q"], tracker=tr)
+    a = compute_advantages(spec(advantage="value_tracker", adv_eps=0.0), AdvantageInputs(torch.tensor([1.0, 0.0]), 2,
+                           prompt_keys=["q", "q"], tracker=tr)).advantages
     # prior p = 0.5 -> raw (0.5, -0.5), batch std (unbiased) = 0.7071 -> (0.7071, -0.7071)
     assert a.tolist() == pytest.approx([0.5 / math.sqrt(0.5), -0.5 / math.sqrt(0.5)], abs=1e-6)
     # updates in order: (1,1) -> (.5+1, .5) = (1.5, .5) -> (.75, .25+1) = (.75, 1.25)
@@ -280,7 +283,7 @@ def test_kl_in_loss_adds_beta_times_k3():
 
 def test_zero_variance_group_contributes_zero_policy_loss():
     r = torch.tensor([1.0, 1.0, 1.0, 1.0])
-    A = compute_advantages(spec(advantage="group_std"), r, 4)
+    A = compute_advantages(spec(advantage="group_std"), AdvantageInputs(r, 4)).advantages
     logp, old, mask, _ = _batch()
     loss, _ = policy_loss(spec(kl_coef=0.0), LossInputs(logp, old, A, mask))
     loss.backward()
@@ -339,9 +342,8 @@ def test_gae_by_hand_and_vapo_length_adaptive_lambda():
     assert R2[0].tolist() == pytest.approx([0.7, 0.8, 0.9], abs=1e-6)                       # KL-in-reward per token
     lam = adv.length_adaptive_lambda(torch.ones(2, 40)[:, :40] * torch.tensor([[1.0], [1.0]]), 0.05)
     assert lam.flatten().tolist() == pytest.approx([1 - 1 / (0.05 * 40)] * 2)
-    from grpolab.algorithms import gae_advantages
     s = spec(advantage="gae", gae_length_alpha=0.05)
-    A3, _ = gae_advantages(s, torch.tensor([1.0, 0.0]), values, mask)
+    A3 = compute_advantages(s, AdvantageInputs(torch.tensor([1.0, 0.0]), 2, mask=mask, old_values=values)).advantages
     lam0 = 1 - 1 / (0.05 * 3)   # negative for |o| = 3 -> floored at 0: A_t = delta_t
     assert lam0 < 0 and A3[0].tolist() == pytest.approx([0.1, 0.1, 0.3], abs=1e-6)
 

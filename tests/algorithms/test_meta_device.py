@@ -53,15 +53,17 @@ def batch(device: str) -> dict:
 
 
 def _advantage(name: str, x: dict):
-    if name == "gae":   # its registry entry refuses: the critic path calls the pure function (PPO's, VAPO's lambda)
-        return [adv.gae(x["r"], x["values"], x["mask"], 1.0, lam, 1.0, x["penalty"])
-                for lam in (METHODS["ppo"].spec().gae_lambda, adv.length_adaptive_lambda(x["mask"], 0.05))]
-    spec, fn = build_spec({"advantage": name}), estimators.ESTIMATORS[name]
+    fn = estimators.ESTIMATORS[name]
+    # the critic's estimator under PPO's fixed lambda and VAPO's length-adaptive one (whitened)
+    specs = [METHODS["ppo"].spec(), METHODS["vapo"].spec({"whiten_advantages": True})] if name == "gae" else [
+        build_spec({"advantage": name})]
     inputs = estimators.AdvantageInputs(
-        x["rk"] if ADVANTAGES[name].components else x["r"], G, spec.adv_eps, spec.std_unbiased, mask=x["mask"],
+        x["rk"] if ADVANTAGES[name].components else x["r"], G, mask=x["mask"],
         token_penalty=x["penalty"], prompt_keys=[f"q{i // G}" for i in range(N)], tracker=adv.ValueTracker(0.9),
-        lengths=x["lengths"], greedy_rewards=x["greedy"], old_logp=x["old_logp"], sum_pi_squared=x["sum_pi_squared"])
-    return [fn.fn(spec, inputs)] + ([fn.unscorable(x["r"], inputs)] if fn.unscorable is not None else [])
+        lengths=x["lengths"], greedy_rewards=x["greedy"], old_logp=x["old_logp"], sum_pi_squared=x["sum_pi_squared"],
+        old_values=x["values"])
+    return [fn.fn(spec, inputs) for spec in specs] + (
+        [fn.unscorable(specs[0], x["r"], inputs)] if fn.unscorable is not None else [])
 
 
 def _ratio(name: str, x: dict):
@@ -136,7 +138,7 @@ def _call(registry: str, name: str, x: dict) -> list:
 
 
 def _tensors(out) -> list[torch.Tensor]:
-    """The tensors in ``out``, tuples (GAE's advantages and returns) opened."""
+    """The tensors in ``out``, tuples (GAE's ``Estimate``: advantages and value targets) opened."""
     flat = [t for o in out for t in (o if isinstance(o, tuple) else (o,))]
     return [t for t in flat if isinstance(t, torch.Tensor)]
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import tiny_dataset
-from grpolab.algorithms import compute_advantages
+from grpolab.algorithms import AdvantageInputs, compute_advantages
 from grpolab.method.registry import METHODS
 from grpolab.method.spec import build_spec
 
@@ -168,7 +168,7 @@ def test_advantage_parity_with_trl_generation(case, tiny_model_dir, tmp_path):
     stock.model.train()
     out = stock._generate_and_score_completions(batch)
     rewards = captured["rewards"] if n_funcs > 1 else captured["rewards"][:, 0]
-    ours = compute_advantages(spec, rewards, G)
+    ours = compute_advantages(spec, AdvantageInputs(rewards, G)).advantages
     assert torch.allclose(out["advantages"], ours, atol=1e-6)
     assert out["advantages"].abs().max() > 0
 

@@ -42,7 +42,7 @@ def test_fixture_provenance():
 @pytest.mark.parametrize("name, axes", [("grpo_passk", {"adv_eps": 1e-6}), ("opo", {}), ("gpg", {})])
 def test_trainable_estimators_match_verl(name, axes):
     spec = build_spec({"advantage": name, **axes})
-    a = compute_advantages(spec, X["scores"], G, mask=X["mask"])
+    a = compute_advantages(spec, AdvantageInputs(X["scores"], G, mask=X["mask"])).advantages
     torch.testing.assert_close(_per_token(a, X["mask"]), _expected(name), **TOL)
 
 
@@ -52,7 +52,7 @@ def test_pass_at_k_without_std_matches_verl():
 
 
 def _fn_inputs(mask, **given) -> AdvantageInputs:
-    return AdvantageInputs(X["scores"], G, 1e-6, True, mask=mask, **given)
+    return AdvantageInputs(X["scores"], G, mask=mask, **given)
 
 
 def test_remax_matches_verl_given_the_greedy_rewards():
@@ -119,7 +119,7 @@ def test_policy_losses_match_verl(case, edges):
 
 @pytest.mark.parametrize("name", ["opo", "gpg"])
 def test_groups_of_one_match_verl(name):
-    a = compute_advantages(build_spec({"advantage": name}), X["scores"], 1, mask=X["mask"])
+    a = compute_advantages(build_spec({"advantage": name}), AdvantageInputs(X["scores"], 1, mask=X["mask"])).advantages
     torch.testing.assert_close(_per_token(a, X["mask"]), torch.tensor(EDGES[f"{name}_g1"]), **TOL)
 
 
@@ -136,19 +136,21 @@ def test_a_tool_turn_row_without_model_tokens_matches_verl():
 def test_opo_is_group_mean_when_lengths_are_equal_and_weights_by_length_otherwise():
     r = torch.tensor([1.0, 0.0, 0.0, 0.0])
     spec = build_spec({"advantage": "opo"})
-    equal = compute_advantages(spec, r, 4, mask=torch.ones(4, 5))
-    torch.testing.assert_close(equal, compute_advantages(build_spec({"advantage": "group_mean"}), r, 4))
-    longer_correct = compute_advantages(spec, r, 4, lengths=torch.tensor([7.0, 1.0, 1.0, 1.0]))
+    equal = compute_advantages(spec, AdvantageInputs(r, 4, mask=torch.ones(4, 5))).advantages
+    group_mean = compute_advantages(build_spec({"advantage": "group_mean"}), AdvantageInputs(r, 4)).advantages
+    torch.testing.assert_close(equal, group_mean)
+    longer_correct = compute_advantages(spec, AdvantageInputs(r, 4, lengths=torch.tensor([7.0, 1.0, 1.0, 1.0]))).advantages
     assert longer_correct.tolist() == pytest.approx([1 - 0.7, -0.7, -0.7, -0.7])   # b = 7 / 10
 
 
 def test_passk_moves_only_the_best_and_is_zero_when_the_top_two_tie():
     spec = build_spec({"advantage": "grpo_passk", "adv_eps": 1e-6})
-    a = compute_advantages(spec, torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0]), 4)
+    a = compute_advantages(spec, AdvantageInputs(torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0]), 4)).advantages
     assert a[0] == pytest.approx(1 / 0.5, rel=1e-5) and a[1:].abs().sum() == 0   # std([1,0,0,0]) = 0.5
 
 
 def test_gpg_scales_by_the_share_of_nonzero_rewards():
     r = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0])
-    a = compute_advantages(build_spec({"advantage": "gpg"}), r, 4)
-    torch.testing.assert_close(a, 8 / 5 * compute_advantages(build_spec({"advantage": "group_mean"}), r, 4))
+    a = compute_advantages(build_spec({"advantage": "gpg"}), AdvantageInputs(r, 4)).advantages
+    group_mean = compute_advantages(build_spec({"advantage": "group_mean"}), AdvantageInputs(r, 4)).advantages
+    torch.testing.assert_close(a, 8 / 5 * group_mean)

@@ -1,6 +1,7 @@
 """GiGPO and multi-turn environments: hand-computed advantages, the environment contract, bad
 input, and two real GiGPO steps on the grid world through TRL's rollout_func path."""
 
+import dataclasses
 import math
 import subprocess
 import sys
@@ -12,7 +13,7 @@ import torch
 from transformers import TrainerCallback
 
 from grpolab import algorithms
-from grpolab.algorithms import gigpo
+from grpolab.algorithms import AdvantageInputs, gigpo
 from grpolab.algorithms.kl import kl_estimate
 from grpolab.experiment.config import build_config
 from grpolab.envs import EnvContractError, checked_step
@@ -104,14 +105,12 @@ def test_episode_norm_step_weights_each_episode_by_its_turns():
     # equal turns: the same mean and population std as per episode (the N - 1 divisor counts rows)
     equal_turns = gigpo.step_row_episode_advantages([1.0, 0.0, 2.0, 2.0], [2, 2, 1, 4], 2, std_norm=True, unbiased=False)
     per_episode = algorithms.compute_advantages(build_spec({"advantage": "group_std", "std_unbiased": False}),
-                                                torch.tensor([1.0, 0.0]), 2)
+                                                AdvantageInputs(torch.tensor([1.0, 0.0]), 2)).advantages
     assert equal_turns[:2].tolist() == pytest.approx(per_episode.tolist(), rel=1e-6)
     assert equal_turns[2:].tolist() == [0.0, 0.0]                                      # all-equal returns
     episodes = _toy_episodes([["A"], ["A", "B", "C"]], [[1.0], [0.0, 0.0, 0.0]])
-    rollout = EpisodeRollout(_task(), [])
-    rollout.episodes, rollout.group_size = episodes, 2
     spec = build_spec({"advantage": "group_mean", "episode_norm": "step"})
-    out, _ = rollout.finish(spec, torch.tensor([0.5, -0.5]), 12)        # per episode it would be +-0.5
+    out, _ = _with_episodes(spec, episodes, 12)                          # per episode it would be +-0.5
     assert out.tolist() == pytest.approx([0.75, -0.25])                # mean over 4 rows = 1/4
 
 
@@ -127,19 +126,73 @@ def test_token_advantages_by_turn_and_omega_zero_is_episode_level():
     assert torch.equal(A0[model], episode_adv.view(-1, 1).expand_as(A0)[model])   # omega = 0: A^E on every model token
 
 
-def test_finish_with_omega_zero_returns_the_episode_advantage_unchanged():
+def test_omega_zero_leaves_the_episode_advantage_unchanged():
     episodes = _toy_episodes()
-    rollout = EpisodeRollout(_task(), [])
-    rollout.episodes, rollout.group_size = episodes, 2
     ep_adv = algorithms.compute_advantages(build_spec({"advantage": "group_std"}),
-                                           torch.tensor([e.total_reward for e in episodes]), 2)
-    out, stats = rollout.finish(build_spec({"advantage": "group_std", "step_omega": 0.0}), ep_adv, 9)
-    assert out is ep_adv and stats["anchor/groups"] == 5 and stats["episode/turns"] == pytest.approx(9 / 4)
-    per_token, _ = rollout.finish(build_spec({"advantage": "group_mean", "step_omega": 1.0, "step_gamma": 0.5}), ep_adv, 9)
+                                           AdvantageInputs(torch.tensor([e.total_reward for e in episodes]), 2)).advantages
+    out, stats = _with_episodes(build_spec({"advantage": "group_std", "step_omega": 0.0}), episodes, 9)
+    assert torch.equal(out, ep_adv) and stats["anchor/groups"] == 5 and stats["episode/turns"] == pytest.approx(9 / 4)
+    per_token, _ = _with_episodes(build_spec({"advantage": "group_mean", "step_omega": 1.0, "step_gamma": 0.5}), episodes, 9)
     assert per_token.shape == (4, 9)
     # episode 1, turn 0 (state A): A^E + (0.5 - 0.375); its env tokens 0
     assert per_token[1, 0].item() == pytest.approx(ep_adv[1].item() + 0.125)
     assert per_token[1, 1].item() == per_token[1, 0].item() and per_token[1, 2].item() == 0.0   # EOS; env token
+
+
+# Two episode groups of G = 2 whose returns differ within each group (1 vs 0.4, 0.5 vs 0.1) and
+# whose episodes run 2 or 3 turns; episode 2 revisits A at its third step.
+MIXED_KEYS = [["A", "B", "C"], ["A", "C"], ["A", "B", "A"], ["A", "B"]]
+MIXED_REWARDS = [[0.0, 0.0, 1.0], [-0.1, 0.5], [0.0, 0.2, 0.3], [0.1, 0.0]]
+# per token (width 10): turn t's two model tokens at 3t, 3t + 1; an observation token, then padding
+MIXED = {
+    "gigpo": ({"advantage": "group_std", "step_omega": 1.0, "step_gamma": 0.5},
+              [[1.4130484, 0.7069402, 1.413847], [-1.4130483, -1.413847], [0.5420628, 1.4136781, 1.7780186],
+               [-1.6132245, -1.4136782]]),
+    "per_turn_population": ({"advantage": "group_mean", "step_omega": 0.5, "step_gamma": 0.9, "episode_norm": "step"},
+                            [[0.355, 0.24, 0.365], [-0.475, -0.485], [0.2343333, 0.2775, 0.1728333],
+                             [-0.3271667, -0.3575]]),
+}
+
+
+@pytest.mark.parametrize("case", list(MIXED))
+def test_compute_advantages_with_the_episodes_input_on_a_fixed_batch(case):
+    """Eq. 8 per token through compute_advantages: the estimator's A^E of the returns, its population
+    (episode_norm), plus omega times the anchor groups' step term, on every model token of a turn."""
+    axes, by_turn = MIXED[case]
+    episodes = _toy_episodes(MIXED_KEYS, MIXED_REWARDS)
+    out, curves = _with_episodes(build_spec(axes), episodes, 10)
+    expected = torch.zeros(4, 10)
+    for i, turns in enumerate(by_turn):
+        for t, value in enumerate(turns):
+            expected[i, 3 * t:3 * t + 2] = value
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+    assert curves == pytest.approx({
+        "episode/turns": 2.5, "episode/success_rate": 0.75, "episode/truncated": 1.0, "episode/return": 0.5,
+        "episode/model_tokens": 5.0, "anchor/groups": 5.0, "anchor/group_size_mean": 2.0,
+        "anchor/singleton_step_fraction": 0.1, "anchor/groups_size_1": 0.2, "anchor/groups_size_2": 0.6,
+        "anchor/groups_size_3to4": 0.2, "anchor/groups_size_5to8": 0.0, "anchor/groups_size_over8": 0.0})
+
+
+def test_the_episodes_input_composes_the_gigpo_functions():
+    """The same batch term by term: group_std's A^E of the returns, then A^E + omega * A^S by turn."""
+    spec = build_spec(MIXED["gigpo"][0])
+    episodes = _toy_episodes(MIXED_KEYS, MIXED_REWARDS)
+    episode_adv = algorithms.compute_advantages(spec, AdvantageInputs(torch.tensor([1.0, 0.4, 0.5, 0.1]), 2)).advantages
+    assert episode_adv.tolist() == pytest.approx([0.7069402, -0.7069401, 0.7068568, -0.7068569], abs=1e-6)
+    ids = gigpo.anchor_groups(MIXED_KEYS, 2)
+    step = gigpo.step_advantages([gigpo.discounted_returns(r, 0.5) for r in MIXED_REWARDS], ids, std_norm=True)
+    turn_index = torch.full((4, 10), -1)
+    for i, e in enumerate(episodes):
+        turn_index[i, :len(e.turn_index)] = torch.tensor(e.turn_index)
+    expected = gigpo.token_advantages(episode_adv, step, turn_index, 1.0)
+    assert torch.equal(_with_episodes(spec, episodes, 10)[0], expected)
+
+
+def test_a_batch_of_other_size_than_its_episodes_is_refused():
+    episodes = gigpo.Episodes([[1.0], [0.0]], [[0], [0]], torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="4 advantages for 2 episodes"):
+        algorithms.compute_advantages(build_spec({"advantage": "group_mean"}),
+                                      AdvantageInputs(torch.tensor([1.0, 0.0, 1.0, 0.0]), 2, episodes=episodes))
 
 
 def test_similarity_threshold_groups_near_identical_text_states():
@@ -287,9 +340,9 @@ class _Logs(TrainerCallback):
 def test_two_gigpo_steps_env_tokens_carry_no_loss_and_anchor_groups_have_expected_sizes(shared_state, monkeypatch):
     from grpolab.experiment.runner import run_experiment
     from grpolab.trainer.grpo_trainer import GrpoLabTrainer
-    seen_inputs, seen_losses, finished = [], [], []
-    original_loss, original_finish = GrpoLabTrainer._compute_loss, EpisodeRollout.finish
-    policy_loss = algorithms.policy_loss
+    seen_inputs, seen_losses, supplied, estimated = [], [], [], []
+    original_loss, original_inputs = GrpoLabTrainer._compute_loss, EpisodeRollout.advantage_inputs
+    policy_loss, compute_advantages = algorithms.policy_loss, algorithms.compute_advantages
 
     def compute_loss(self, model, inputs):
         seen_inputs.append({k: inputs[k] for k in ("completion_mask", "tool_mask", "advantages")})
@@ -302,18 +355,30 @@ def test_two_gigpo_steps_env_tokens_carry_no_loss_and_anchor_groups_have_expecte
                             "logp": inputs.logp.detach(), "ref": inputs.ref_logp, "entropies": inputs.entropies.detach()})
         return loss, stats
 
-    def finish(self, spec, episode_adv, width):
-        out = original_finish(self, spec, episode_adv, width)
-        finished.append((list(self.episodes), episode_adv.clone(), out[0].clone(), out[1], spec))
-        return out
+    def advantage_inputs(self, spec, width, record_curve):
+        curves: dict = {}
+
+        def record(key, value):
+            curves[key] = value
+            record_curve(key, value)
+        given = original_inputs(self, spec, width, record)
+        supplied.append((list(self.episodes), curves))
+        return given
+
+    def recording_compute_advantages(spec, x):
+        estimate = compute_advantages(spec, x)
+        episode_level = compute_advantages(spec, dataclasses.replace(x, episodes=None)).advantages   # A^E alone
+        estimated.append((episode_level, estimate.advantages.clone(), spec))
+        return estimate
 
     monkeypatch.setattr(GrpoLabTrainer, "_compute_loss", compute_loss)
     monkeypatch.setattr(algorithms, "policy_loss", recording_policy_loss)
-    monkeypatch.setattr(EpisodeRollout, "finish", finish)
+    monkeypatch.setattr(EpisodeRollout, "advantage_inputs", advantage_inputs)
+    monkeypatch.setattr(algorithms, "compute_advantages", recording_compute_advantages)
     cfg = _cfg("gigpo", None, group_size=4, prompts_per_rollout=4, learning_rate=0.001, minibatches=2)
     logs = _Logs()
     result = run_experiment(cfg, shared_state, callbacks=[logs])
-    assert result.steps == 2 and len(finished) == 1 and len(seen_losses) == 2   # one rollout, two minibatches
+    assert result.steps == 2 and len(supplied) == len(estimated) == 1 and len(seen_losses) == 2   # one rollout, two minibatches
 
     # environment tokens: attended (completion_mask 1) but never trained (tool_mask 0), zero gradient
     for inputs, call in zip(seen_inputs, seen_losses):
@@ -328,7 +393,7 @@ def test_two_gigpo_steps_env_tokens_carry_no_loss_and_anchor_groups_have_expecte
         assert call["stats"]["kl"] == pytest.approx(float((kl * m).sum() / m.sum()), rel=1e-5, abs=1e-9)
 
     # anchor groups: re-derived here from the episodes' own state keys
-    episodes, ep_adv, per_token, stats, spec = finished[0]
+    (episodes, stats), (ep_adv, per_token, spec) = supplied[0], estimated[0]
     sizes = Counter((i // 4, key) for i, e in enumerate(episodes) for key in e.state_keys)
     assert stats["anchor/groups"] == len(sizes)
     assert stats["anchor/group_size_mean"] == pytest.approx(sum(sizes.values()) / len(sizes))
@@ -362,6 +427,17 @@ def _repo():
 def _task():
     from grpolab.tasks import make_task
     return make_task("gridworld")
+
+
+def _with_episodes(spec, episodes, width: int, group_size: int = 2):
+    """``compute_advantages`` on the episodes' returns with the episodes input their rollout supplies,
+    and the curves the rollout records."""
+    rollout = EpisodeRollout(_task(), [])
+    rollout.episodes, rollout.group_size = episodes, group_size
+    curves: dict = {}
+    given = rollout.advantage_inputs(spec, width, curves.__setitem__)
+    returns = torch.tensor([e.total_reward for e in episodes])
+    return algorithms.compute_advantages(spec, AdvantageInputs.of(returns, group_size, **given)).advantages, curves
 
 
 def _toy_episodes(all_keys=KEYS, all_rewards=REWARDS):

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpolab.algorithms import compute_advantages
+from grpolab.algorithms import AdvantageInputs, compute_advantages
 from grpolab.algorithms import estimators as E
 from grpolab.errors import ConfigError
 from grpolab.method.advantages import ADVANTAGES, advantage_params, register_estimator, unregister_estimator
@@ -87,18 +87,19 @@ def test_unscorable_rows_follow_the_entry():
             continue
         spec = MethodSpec(advantage=name)
         if entry.unscorable:
-            a = compute_advantages(spec, r, 2, mask=torch.ones(4, 3))
+            a = compute_advantages(spec, AdvantageInputs(r, 2, mask=torch.ones(4, 3))).advantages
             assert a[1] == 0 and torch.isfinite(a).all(), name
         else:
             with pytest.raises(ValueError, match="does not define"):
-                compute_advantages(spec, r, 2, mask=torch.ones(4, 3))
+                compute_advantages(spec, AdvantageInputs(r, 2, mask=torch.ones(4, 3)))
 
 
 def test_maxrl_divides_the_centred_reward_by_the_success_rate():
     """MaxRL (arXiv:2602.02710): A = (r - mean) / (mean + 1e-4). The installed TRL 1.16.0 has no
     scale_rewards='mean' to compare with (its entry says so), so the numbers are by hand."""
     spec = build_spec({"advantage": "maxrl"})
-    a = compute_advantages(spec, torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0]), 4)
+    r = torch.tensor([1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0])
+    a = compute_advantages(spec, AdvantageInputs(r, 4)).advantages
     assert a[:4].tolist() == pytest.approx([0.75 / 0.2501, -0.25 / 0.2501, -0.25 / 0.2501, -0.25 / 0.2501])
     assert a[4:8].tolist() == [0.0] * 4                                       # no success: no signal
     assert a[8:].tolist() == pytest.approx([0.5 / 0.5001] * 2 + [-0.5 / 0.5001] * 2)

@@ -17,7 +17,7 @@ from typing import Callable
 import pytest
 import torch
 
-from grpolab.algorithms import compute_advantages, gigpo, LossInputs, policy_loss
+from grpolab.algorithms import AdvantageInputs, compute_advantages, gigpo, LossInputs, policy_loss
 from grpolab.algorithms import aggregations as AG
 from grpolab.algorithms import estimators as E
 from grpolab.algorithms import kl as KL
@@ -46,7 +46,7 @@ from grpolab.trainer import sampling
 from grpolab.trainer.trl_settings import _NoEquivalent, trl_settings
 from registry_grep import PACKAGE, compares, lists_naming, toy_entry
 from test_engines import two_steps
-from test_sampling_option_registries import gigpo_rollout
+from test_sampling_option_registries import gigpo_advantages
 
 
 @dataclass(frozen=True)
@@ -125,7 +125,8 @@ _FILTER_MODE = {"sampling": readers("sampling_filter")[0], "aggregation": "token
 
 _TOYS = {
     "advantage": Toy(Estimator("toy_max_baseline", no_trl=_NO_TRL), _max_baseline,
-                     lambda s: compute_advantages(s, torch.tensor([1.0, 0.0, 0.5, 0.5, 2.0, 1.0]), 3).tolist(),
+                     lambda s: compute_advantages(s, AdvantageInputs(torch.tensor([1.0, 0.0, 0.5, 0.5, 2.0, 1.0]), 3))
+                     .advantages.tolist(),
                      [0.0, -1.0, -0.5, -1.5, 0.0, -1.0]),
     # |x|: on-policy with A = 0 the loss is beta * mean_t |x_t|
     "kl_estimator": Toy(KlEstimator("toy_abs", "|x|", "a test", no_trl=_NO_TRL), lambda x: x.abs(),
@@ -151,7 +152,7 @@ _TOYS = {
                                                         s.gfpo_keep, s.gfpo_metric).nonzero().view(-1).tolist(),
                        [0, 2, 5, 7], {"sampling": "gfpo", "gfpo_keep": 2, "aggregation": "token_mean"}),
     "episode_norm": Toy(EpisodeNorm("toy_best", "A^E - max_g A^E", "a test", no_trl=_NO_TRL), _best_centred,
-                        lambda s: gigpo_rollout().finish(s, torch.tensor([0.5, -0.5]), 12)[0].tolist(),
+                        lambda s: gigpo_advantages(s).tolist(),
                         [0.0, -1.0], {"advantage": "group_mean"}),
     # w = 1/2 everywhere
     "is_correction": Toy(sampler.SamplerCorrection("toy_half", "w = 1/2", "a test"),

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from grpolab.algorithms import gigpo
+from grpolab.algorithms import AdvantageInputs, compute_advantages, gigpo
 from grpolab.algorithms import sampling_options as F
 from grpolab.errors import ConfigError
 from grpolab.method.episode_norms import EPISODE_NORMS
@@ -73,21 +73,25 @@ def test_a_per_turn_episode_norm_is_refused_without_multi_turn_episodes(name):
         check_episode_axes(spec, None)
 
 
-def test_the_episode_rollout_calls_the_entrys_function():
-    """finish() gives what the run's population function gives (episode: A^E as it came)."""
-    rollout = gigpo_rollout()
+def test_compute_advantages_on_episodes_calls_the_entrys_function():
+    """With the episodes input, compute_advantages gives what the run's population function gives
+    for the estimator's A^E (group_mean of the returns 1 and 0: +-0.5; episode: A^E as it came)."""
     episode_adv = torch.tensor([0.5, -0.5])
     batch = gigpo.EpisodeBatch([1.0, 0.0], [1, 3], 2, std_norm=False, eps=1e-4, unbiased=True)
     for name in EPISODE_NORMS:
-        out, _ = rollout.finish(build_spec({"advantage": "group_mean", "episode_norm": name}), episode_adv, 12)
+        out = gigpo_advantages(build_spec({"advantage": "group_mean", "episode_norm": name}))
         assert torch.equal(out, gigpo.EPISODE_NORM_FUNCTIONS[name](episode_adv, batch))
 
 
-def gigpo_rollout():
+def gigpo_advantages(spec, width: int = 12) -> torch.Tensor:
+    """``compute_advantages`` on two toy episodes (returns 1 and 0, one and three turns) with the
+    episodes input their rollout supplies."""
     from grpolab.envs.trainer_rollout import EpisodeRollout
     rollout = EpisodeRollout(_task(), [])
     rollout.episodes, rollout.group_size = _toy_episodes([["A"], ["A", "B", "C"]], [[1.0], [0.0, 0.0, 0.0]]), 2
-    return rollout
+    given = rollout.advantage_inputs(spec, width, lambda key, value: None)
+    returns = torch.tensor([e.total_reward for e in rollout.episodes])
+    return compute_advantages(spec, AdvantageInputs.of(returns, 2, **given)).advantages
 
 
 def test_a_function_needs_an_entry_and_an_entry_one_function():

@@ -283,12 +283,12 @@ def test_unscorable_completions_leave_the_baseline_and_get_zero_advantage():
                 "rloo": [1 - 2.5, 3 - 1.5, 0, 2 - 2]}
     for name, want in expected.items():
         _, spec, _ = resolve_method(name)
-        a = algorithms.compute_advantages(spec, rewards, 4)
+        a = algorithms.compute_advantages(spec, algorithms.AdvantageInputs(rewards, 4)).advantages
         assert a[:4].tolist() == pytest.approx(want, abs=1e-6), name
         assert a[4:].tolist() == [0.0] * 4, name    # a lone scorable row has no baseline to differ from
     _, reinforce, _ = resolve_method("reinforce_pp")
     with pytest.raises(ValueError, match=r"advantage=reinforce_pp: a reward function returned None .* group_std"):
-        algorithms.compute_advantages(reinforce, rewards, 4, mask=torch.ones(8, 3))
+        algorithms.compute_advantages(reinforce, algorithms.AdvantageInputs(rewards, 4, mask=torch.ones(8, 3)))
 
 
 def sometimes_none(completions, **kwargs):

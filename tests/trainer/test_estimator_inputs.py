@@ -3,6 +3,8 @@ baseline (``greedy_rewards``) and the optimal token baselines' sum_v pi_old(v)^2
 through the drop-in trainer on the tiny model (one step, learning rate 0, so the policy after the
 step is the policy that generated and the test can recompute what the trainer saw)."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -31,16 +33,17 @@ def _dataset():
 
 
 class _Calls:
-    """Records every reward call and every ``compute_advantages`` call (its keywords and result)."""
+    """Records every reward call and every ``compute_advantages`` call (its inputs by field, and its advantages)."""
 
     def __init__(self, monkeypatch):
         from grpolab import algorithms
         self.rewards, self.advantages, original = [], [], algorithms.compute_advantages
 
-        def spy(spec, rewards, group_size, **kw):
-            out = original(spec, rewards, group_size, **kw)
-            self.advantages.append({"rewards": rewards.clone(), "out": out.clone(), **kw})
-            return out
+        def spy(spec, inputs):
+            estimate = original(spec, inputs)
+            given = {f.name: getattr(inputs, f.name) for f in dataclasses.fields(inputs)}
+            self.advantages.append({**given, "rewards": inputs.rewards.clone(), "out": estimate.advantages.clone()})
+            return estimate
         monkeypatch.setattr(algorithms, "compute_advantages", spy)
 
     def reward(self, prompts, completions, completion_ids=None, **kwargs):
@@ -111,8 +114,9 @@ def test_only_the_estimators_that_ask_get_the_extra_work():
     assert [n for n, e in ADVANTAGES.items() if "greedy_rewards" in e.inputs] == ["remax"]
     assert [n for n, e in ADVANTAGES.items() if "pi_old_token_stats" in e.inputs] == [
         "optimal_token_baseline", "tir_optimal_token_baseline"]
+    assert [n for n, e in ADVANTAGES.items() if "critic_values" in e.inputs] == ["gae"]
     assert [n for n, e in ADVANTAGES.items() if e.inputs] == [
-        "remax", "optimal_token_baseline", "tir_optimal_token_baseline"]
+        "gae", "remax", "optimal_token_baseline", "tir_optimal_token_baseline"]
 
 
 def test_remax_refuses_dynamic_sampling():

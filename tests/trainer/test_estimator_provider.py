@@ -68,7 +68,7 @@ def test_an_estimator_without_a_provider_for_its_input_is_refused(toy):
     register_estimator(Estimator("toy_unprovided", inputs=("nobody_computes_this",), no_trl="a test's estimator"))
     try:
         with pytest.raises(ValueError, match="reads 'nobody_computes_this', which no provider supplies; provided: "
-                                             "greedy_rewards, pi_old_token_stats, prompt_tokens"):
+                                             "critic_values, greedy_rewards, pi_old_token_stats, prompt_tokens"):
             estimator_inputs.needs_whole_groups("toy_unprovided")
     finally:
         unregister_estimator("toy_unprovided")
@@ -117,5 +117,5 @@ def test_compute_advantages_refuses_an_input_no_entry_names():
     from grpolab import algorithms
     from grpolab.method.spec import build_spec
     with pytest.raises(TypeError, match="unexpected keyword 'greedy_reward': advantage=group_std names no provided"):
-        algorithms.compute_advantages(build_spec({}), torch.tensor([1.0, 0.0, 1.0, 0.0]), 2,
-                                      greedy_reward=torch.zeros(4))
+        algorithms.compute_advantages(build_spec({}), algorithms.AdvantageInputs.of(
+            torch.tensor([1.0, 0.0, 1.0, 0.0]), 2, greedy_reward=torch.zeros(4)))

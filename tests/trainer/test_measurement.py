@@ -369,7 +369,7 @@ def test_positive_example_lm_loss_by_hand():
 
 
 def test_value_clipping_and_advantage_whitening_by_hand():
-    from grpolab.algorithms import gae_advantages
+    from grpolab.algorithms import AdvantageInputs, compute_advantages
     from grpolab.trainer.critic import value_loss
     from grpolab.method.spec import build_spec
     values, old, returns = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 0.0]]), torch.tensor([[2.0, 1.0]])
@@ -379,11 +379,11 @@ def test_value_clipping_and_advantage_whitening_by_hand():
     assert value_loss(values, returns, mask, old, 0.2).item() == pytest.approx(0.5 * (3.24 + 1) / 2)
     s = build_spec({"advantage": "gae", "gae_lambda": 1.0, "whiten_advantages": True})
     m = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
-    A, _ = gae_advantages(s, torch.tensor([1.0, 0.0]), torch.zeros(2, 3), m)
+    zero_critic = AdvantageInputs(torch.tensor([1.0, 0.0]), 2, mask=m, old_values=torch.zeros(2, 3))
+    A = compute_advantages(s, zero_critic).advantages
     valid = A[m.bool()]
     assert valid.mean().item() == pytest.approx(0.0, abs=1e-6) and valid.std().item() == pytest.approx(1.0, abs=1e-4)
-    raw, _ = gae_advantages(build_spec({"advantage": "gae", "gae_lambda": 1.0}), torch.tensor([1.0, 0.0]),
-                            torch.zeros(2, 3), m)
+    raw = compute_advantages(build_spec({"advantage": "gae", "gae_lambda": 1.0}), zero_critic).advantages
     assert raw[m.bool()].tolist() == [1.0, 1.0, 1.0, 0.0, 0.0]
     from grpolab.method.registry import get_method
     assert get_method("vapo").spec().positive_lm_coef == 0.1

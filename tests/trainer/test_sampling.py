@@ -191,8 +191,8 @@ def test_gfpo_retains_the_shortest_or_most_efficient_and_gives_the_rest_no_advan
     assert out["completion_mask"].sum(1).tolist() == [0, 2, 0, 2, 3, 0, 1, 0]
     assert int(out["num_items_in_batch"]) == 8 and kept.kept_fraction == 0.5
     assert kept.length_gap == pytest.approx((5 + 7 + 9 + 4) / 4 - (2 + 2 + 3 + 1) / 4)
-    from grpolab.algorithms import compute_advantages
-    A = compute_advantages(spec, kept.rewards, 4)
+    from grpolab.algorithms import AdvantageInputs, compute_advantages
+    A = compute_advantages(spec, AdvantageInputs(kept.rewards, 4)).advantages
     assert A.tolist() == pytest.approx([0, -0.5, 0, 0.5, -0.5, 0, 0.5, 0])   # group 0 retained r = 0, 1
 
 

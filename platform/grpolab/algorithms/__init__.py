@@ -1,6 +1,6 @@
 """The GRPO family's math as pure torch functions: the platform's public math API.
 
-    compute_advantages(spec, rewards, group_size, ...) -> advantages (N,) or (N, T)
+    compute_advantages(spec, AdvantageInputs(rewards, group_size, ...)) -> Estimate(advantages, value_targets)
     policy_loss(spec, LossInputs(logp, old_logp, advantages, mask, ref_logp=None, ...)) -> (loss, stats)
 
 Nothing here imports TRL, MLflow or Optuna; ``grpolab.trainer.grpo_trainer`` calls these inside TRL's loop.
@@ -8,22 +8,24 @@ Nothing here imports TRL, MLflow or Optuna; ``grpolab.trainer.grpo_trainer`` cal
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
-from grpolab.algorithms import advantages as adv
+from grpolab.algorithms import gigpo
 from grpolab.algorithms import losses as L
 from grpolab.algorithms.advantages import ValueTracker
 from grpolab.algorithms.kl import kl_estimate
 from grpolab.algorithms.loss_inputs import LossInputs
-from grpolab.algorithms.estimators import ESTIMATORS, AdvantageInputs, refuse_unscorable
+from grpolab.algorithms.estimators import ESTIMATORS, AdvantageInputs, Estimate, refuse_unscorable
 from grpolab.algorithms.shaping import overlong_buffer, soft_overlong_penalty
 from grpolab.algorithms.surrogates import SURROGATE_LOSSES, Batch, clip_stats, masked_mean, surrogate_loss
 from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.kl import kl_in_loss
 from grpolab.method.spec import MethodSpec
 
-__all__ = ["compute_advantages", "gae_advantages", "policy_loss", "LossInputs", "entropy_mask", "ValueTracker",
-           "soft_overlong_penalty", "overlong_buffer", "combine_rewards"]
+__all__ = ["compute_advantages", "AdvantageInputs", "Estimate", "policy_loss", "LossInputs", "entropy_mask",
+           "ValueTracker", "soft_overlong_penalty", "overlong_buffer", "combine_rewards"]
 
 
 def combine_rewards(rewards: torch.Tensor, weights: tuple[float, ...] | None) -> torch.Tensor:
@@ -42,57 +44,44 @@ def combine_rewards(rewards: torch.Tensor, weights: tuple[float, ...] | None) ->
     return total.masked_fill(torch.isnan(rewards).all(1), float("nan"))
 
 
-def compute_advantages(spec: MethodSpec, rewards: torch.Tensor, group_size: int, *, mask: torch.Tensor | None = None,
-                       token_penalty: torch.Tensor | None = None, prompt_keys: list[str] | None = None,
-                       tracker: ValueTracker | None = None, local_rows: slice | None = None,
-                       reduce=None, lengths: torch.Tensor | None = None, greedy_rewards: torch.Tensor | None = None,
-                       old_logp: torch.Tensor | None = None,
-                       sum_pi_squared: torch.Tensor | None = None, **provided: torch.Tensor) -> torch.Tensor:
-    """Advantages for N = groups x group_size completions (groups contiguous), by ``spec.advantage``'s
-    registry entry (``grpolab.method.advantages``) and function (``grpolab.algorithms.estimators``).
+def compute_advantages(spec: MethodSpec, inputs: AdvantageInputs) -> Estimate:
+    """The advantages of N = groups x group_size completions (groups contiguous) by ``spec.advantage``'s
+    registry entry (``grpolab.method.advantages``) and function (``grpolab.algorithms.estimators``):
+    the one way into the estimators, for the trainer and for a researcher alike.
 
-    rewards: (N,) or (N, K) reward components (only an estimator whose entry keeps ``components``
-    apart sees them; the others get their sum with ``spec.reward_weights``). mask (N, T) and
-    token_penalty (N, T, beta * KL per token) are read by the per-token estimators; prompt_keys and
-    tracker by a ``tracker`` estimator; lengths (N,) by a length-weighted one (else mask.sum(1));
-    greedy_rewards (N,) (the reward of a greedy completion of each row's prompt) by one whose
-    entry reads ``greedy_rewards``; old_logp and sum_pi_squared (this process's rows, as mask) by
-    one that reads ``pi_old_token_stats``; ``provided``: any other input an entry names (``Estimator.inputs``),
-    as its provider returned it, read by the estimator from ``AdvantageInputs.provided``.
-    Returns (N,) or, for a ``per_token`` estimator, (N, T).
+    ``inputs``: one ``AdvantageInputs`` record (its docstring gives each field's shape and who sets it).
+    inputs.rewards is (N,) or (N, K) reward components: only an estimator whose entry keeps
+    ``components`` apart sees them; the others get their sum with ``spec.reward_weights``, and a
+    completion every reward function skipped (NaN) goes to the estimator's unscorable form (0, out of
+    the baselines) or is refused. An input in ``inputs.provided`` is refused unless the entry names
+    inputs (``Estimator.inputs``). With ``inputs.episodes`` (multi-turn episodes) the estimator's
+    advantages are GiGPO's A^E of the episode returns: its episode population and step-level term
+    follow (``gigpo.episode_advantages``).
+    Returns an ``Estimate``: advantages (N,) or, for a ``per_token`` estimator (or GiGPO's step term),
+    (n_local, T), and a critic's value targets (n_local, T) (None for the others).
 
-    Several processes: rewards and lengths are the gathered (global) batch; for the per-token
-    estimators ``mask``/``token_penalty`` are this process's rows ``local_rows`` of it, ``reduce`` sums
-    tensors across processes, and the result is this process's rows only."""
-    entry, estimator = ADVANTAGES[spec.advantage], ESTIMATORS[spec.advantage]
-    if rewards.shape[0] % group_size:
-        raise ValueError(f"{rewards.shape[0]} rewards do not split into groups of {group_size}")
-    if provided and not entry.inputs:   # a misspelt keyword must not pass as an input nobody reads
-        raise TypeError(f"compute_advantages: unexpected keyword {sorted(provided)[0]!r}: advantage={spec.advantage} "
-                        "names no provided input")
-    r = rewards if entry.components else combine_rewards(rewards, spec.reward_weights)
-    inputs = AdvantageInputs(r, group_size, spec.adv_eps, spec.std_unbiased, mask, token_penalty, prompt_keys,
-                             tracker, local_rows, reduce, lengths, greedy_rewards, old_logp, sum_pi_squared, provided)
-    if not entry.components and torch.isnan(r).any():   # unscorable completions (every reward function returned None)
+    Several processes: rewards and lengths are the gathered (global) batch; mask, token_penalty and
+    the per-token provided inputs are this process's rows ``local_rows`` of it, ``reduce`` sums
+    tensors across processes, and a per-token result is this process's rows only."""
+    entry, estimator, rewards = ADVANTAGES[spec.advantage], ESTIMATORS[spec.advantage], inputs.rewards
+    if rewards.shape[0] % inputs.group_size:
+        raise ValueError(f"{rewards.shape[0]} rewards do not split into groups of {inputs.group_size}")
+    if inputs.provided and not entry.inputs:   # a misspelt input must not pass as one nobody reads
+        raise TypeError(f"compute_advantages: unexpected keyword {sorted(inputs.provided)[0]!r}: "
+                        f"advantage={spec.advantage} names no provided input")
+    if not entry.components:
+        inputs = dataclasses.replace(inputs, rewards=combine_rewards(rewards, spec.reward_weights))
+    if not entry.components and torch.isnan(inputs.rewards).any():   # unscorable: every reward function returned None
         if estimator.unscorable is None:
             refuse_unscorable(spec.advantage)
-        return estimator.unscorable(r, inputs)
-    return estimator.fn(spec, inputs)
-
-
-def gae_advantages(spec: MethodSpec, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor,
-                   token_penalty: torch.Tensor | None = None, reduce=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Critic axis: (per-token advantages, value targets) for rows whose critic values are
-    ``values`` (N, T); rewards (N,) or (N, K) summed with the reward weights. VAPO's
-    length-adaptive lambda when ``spec.gae_length_alpha`` > 0, else ``spec.gae_lambda``."""
-    r = combine_rewards(rewards, spec.reward_weights)
-    if torch.isnan(r).any():
-        refuse_unscorable(spec.advantage)   # the critic's targets need a reward for every completion
-    lam = adv.length_adaptive_lambda(mask, spec.gae_length_alpha) if spec.gae_length_alpha > 0 else spec.gae_lambda
-    advantages, returns = adv.gae(r, values, mask, spec.gae_gamma, lam, spec.gae_lambda_critic, token_penalty)
-    if spec.whiten_advantages:   # (A - mean) / std over the valid tokens of the (global, via ``reduce``) batch
-        advantages = adv.whiten_tokens(advantages, mask, reduce=reduce)
-    return advantages, returns
+        out = estimator.unscorable(spec, inputs.rewards, inputs)
+    else:
+        out = estimator.fn(spec, inputs)
+    estimate = out if isinstance(out, Estimate) else Estimate(out)
+    if inputs.episodes is not None:
+        estimate = estimate._replace(advantages=gigpo.episode_advantages(spec, estimate.advantages, inputs.episodes,
+                                                                         inputs.group_size))
+    return estimate
 
 
 def entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, top_quantile: float, gather=None) -> torch.Tensor:

@@ -2,31 +2,37 @@
 
 Each estimator's facts (what it reads, its shape, how it meets a reward-side KL, NaN rewards,
 reward components, TRL) are data on the method floor; here each gets its function, registered by
-name (as verl's ``register_adv_est``). A function maps ``AdvantageInputs`` to (N,) advantages, one per
-completion, or to this process's (n_local, T) per-token advantages when its entry says ``per_token``.
+name (as verl's ``register_adv_est``). A function maps ``(spec, AdvantageInputs)`` to (N,)
+advantages, one per completion, or to this process's (n_local, T) per-token advantages when its
+entry says ``per_token``; a critic's function returns an ``Estimate`` that also carries the value
+targets. ``AdvantageInputs`` is the one record of what an estimator reads; the settings it reads
+(``adv_eps``, ``std_unbiased``, the critic's lambdas) come from the spec.
 Formulas: the docstrings of ``grpolab.algorithms.advantages`` and ``grpolab.algorithms.baselines``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, fields
+from typing import Callable, NamedTuple
 
 import torch
 
 from grpolab.algorithms import advantages as adv
 from grpolab.algorithms import baselines
+from grpolab.algorithms.gigpo import Episodes
 from grpolab.algorithms.registrar import registrar
 from grpolab.method.advantages import ADVANTAGES
 
 
 @dataclass
 class AdvantageInputs:
-    """One generation batch as an estimator reads it. N = groups x group_size, groups contiguous."""
-    rewards: torch.Tensor                       # (N,) combined, or (N, K) components for a ``components`` entry
+    """One generation batch as an estimator reads it. N = groups x group_size, groups contiguous.
+    Besides the rewards, each field is set only where something computes it: the trainer's own
+    (mask, token_penalty, prompt_keys, tracker, lengths), a provider's for an estimator whose entry
+    names it (``Estimator.inputs``: greedy_rewards, old_logp and sum_pi_squared, old_values) and a
+    multi-turn rollout's (episodes)."""
+    rewards: torch.Tensor                       # (N,) or (N, K) components (combined unless a ``components`` entry)
     group_size: int
-    adv_eps: float
-    std_unbiased: bool
     mask: torch.Tensor | None = None            # (n_local, T): this process's rows ``local_rows``
     token_penalty: torch.Tensor | None = None   # (n_local, T): beta * KL per token (a reward-side KL)
     prompt_keys: list[str] | None = None        # (N,)
@@ -37,7 +43,18 @@ class AdvantageInputs:
     greedy_rewards: torch.Tensor | None = None  # (N,): the reward of a greedy completion of each row's prompt
     old_logp: torch.Tensor | None = None        # (n_local, T), as mask: log pi_old of each sampled token
     sum_pi_squared: torch.Tensor | None = None  # (n_local, T), as mask: sum over the vocabulary of pi_old^2 per token
+    old_values: torch.Tensor | None = None      # (n_local, T), as mask: the critic's V(s_t) at generation, no grad
+    episodes: Episodes | None = None            # multi-turn episodes, one per row: GiGPO's episode and step levels
     provided: dict = field(default_factory=dict)   # any other input an entry names, by its provider's keys
+
+    @classmethod
+    def of(cls, rewards: torch.Tensor, group_size: int, **given) -> "AdvantageInputs":
+        """The record of inputs given by name, as providers return them: a field's name sets that
+        field, any other name goes to ``provided`` (``compute_advantages`` refuses it unless the
+        estimator's entry names an input: a misspelt field is not carried along unread)."""
+        names = {f.name for f in fields(cls)} - {"rewards", "group_size", "provided"}
+        return cls(rewards, group_size, **{k: v for k, v in given.items() if k in names},
+                   provided={k: v for k, v in given.items() if k not in names})
 
     def completion_lengths(self) -> torch.Tensor:
         if self.lengths is not None:
@@ -47,10 +64,17 @@ class AdvantageInputs:
         return self.mask.sum(1).to(self.rewards)
 
 
+class Estimate(NamedTuple):
+    """``compute_advantages``'s result: the advantages, (N,) or this process's (n_local, T), and, from a
+    critic's estimator, the value targets R_t (n_local, T) its value loss regresses to (None otherwise)."""
+    advantages: torch.Tensor
+    value_targets: torch.Tensor | None = None
+
+
 @dataclass(frozen=True)
 class EstimatorFn:
-    fn: Callable                              # (spec, AdvantageInputs) -> advantages
-    unscorable: Callable | None = None        # (r (N,) with NaN rows, AdvantageInputs) -> (N,), NaN rows 0
+    fn: Callable                              # (spec, AdvantageInputs) -> advantages, or an Estimate
+    unscorable: Callable | None = None        # (spec, r (N,) with NaN rows, AdvantageInputs) -> (N,), NaN rows 0
 
 
 ESTIMATORS: dict[str, EstimatorFn] = {}
@@ -71,9 +95,9 @@ def _needs_mask(name: str, x: AdvantageInputs) -> torch.Tensor:
 
 def _grouped(name: str, fn: Callable, unscorable: Callable, scaled: bool) -> None:
     """Register a group estimator ``fn(r, G[, eps, unbiased])`` and its form for unscorable rows."""
-    scale = (lambda x: (x.adv_eps, x.std_unbiased)) if scaled else (lambda x: ())
-    register(name, unscorable=lambda r, x: unscorable(r, x.group_size, *scale(x)))(
-        lambda spec, x: fn(x.rewards, x.group_size, *scale(x)))
+    scale = (lambda spec: (spec.adv_eps, spec.std_unbiased)) if scaled else (lambda spec: ())
+    register(name, unscorable=lambda spec, r, x: unscorable(r, x.group_size, *scale(spec)))(
+        lambda spec, x: fn(x.rewards, x.group_size, *scale(spec)))
 
 
 _grouped("group_std", adv.group_std, adv.unscorable_group_std, scaled=True)
@@ -106,19 +130,14 @@ def decoupled(spec, x: AdvantageInputs) -> torch.Tensor:
     K = r.shape[1]
     w = (torch.ones(K, device=r.device) if spec.reward_weights is None
          else torch.tensor(spec.reward_weights, device=r.device))
-    return adv.decoupled(r, x.group_size, w.to(r), x.adv_eps, x.std_unbiased)
+    return adv.decoupled(r, x.group_size, w.to(r), spec.adv_eps, spec.std_unbiased)
 
 
 @register("value_tracker")
 def value_tracker(spec, x: AdvantageInputs) -> torch.Tensor:
     if x.tracker is None or x.prompt_keys is None:
         raise ValueError("value_tracker needs a ValueTracker and one prompt key per completion")
-    return adv.value_tracker(x.rewards, x.prompt_keys, x.tracker, x.adv_eps, x.std_unbiased)
-
-
-@register("gae")
-def gae(spec, x: AdvantageInputs) -> torch.Tensor:
-    raise ValueError("gae advantages need a critic's values: use grpolab.algorithms.gae_advantages")
+    return adv.value_tracker(x.rewards, x.prompt_keys, x.tracker, spec.adv_eps, spec.std_unbiased)
 
 
 @register("opo")
@@ -128,7 +147,7 @@ def opo(spec, x: AdvantageInputs) -> torch.Tensor:
 
 @register("grpo_passk")
 def grpo_passk(spec, x: AdvantageInputs) -> torch.Tensor:
-    return baselines.pass_at_k(x.rewards, x.group_size, x.adv_eps, True, x.std_unbiased)
+    return baselines.pass_at_k(x.rewards, x.group_size, spec.adv_eps, True, spec.std_unbiased)
 
 
 @register("gpg")
@@ -138,15 +157,32 @@ def gpg(spec, x: AdvantageInputs) -> torch.Tensor:
 
 @register("maxrl")
 def maxrl(spec, x: AdvantageInputs) -> torch.Tensor:
-    return baselines.mean_scaled(x.rewards, x.group_size, x.adv_eps)
+    return baselines.mean_scaled(x.rewards, x.group_size, spec.adv_eps)
 
 
 def _given(name: str, field: str, value):
     """An input the trainer computes only for the estimators whose entry asks for it."""
     if value is None:
         raise ValueError(f"advantage={name} needs {field} (the trainer supplies it when the estimator's entry names "
-                         f"it in inputs: greedy_rewards / pi_old_token_stats)")
+                         f"it in inputs: {', '.join(ADVANTAGES[name].inputs) or 'none named'})")
     return value
+
+
+@register("gae")
+def gae(spec, x: AdvantageInputs) -> Estimate:
+    """The critic axis (PPO; VAPO), this process's rows: GAE from the critic's values at generation
+    V(s_t) (``old_values``), ``adv.gae``'s per-token advantages and value targets. The policy's
+    lambda is VAPO's length-adaptive 1 - 1 / (alpha |o|) when ``spec.gae_length_alpha`` > 0, else
+    ``spec.gae_lambda``; the targets' is ``spec.gae_lambda_critic``. With ``whiten_advantages`` the
+    advantages are (A - mean) / std over the valid tokens of the whole batch (``reduce``: every process)."""
+    values = _given("gae", "the critic's values at generation", x.old_values)
+    mask = _needs_mask("gae", x)
+    lam = adv.length_adaptive_lambda(mask, spec.gae_length_alpha) if spec.gae_length_alpha > 0 else spec.gae_lambda
+    advantages, returns = adv.gae(_local(x, x.rewards), values, mask, spec.gae_gamma, lam, spec.gae_lambda_critic,
+                                  x.token_penalty)
+    if spec.whiten_advantages:
+        advantages = adv.whiten_tokens(advantages, mask, reduce=x.reduce)
+    return Estimate(advantages, returns)
 
 
 @register("remax")

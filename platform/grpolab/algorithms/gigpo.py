@@ -17,6 +17,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from grpolab.algorithms.registrar import registrar
+from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.episode_norms import EPISODE_NORMS
 
 # anchor-group size buckets for the size-distribution curves: (label, smallest, largest)
@@ -168,3 +169,41 @@ def step_population(episode_adv: torch.Tensor, batch: EpisodeBatch) -> torch.Ten
     """Eq. 3 over step rows: ``step_row_episode_advantages`` (episode i counted T_i times)."""
     return step_row_episode_advantages(batch.returns, batch.turns, batch.group_size, std_norm=batch.std_norm,
                                        eps=batch.eps, unbiased=batch.unbiased).to(episode_adv.device)
+
+
+class Episodes(NamedTuple):
+    """A batch of multi-turn episodes, one per row (groups of the batch's group size contiguous), as
+    GiGPO's episode and step levels read them (``AdvantageInputs.episodes``)."""
+    step_rewards: list[list[float]]   # r_1..r_{T_i} of episode i: R_i is their sum, T_i their number
+    anchor_ids: list[list[int]]       # the step group of each (i, t) (``anchor_groups``)
+    turn_index: torch.Tensor          # (N, T) the turn of each completion token, -1 on environment and padding tokens
+
+    def returns(self) -> list[float]:
+        return [float(sum(rewards)) for rewards in self.step_rewards]
+
+    def turns(self) -> list[int]:
+        return [len(rewards) for rewards in self.step_rewards]
+
+
+def episode_advantages(spec, episode_adv: torch.Tensor, episodes: Episodes, group_size: int) -> torch.Tensor:
+    """The advantages of multi-turn episodes from the estimator's A^E of their returns: A^E over the
+    population ``spec.episode_norm`` names (``EPISODE_NORM_FUNCTIONS``), and with ``spec.step_omega``
+    > 0 the per-token A^E_i + omega * A^S_{i, turn(t)} (Eq. 8; A^S: Eq. 5 returns discounted by
+    ``step_gamma``, normalised within their anchor groups as the estimator's entry says, Eq. 7),
+    (N, T) like ``episodes.turn_index``. A per-token estimator's (N, T) advantages (the tool-turn
+    optimal token baseline) have no step-level term (its entry has no ``step_norm``; spec.py refuses
+    the step term and a per-turn population without one): they pass through as they are."""
+    if episode_adv.dim() not in (1, 2) or episode_adv.shape[0] != len(episodes.step_rewards):
+        raise ValueError(f"{episode_adv.shape[0]} advantages for {len(episodes.step_rewards)} episodes")
+    std_norm, eps, unbiased = ADVANTAGES[spec.advantage].step_norm == "std", spec.adv_eps, spec.std_unbiased
+    # the population of A^E's mean and std (check_episode_config guards the reward a per-turn one recomputes)
+    episode_adv = EPISODE_NORM_FUNCTIONS[spec.episode_norm](episode_adv, EpisodeBatch(
+        episodes.returns(), episodes.turns(), group_size, std_norm=std_norm, eps=eps, unbiased=unbiased))
+    if spec.step_omega == 0 or episode_adv.dim() == 2:
+        return episode_adv
+    returns = [discounted_returns(rewards, spec.step_gamma) for rewards in episodes.step_rewards]
+    step_adv = step_advantages(returns, episodes.anchor_ids, std_norm=std_norm, eps=eps, unbiased=unbiased)
+    # the step term is built where turn_index is (the CPU: a table of host floats), then moved to A^E's device
+    per_token = token_advantages(episode_adv.to(episodes.turn_index.device), step_adv, episodes.turn_index,
+                                 spec.step_omega)
+    return per_token.to(episode_adv.device)

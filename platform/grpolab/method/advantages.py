@@ -44,7 +44,8 @@ class Estimator:
     inputs: tuple[str, ...] = ()      # what it reads beyond the rewards that the trainer computes only for the
                                       # estimators that ask, each from its provider (trainer/estimator_inputs.py):
                                       # "greedy_rewards" (one greedy completion per prompt, scored: ReMax),
-                                      # "pi_old_token_stats" (log pi_old and sum_v pi_old(v)^2 at every token)
+                                      # "pi_old_token_stats" (log pi_old and sum_v pi_old(v)^2 at every token),
+                                      # "critic_values" (the critic's V(s_t) at generation: GAE)
     over_generated_tokens: bool = False   # its token baselines are over every generated model token (truncated
                                       # rows included, as verl's); the loss still applies the trained mask
     cite: str = ""                    # where its formula comes from, when a reference implementation has it
@@ -83,7 +84,7 @@ _ENTRIES = [
               bounded="its Beta tracker reads each reward as a success probability",
               no_reward_kl="the tracker's success probability would absorb the KL penalty",
               no_trl="TRL 1.16 keeps no per-prompt state"),
-    Estimator("gae", params=_CRITIC,
+    Estimator("gae", params=_CRITIC, inputs=("critic_values",),
               per_token=True, kl_per_token=True, critic=True, multi_turn="the critic reads single completions",
               no_trl="TRL 1.16's GRPOTrainer has no value model"),
 ]

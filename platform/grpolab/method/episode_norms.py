@@ -6,8 +6,8 @@ it recomputes A^E from the episode returns, so it needs a multi-turn environment
 estimator with a step-level normaliser and returns that are the whole reward: ``spec`` and
 ``envs.episode_task`` refuse the rest), and how stock TRL 1.16 stands to it. The setting is logged when
 away from its default (``tracking.naming``). Its function is attached by name one floor up
-(``grpolab.algorithms.gigpo.EPISODE_NORM_FUNCTIONS``) and called by the episode rollout
-(``grpolab.envs.trainer_rollout``). Adding a population: one entry here, its function, and its
+(``grpolab.algorithms.gigpo.EPISODE_NORM_FUNCTIONS``) and called by ``compute_advantages`` on
+multi-turn episodes (``gigpo.episode_advantages``). Adding a population: one entry here, its function, and its
 test. Pure data, no torch.
 """
 

@@ -213,7 +213,7 @@ def prepare(model, reward_funcs, args, train_dataset, method, correctness, trl_k
 def check_episode_axes(spec: MethodSpec, rollout_func) -> None:
     """GiGPO's step term and per-turn episode counting need multi-turn episodes (an
     ``EpisodeRollout``); on episodes, the length axes that cannot act are refused (envs/episode_task.py)."""
-    if hasattr(rollout_func, "finish"):   # an envs.trainer_rollout.EpisodeRollout
+    if hasattr(rollout_func, "advantage_inputs"):   # a rollout supplying episodes (envs.trainer_rollout.EpisodeRollout)
         check_episode_method(spec, rollout_func.task.name)
     elif spec.step_omega > 0 or EPISODE_NORMS[spec.episode_norm].per_turn:
         raise ValueError(f"method step_omega={spec.step_omega:g}, episode_norm={spec.episode_norm} (GiGPO) needs "

@@ -1,10 +1,12 @@
 """Inputs some advantage estimators need beyond the rewards, computed only where the estimator's
 entry names them (``Estimator.inputs``, ``grpolab.method.advantages``), each by its provider in
-``PROVIDERS``: ReMax's greedy baseline (``greedy_rewards``) and the optimal token baselines' log
-pi_old and vocabulary sum of pi_old^2 (``pi_old_token_stats``). A new input is one
-``register_provider`` call: the trainer asks the registry, never an estimator's name. A part of
-``GrpoLabTrainer``; the rewards of the greedy completions come from the scorer it is given (the
-trainer's, which runs TRL's own reward computation outside the rollout's logs).
+``PROVIDERS``: ReMax's greedy baseline (``greedy_rewards``), the optimal token baselines' log
+pi_old and vocabulary sum of pi_old^2 (``pi_old_token_stats``) and the critic's values at
+generation (``critic_values``, GAE's). A new input is one ``register_provider`` call: the trainer
+asks the registry, never an estimator's name. A rollout_func may supply inputs of its own (the
+multi-turn episodes: ``advantage_inputs``), asked for by that method alone, never by its type.
+A part of ``GrpoLabTrainer``; the rewards of the greedy completions come from the scorer it is
+given (the trainer's, which runs TRL's own reward computation outside the rollout's logs).
 """
 
 from __future__ import annotations
@@ -89,23 +91,35 @@ def _until_end(ids: list[int], ends: list[int]) -> list[int]:
 
 
 class EstimatorInputs:
-    """ReMax's greedy baseline and the optimal token baselines' vocabulary statistics of a
-    ``GrpoLabTrainer`` (its public model, settings and ``record_curve``); ``score_greedy(inputs,
-    prompts, completions, completion_ids) -> (N, K)`` scores the greedy completions."""
+    """ReMax's greedy baseline, the optimal token baselines' vocabulary statistics and the critic's
+    values of a ``GrpoLabTrainer`` (its public model, critic, settings, rollout_func and
+    ``record_curve``); ``score_greedy(inputs, prompts, completions, completion_ids) -> (N, K)``
+    scores the greedy completions."""
 
     def __init__(self, trainer, score_greedy):
         self.trainer, self.score_greedy = trainer, score_greedy
 
     def extras(self, inputs: list[dict], out: dict, mask: torch.Tensor) -> dict:
-        """The ``compute_advantages`` keywords the run's estimator entry asks for (none for most);
+        """The inputs by name (``AdvantageInputs.of``) that the run's estimator entry asks for (none
+        for most), and those its rollout_func supplies: one with an ``advantage_inputs(spec, width,
+        record_curve)`` method returns them for the batch it generated, ``width`` its completions'
+        tokens (multi-turn episodes: GiGPO's, whatever the estimator), and records its own curves.
         ``mask`` (n_local, T): the model tokens the estimator's baselines are over."""
-        extra, call = {}, ProviderCall(inputs, out, mask)
-        for provider in providers_of(self.trainer.spec.advantage):
+        trainer, extra, call = self.trainer, {}, ProviderCall(inputs, out, mask)
+        for provider in providers_of(trainer.spec.advantage):
             extra.update(provider.fn(self, call))
+        supply = getattr(trainer.rollout_func, "advantage_inputs", None)
+        if supply is not None:
+            extra.update(supply(trainer.spec, out["completion_ids"].size(1), trainer.record_curve))
         return extra
 
     def greedy_rewards(self, call: ProviderCall) -> dict:
         return {"greedy_rewards": self._greedy_baseline(call.inputs, call.out)}
+
+    def critic_values(self, call: ProviderCall) -> dict:
+        """V(s_t) (n_local, T) of this process's rows from the critic as it is at generation, no grad:
+        GAE's baselines, and the centre of the value loss's clipping (``BatchExtras.old_values``)."""
+        return {"old_values": self.trainer.critic.values(call.out, grad=False)}
 
     def pi_old_token_stats(self, call: ProviderCall) -> dict:
         stats = self.policy_token_stats(call.out)
@@ -195,5 +209,8 @@ class EstimatorInputs:
         return greedy.repeat_interleave(G)
 
 
+# the critic's provider sits with the others, not in critic.py: the run's config checks look providers up
+# (needs_whole_groups) before anything imports the value model
+register_provider("critic_values", Provider(EstimatorInputs.critic_values))
 register_provider("greedy_rewards", Provider(EstimatorInputs.greedy_rewards, whole_groups=True))
 register_provider("pi_old_token_stats", Provider(EstimatorInputs.pi_old_token_stats, whole_groups=True))

@@ -1,5 +1,5 @@
 """The stages of one generation batch after TRL's generation and scoring, over named records:
-advantages (the KL in the reward, GFPO's filter, the estimator's inputs, grpolab's estimator) ->
+advantages (the KL in the reward, GFPO's filter, the estimator's inputs, ``compute_advantages``) ->
 metrics (the rollout curves, the completions table, the update-signal check). A part of
 ``GrpoLabTrainer``: its ``_generate_and_score_completions`` builds the ``Rollout`` (generate ->
 score -> select) and calls these in order. Reads the trainer's public state only and logs
@@ -14,6 +14,7 @@ from typing import NamedTuple
 import torch
 
 from grpolab import algorithms
+from grpolab.algorithms import AdvantageInputs
 from grpolab.method.advantages import ADVANTAGES
 from grpolab.method.sampling_modes import SAMPLING_MODES
 from grpolab.trainer import batch_extras, dropin
@@ -41,7 +42,8 @@ class Rollout(NamedTuple):
 class Scored(NamedTuple):
     """The advantage stage's result: this process's advantages, (n_local,) or per token (n_local, T),
     the combined reward (N,), GFPO's retained rows (None: every row is in the baselines) and, with a
-    critic, its values at generation and GAE's value targets (n_local, T) (None without one)."""
+    critic, its values at generation (its provider's ``old_values``) and GAE's value targets
+    (n_local, T) (None without one)."""
     advantages: torch.Tensor
     total: torch.Tensor
     retained: torch.Tensor | None
@@ -80,8 +82,9 @@ class RolloutStages:
         return total - seq_pen   # (N,): the weights are already in ``total``, never applied twice
 
     def advantages(self, rollout: Rollout, inputs: list[dict]) -> Scored:
-        """grpolab's advantages of the batch (``algorithms.compute_advantages``, or GAE with a critic,
-        whose values and value targets the result carries for the critic's loss)."""
+        """grpolab's advantages of the batch: one ``AdvantageInputs`` record (the trainer's inputs, its
+        providers' and its rollout's, ``EstimatorInputs.extras``) through ``algorithms.compute_advantages``;
+        a critic's values at generation and value targets ride on for the critic's loss."""
         trainer, out, start, G, mask = self.trainer, rollout.out, rollout.start, rollout.G, rollout.mask
         spec, accelerator, n_local = trainer.spec, trainer.accelerator, out["completion_ids"].size(0)
         total = algorithms.combine_rewards(rollout.rewards, spec.reward_weights)
@@ -95,27 +98,18 @@ class RolloutStages:
         # the optimal token baselines are over every generated model token (truncated rows included), as verl's;
         # the loss applies the trained mask
         baseline_mask = generated_tokens.float() if ADVANTAGES[spec.advantage].over_generated_tokens else mask
-        extra = trainer.estimator_inputs.extras(inputs, out, baseline_mask)
-        old_values = returns = None
-        if trainer.critic is not None:
-            old_values = trainer.critic.values(out, grad=False)
-            advantages, returns = algorithms.gae_advantages(
-                spec, rewards_adj[start:start + n_local], old_values, mask, rollout.penalty, reduce=reduce)
-        else:
-            advantages = algorithms.compute_advantages(
-                spec, rewards_adj, G, mask=baseline_mask, token_penalty=rollout.penalty,
-                prompt_keys=[r.prompt for r in rollout.rows], tracker=trainer.tracker,
-                local_rows=slice(start, start + n_local), reduce=reduce,
-                lengths=self._gather(generated_tokens.sum(1)), **extra)
+        x = AdvantageInputs.of(rewards_adj, G, mask=baseline_mask, token_penalty=rollout.penalty,
+                               prompt_keys=[r.prompt for r in rollout.rows], tracker=trainer.tracker,
+                               local_rows=slice(start, start + n_local), reduce=reduce,
+                               lengths=self._gather(generated_tokens.sum(1)),
+                               **trainer.estimator_inputs.extras(inputs, out, baseline_mask))
+        estimate = algorithms.compute_advantages(spec, x)
         if trainer.tracker is not None:
             trainer.record_curve("tracker/prompts", float(len(trainer.tracker.state)))
+        advantages = estimate.advantages
         if advantages.dim() == 1:
             advantages = advantages[start:start + n_local]
-        if hasattr(trainer.rollout_func, "finish"):   # multi-turn episodes: their curves; GiGPO's per-token term
-            advantages, episode_stats = trainer.rollout_func.finish(spec, advantages, out["completion_ids"].size(1))
-            for key, value in episode_stats.items():
-                trainer.record_curve(key, value)
-        return Scored(advantages, total, retained, old_values, returns)
+        return Scored(advantages, total, retained, x.old_values, estimate.value_targets)
 
     def record(self, rollout: Rollout, scored: Scored) -> None:
         """The loss's per-row inputs into ``rollout.out`` (``advantages``, and grpolab's own as one
