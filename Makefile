@@ -48,9 +48,9 @@ run: install
 # test the drop-in fails). Many main tests wait on subprocesses, servers and timeouts, so the main suite
 # runs TEST_WORKERS test processes, 3 on 2 cores (with 2, the machine sat 37 % idle over the suite: one
 # test's waits left its core unused), and the conformance runs fill what is left. Conformance runs niced:
-# it is pure computation, while the main suite's tests time rows, heartbeats and hand-backs, so the main suite gets a core whenever it is ready
-# and conformance takes what it leaves. The main suite prints as it goes, conformance when it ends. Both
-# always run; the status is the first failure's. First, one line of this machine's speed
+# it is pure computation, while the main suite's tests time rows, heartbeats and hand-backs, so the main
+# suite gets a core whenever it is ready and conformance takes what it leaves. The main suite prints as it
+# goes, conformance when it ends. Both always run; the status is the first failure's. First, one line of this machine's speed
 # (scripts/machine_speed.py): the same suite's wall time differs several-fold between 2-core machines.
 test: install-test
 	@$(PYTHON) scripts/machine_speed.py   # the log's wall times, set beside this machine's speed
