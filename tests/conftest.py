@@ -1,5 +1,6 @@
 import gc
 import glob
+import json
 import os
 import shutil
 import socket
@@ -75,6 +76,21 @@ def session_models_dir(tmp_path_factory) -> Path:
     path = root / "session-models"
     path.mkdir(exist_ok=True)
     return path
+
+
+def built_once(tmp_path_factory, name: str, build) -> tuple[Path, dict]:
+    """(folder, result) of ``build(folder) -> JSON-able dict``, run once per test session however many
+    xdist workers ask: the first builds under a file lock in the folder the workers share (see
+    session_models_dir) and records the result as JSON; the others wait for it and read it. For a
+    costly module fixture whose tests worksteal may split between workers."""
+    from filelock import FileLock
+    folder = session_models_dir(tmp_path_factory).parent / f"built-{name}"
+    folder.mkdir(exist_ok=True)
+    result = folder / "result.json"
+    with FileLock(str(folder) + ".lock"):
+        if not result.exists():
+            result.write_text(json.dumps(build(folder)))
+    return folder, json.loads(result.read_text())
 
 
 def share_models(state: Path, tmp_path_factory) -> Path:

@@ -15,6 +15,7 @@ own, stopped mid-study).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -32,7 +33,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, run_study_data
+from conftest import REPO, built_once, run_study_data
 from fault_helpers import BASE
 from grpolab.tracking.recorder import relocate_artifacts, tracking_uri
 
@@ -338,10 +339,8 @@ def run_case(case: Case, inputs: dict, recorded_state: Path, root: Path) -> Outc
                    mlflow_runs(state), seconds)
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory, tiny_model_dir):
+def build_corpus(root: Path, tiny_model_dir: Path) -> dict:
     """Every runnable case's outcome, run 3 at a time, plus the inputs and what they held before."""
-    root = tmp_path_factory.mktemp("corpus")
     recorded_state = root / "recorded-state"
     (root / "inputs").mkdir()
     run_study_data(root / "inputs", {
@@ -368,11 +367,21 @@ def corpus(tmp_path_factory, tiny_model_dir):
                 args = " ".join(shlex.quote(a.format(**inputs, state="STATE")) for a in case.args).replace(str(root), "…")
                 answer = [l for l in outcomes[case.id].stderr.splitlines() if l.startswith("error:")]
                 out.write(f"{case.id}\t`grpolab {args}`\t{(answer or ['?'])[0].replace(str(root), '…')}\n")
-    yield {"inputs": inputs, "outcomes": outcomes, "root": root, "inputs_before": inputs_before,
-           "recorded_state": recorded_state, "recorded_runs": mlflow_runs(recorded_state)}
-    for key in ("unreadable_yaml", "gguf_unreadable", "jsonl_unreadable"):
-        inputs[key].chmod(0o644)
-    inputs["readonly_folder"].chmod(0o755)
+    return {"inputs": {k: str(v) for k, v in inputs.items()},
+            "outcomes": {k: dataclasses.asdict(o) for k, o in outcomes.items()},
+            "inputs_before": inputs_before, "recorded_runs": mlflow_runs(recorded_state)}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory, tiny_model_dir):
+    """The corpus, run once per test session: every xdist worker that runs some of its cases reads the
+    outcomes the first one recorded (``built_once``), so the ~70 commands never run twice. The
+    chmod-000 inputs keep their modes to the session's end (pytest's own clean-up removes them)."""
+    root, built = built_once(tmp_path_factory, "corpus", lambda root: build_corpus(root, tiny_model_dir))
+    yield {"inputs": {k: Path(v) for k, v in built["inputs"].items()},
+           "outcomes": {k: Outcome(**o) for k, o in built["outcomes"].items()}, "root": root,
+           "inputs_before": built["inputs_before"], "recorded_state": root / "recorded-state",
+           "recorded_runs": [tuple(r) for r in built["recorded_runs"]]}
 
 
 def test_the_corpus_covers_every_command_and_class():
