@@ -190,9 +190,23 @@ def test_the_episodes_input_composes_the_gigpo_functions():
 
 def test_a_batch_of_other_size_than_its_episodes_is_refused():
     episodes = gigpo.Episodes([[1.0], [0.0]], [[0], [0]], torch.zeros(2, 3, dtype=torch.long))
-    with pytest.raises(ValueError, match="4 advantages for 2 episodes"):
+    with pytest.raises(ValueError, match="compute_advantages: 2 episodes for 4 rows: the episodes input needs one "
+                                         "episode per row of the whole batch"):
         algorithms.compute_advantages(build_spec({"advantage": "group_mean"}),
                                       AdvantageInputs(torch.tensor([1.0, 0.0, 1.0, 0.0]), 2, episodes=episodes))
+
+
+def test_episodes_with_part_of_the_batch_as_this_processs_rows_are_refused():
+    """The episode population and the step term are computed over the episodes given: with this
+    process's rows a part of the batch (several processes) they would not be the rows the loss reads."""
+    episodes = gigpo.Episodes([[1.0], [0.0], [0.5], [0.0]], [[0], [0], [1], [1]], torch.zeros(4, 3, dtype=torch.long))
+    spec = build_spec({"advantage": "group_mean", "step_omega": 1.0})
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.0])
+    with pytest.raises(ValueError, match=r"episodes input applies to the whole batch of 4 rows, but local_rows is "
+                                         r"slice\(2, 4, None\): episodes are not gathered across processes"):
+        algorithms.compute_advantages(spec, AdvantageInputs(rewards, 2, episodes=episodes, local_rows=slice(2, 4)))
+    whole = algorithms.compute_advantages(spec, AdvantageInputs(rewards, 2, episodes=episodes, local_rows=slice(0, 4)))
+    assert whole.advantages.shape == (4, 3)   # one process: its rows are the whole batch
 
 
 def test_similarity_threshold_groups_near_identical_text_states():
