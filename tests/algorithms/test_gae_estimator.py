@@ -54,18 +54,6 @@ def test_gae_advantages_and_value_targets_on_a_fixed_batch(case):
     torch.testing.assert_close(estimate.value_targets, torch.tensor(targets), atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("case", list(CASES))
-def test_the_registered_function_is_the_pure_math(case):
-    """lambda (fixed, or VAPO's per sequence) -> ``adv.gae`` -> whitening over the valid tokens, exactly."""
-    spec = _spec(CASES[case][0])
-    lam = adv.length_adaptive_lambda(MASK, spec.gae_length_alpha) if spec.gae_length_alpha > 0 else spec.gae_lambda
-    advantages, returns = adv.gae(REWARDS, VALUES, MASK, spec.gae_gamma, lam, spec.gae_lambda_critic, PENALTY)
-    if spec.whiten_advantages:
-        advantages = adv.whiten_tokens(advantages, MASK)
-    estimate = _estimate(CASES[case][0])
-    assert torch.equal(estimate.advantages, advantages) and torch.equal(estimate.value_targets, returns)
-
-
 def test_vapos_lambda_adapts_to_each_completions_length():
     assert adv.length_adaptive_lambda(MASK, 0.5).flatten().tolist() == pytest.approx([0.5, 1 / 3, 0.0])
     fixed = _estimate({"gae_lambda": 0.5, "gae_lambda_critic": 1.0}).advantages

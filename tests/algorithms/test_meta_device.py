@@ -106,8 +106,23 @@ REGISTRIES = {
     "episode_norm": (gigpo.EPISODE_NORM_FUNCTIONS, lambda name, x: [gigpo.EPISODE_NORM_FUNCTIONS[name](
         x["r"], gigpo.EpisodeBatch([0.5] * N, [2] * N, G, std_norm=True, eps=1e-4, unbiased=True))]),
 }
+def _episodes(step_omega: float):
+    """GiGPO's two levels on the estimator's A^E (x["r"], the batch's device) of N episodes of one or
+    two turns, as EpisodeRollout supplies them: host lists and a CPU turn index (None without a step term)."""
+    def run(x):
+        keys = [["s", f"t{i % 3}"][: 1 + i % 2] for i in range(N)]
+        turns = torch.tensor([[0, 0, -1, 1, 1] if i % 2 else [0, 0, -1, -1, -1] for i in range(N)], device="cpu")
+        episodes = gigpo.Episodes([[0.1 * i, 1.0][: 1 + i % 2] for i in range(N)], gigpo.anchor_groups(keys, G),
+                                  turns if step_omega > 0 else None)
+        spec = build_spec({"advantage": "group_std", "episode_norm": "step", "step_omega": step_omega})
+        return [gigpo.episode_advantages(spec, x["r"], episodes, G)]
+    return run
+
+
 # pure functions outside a registry that the training step calls on the batch's device
 FUNCTIONS = {
+    "episode_advantages": _episodes(0.0),
+    "episode_advantages_step_term": _episodes(1.0),
     "combine_rewards": lambda x: [combine_rewards(x["rk"], None), combine_rewards(x["rk"], (1.0, 0.5))],
     "soft_overlong_penalty": lambda x: [soft_overlong_penalty(x["lengths"], 4, 2)],
     "whiten_tokens": lambda x: [adv.whiten_tokens(x["values"], x["mask"])],
@@ -127,6 +142,8 @@ ON_THE_CPU = {
     ("surrogate", "group_dpo"): "pairs completions through unique() of the group ids",
     ("cap_policy", "fill"): "the groups left over come from informative.tolist()",
     ("function", "entropy_mask"): "boolean indexing (nonzero()) of the valid tokens' entropies",
+    ("function", "episode_advantages_step_term"): "builds its step table from host floats on the CPU, where the "
+                                                  "turn index is, and copies A^E there (a meta tensor has no data)",
 }
 
 CASES = [(registry, name) for registry, (functions, _) in REGISTRIES.items() for name in functions] + [

@@ -173,6 +173,39 @@ def test_compute_advantages_with_the_episodes_input_on_a_fixed_batch(case):
         "anchor/groups_size_3to4": 0.2, "anchor/groups_size_5to8": 0.0, "anchor/groups_size_over8": 0.0})
 
 
+def test_the_population_std_and_adv_eps_reach_both_levels_by_hand():
+    """std_unbiased=False and adv_eps=0.1 through the episodes input, numbers from the formulas
+    (gigpo.step_row_episode_advantages, step_advantages, token_advantages). Episode 0: states A, B,
+    rewards 0, 1 (return 1, 2 turns); episode 1: state A, reward 0 (return 0, 1 turn)."""
+    spec = build_spec({"advantage": "group_std", "episode_norm": "step", "step_omega": 1.0, "step_gamma": 0.5,
+                       "std_unbiased": False, "adv_eps": 0.1})
+    episodes = _toy_episodes([["A", "B"], ["A"]], [[0.0, 1.0], [0.0]])
+    out, _ = _with_episodes(spec, episodes, 6)
+    # A^E over step rows: returns (1, 0) counted 2 and 1 times; mean 2/3, population variance
+    # (2 (1/3)^2 + (2/3)^2) / 3 = 2/9 (divided by the 3 rows, not by 3 - 1)
+    std = math.sqrt(2) / 3
+    ae = [(1 / 3) / (std + 0.1), (-2 / 3) / (std + 0.1)]
+    # A^S: discounted returns (0 + 0.5 * 1, 1) and (0,); anchor group A holds 0.5 and 0: mean 0.25,
+    # population std 0.25; B is a singleton (its std 0): (1 - 1) / (0 + 0.1) = 0
+    a_s = 0.25 / (0.25 + 0.1)
+    expected = torch.tensor([[ae[0] + a_s, ae[0] + a_s, 0.0, ae[0], ae[0], 0.0],
+                             [ae[1] - a_s, ae[1] - a_s, 0.0, 0.0, 0.0, 0.0]])
+    torch.testing.assert_close(out, expected, atol=1e-6, rtol=0)
+
+
+def test_the_turn_of_each_token_is_built_only_for_the_step_term():
+    rollout = EpisodeRollout(_task(), [])
+    rollout.episodes, rollout.group_size = _toy_episodes(), 2
+    without = rollout.advantage_inputs(build_spec({"advantage": "group_std"}), 9, lambda key, value: None)
+    with_step = rollout.advantage_inputs(build_spec({"advantage": "group_std", "step_omega": 1.0}), 9,
+                                         lambda key, value: None)
+    assert without["episodes"].turn_index is None and with_step["episodes"].turn_index.shape == (4, 9)
+    assert without["episodes"].step_rewards == with_step["episodes"].step_rewards
+    with pytest.raises(ValueError, match=r"step_omega=1: GiGPO's step term needs the turn of each completion token"):
+        gigpo.episode_advantages(build_spec({"advantage": "group_std", "step_omega": 1.0}), torch.zeros(4),
+                                 without["episodes"], 2)
+
+
 def test_the_episodes_input_composes_the_gigpo_functions():
     """The same batch term by term: group_std's A^E of the returns, then A^E + omega * A^S by turn."""
     spec = build_spec(MIXED["gigpo"][0])
@@ -190,9 +223,23 @@ def test_the_episodes_input_composes_the_gigpo_functions():
 
 def test_a_batch_of_other_size_than_its_episodes_is_refused():
     episodes = gigpo.Episodes([[1.0], [0.0]], [[0], [0]], torch.zeros(2, 3, dtype=torch.long))
-    with pytest.raises(ValueError, match="4 advantages for 2 episodes"):
+    with pytest.raises(ValueError, match="compute_advantages: 2 episodes for 4 rows: the episodes input needs one "
+                                         "episode per row of the whole batch"):
         algorithms.compute_advantages(build_spec({"advantage": "group_mean"}),
                                       AdvantageInputs(torch.tensor([1.0, 0.0, 1.0, 0.0]), 2, episodes=episodes))
+
+
+def test_episodes_with_part_of_the_batch_as_this_processs_rows_are_refused():
+    """The episode population and the step term are computed over the episodes given: with this
+    process's rows a part of the batch (several processes) they would not be the rows the loss reads."""
+    episodes = gigpo.Episodes([[1.0], [0.0], [0.5], [0.0]], [[0], [0], [1], [1]], torch.zeros(4, 3, dtype=torch.long))
+    spec = build_spec({"advantage": "group_mean", "step_omega": 1.0})
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.0])
+    with pytest.raises(ValueError, match=r"episodes input applies to the whole batch of 4 rows, but local_rows is "
+                                         r"slice\(2, 4, None\): episodes are not gathered across processes"):
+        algorithms.compute_advantages(spec, AdvantageInputs(rewards, 2, episodes=episodes, local_rows=slice(2, 4)))
+    whole = algorithms.compute_advantages(spec, AdvantageInputs(rewards, 2, episodes=episodes, local_rows=slice(0, 4)))
+    assert whole.advantages.shape == (4, 3)   # one process: its rows are the whole batch
 
 
 def test_similarity_threshold_groups_near_identical_text_states():

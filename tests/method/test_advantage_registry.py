@@ -16,7 +16,8 @@ import torch
 from grpolab.algorithms import AdvantageInputs, compute_advantages
 from grpolab.algorithms import estimators as E
 from grpolab.errors import ConfigError
-from grpolab.method.advantages import ADVANTAGES, advantage_params, register_estimator, unregister_estimator
+from grpolab.method.advantages import (ADVANTAGES, Estimator, advantage_params, check_entry, register_estimator,
+                                       unregister_estimator)
 from grpolab.method.requirements import requirement
 from grpolab.method.spec import MethodSpec, build_spec
 from grpolab.tracking.naming import method_params
@@ -35,6 +36,24 @@ def test_every_estimator_states_its_shape_and_its_unscorable_rows(name):
     if entry.missing:
         with pytest.raises(ConfigError, match="cannot train with it yet"):
             build_spec({"advantage": name})
+
+
+@pytest.mark.parametrize("name", list(ADVANTAGES))
+def test_an_estimator_has_a_critic_exactly_when_it_reads_the_critics_values(name):
+    """The trainer builds a critic from ``critic`` and asks it for values from ``inputs``: they agree."""
+    entry = ADVANTAGES[name]
+    assert entry.critic == ("critic_values" in entry.inputs)
+
+
+@pytest.mark.parametrize("entry", [Estimator("toy_unread_critic", critic=True, no_trl="a test's estimator"),
+                                   Estimator("toy_unbuilt_critic", inputs=("critic_values",), no_trl="a test's")],
+                         ids=["critic without its values", "values without a critic"])
+def test_an_entry_whose_critic_and_inputs_disagree_is_refused_at_registration(entry):
+    with pytest.raises(ValueError, match=rf"advantage '{entry.name}': critic={entry.critic} but inputs=.*an estimator "
+                                         r"with a critic reads its values \(inputs names 'critic_values'\)"):
+        register_estimator(entry)
+    assert entry.name not in ADVANTAGES
+    check_entry(Estimator("toy_critic", critic=True, inputs=("critic_values",), no_trl="a test's estimator"))
 
 
 @pytest.mark.parametrize("param", advantage_params())

@@ -55,12 +55,16 @@ def _trainer(spec, rollout_func=None, critic=None):
     return trainer
 
 
-def _rollout() -> Rollout:
-    mask = (torch.arange(T).unsqueeze(0) < torch.tensor(LENGTHS).unsqueeze(1)).float()
+def _mask() -> torch.Tensor:
+    return (torch.arange(T).unsqueeze(0) < torch.tensor(LENGTHS).unsqueeze(1)).float()
+
+
+def _rollout(penalty: torch.Tensor | None = None) -> Rollout:
+    mask = _mask()
     out = {"completion_ids": torch.zeros(4, T, dtype=torch.long), "completion_mask": mask.long(),
            "prompt_ids": torch.zeros(4, 2, dtype=torch.long), "prompt_mask": torch.ones(4, 2, dtype=torch.long)}
     rows = [RolloutRow(False, n, False, f"p{i // G}", "c") for i, n in enumerate(LENGTHS)]
-    return Rollout(out, REWARDS, rows, Generated(REWARDS, rows, None), 0, G, mask, None)
+    return Rollout(out, REWARDS, rows, Generated(REWARDS, rows, None), 0, G, mask, penalty)
 
 
 @pytest.fixture
@@ -84,6 +88,28 @@ def test_gae_reads_the_critics_values_from_its_provider_through_compute_advantag
     advantages, returns = adv.gae(REWARDS.view(-1), VALUES, rollout.mask, spec.gae_gamma, 0.95, spec.gae_lambda_critic)
     assert torch.equal(scored.advantages, advantages) and torch.equal(scored.returns, returns)
     assert torch.equal(scored.old_values, VALUES)   # the centre of the value loss's clipping
+
+
+def test_vapos_gae_with_a_reward_side_kl_and_whitening_on_a_fixed_batch(calls):
+    """The stage's GAE end to end: the reward-side KL per token (0.05 on the model tokens, garbage on
+    padding that must not leak) goes in as the token penalty, VAPO's lambda 1 - 1 / (0.5 |o|) is
+    0.5, 1/3, 0 and 0.5 for 4, 3, 2 and 4 tokens, and the advantages are whitened over the 13 valid
+    tokens (std with N - 1). Numbers: the formulas of ``adv.gae`` evaluated in plain floats, e.g. row 2
+    (lambda 0): deltas -0.05 + 0.9 * 0.1 - 0.1 = -0.06 and -0.05 + 0.5 - 0.1 = 0.35."""
+    spec = build_spec({"advantage": "gae", "gae_length_alpha": 0.5, "whiten_advantages": True, "gae_gamma": 0.9,
+                       "gae_lambda_critic": 0.95})
+    penalty = torch.where(_mask().bool(), torch.tensor(0.05), torch.tensor(3.0))
+    trainer = _trainer(spec, critic=_Critic())
+    scored = RolloutStages(trainer).advantages(_rollout(penalty), [{}] * 4)
+    [(_, inputs)] = calls
+    assert inputs.token_penalty is penalty
+    advantages = [[0.2662482, -0.0015224, -0.482609, 2.151989], [-1.051836, 1.0878934, -1.4377309, 0.0],
+                  [-0.1813289, 0.8699462, 0.0, 0.0], [0.7607482, -0.5550444, -0.6300439, -0.7967095]]
+    targets = [[0.5088484, 0.6325713, 0.76675, 0.95], [-0.1190637, -0.07025, -0.05, 0.0], [0.33925, 0.45, 0.0, 0.0],
+               [0.0538896, 0.0951925, 0.1435, 0.2]]
+    torch.testing.assert_close(scored.advantages, torch.tensor(advantages), atol=1e-6, rtol=0)
+    torch.testing.assert_close(scored.returns, torch.tensor(targets), atol=1e-6, rtol=0)
+    assert trainer.curves["kl_reward_penalty"] == [pytest.approx(0.05 * sum(LENGTHS) / 4)]
 
 
 def test_a_rollouts_own_inputs_reach_compute_advantages(calls):

@@ -231,6 +231,28 @@ def test_episode_axes_need_an_episode_rollout_and_refuse_length_axes_on_it(tmp_p
         GrpoLabTrainer(**kw, method={"name": "gigpo", "overlong_filter": True}, rollout_func=rollout)
 
 
+class _OwnInputs:
+    """A rollout_func that supplies estimator inputs of its own and plays no episodes (no ``task``)."""
+
+    def __call__(self, prompts, trainer):
+        raise AssertionError("not called: only the construction checks run")
+
+    def advantage_inputs(self, spec, width, record_curve):
+        return {}
+
+
+def test_a_rollout_supplying_inputs_is_not_taken_for_an_episode_rollout(tmp_path):
+    """Supplying ``advantage_inputs`` does not make a rollout an episode rollout: the drop-in's checks
+    pass it under a single-turn method and refuse GiGPO's episode settings with it as without one."""
+    from grpolab.trainer.dropin import prepare
+    own = {"rollout_func": _OwnInputs()}
+    setup = prepare(MISSING_MODEL, [reward_num_unique_chars], _args(tmp_path), _dataset(), "grpo", None, own)
+    assert setup.spec.step_omega == 0
+    for method in ("gigpo", {"name": "grpo", "episode_norm": "step"}):
+        with pytest.raises(ValueError, match=r"needs multi-turn episodes: pass rollout_func=EpisodeRollout"):
+            prepare(MISSING_MODEL, [reward_num_unique_chars], _args(tmp_path), _dataset(), method, None, own)
+
+
 def test_registered_regime_and_overrides_reach_the_config(tiny_model_dir, tmp_path):
     t = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=reward_num_unique_chars, args=_args(tmp_path),
                        train_dataset=_dataset(), method={"name": "gspo", "eps_high": 5e-4}, correctness="answer")

@@ -116,6 +116,41 @@ def test_compute_advantages_refuses_an_input_no_entry_names():
     """A misspelt input keyword to an estimator that reads none is refused, not carried along unread."""
     from grpolab import algorithms
     from grpolab.method.spec import build_spec
-    with pytest.raises(TypeError, match="unexpected keyword 'greedy_reward': advantage=group_std names no provided"):
+    with pytest.raises(TypeError, match=r"input 'greedy_reward' is not one advantage=group_std reads: besides the "
+                                        r"AdvantageInputs fields \(.*greedy_rewards.*\) it reads no other input$"):
         algorithms.compute_advantages(build_spec({}), algorithms.AdvantageInputs.of(
             torch.tensor([1.0, 0.0, 1.0, 0.0]), 2, greedy_reward=torch.zeros(4)))
+
+
+def test_an_estimator_that_names_inputs_still_refuses_a_misspelt_one():
+    """GAE names an input (critic_values) whose key is a field (old_values): a misspelt ``old_value``
+    is refused, naming the key and what the estimator reads, not left unread."""
+    from grpolab import algorithms
+    from grpolab.method.spec import build_spec
+    mask = torch.ones(2, 3)
+    with pytest.raises(TypeError, match=r"input 'old_value' is not one advantage=gae reads: besides the AdvantageInputs "
+                                        r"fields \(.*old_values.*\) it reads no other input \(its inputs: critic_values\)"):
+        algorithms.compute_advantages(build_spec({"advantage": "gae"}), algorithms.AdvantageInputs.of(
+            torch.tensor([1.0, 0.0]), 2, mask=mask, old_values=torch.zeros(2, 3), old_value=torch.zeros(2, 3)))
+
+
+def test_a_toy_estimator_reads_its_declared_key_and_refuses_any_other(toy):
+    from grpolab import algorithms
+    spec = ToySpec(advantage=NAME, toy_alpha=0.5)
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    out = algorithms.compute_advantages(spec, algorithms.AdvantageInputs.of(rewards, 2, prompt_tokens=torch.ones(4)))
+    assert out.advantages.tolist() == [0.25, -0.25, 0.25, -0.25]
+    with pytest.raises(TypeError, match=r"input 'prompt_token' is not one advantage=toy_prompt_scaled reads: .* it "
+                                        r"reads prompt_tokens \(its inputs: prompt_tokens\)"):
+        algorithms.compute_advantages(spec, algorithms.AdvantageInputs.of(rewards, 2, prompt_tokens=torch.ones(4),
+                                                                          prompt_token=torch.ones(4)))
+
+
+def test_a_provider_returning_a_key_its_input_does_not_declare_is_named(toy):
+    """The trainer's side of the same rule: the provider, not the estimator, is named."""
+    estimator_inputs.PROVIDERS["prompt_tokens"] = Provider(lambda part, call: {"prompt_tokenz": torch.ones(2)})
+    trainer = SimpleNamespace(spec=ToySpec(advantage=NAME), rollout_func=None)
+    part = estimator_inputs.EstimatorInputs(trainer, score_greedy=None)
+    with pytest.raises(ValueError, match=r"the provider of estimator input 'prompt_tokens' returned 'prompt_tokenz', "
+                                         r"which it does not declare \(method.advantages.input_keys: prompt_tokens\)"):
+        part.extras([{}], {"completion_ids": torch.zeros(2, 3)}, torch.ones(2, 3))

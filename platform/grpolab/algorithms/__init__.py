@@ -20,7 +20,7 @@ from grpolab.algorithms.loss_inputs import LossInputs
 from grpolab.algorithms.estimators import ESTIMATORS, AdvantageInputs, Estimate, refuse_unscorable
 from grpolab.algorithms.shaping import overlong_buffer, soft_overlong_penalty
 from grpolab.algorithms.surrogates import SURROGATE_LOSSES, Batch, clip_stats, masked_mean, surrogate_loss
-from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.advantages import ADVANTAGES, input_keys
 from grpolab.method.kl import kl_in_loss
 from grpolab.method.spec import MethodSpec
 
@@ -53,12 +53,15 @@ def compute_advantages(spec: MethodSpec, inputs: AdvantageInputs) -> Estimate:
     inputs.rewards is (N,) or (N, K) reward components: only an estimator whose entry keeps
     ``components`` apart sees them; the others get their sum with ``spec.reward_weights``, and a
     completion every reward function skipped (NaN) goes to the estimator's unscorable form (0, out of
-    the baselines) or is refused. An input in ``inputs.provided`` is refused unless the entry names
-    inputs (``Estimator.inputs``). With ``inputs.episodes`` (multi-turn episodes) the estimator's
-    advantages are GiGPO's A^E of the episode returns: its episode population and step-level term
-    follow (``gigpo.episode_advantages``).
-    Returns an ``Estimate``: advantages (N,) or, for a ``per_token`` estimator (or GiGPO's step term),
-    (n_local, T), and a critic's value targets (n_local, T) (None for the others).
+    the baselines) or is refused. ``inputs.provided`` may hold only the keys the entry's inputs
+    declare (``Estimator.inputs``, ``input_keys``) that are no field: any other is refused, so a
+    misspelt input is not carried along unread. With ``inputs.episodes`` (multi-turn episodes, one
+    per row of the whole batch) the estimator's advantages are GiGPO's A^E of the episode returns:
+    its episode population and step-level term follow (``gigpo.episode_advantages``).
+    Returns an ``Estimate``: advantages (N,), one per completion, or, for a ``per_token`` estimator,
+    (n_local, T), this process's rows; with episodes (whose levels apply to the whole batch, so
+    ``local_rows``, if given, must be all N rows) GiGPO's step term makes them (N, T). A critic's
+    value targets are (n_local, T) (None for the others).
 
     Several processes: rewards and lengths are the gathered (global) batch; mask, token_penalty and
     the per-token provided inputs are this process's rows ``local_rows`` of it, ``reduce`` sums
@@ -66,9 +69,9 @@ def compute_advantages(spec: MethodSpec, inputs: AdvantageInputs) -> Estimate:
     entry, estimator, rewards = ADVANTAGES[spec.advantage], ESTIMATORS[spec.advantage], inputs.rewards
     if rewards.shape[0] % inputs.group_size:
         raise ValueError(f"{rewards.shape[0]} rewards do not split into groups of {inputs.group_size}")
-    if inputs.provided and not entry.inputs:   # a misspelt input must not pass as one nobody reads
-        raise TypeError(f"compute_advantages: unexpected keyword {sorted(inputs.provided)[0]!r}: "
-                        f"advantage={spec.advantage} names no provided input")
+    _check_provided(spec.advantage, entry.inputs, inputs.provided)
+    if inputs.episodes is not None:
+        _check_episodes(inputs)
     if not entry.components:
         inputs = dataclasses.replace(inputs, rewards=combine_rewards(rewards, spec.reward_weights))
     if not entry.components and torch.isnan(inputs.rewards).any():   # unscorable: every reward function returned None
@@ -82,6 +85,31 @@ def compute_advantages(spec: MethodSpec, inputs: AdvantageInputs) -> Estimate:
         estimate = estimate._replace(advantages=gigpo.episode_advantages(spec, estimate.advantages, inputs.episodes,
                                                                          inputs.group_size))
     return estimate
+
+
+def _check_provided(advantage: str, names: tuple[str, ...], provided: dict) -> None:
+    """Refuses a ``provided`` key that none of the entry's inputs declares: a misspelt input must
+    not pass as one nobody reads."""
+    fields = {f.name for f in dataclasses.fields(AdvantageInputs)} - {"provided"}
+    valid = sorted({key for name in names for key in input_keys(name)} - fields)
+    unread = sorted(set(provided) - set(valid))
+    if unread:
+        raise TypeError(f"compute_advantages: input {unread[0]!r} is not one advantage={advantage} reads: besides "
+                        f"the AdvantageInputs fields ({', '.join(sorted(fields))}) it reads "
+                        f"{', '.join(valid) or 'no other input'}" + (f" (its inputs: {', '.join(names)})" if names else ""))
+
+
+def _check_episodes(inputs: AdvantageInputs) -> None:
+    """GiGPO's episode population and step term are computed over the episodes given, which must be
+    the rows the advantages apply to: one episode per row of the whole batch, on one process
+    (an episode rollout's episodes are this process's and are not gathered)."""
+    n, rows, local = len(inputs.episodes.step_rewards), inputs.rewards.shape[0], inputs.local_rows
+    if n != rows:
+        raise ValueError(f"compute_advantages: {n} episodes for {rows} rows: the episodes input needs one episode "
+                         "per row of the whole batch")
+    if local is not None and range(rows)[local] != range(rows):
+        raise ValueError(f"compute_advantages: the episodes input applies to the whole batch of {rows} rows, but "
+                         f"local_rows is {local}: episodes are not gathered across processes (one process only)")
 
 
 def entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, top_quantile: float, gather=None) -> torch.Tensor:

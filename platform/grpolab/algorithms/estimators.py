@@ -45,13 +45,14 @@ class AdvantageInputs:
     sum_pi_squared: torch.Tensor | None = None  # (n_local, T), as mask: sum over the vocabulary of pi_old^2 per token
     old_values: torch.Tensor | None = None      # (n_local, T), as mask: the critic's V(s_t) at generation, no grad
     episodes: Episodes | None = None            # multi-turn episodes, one per row: GiGPO's episode and step levels
-    provided: dict = field(default_factory=dict)   # any other input an entry names, by its provider's keys
+    provided: dict = field(default_factory=dict)   # inputs no field holds, by the keys the entry's inputs declare
 
     @classmethod
     def of(cls, rewards: torch.Tensor, group_size: int, **given) -> "AdvantageInputs":
         """The record of inputs given by name, as providers return them: a field's name sets that
-        field, any other name goes to ``provided`` (``compute_advantages`` refuses it unless the
-        estimator's entry names an input: a misspelt field is not carried along unread)."""
+        field, any other name goes to ``provided`` (``compute_advantages`` refuses it unless one of the
+        estimator's inputs declares it, ``method.advantages.input_keys``: a misspelt field is not
+        carried along unread)."""
         names = {f.name for f in fields(cls)} - {"rewards", "group_size", "provided"}
         return cls(rewards, group_size, **{k: v for k, v in given.items() if k in names},
                    provided={k: v for k, v in given.items() if k not in names})

@@ -176,7 +176,8 @@ class Episodes(NamedTuple):
     GiGPO's episode and step levels read them (``AdvantageInputs.episodes``)."""
     step_rewards: list[list[float]]   # r_1..r_{T_i} of episode i: R_i is their sum, T_i their number
     anchor_ids: list[list[int]]       # the step group of each (i, t) (``anchor_groups``)
-    turn_index: torch.Tensor          # (N, T) the turn of each completion token, -1 on environment and padding tokens
+    turn_index: torch.Tensor | None = None   # (N, T) the turn of each completion token, -1 on environment and
+                                             # padding tokens; only the step term reads it (None without one)
 
     def returns(self) -> list[float]:
         return [float(sum(rewards)) for rewards in self.step_rewards]
@@ -201,6 +202,9 @@ def episode_advantages(spec, episode_adv: torch.Tensor, episodes: Episodes, grou
         episodes.returns(), episodes.turns(), group_size, std_norm=std_norm, eps=eps, unbiased=unbiased))
     if spec.step_omega == 0 or episode_adv.dim() == 2:
         return episode_adv
+    if episodes.turn_index is None:
+        raise ValueError(f"step_omega={spec.step_omega:g}: GiGPO's step term needs the turn of each completion token "
+                         "(Episodes.turn_index)")
     returns = [discounted_returns(rewards, spec.step_gamma) for rewards in episodes.step_rewards]
     step_adv = step_advantages(returns, episodes.anchor_ids, std_norm=std_norm, eps=eps, unbiased=unbiased)
     # the step term is built where turn_index is (the CPU: a table of host floats), then moved to A^E's device

@@ -47,13 +47,20 @@ class EpisodeRollout:
 
     def advantage_inputs(self, spec, width: int, record_curve) -> dict:
         """``AdvantageInputs``'s ``episodes`` for the batch just scored (each episode's step rewards, its
-        steps' anchor groups by ``spec.anchor_similarity`` and the turn of each of its ``width`` completion
-        tokens), and the episode curves (the task's and the anchor groups') through ``record_curve(key, value)``."""
+        steps' anchor groups by ``spec.anchor_similarity`` and, for the step term only (``spec.step_omega``
+        > 0), the turn of each of its ``width`` completion tokens), and the episode curves (the task's and
+        the anchor groups') through ``record_curve(key, value)``."""
         episodes = self.episodes
         anchor_ids = gigpo.anchor_groups([e.state_keys for e in episodes], self.group_size, spec.anchor_similarity)
         for key, value in {**self.task.metrics(episodes), **gigpo.anchor_metrics(anchor_ids)}.items():
             record_curve(key, value)
-        turn_index = torch.full((len(episodes), width), -1, dtype=torch.long, device="cpu")   # the step term is built on the CPU
-        for i, e in enumerate(episodes):
-            turn_index[i, :len(e.turn_index)] = torch.tensor(e.turn_index, dtype=torch.long, device="cpu")
+        turn_index = _turn_index(episodes, width) if spec.step_omega > 0 else None   # only the step term reads it
         return {"episodes": gigpo.Episodes([list(e.rewards) for e in episodes], anchor_ids, turn_index)}
+
+
+def _turn_index(episodes: list, width: int) -> torch.Tensor:
+    """(N, width): the turn of each completion token, -1 on environment and padding tokens."""
+    turn_index = torch.full((len(episodes), width), -1, dtype=torch.long, device="cpu")   # the step term is built on the CPU
+    for i, e in enumerate(episodes):
+        turn_index[i, :len(e.turn_index)] = torch.tensor(e.turn_index, dtype=torch.long, device="cpu")
+    return turn_index

@@ -121,6 +121,29 @@ _ENTRIES += [
               no_trl="the installed TRL 1.16.0's scale_rewards has no 'mean' (group, batch, none)",
               cite="MaxRL, Tajwar, Zeng et al. 2026, Maximum Likelihood Reinforcement Learning, arXiv:2602.02710"),
 ]
+#: the keys each input's provider returns, which ``compute_advantages`` accepts for an estimator whose
+#: entry names that input: ``AdvantageInputs`` fields, or names no field holds, which reach the estimator
+#: in ``AdvantageInputs.provided``. An input not listed returns one tensor under its own name.
+INPUT_KEYS: dict[str, tuple[str, ...]] = {"critic_values": ("old_values",), "greedy_rewards": ("greedy_rewards",),
+                                          "pi_old_token_stats": ("old_logp", "sum_pi_squared")}
+
+
+def input_keys(name: str) -> tuple[str, ...]:
+    """The keys the provider of input ``name`` returns (``INPUT_KEYS``; its own name if unlisted)."""
+    return INPUT_KEYS.get(name, (name,))
+
+
+def check_entry(entry: Estimator) -> None:
+    """An entry's facts that must agree: the trainer builds a critic for ``critic`` entries and asks
+    the critic for its values only for entries whose ``inputs`` name ``critic_values``, so one without
+    the other would train a critic nobody reads or read a critic nobody built."""
+    if entry.critic != ("critic_values" in entry.inputs):
+        raise ValueError(f"advantage {entry.name!r}: critic={entry.critic} but inputs={entry.inputs!r}: an estimator "
+                         "with a critic reads its values (inputs names 'critic_values'), and only such an estimator")
+
+
+for _entry in _ENTRIES:
+    check_entry(_entry)
 ADVANTAGES: dict[str, Estimator] = {e.name: e for e in _ENTRIES}
 
 
@@ -128,6 +151,7 @@ def register_estimator(entry: Estimator) -> None:
     """Add ``entry`` to the axis (tests register a toy estimator this way, with its function)."""
     if entry.name in ADVANTAGES:
         raise ValueError(f"advantage {entry.name!r} has an entry already")
+    check_entry(entry)
     ADVANTAGES[entry.name] = entry
 
 

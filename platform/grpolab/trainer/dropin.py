@@ -20,7 +20,7 @@ import inspect
 import math
 from typing import NamedTuple
 
-from grpolab.envs.episode_task import check_episode_method
+from grpolab.envs.episode_task import EpisodeTask, check_episode_method
 from grpolab.method.requirements import filters_groups
 from grpolab.errors import GrpoLabWarning, warn_at_caller
 from grpolab.method.registry import METHODS
@@ -212,9 +212,12 @@ def prepare(model, reward_funcs, args, train_dataset, method, correctness, trl_k
 
 def check_episode_axes(spec: MethodSpec, rollout_func) -> None:
     """GiGPO's step term and per-turn episode counting need multi-turn episodes (an
-    ``EpisodeRollout``); on episodes, the length axes that cannot act are refused (envs/episode_task.py)."""
-    if hasattr(rollout_func, "advantage_inputs"):   # a rollout supplying episodes (envs.trainer_rollout.EpisodeRollout)
-        check_episode_method(spec, rollout_func.task.name)
+    ``EpisodeRollout``); on episodes, the length axes that cannot act are refused (envs/episode_task.py).
+    A rollout plays episodes when its ``task`` is an ``EpisodeTask``: supplying ``advantage_inputs``
+    does not make one (any rollout_func may supply estimator inputs)."""
+    task = getattr(rollout_func, "task", None)
+    if isinstance(task, EpisodeTask):
+        check_episode_method(spec, task.name)
     elif spec.step_omega > 0 or EPISODE_NORMS[spec.episode_norm].per_turn:
         raise ValueError(f"method step_omega={spec.step_omega:g}, episode_norm={spec.episode_norm} (GiGPO) needs "
                          "multi-turn episodes: pass rollout_func=EpisodeRollout (grpolab.envs), e.g. task: {name: gridworld}")

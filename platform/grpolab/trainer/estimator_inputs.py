@@ -16,7 +16,7 @@ from typing import Callable, NamedTuple
 import torch
 
 from grpolab import algorithms
-from grpolab.method.advantages import ADVANTAGES
+from grpolab.method.advantages import ADVANTAGES, input_keys
 
 #: the generation settings that sample (``transformers.GenerationConfig``); greedy decoding leaves them unset
 SAMPLING_SETTINGS = ("temperature", "top_p", "top_k", "min_p", "top_h", "typical_p", "epsilon_cutoff", "eta_cutoff")
@@ -41,8 +41,10 @@ class ProviderCall(NamedTuple):
 
 
 class Provider(NamedTuple):
-    """``fn(part, call) -> {compute_advantages keyword: tensor}``, where ``part`` is the trainer's
-    ``EstimatorInputs`` (its public trainer, scorer and statistics); ``whole_groups``: it computes
+    """``fn(part, call) -> {key: tensor}``, keyed as ``AdvantageInputs.of`` reads them, by the keys its
+    input declares (``method.advantages.input_keys``: ``AdvantageInputs`` fields, or names that
+    reach the estimator in ``provided``), where ``part`` is the trainer's ``EstimatorInputs`` (its
+    public trainer, scorer and statistics); ``whole_groups``: it computes
     over each group on the process that holds it, so each process's rows must be whole groups."""
     fn: Callable[["EstimatorInputs", ProviderCall], dict]
     whole_groups: bool = False
@@ -106,8 +108,14 @@ class EstimatorInputs:
         tokens (multi-turn episodes: GiGPO's, whatever the estimator), and records its own curves.
         ``mask`` (n_local, T): the model tokens the estimator's baselines are over."""
         trainer, extra, call = self.trainer, {}, ProviderCall(inputs, out, mask)
-        for provider in providers_of(trainer.spec.advantage):
-            extra.update(provider.fn(self, call))
+        advantage = trainer.spec.advantage
+        for name, provider in zip(ADVANTAGES[advantage].inputs, providers_of(advantage)):
+            given = provider.fn(self, call)
+            undeclared = sorted(set(given) - set(input_keys(name)))
+            if undeclared:   # compute_advantages would refuse it as unread: name the provider instead
+                raise ValueError(f"the provider of estimator input {name!r} returned {undeclared[0]!r}, which it does "
+                                 f"not declare (method.advantages.input_keys: {', '.join(input_keys(name))})")
+            extra.update(given)
         supply = getattr(trainer.rollout_func, "advantage_inputs", None)
         if supply is not None:
             extra.update(supply(trainer.spec, out["completion_ids"].size(1), trainer.record_curve))
