@@ -121,3 +121,13 @@ def test_matched_step_takes_measured_points_only():
     assert matched_step(h, 119_999) is None and matched_step(h, 142_000) is None   # step 30 at 50 %, 60 at 84.5 %
     windows = RunHistory({0: {}, 60: {}}, {"tokens/cumulative": [(56, 1000.0), (64, 1200.0)]})
     assert tokens_at(windows, 60) == 1200.0   # the window holding step 60 generated its tokens before it
+
+
+def test_a_rung_with_no_row_yet_is_not_called_the_reference(monkeypatch):
+    """A rung none of whose rows ran (a time limit paused the study first) reads as its verdict
+    ("not run") and why, never as the reference, which only the first rung is."""
+    rows, cfg = _ladder(monkeypatch)
+    frame = ladder_table(rows[rows.rung == 0], cfg)
+    lines = answer_lines(frame)
+    assert lines[0].startswith("+ Token-level Loss: reference, mean 0.300 (8 seeds)")
+    assert lines[1] == "+ Dynamic Sampling: not run (no paired seed; 0 seeds)"

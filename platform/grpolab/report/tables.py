@@ -48,11 +48,15 @@ def answer_lines(frame: pd.DataFrame) -> list[str]:
     alone could cross its deciding bound), its paired effect on the previous rung with the interval
     the label was judged on, the paired seeds it used, the familywise label beside it, and its regime
     gates; a rung judged at equal generated tokens too has that secondary line after it. The first
-    rung is the reference."""
+    rung is the reference; a later rung with no paired seed yet says so, with its verdict and why."""
     lines = []
-    for row in frame.itertuples(index=False):
+    for first, row in zip([True] + [False] * (len(frame) - 1), frame.itertuples(index=False)):
+        seeds_n = f"{int(row.n)} seed{'s' if row.n != 1 else ''}"
+        if first:
+            lines.append(f"{row.rung}: reference, mean {row.mean:.3f} ({seeds_n})")
+            continue
         if pd.isna(row.delta_vs_prev):
-            lines.append(f"{row.rung}: reference, mean {row.mean:.3f} ({int(row.n)} seed{'s' if row.n != 1 else ''})")
+            lines.append(f"{row.rung}: {row.verdict_vs_prev or 'not judged'} ({row.why or 'no paired seed'}; {seeds_n})")
             continue
         seeds = f"{int(row.pairs)} paired seed{'s' if row.pairs != 1 else ''}"
         low, high = row.delta_vs_prev - row.delta_ci95, row.delta_vs_prev + row.delta_ci95
