@@ -3,12 +3,13 @@ install it, so the Makefile can skip pip; exit 1, naming the first thing missing
 
 pip spends ~20 s re-resolving and re-building the editable wheel even when nothing changes, on every
 `make test`. "Installed" means all of:
-- grpolab is an editable install of this very checkout (pip's direct_url.json points here);
+- grpolab is an editable install of this very checkout (pip's direct_url.json points here), whose
+  installed metadata (version, console scripts, Requires-Dist) is what pyproject.toml declares now;
 - every requirement of pyproject.toml's [project.dependencies], and of each `--extra` named, is
   satisfied by an installed distribution (versions checked with pip's own specifier rules);
 - every extra `name==version` pin given on the command line is installed at that version.
 Dependencies of dependencies are not re-checked: pip resolved them when it installed these, and a
-broken one fails the first import loudly. Needs only the standard library and `packaging`; without
+broken one fails the first import loudly. A requirement with extras always sends it to pip. Needs only the standard library and `packaging`; without
 `packaging` it answers "not installed", so pip runs.
 """
 from __future__ import annotations
@@ -34,6 +35,36 @@ def editable_mismatch(repo: Path = REPO) -> str | None:
     return None
 
 
+def _declared(line: str, extra: str | None = None) -> tuple:
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+    req = Requirement(line)
+    marker = str(req.marker) if req.marker else ""
+    if extra is not None and marker:
+        return ("unsupported", line)   # a marker inside an extra: compared by pip only
+    return (canonicalize_name(req.name), str(req.specifier), tuple(sorted(req.extras)),
+            f'extra == "{extra}"' if extra is not None else marker)
+
+
+def metadata_mismatch(project: dict) -> str | None:
+    """Why the installed grpolab metadata (version, console scripts, Requires-Dist) is not what
+    pyproject.toml declares now, or None: pip writes them at install time, so an entry point or a
+    requirement changed since then needs pip again even when every requirement happens to be met."""
+    dist = metadata.distribution("grpolab")
+    if dist.version != project["version"]:
+        return f"grpolab {project['version']} (installed metadata: {dist.version})"
+    scripts = {ep.name: ep.value for ep in dist.entry_points if ep.group == "console_scripts"}
+    if scripts != project.get("scripts", {}):
+        return f"grpolab's console scripts {project.get('scripts', {})} (installed: {scripts})"
+    declared = {_declared(line) for line in project["dependencies"]}
+    for extra, lines in project.get("optional-dependencies", {}).items():
+        declared |= {_declared(line, extra) for line in lines}
+    installed = {_declared(line) for line in dist.requires or []}
+    if declared != installed:
+        return f"grpolab's requirements as pyproject.toml declares them ({len(declared ^ installed)} differ from the installed metadata)"
+    return None
+
+
 def requirement_missing(wanted: list[str]) -> str | None:
     """The first requirement line no installed distribution satisfies, in words, or None."""
     from packaging.requirements import Requirement
@@ -41,6 +72,8 @@ def requirement_missing(wanted: list[str]) -> str | None:
         req = Requirement(line)
         if req.marker is not None and not req.marker.evaluate():
             continue
+        if req.extras:   # the extras' own requirements are pip's to resolve
+            return f"{line} (a requirement with extras)"
         try:
             version = metadata.version(req.name)
         except metadata.PackageNotFoundError:
@@ -60,7 +93,7 @@ def first_missing(extras: list[str], pins: list[str]) -> str | None:
     wanted = list(project["dependencies"]) + pins
     for extra in extras:
         wanted += project["optional-dependencies"][extra]
-    return editable_mismatch() or requirement_missing(wanted)
+    return editable_mismatch() or metadata_mismatch(project) or requirement_missing(wanted)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ import pytest
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.pop("MLFLOW_TRACKING_URI", None)  # tests always use their own embedded store
 warnings.filterwarnings("ignore", category=FutureWarning)
-# Under pytest-xdist (`make test`: -n 2) each test process gets its share of the cores, and so do
+# Under pytest-xdist (`make test`: -n 3) each test process gets its share of the cores (at least one), and so do
 # the processes it starts (they read OMP_NUM_THREADS when torch loads): two 2-thread torch pools
 # on 2 cores spin against each other (measured: suite 19.4 min with -n 2 vs 13.2 serial).
 # GRPOLAB_TEST_CORES: the cores this pytest session shares out (`make test` runs the conformance
@@ -82,15 +82,27 @@ def built_once(tmp_path_factory, name: str, build) -> tuple[Path, dict]:
     """(folder, result) of ``build(folder) -> JSON-able dict``, run once per test session however many
     xdist workers ask: the first builds under a file lock in the folder the workers share (see
     session_models_dir) and records the result as JSON; the others wait for it and read it. For a
-    costly module fixture whose tests worksteal may split between workers."""
+    costly module fixture whose tests worksteal may split between workers.
+    A build that raises is recorded too: every worker then fails with its traceback, not with what a
+    second build in the half-filled folder would raise."""
+    import traceback
     from filelock import FileLock
     folder = session_models_dir(tmp_path_factory).parent / f"built-{name}"
     folder.mkdir(exist_ok=True)
-    result = folder / "result.json"
+    result = folder.with_name(folder.name + ".json")
     with FileLock(str(folder) + ".lock"):
         if not result.exists():
-            result.write_text(json.dumps(build(folder)))
-    return folder, json.loads(result.read_text())
+            try:
+                recorded = {"result": build(folder)}
+            except Exception:
+                recorded = {"error": traceback.format_exc()}
+            partial = result.with_suffix(".partial")
+            partial.write_text(json.dumps(recorded))
+            os.replace(partial, result)   # a reader sees the whole record or none
+    recorded = json.loads(result.read_text())
+    if "error" in recorded:
+        pytest.fail(f"building {name} once for the session failed:\n{recorded['error']}")
+    return folder, recorded["result"]
 
 
 def share_models(state: Path, tmp_path_factory) -> Path:

@@ -30,5 +30,43 @@ def test_an_editable_install_of_another_checkout_is_not_this_one(tmp_path):
 def test_every_pyproject_requirement_line_is_read(monkeypatch):
     """A requirement added to pyproject.toml that is not installed makes the whole check answer with it."""
     monkeypatch.setattr(installed, "editable_mismatch", lambda repo=None: None)
+    monkeypatch.setattr(installed, "metadata_mismatch", lambda project: None)
     assert installed.first_missing(["test"], ["no-such-distribution-grpolab==2.0"]) == "no-such-distribution-grpolab==2.0"
     assert installed.first_missing(["test"], []) is None   # this test runs where `make install-test` installed it all
+
+
+class _FakeDist:
+    def __init__(self, direct_url: str = "{}", version="0.1.0", scripts=None, requires=None):
+        from importlib.metadata import EntryPoint
+        self.direct_url, self.version, self.requires = direct_url, version, requires or []
+        self.entry_points = [EntryPoint(n, v, "console_scripts") for n, v in (scripts or {}).items()]
+
+    def read_text(self, name):
+        return self.direct_url if name == "direct_url.json" else None
+
+
+def test_an_editable_install_of_this_checkout_is_this_one_and_a_copy_is_not(monkeypatch):
+    here = f'{{"dir_info": {{"editable": true}}, "url": "{REPO.as_uri()}"}}'
+    monkeypatch.setattr(installed.metadata, "distribution", lambda name: _FakeDist(here))
+    assert installed.editable_mismatch(REPO) is None
+    copied = here.replace("true", "false")
+    monkeypatch.setattr(installed.metadata, "distribution", lambda name: _FakeDist(copied))
+    assert "editable install" in installed.editable_mismatch(REPO)
+
+
+def test_metadata_written_by_an_older_pyproject_sends_it_to_pip(monkeypatch):
+    project = {"version": "0.1.0", "scripts": {"grpolab": "grpolab.cli:main"}, "dependencies": ["torch==2.13.0"],
+               "optional-dependencies": {"test": ["pytest>=8"]}}
+    current = dict(scripts={"grpolab": "grpolab.cli:main"}, requires=["torch==2.13.0", 'pytest>=8; extra == "test"'])
+    for dist, answer in [(_FakeDist(**current), None),
+                         (_FakeDist(**{**current, "scripts": {}}), "console scripts"),
+                         (_FakeDist(**{**current, "version": "0.0.9"}), "installed metadata: 0.0.9"),
+                         (_FakeDist(**{**current, "requires": ["torch==2.12.0", 'pytest>=8; extra == "test"']}),
+                          "requirements as pyproject.toml declares them")]:
+        monkeypatch.setattr(installed.metadata, "distribution", lambda name, d=dist: d)
+        found = installed.metadata_mismatch(project)
+        assert found is None if answer is None else answer in found, (answer, found)
+
+
+def test_a_requirement_with_extras_is_left_to_pip():
+    assert installed.requirement_missing(["torch[opt]==2.13.0"]) == "torch[opt]==2.13.0 (a requirement with extras)"
