@@ -74,12 +74,10 @@ def compute_advantages(spec: MethodSpec, inputs: AdvantageInputs) -> Estimate:
         _check_episodes(inputs)
     if not entry.components:
         inputs = dataclasses.replace(inputs, rewards=combine_rewards(rewards, spec.reward_weights))
-    if not entry.components and torch.isnan(inputs.rewards).any():   # unscorable: every reward function returned None
-        if estimator.unscorable is None:
-            refuse_unscorable(spec.advantage)
-        out = estimator.unscorable(spec, inputs.rewards, inputs)
-    else:
-        out = estimator.fn(spec, inputs)
+    unscorable = not entry.components and torch.isnan(inputs.rewards).any()   # every reward function returned None
+    if unscorable and estimator.unscorable is None:
+        refuse_unscorable(spec.advantage)
+    out = estimator.unscorable(spec, inputs.rewards, inputs) if unscorable else estimator.fn(spec, inputs)
     estimate = out if isinstance(out, Estimate) else Estimate(out)
     if inputs.episodes is not None:
         estimate = estimate._replace(advantages=gigpo.episode_advantages(spec, estimate.advantages, inputs.episodes,
