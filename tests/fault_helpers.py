@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from conftest import write_sums
-from grpolab.experiment import checkpoints
+from grpolab.experiment import checkpoint_files
 
 BASE = {"method": {"base": "grpo", "kl_coef": 0.0}, "task": {"name": "addition", "digits": 2},
         "model": {"preset": "tiny"}, "warm_start": {"enabled": False},
@@ -53,7 +53,7 @@ def kill_after_first_checkpoint(cmd: list, env: dict, state: Path, kill=None, ti
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + timeout
     while time.time() < deadline and proc.poll() is None:
-        if [p for p in state.glob(f"runs/*/checkpoint-*/{checkpoints.COMPLETE}") if p.parent.parent.name not in known]:
+        if [p for p in state.glob(f"runs/*/checkpoint-*/{checkpoint_files.COMPLETE}") if p.parent.parent.name not in known]:
             break
         time.sleep(0.02)
     else:   # no checkpoint in time: a kill now would test a run with nothing to resume

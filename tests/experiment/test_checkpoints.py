@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 from safetensors.torch import load_file
 
 from fault_helpers import kill_after_first_checkpoint
-from grpolab.experiment import checkpoints
+from grpolab.experiment import checkpoint_files
 from grpolab.tracking.recorder import final_model_dir
 from grpolab.cli import main
 from grpolab.tracking.recorder import tracking_uri
@@ -40,7 +40,7 @@ def _runs(state, name="ckpt-s3"):
 
 
 def _final_weights(state, run_id):
-    return load_file(checkpoints.run_dir(state, run_id) / "final" / "model.safetensors")
+    return load_file(checkpoint_files.run_dir(state, run_id) / "final" / "model.safetensors")
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +55,8 @@ def test_sigkill_then_resume_continues_the_same_run_exactly(tmp_path, experiment
     kill_after_first_checkpoint(*_cli(killed_state, experiment_file), killed_state)
     client, (run,) = _runs(killed_state)
     assert run.info.status == "RUNNING"     # kill -9: nothing could end the run
-    ckpt = checkpoints.find_resumable(killed_state, run.info.run_id)
-    killed_at = checkpoints.checkpoint_step(ckpt)
+    ckpt = checkpoint_files.find_resumable(killed_state, run.info.run_id)
+    killed_at = checkpoint_files.checkpoint_step(ckpt)
     assert SAVE_EVERY <= killed_at < STEPS and not (ckpt.parent / "final").exists()
 
     cmd, env = _cli(killed_state, experiment_file, "--resume")
@@ -74,7 +74,7 @@ def test_sigkill_then_resume_continues_the_same_run_exactly(tmp_path, experiment
     assert int(tags["grpolab.resume.from_step"]) == killed_at
     assert tags["grpolab.resume.differing_points"] == "0"  # re-computed steps equal what the killed run stored
     assert tags["grpolab.final_model"] == f"runs/{run.info.run_id}/final"      # relative to the state folder
-    assert final_model_dir(run.info.run_id, killed_state) == checkpoints.run_dir(killed_state, run.info.run_id).resolve() / "final"
+    assert final_model_dir(run.info.run_id, killed_state) == checkpoint_files.run_dir(killed_state, run.info.run_id).resolve() / "final"
     for key in run.data.metrics:
         steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
         assert len(steps) == len(set(steps)), f"duplicated points of {key}: {sorted(steps)}"
@@ -82,7 +82,7 @@ def test_sigkill_then_resume_continues_the_same_run_exactly(tmp_path, experiment
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "loss")) == list(range(2, STEPS + 1, 2))
     evals = sorted(m.step for m in client.get_metric_history(run.info.run_id, "eval/pass_at_1"))
     assert evals == list(range(0, STEPS + 1, 8))
-    kept = [step for step, _ in checkpoints.complete_checkpoints(checkpoints.run_dir(killed_state, run.info.run_id))]
+    kept = [step for step, _ in checkpoint_files.complete_checkpoints(checkpoint_files.run_dir(killed_state, run.info.run_id))]
     assert kept == [STEPS - SAVE_EVERY, STEPS]    # the newest two, the last one at the end of training
 
     (ref_run,) = _runs(reference_state)[1]
@@ -101,11 +101,11 @@ def test_sigkill_then_resume_continues_the_same_run_exactly(tmp_path, experiment
     assert sorted(last) == sorted(ref_last) and {k: v for k, v in last.items() if ref_last[k] != v} == {}
     # the completions table holds each rollout once, as the undisturbed run's: the re-trained steps replaced
     from grpolab.tracking.completions import TRAIN_TABLE, read_table
-    table = read_table(checkpoints.run_dir(killed_state, run.info.run_id) / TRAIN_TABLE)
-    ref_table = read_table(checkpoints.run_dir(reference_state, ref_run.info.run_id) / TRAIN_TABLE)
+    table = read_table(checkpoint_files.run_dir(killed_state, run.info.run_id) / TRAIN_TABLE)
+    ref_table = read_table(checkpoint_files.run_dir(reference_state, ref_run.info.run_id) / TRAIN_TABLE)
     assert [(r["step"], r["prompt"]) for r in table] == [(r["step"], r["prompt"]) for r in ref_table] and table
     # the uninterrupted run's folder is its own: run folders are never shared between runs
-    assert checkpoints.run_dir(reference_state, ref_run.info.run_id).exists()
+    assert checkpoint_files.run_dir(reference_state, ref_run.info.run_id).exists()
 
 
 def _short_run_with_checkpoint(state, experiment_file, *overrides):

@@ -13,7 +13,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from fault_helpers import kill_after_first_checkpoint
-from grpolab.experiment import checkpoints
+from grpolab.experiment import checkpoint_files
 from grpolab.tracking.recorder import tracking_uri
 
 STEPS, SAVE_EVERY, EVAL_EVERY = 12, 2, 4
@@ -68,7 +68,7 @@ def test_two_process_run_killed_after_a_checkpoint_resumes_into_the_same_run(tmp
     kill_after_first_checkpoint(*_torchrun(state, experiment, 29581), state, kill=lambda proc: _kill_tree(proc.pid))
     client = MlflowClient(tracking_uri(state))
     (run,) = client.search_runs([client.get_experiment_by_name("grpolab").experiment_id])
-    killed_at = checkpoints.checkpoint_step(checkpoints.find_resumable(state, run.info.run_id))
+    killed_at = checkpoint_files.checkpoint_step(checkpoint_files.find_resumable(state, run.info.run_id))
     assert SAVE_EVERY <= killed_at < STEPS
 
     cmd, env = _torchrun(state, experiment, 29582, "--resume")
@@ -86,4 +86,4 @@ def test_two_process_run_killed_after_a_checkpoint_resumes_into_the_same_run(tmp
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "loss")) == list(range(2, STEPS + 1, 2))   # one point per rollout (minibatches 2)
     evals = sorted(m.step for m in client.get_metric_history(run.info.run_id, "eval/pass_at_1"))
     assert evals == list(range(0, STEPS + 1, EVAL_EVERY))          # one eval series, not one per rank
-    assert (checkpoints.run_dir(state, run.info.run_id) / "final").is_dir()
+    assert (checkpoint_files.run_dir(state, run.info.run_id) / "final").is_dir()

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import REPO
 from fault_helpers import kill_after_first_checkpoint
-from grpolab.experiment import checkpoints
+from grpolab.experiment import checkpoint_files
 from grpolab.tracking.recorder import tracking_uri
 from grpolab.trainer.metrics import MEASURED_TIME
 
@@ -68,7 +68,7 @@ def test_a_run_resumed_after_sigkill_ends_equal_to_an_uninterrupted_one(state, m
     assert SAVE_EVERY <= from_step < STEPS
     assert f"run {killed.info.run_id}: resuming from checkpoint-{from_step} (step {from_step})" in resumed.stderr
     assert killed.data.tags["grpolab.resume.differing_points"] == "0"
-    assert (checkpoints.run_dir(state, killed.info.run_id) / "final").is_dir()
+    assert (checkpoint_files.run_dir(state, killed.info.run_id) / "final").is_dir()
     resumed_values, expected = _last_values(client, killed.info.run_id), _last_values(client, undisturbed.info.run_id)
     assert sorted(resumed_values) == sorted(expected)
     differing = {k: (resumed_values[k], v) for k, v in expected.items() if resumed_values[k] != v}

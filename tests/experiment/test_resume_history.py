@@ -18,7 +18,7 @@ import pytest
 from transformers import TrainerCallback
 
 from grpolab.errors import ConfigError
-from grpolab.experiment import checkpoints
+from grpolab.experiment import checkpoint_files, checkpoints
 from grpolab.experiment.config import build_config
 from grpolab.experiment.run_identity import RunIdentity
 from grpolab.experiment.runner import run_experiment
@@ -58,7 +58,7 @@ def runs(tmp_path_factory):
     with pytest.raises(Stopped):
         run_experiment(cfg, state, callbacks=[StopAfterFirstCheckpoint()], on_run=started.append)
     (run_id,) = started
-    resumed_from = checkpoints.checkpoint_step(checkpoints.find_resumable(state, run_id))
+    resumed_from = checkpoint_files.checkpoint_step(checkpoint_files.find_resumable(state, run_id))
     resumed = run_experiment(cfg, state, RunIdentity(resume_run_id=run_id))
     assert resumed.run_id == run_id and resumed.steps == STEPS
     return undisturbed, resumed, resumed_from
@@ -109,29 +109,29 @@ def test_a_save_cut_short_resumes_from_the_previous_checkpoint_and_ends_equal(ru
         run_experiment(cfg, tmp_path, on_run=started.append)
     monkeypatch.undo()
     (run_id,) = started
-    folder = checkpoints.run_dir(tmp_path, run_id)
+    folder = checkpoint_files.run_dir(tmp_path, run_id)
     cut = "no completion marker (its save was cut short)"
-    assert [(s, p.name, why) for s, p, why in checkpoints.checkpoint_folders(folder)] == [
+    assert [(s, p.name, why) for s, p, why in checkpoint_files.checkpoint_folders(folder)] == [
         (2, "checkpoint-2", None), (4, "checkpoint-4", cut)]
-    ckpt = checkpoints.check_resume(tmp_path, run_id, cfg.resolved())
-    assert checkpoints.resume_note(ckpt) == f"resuming from checkpoint-2 (step 2); not from the newer checkpoint-4 ({cut})"
+    ckpt = checkpoint_files.check_resume(tmp_path, run_id, cfg.resolved())
+    assert checkpoint_files.resume_note(ckpt) == f"resuming from checkpoint-2 (step 2); not from the newer checkpoint-4 ({cut})"
     resumed = run_experiment(cfg, tmp_path, RunIdentity(resume_run_id=run_id))
     assert resumed.evals == undisturbed.evals
     for metric in METRICS:
         assert objective_value(metric, resumed.evals, resumed.train_curves) == \
             objective_value(metric, undisturbed.evals, undisturbed.train_curves)
 
-    assert [s for s, _ in checkpoints.complete_checkpoints(folder)] == [4, 6]   # the newest two, rewritten whole
+    assert [s for s, _ in checkpoint_files.complete_checkpoints(folder)] == [4, 6]   # the newest two, rewritten whole
     weights = folder / "checkpoint-6" / "model.safetensors"
     size = weights.stat().st_size
     with open(weights, "r+b") as f:
         f.truncate(size // 2)                          # cut after it was saved
-    assert checkpoints.checkpoint_problem(folder / "checkpoint-6") == \
+    assert checkpoint_files.checkpoint_problem(folder / "checkpoint-6") == \
         f"model.safetensors is {size // 2} bytes, {size} when saved"
-    assert checkpoints.find_resumable(tmp_path, run_id) == folder / "checkpoint-4"
-    (folder / "checkpoint-4" / checkpoints.COMPLETE).write_text('{"step": 4, "fil')   # a marker cut mid-write
+    assert checkpoint_files.find_resumable(tmp_path, run_id) == folder / "checkpoint-4"
+    (folder / "checkpoint-4" / checkpoint_files.COMPLETE).write_text('{"step": 4, "fil')   # a marker cut mid-write
     with pytest.raises(ConfigError, match="no usable checkpoint") as refused:
-        checkpoints.check_resume(tmp_path, run_id, cfg.resolved())
+        checkpoint_files.check_resume(tmp_path, run_id, cfg.resolved())
     assert "checkpoint-4: its completion marker grpolab_complete.json cannot be read" in str(refused.value)
     assert "checkpoint-6: model.safetensors is" in str(refused.value)
 
@@ -153,7 +153,7 @@ def test_a_run_stopped_after_its_last_checkpoint_resumes_without_training_past_i
     with pytest.raises(Stopped):
         run_experiment(cfg, tmp_path, callbacks=[StopAfterLastCheckpoint()], on_run=started.append)
     (run_id,) = started
-    assert checkpoints.checkpoint_step(checkpoints.find_resumable(tmp_path, run_id)) == STEPS
+    assert checkpoint_files.checkpoint_step(checkpoint_files.find_resumable(tmp_path, run_id)) == STEPS
     resumed = run_experiment(cfg, tmp_path, RunIdentity(resume_run_id=run_id))
     assert resumed.steps == STEPS
     assert resumed.evals == undisturbed.evals                    # the final evaluation too: same weights, same draws
@@ -162,4 +162,4 @@ def test_a_run_stopped_after_its_last_checkpoint_resumes_without_training_past_i
         assert [step for step, _ in resumed.train_curves[key]] == [step for step, _ in points], key
         if not key.startswith(MEASURED_TIME):
             assert resumed.train_curves[key] == points, key
-    assert [s for s, _ in checkpoints.complete_checkpoints(checkpoints.run_dir(tmp_path, run_id))] == [4, 6]
+    assert [s for s, _ in checkpoint_files.complete_checkpoints(checkpoint_files.run_dir(tmp_path, run_id))] == [4, 6]

@@ -26,7 +26,7 @@ from optuna.trial import TrialState
 
 from conftest import tiny_two_rung_ladder, write_sums
 from grpolab.analysis.ablation import load_results
-from grpolab.experiment import checkpoints
+from grpolab.experiment import checkpoint_files
 from grpolab.report.publish import record_study_tables
 from grpolab.studies.coordinator import run_study
 from grpolab.studies.study_run import StudyRun
@@ -54,7 +54,7 @@ def _study(folder, model_dir, flag, state, name="resume_rows", rungs=RUNGS, seed
     """The study file; its reward module ``hold_ckpt`` is written in ``folder`` (on the workers' path)."""
     (folder / "hold_ckpt.py").write_text(HOLD_AFTER_CHECKPOINT)
     sums = write_sums(folder / "sums.jsonl")
-    marker = str(state / "runs" / "*" / "checkpoint-*" / checkpoints.COMPLETE)
+    marker = str(state / "runs" / "*" / "checkpoint-*" / checkpoint_files.COMPLETE)
     base = {"method": {"base": "grpo", "kl_coef": 0.0}, "model": {"path": str(model_dir)},
             "warm_start": {"enabled": False}, "tracking": {"experiment": "resume_study", "flush_every": 1},
             "task": {"name": "local_dataset", "path": str(sums), "extract": "last_number", "grade": "numeric",
@@ -83,7 +83,7 @@ def _row_with_a_checkpoint(state, timeout=600):
     """The running trial whose MLflow run has a complete checkpoint."""
     deadline = time.time() + timeout
     while time.time() < deadline:
-        done = {p.parent.parent.name for p in state.glob(f"runs/*/checkpoint-*/{checkpoints.COMPLETE}")}
+        done = {p.parent.parent.name for p in state.glob(f"runs/*/checkpoint-*/{checkpoint_files.COMPLETE}")}
         if done:   # a run folder has a checkpoint: the study and its trials exist
             for t in _trials(state):
                 if t.state == TrialState.RUNNING and t.user_attrs.get("mlflow_run_id") in done:

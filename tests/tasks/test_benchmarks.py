@@ -220,7 +220,7 @@ def test_grpolab_eval_rescores_a_saved_model_as_a_direct_evaluation(shared_state
     assert rescored["eval/small/maj_at_16"] == direct["eval/small/maj_at_16"]
     # every complete checkpoint and the final model: one nested run each, at its step
     from grpolab.analysis.rescore import rescore
-    from grpolab.experiment.checkpoints import complete_checkpoints
+    from grpolab.experiment.checkpoint_files import complete_checkpoints
     folder = shared_state / "runs" / result.run_id
     curve = rescore(str(folder), shared_state, ["hot"], {"size": 2}, "all", echo=lambda line: None)
     assert [r.step for r in curve] == sorted({s for s, _ in complete_checkpoints(folder)} | {2})

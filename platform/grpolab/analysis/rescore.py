@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from grpolab.errors import ConfigError
 from grpolab.experiment.benchmark_runs import RunBenchmarks
-from grpolab.experiment.checkpoints import CONFIG, complete_checkpoints, run_dir
+from grpolab.experiment.checkpoint_files import CONFIG, complete_checkpoints, run_dir
 from grpolab.experiment.config import EvalCfg, TrainCfg
 from grpolab.experiment.runner import run_splits
 from grpolab.experiment.vllm_eval import SavedModelVllm, uses_vllm

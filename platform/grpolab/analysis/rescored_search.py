@@ -20,7 +20,7 @@ import pandas as pd
 from grpolab.analysis.rescored import (RescoredSpec, at_model, borrowed_objective, describe, draws_under,
                                        eval_command, parse_rescored, pick_choice, read_rescorings, row_value)
 from grpolab.errors import ConfigError
-from grpolab.experiment.checkpoints import CONFIG, complete_checkpoints, run_dir
+from grpolab.experiment.checkpoint_files import CONFIG, complete_checkpoints, run_dir
 from grpolab.studies.definition import StudyConfig
 
 MISSING = "rescored_missing"   # the column that says why a trial has no re-scored value

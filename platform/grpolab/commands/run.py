@@ -67,7 +67,7 @@ def execute(options: RunOptions) -> int:
 
 def _resume_target(options: RunOptions, state) -> str:
     """The MLflow run to continue from its newest checkpoint, refused here, before the run opens."""
-    from grpolab.experiment.checkpoints import check_resume, resume_note, resume_target
+    from grpolab.experiment.checkpoint_files import check_resume, resume_note, resume_target
     from grpolab.tracking.recorder import client_for
     cfg = options.config
     resume = resume_target(client_for(state), cfg.tracking.experiment, f"{cfg.name}-s{cfg.seed}", state,

@@ -17,7 +17,7 @@ from transformers.trainer_callback import PrinterCallback
 
 from grpolab import __version__
 from grpolab.errors import ConfigError
-from grpolab.experiment import checkpoints, engines, vllm_eval
+from grpolab.experiment import checkpoint_files, checkpoints, engines, vllm_eval
 from grpolab.experiment.benchmark_runs import RunBenchmarks
 from grpolab.experiment.config import RunConfig
 from grpolab.experiment.run_identity import RunIdentity
@@ -261,17 +261,17 @@ def _open_run(cfg: RunConfig, state: Path, identity: RunIdentity) -> _Run:
     task = task_of(cfg.task)
     resume_run_id = identity.resume_run_id
     recorder = None
-    resume_from = checkpoints.check_resume(state, resume_run_id, cfg.resolved()) if resume_run_id else None
-    resume_step = checkpoints.checkpoint_step(resume_from) if resume_from else None  # (rotation may delete it later)
+    resume_from = checkpoint_files.check_resume(state, resume_run_id, cfg.resolved()) if resume_run_id else None
+    resume_step = checkpoint_files.checkpoint_step(resume_from) if resume_from else None  # (rotation may delete it later)
     if resume_from is not None and _rank() == 0:   # a study row's worker log says it too
-        log.info("run %s: %s", resume_run_id, checkpoints.resume_note(resume_from))
+        log.info("run %s: %s", resume_run_id, checkpoint_files.resume_note(resume_from))
     if cfg.tracking.enabled and _rank() == 0:
         recorder = RunRecorder(state, cfg.tracking.experiment, identity.run_name or f"{cfg.name}-s{cfg.seed}",
                                {**_run_tags(cfg, task), **(identity.extra_tags or {})}, run_params(cfg),
                                cfg.tracking.flush_every, RunLink(identity.parent_run_id, resume_run_id))
-    out_dir = checkpoints.run_dir(state, checkpoints.shared_run_folder(recorder.run_id if recorder else None))
+    out_dir = checkpoint_files.run_dir(state, checkpoints.shared_run_folder(recorder.run_id if recorder else None))
     if resume_from is None and _rank() == 0:
-        checkpoints.write_config(out_dir, cfg.resolved())
+        checkpoint_files.write_config(out_dir, cfg.resolved())
     run = _Run(cfg, state, task, recorder, out_dir, resume_from, resume_step)
     if _rank() == 0:
         run.tables = open_tables(out_dir, recorder, keep_upto=resume_step)

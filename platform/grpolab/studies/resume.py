@@ -8,6 +8,7 @@ import os
 import time
 from pathlib import Path
 
+from grpolab.experiment.checkpoint_files import CONFIG, config_change, find_resumable, run_dir
 from grpolab.studies.holders import WORKER_ATTR, heartbeat_grace, holder_gone, host_identity
 from grpolab.studies.rows import RUN_ATTR
 
@@ -31,13 +32,13 @@ def previous_holder_gone(study, run_id: str) -> bool:
 
 
 def checkpoint_to_resume(previous_run_id: str | None, state: Path, resolved: dict | None = None):
-    """Resume hook (the checkpoints work wires this): the checkpoint of an interrupted row's run,
-    or None. None restarts the row in a fresh MLflow run (the old run is already KILLED and
-    tagged ``grpolab.restarted_as``); a checkpoint makes the worker continue ``previous_run_id``
-    (same run id, contiguous steps). Either way only the new trial can report the row's value."""
-    if not previous_run_id:   # a first try: nothing to resume (and torch need not be imported)
+    """The interrupted row's run to continue, ``previous_run_id``, when it has a complete checkpoint
+    and the row's definition is unchanged; else None. None restarts the row in a fresh MLflow run
+    (the old run is already KILLED and tagged ``grpolab.restarted_as``); a run id makes the worker
+    continue it (same run id, contiguous steps). Either way only the new trial can report the row's
+    value."""
+    if not previous_run_id:   # a first try: nothing to resume
         return None
-    from grpolab.experiment.checkpoints import CONFIG, config_change, find_resumable, run_dir
     if find_resumable(state, previous_run_id) is None:
         return None
     stored = run_dir(state, previous_run_id) / CONFIG
