@@ -7,7 +7,7 @@ STATE ?= grpolab-state
 # Study worker processes for `make run` (each pins torch to its share of the cores).
 WORKERS ?= 2
 # Test processes of the main suite (`make test`).
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 # The test processes run on jemalloc that keeps freed pages. TRL's chunked log-prob over a 151k vocabulary
 # allocates and frees tensors above glibc's 32 MB mmap ceiling every step, so glibc maps and zeroes them
 # afresh each time (measured on one conformance tool test: 9.2 M page faults, 16 s of its 35 s in the kernel;
@@ -49,7 +49,7 @@ run: install
 # The main suite and, beside it, the conformance suite (scripts/conformance.sh, below): every TRL test
 # against the drop-in, and stock TRL where its answer can change a conclusion (the drift tests, and any
 # test the drop-in fails). Many main tests wait on subprocesses, servers and timeouts, so the main suite
-# runs TEST_WORKERS test processes, 3 on 2 cores (with 2, the machine sat 37 % idle over the suite: one
+# runs TEST_WORKERS test processes, 4 on 2 cores (with 2, the machine sat 37 % idle over the suite: one
 # test's waits left its core unused), and the conformance runs fill what is left. Conformance runs niced:
 # it is pure computation, while the main suite's tests time rows, heartbeats and hand-backs, so the main
 # suite gets a core whenever it is ready and conformance takes what it leaves. The main suite prints as it
