@@ -1,8 +1,10 @@
 """Exit 0 when this checkout is already installed as `make install` (or `make install-test`) would
-install it, so the Makefile can skip pip; exit 1, naming the first thing missing, otherwise.
+install it, so the Makefile can skip pip; exit 3 when only grpolab itself needs installing (every
+requirement is met), so `pip install --no-deps -e .` is enough; exit 1, naming the first thing
+missing, otherwise.
 
 pip spends ~20 s re-resolving and re-building the editable wheel even when nothing changes, on every
-`make test`. "Installed" means all of:
+`make test`; re-pointing the editable install at a new clone (CI's case) without resolving takes ~4 s. "Installed" means all of:
 - grpolab is an editable install of this very checkout (pip's direct_url.json points here), whose
   installed metadata (version, console scripts, Requires-Dist) is what pyproject.toml declares now;
 - every requirement of pyproject.toml's [project.dependencies], and of each `--extra` named, is
@@ -83,17 +85,21 @@ def requirement_missing(wanted: list[str]) -> str | None:
     return None
 
 
-def first_missing(extras: list[str], pins: list[str]) -> str | None:
-    """What is not installed as asked, in words, or None when everything is."""
+def first_missing(extras: list[str], pins: list[str]) -> tuple[str | None, bool]:
+    """(what is not installed as asked, in words, or None when everything is; whether it is grpolab
+    alone: every requirement met, only the editable install or its metadata out of date)."""
     try:
         import packaging.requirements  # noqa: F401
     except ImportError:
-        return "the packaging module (needed to compare versions)"
+        return "the packaging module (needed to compare versions)", False
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     wanted = list(project["dependencies"]) + pins
     for extra in extras:
         wanted += project["optional-dependencies"][extra]
-    return editable_mismatch() or metadata_mismatch(project) or requirement_missing(wanted)
+    requirement = requirement_missing(wanted)
+    if requirement is not None:
+        return requirement, False
+    return editable_mismatch() or metadata_mismatch(project), True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,10 +107,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--extra", action="append", default=[], help="an optional-dependencies group to check too")
     parser.add_argument("pins", nargs="*", help="further name==version requirements (the --no-deps installs)")
     args = parser.parse_args(argv)
-    missing = first_missing(args.extra, args.pins)
+    missing, only_grpolab = first_missing(args.extra, args.pins)
     if missing is None:
         print(f"installed: this checkout and its requirements ({', '.join(['base', *args.extra])}); pip skipped")
         return 0
+    if only_grpolab:
+        print(f"not installed: {missing}; every requirement is met, so grpolab alone is installed (pip --no-deps)")
+        return 3
     print(f"not installed: {missing}; installing")
     return 1
 

@@ -31,8 +31,20 @@ def test_every_pyproject_requirement_line_is_read(monkeypatch):
     """A requirement added to pyproject.toml that is not installed makes the whole check answer with it."""
     monkeypatch.setattr(installed, "editable_mismatch", lambda repo=None: None)
     monkeypatch.setattr(installed, "metadata_mismatch", lambda project: None)
-    assert installed.first_missing(["test"], ["no-such-distribution-grpolab==2.0"]) == "no-such-distribution-grpolab==2.0"
-    assert installed.first_missing(["test"], []) is None   # this test runs where `make install-test` installed it all
+    assert installed.first_missing(["test"], ["no-such-distribution-grpolab==2.0"]) == (
+        "no-such-distribution-grpolab==2.0", False)                     # pip resolves: a requirement is missing
+    assert installed.first_missing(["test"], []) == (None, True)   # this test runs where `make install-test` installed it all
+
+
+def test_a_stale_editable_install_with_every_requirement_met_reinstalls_grpolab_alone(monkeypatch, tmp_path, capsys):
+    """A new clone (CI's case): every requirement met, the editable install points elsewhere, so
+    `pip install --no-deps -e .` is enough (exit 3); a requirement missing as well needs pip's resolver (exit 1)."""
+    monkeypatch.setattr(installed, "editable_mismatch", lambda repo=None: f"grpolab as an editable install of {tmp_path}")
+    monkeypatch.setattr(installed, "metadata_mismatch", lambda project: None)
+    assert installed.first_missing(["test"], []) == (f"grpolab as an editable install of {tmp_path}", True)
+    assert installed.main(["--extra", "test"]) == 3 and "pip --no-deps" in capsys.readouterr().out
+    assert installed.main(["--extra", "test", "no-such-distribution-grpolab==2.0"]) == 1
+    assert "no-such-distribution-grpolab==2.0; installing" in capsys.readouterr().out
 
 
 class _FakeDist:
