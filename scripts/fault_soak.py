@@ -129,7 +129,9 @@ class MlflowServer:
                "--workers", "1", "--backend-store-uri", f"sqlite:///{self.root / 'server.db'}",
                "--artifacts-destination", str(self.root / "artifacts")]
         with open(self.root / "server.log", "a") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.root, env=ENV)
+            # MLflow's job runner (huey consumers, for its GenAI jobs) is not used by grpolab: off
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
+                                         env={**ENV, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
         deadline = time.time() + 180
         while time.time() < deadline and self.proc.poll() is None:
             try:

@@ -40,7 +40,10 @@ def server(tmp_path_factory):
            "--backend-store-uri", f"sqlite:///{tmp / 'server.db'}", "--artifacts-destination", str(tmp / "artifacts")]
     log = open(tmp / "server.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=tmp,
-                            env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true"})
+                            env={**os.environ, "MLFLOW_DISABLE_TELEMETRY": "true",
+                                 # MLflow's job runner (huey consumers, for its GenAI jobs) is not used by grpolab:
+                                 # left on, it starts 7 processes that cost ~15 CPU-s of the suite
+                                 "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 120
     while True:
