@@ -36,8 +36,6 @@ def test_a_two_worker_study_and_the_commands_reading_it_import_no_training_stack
     assert report == {"code": 0, "heavy": []}, report
     assert "rows 2/2 done" in err and "(parent run " in err, err[-2000:]   # this coordinator ran both rows
     assert "MLflow: mlflow ui --backend-store-uri" in err, err[-2000:]
-    again, err = _probe("--state", state, "study", path, "--workers", "2")    # nothing left to run
-    assert again == {"code": 0, "heavy": []}, again
     for command in (["table", path, "--format", "csv"], ["dashboard", path]):
         report, out = _probe("--state", state, *command)
         assert report == {"code": 0, "heavy": []}, (command, report, out[-2000:])
