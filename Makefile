@@ -52,8 +52,9 @@ run: install
 # The main suite and, beside it, the conformance suite (scripts/conformance.sh, below): every TRL test
 # against the drop-in, and stock TRL where its answer can change a conclusion (the drift tests, and any
 # test the drop-in fails). Many main tests wait on subprocesses, servers and timeouts, so the main suite
-# runs TEST_WORKERS test processes, 4 on 2 cores (with 2, the machine sat 37 % idle over the suite: one
-# test's waits left its core unused), and the conformance runs fill what is left. Conformance runs niced:
+# runs TEST_WORKERS test processes, 4 on 2 cores, one torch thread each (with 2, the machine sat 37 % idle
+# over the suite: one test's waits left its core unused; with 4 both cores are busy to the last seconds), and
+# the conformance runs fill what is left. Conformance runs niced:
 # it is pure computation, while the main suite's tests time rows, heartbeats and hand-backs, so the main
 # suite gets a core whenever it is ready and conformance takes what it leaves. The main suite prints as it
 # goes, conformance when it ends. Both always run; the status is the first failure's. First, one line of this machine's speed
