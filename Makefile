@@ -62,7 +62,7 @@ run: install
 test: install-test
 	@$(PYTHON) scripts/machine_speed.py   # the log's wall times, set beside this machine's speed
 	@status=0; code=0; log=$$(mktemp); \
-	$(TEST_ENV) CONFORMANCE_CONTROL=drift CONFORMANCE_PARALLEL=1 PYTHON=$(PYTHON) nice -n 10 sh scripts/conformance.sh > $$log 2>&1 & conformance=$$!; \
+	$(TEST_ENV) CONFORMANCE_CONTROL=drift PYTHON=$(PYTHON) nice -n 10 sh scripts/conformance.sh > $$log 2>&1 & conformance=$$!; \
 	$(TEST_ENV) $(PYTHON) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist worksteal --durations=25 --ignore=tests/conformance tests \
 		|| status=$$?; \
 	wait $$conformance || code=$$?; cat $$log; rm -f $$log; \

@@ -99,7 +99,8 @@ def first_missing(extras: list[str], pins: list[str]) -> tuple[str | None, bool]
     requirement = requirement_missing(wanted)
     if requirement is not None:
         return requirement, False
-    return editable_mismatch() or metadata_mismatch(project), True
+    stale = editable_mismatch() or metadata_mismatch(project)
+    return stale, stale is not None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -15,7 +15,7 @@ import pytest
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.pop("MLFLOW_TRACKING_URI", None)  # tests always use their own embedded store
 warnings.filterwarnings("ignore", category=FutureWarning)
-# Under pytest-xdist (`make test`: -n 3) each test process gets its share of the cores (at least one), and so do
+# Under pytest-xdist (`make test`: -n $(TEST_WORKERS)) each test process gets its share of the cores (at least one), and so do
 # the processes it starts (they read OMP_NUM_THREADS when torch loads): two 2-thread torch pools
 # on 2 cores spin against each other (measured: suite 19.4 min with -n 2 vs 13.2 serial).
 # GRPOLAB_TEST_CORES: the cores this pytest session shares out (`make test` runs the conformance

@@ -50,17 +50,16 @@ class Case:
     args: tuple            # {name} placeholders: paths of the inputs (see make_inputs), {state}, {study}
     needles: tuple         # each must be in the error line (after the same formatting)
     unreadable: bool = False   # relies on chmod 000: skipped when the tests run as root
-    torch_ok: bool = False     # the answer reads a checkpoint or model with torch (run --resume)
 
 
 def _cases(path: Path = REPO / "tests" / "data" / "bad_input_cases.yaml") -> list[Case]:
     """The corpus, one case a line in its data file (args split as a shell would)."""
     cases = []
     for entry in yaml.safe_load(path.read_text()):
-        extra = set(entry) - {"id", "args", "needles", "unreadable", "torch_ok"}
+        extra = set(entry) - {"id", "args", "needles", "unreadable"}
         assert not extra, f"{path}: case {entry.get('id')}: unknown keys {sorted(extra)}"
         cases.append(Case(entry["id"], tuple(shlex.split(entry["args"])), tuple(entry["needles"]),
-                          entry.get("unreadable", False), entry.get("torch_ok", False)))
+                          entry.get("unreadable", False)))
     return cases
 
 
@@ -405,8 +404,7 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(case, corpus):
     assert out.stdout == ""
     assert out.runs_after == out.runs_before          # no MLflow run created, none changed
     assert out.after == out.before                    # nothing written in the state copy, cwd or $HOME; nothing lost
-    if not case.torch_ok:
-        assert out.torch is False, "torch was imported before the answer"
+    assert out.torch is False, "torch was imported before the answer"
 
 
 def test_the_corpus_left_its_inputs_and_the_recorded_state_intact(corpus):

@@ -33,7 +33,7 @@ def test_every_pyproject_requirement_line_is_read(monkeypatch):
     monkeypatch.setattr(installed, "metadata_mismatch", lambda project: None)
     assert installed.first_missing(["test"], ["no-such-distribution-grpolab==2.0"]) == (
         "no-such-distribution-grpolab==2.0", False)                     # pip resolves: a requirement is missing
-    assert installed.first_missing(["test"], []) == (None, True)   # this test runs where `make install-test` installed it all
+    assert installed.first_missing(["test"], []) == (None, False)   # this test runs where `make install-test` installed it all
 
 
 def test_a_stale_editable_install_with_every_requirement_met_reinstalls_grpolab_alone(monkeypatch, tmp_path, capsys):
@@ -45,6 +45,9 @@ def test_a_stale_editable_install_with_every_requirement_met_reinstalls_grpolab_
     assert installed.main(["--extra", "test"]) == 3 and "pip --no-deps" in capsys.readouterr().out
     assert installed.main(["--extra", "test", "no-such-distribution-grpolab==2.0"]) == 1
     assert "no-such-distribution-grpolab==2.0; installing" in capsys.readouterr().out
+    monkeypatch.setattr(installed, "editable_mismatch", lambda repo=None: None)   # this checkout, metadata stale
+    monkeypatch.setattr(installed, "metadata_mismatch", lambda project: "grpolab 0.2.0 (installed metadata: 0.1.0)")
+    assert installed.main(["--extra", "test"]) == 3 and "installed metadata: 0.1.0" in capsys.readouterr().out
 
 
 class _FakeDist:

@@ -45,17 +45,18 @@ def execute(options: RunOptions) -> int:
         print(f"warning: {note}", file=sys.stderr)
     cfg = options.config
     check_stores(state_path(options.state))   # fail fast (seconds, nothing written) on an unreachable store
+    state = state_dir(options.state)
+    prepare_stores(state)   # a fresh MLflow database is created once, under the setup lock
+    # a refused resume (no run, no usable checkpoint, a changed configuration) is answered before torch loads
+    resume = _resume_target(options, state) if options.resume or options.resume_run else None
     from grpolab.experiment.progress import TrainProgress
     from grpolab.experiment.run_identity import RunIdentity
     from grpolab.experiment.runner import run_experiment
-    state = state_dir(options.state)
-    prepare_stores(state)   # a fresh MLflow database is created once, under the setup lock
 
     def announce(run_id: str) -> None:
         print(f"run {cfg.name}: method {cfg.method_name}, {cfg.train.steps} steps; MLflow run {run_id}; "
               f"state {state.resolve()}\npreparing the model (the warm start runs once per preset, task and "
               "seed, then is cached in the state folder) ...", file=sys.stderr, flush=True)
-    resume = _resume_target(options, state) if options.resume or options.resume_run else None
     bar = TrainProgress()
     result = run_experiment(cfg, state, RunIdentity(resume_run_id=resume), callbacks=[bar], eval_hook=bar.on_eval,
                             on_run=announce)

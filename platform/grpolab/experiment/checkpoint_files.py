@@ -1,9 +1,9 @@
 """A run's checkpoint folders on disk: where they are, which are complete, and whether a run can
 be resumed from them with the configuration it was started with.
 
-Torch-free, so that commands which only read a state folder (a study's coordinator writing its
-tables, ``grpolab table``, ``verdicts``, ``rescore``'s planning) never import the training stack;
-saving and restoring a trainer's state is ``checkpoints.py``. Detail: docs/runs.md,
+Torch-free, so that what only reads a state folder (a study's coordinator writing its tables,
+``grpolab table``, ``dashboard``, ``verdicts``) and ``grpolab run --resume``'s refusals never import
+the training stack; saving and restoring a trainer's state is ``checkpoints.py``. Detail: docs/runs.md,
 "grpolab.experiment.checkpoints".
 """
 

@@ -1,5 +1,5 @@
-"""Resuming a re-queued row: whether its interrupted run may be continued, and from which
-checkpoint."""
+"""Resuming a re-queued row: whether its interrupted run may be continued (the runner picks its
+newest complete checkpoint)."""
 
 from __future__ import annotations
 
