@@ -61,6 +61,10 @@ def test_short_run_records_every_curve_tag_param_and_artifact(shared_state):
     assert [m.step for m in tokens] == [2, 4] and tokens[-1].value > tokens[0].value
     evals = c.get_metric_history(result.run_id, "eval/pass_at_1")
     assert [m.step for m in evals] == [0, 2, 4]
+    # the parameters' distance from their start, at each evaluation: 0 before the first step, then growing
+    moved = [(m.step, m.value) for m in c.get_metric_history(result.run_id, "policy/param_change")]
+    assert [s for s, _ in moved] == [0, 2, 4] and moved[0][1] == 0.0 and 0 < moved[1][1] < moved[2][1] < 1
+    assert result.train_curves["policy/param_change"] == moved
     tags = run.data.tags
     for key in ("grpolab.method", "grpolab.spec_hash", "grpolab.git_commit", "grpolab.seed", "versions.torch",
                 "versions.trl", "versions.transformers", "grpolab.overrides"):

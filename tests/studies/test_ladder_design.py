@@ -272,14 +272,15 @@ def test_a_claim_study_that_adds_seeds_stops_on_its_claims_own_metric_effect_and
 
 def test_the_zero_variance_claim_study_runs_past_the_empty_update_guard_and_learns_nothing(shared_state):
     """Every batch of the cold-start study has no gradient by construction, so its rows must not be
-    stopped by the empty-update guard (20 such batches in a row): one row at 21 steps completes,
-    and its greedy accuracy is what it started at, exactly."""
+    stopped by the empty-update guard (20 such batches in a row): one row at 21 steps completes, and
+    its parameters are where they started, exactly (the claim's measure, policy/param_change)."""
     from grpolab.experiment.runner import run_experiment
     study = load_study(REPO / "studies" / "zero_variance.yaml")
     experiment = study.rung_experiment(0, study.seeds[0])
     experiment["train"] = {**experiment["train"], "steps": 21}
     result = run_experiment(build_config(experiment), shared_state)
     assert result.status == "FINISHED" and result.steps == 21
+    assert result.train_curves["policy/param_change"] == [(0, 0.0), (21, 0.0)]
     assert result.evals[21]["eval/greedy_accuracy"] == result.evals[0]["eval/greedy_accuracy"]
 
 

@@ -17,7 +17,7 @@ from transformers.trainer_callback import PrinterCallback
 
 from grpolab import __version__
 from grpolab.errors import ConfigError
-from grpolab.experiment import checkpoint_files, checkpoints, engines, vllm_eval
+from grpolab.experiment import checkpoint_files, checkpoints, engines, param_change, vllm_eval
 from grpolab.experiment.benchmark_runs import RunBenchmarks
 from grpolab.experiment.config import RunConfig
 from grpolab.experiment.run_identity import RunIdentity
@@ -188,6 +188,8 @@ class _Run:
     tables: tuple = (None, None)  # (rollouts, evaluations) completions tables, rank 0 (tracking/completions.py)
     device_seconds: float = 0.0   # processes x wall seconds of training (a resumed run's earlier part included)
     benchmarks: RunBenchmarks = None   # eval.benchmarks, scored beside the held-out set
+    param_change: param_change.ParamChange | None = None   # rank 0, unless the parameters are sharded
+    curves: dict = field(default_factory=dict)   # the run's training curves (TrackingCallback.curves)
 
     def evaluate(self, step: int, final: bool = False) -> None:
         """Held-out evaluation at ``step``: once per run, on rank 0, logged and handed to the hook.
@@ -209,6 +211,7 @@ class _Run:
         result = evaluate(self.model, self.tokenizer, self.task, examples, options, sampler=self.eval_sampler)
         named, named_rows = self.benchmarks.evaluate(self.task, self.model, self.tokenizer, self.eval_sampler)
         self.evals[step] = {**_eval_metrics(result), **named}
+        self._log_param_change(step)
         rows = eval_sample_rows(self.task, result.samples, examples, step)
         self.tables[1].append(rows, step=step, benchmark=HELD_OUT)
         self.tables[1].append(named_rows, step=step)   # every sample of the named benchmarks, each row names its own
@@ -220,6 +223,15 @@ class _Run:
                 self.recorder.log_table(rows, "eval_samples.json")   # MLflow table, appended
         if self.eval_hook is not None:
             self.eval_hook(step, self.evals[step])  # e.g. Optuna's report / prune
+
+
+    def _log_param_change(self, step: int) -> None:
+        """policy/param_change at this evaluation: a training curve (it is no held-out score)."""
+        moved = self.param_change.of(self.model) if self.param_change is not None else math.nan
+        if math.isfinite(moved):
+            self.curves.setdefault(param_change.KEY, []).append((step, moved))
+            if self.recorder:
+                self.recorder.log_metrics({param_change.KEY: moved}, step=step)
 
 
 def run_experiment(cfg: RunConfig, state: Path | None = None, identity: RunIdentity = RunIdentity(),
@@ -342,6 +354,11 @@ def _build_trainer(run: _Run, dataset, train, callbacks):
         raise RuntimeError("the method needs a reference model but TRL did not build one")
     callback.trainer = saver.trainer = trainer
     callback.table, trainer.rollout_rows_kept = run.tables[0], cfg.tracking.samples   # rows built per rollout: those kept
+    if param_change.sharded(trainer):
+        if run.recorder:
+            run.recorder.set_tags({param_change.TAG: "not measured: the parameters are sharded (FSDP or ZeRO-3)"})
+    elif _rank() == 0:   # theta_0 before any step or checkpoint load (the trainer loads one in train())
+        run.param_change = param_change.ParamChange(run.model)
     run.eval_sampler = vllm_eval.eval_sampler(cfg, trainer, run.tokenizer)
     trainer.remove_callback(PrinterCallback)  # it prints every raw log dict; grpolab prints a summary
     return trainer, callback
@@ -350,12 +367,13 @@ def _build_trainer(run: _Run, dataset, train, callbacks):
 def _train(run: _Run, trainer, callback) -> None:
     """Evaluate at step 0 (or restore a resumed run's curves and state), train, evaluate at the end."""
     started = time.perf_counter()
-    if run.resume_from is None:
-        run.evaluate(0)
-    else:  # the curves so far come from the store; grpolab's own trainer state from the checkpoint
+    if run.resume_from is not None:  # the curves so far come from the store; grpolab's own trainer state from the checkpoint
         checkpoints.load_extra_state(trainer, run.resume_from)
         if run.recorder:
             run.evals, callback.curves = checkpoints.resume_history(run.recorder, run.resume_step)
+    run.curves = callback.curves   # the evaluations add policy/param_change to them
+    if run.resume_from is None:
+        run.evaluate(0)
     before = trainer.counters.device_seconds   # a resumed run's, from its checkpoint
     if checkpoints.restores_without_training(trainer, run.resume_step, run.cfg.train.steps):
         checkpoints.restore_finished(trainer, run.resume_from)

@@ -141,6 +141,13 @@ ROLLOUT_AND_RUN = (
     Metric("grad_norm", RUN, "optimizer step", NON_NEGATIVE,
            "gradient norm before clipping at the optimizer step (TRL's report)",
            trl="grad_norm", when="every optimizer step"),
+    Metric("policy/param_change", RUN, "trainable parameter", NON_NEGATIVE,
+           "||theta_t - theta_0||_2 / ||theta_0||_2 over the trainable parameters (a LoRA run: its adapter's), "
+           "theta_0 as they were before the first step: how far training has moved the policy; exactly 0 only "
+           "when no update changed a parameter, so \"nothing is learned\" is checked on it (a held-out score "
+           "can sit at its floor while the policy moves); not taken where the parameters are sharded (FSDP, "
+           "ZeRO-3: tag grpolab.param_change)",
+           when="each held-out evaluation, step 0 included"),
     Metric("learning_rate", RUN, "optimizer step", NON_NEGATIVE,
            "learning rate at the optimizer step",
            trl="learning_rate", when="every optimizer step"),
