@@ -3,15 +3,10 @@
     policy/param_change(t) = ||theta_t - theta_0||_2 / ||theta_0||_2
 
 over the trainable parameters (a LoRA run: its adapter's), theta_0 as they were when the trainer was
-built, before any step or checkpoint load. Unlike a held-out score, it is at no floor: any update moves
-it (one Adam step moves each parameter by about the learning rate), and it is exactly 0 only when no
-update changed a parameter. "Nothing is learned" is checked on it, not on an accuracy that a model which
-answers everything wrong keeps at 0 whether it learns or not.
-
-theta_0 is kept on the CPU in the parameters' own dtype (the trainable parameters' size again in host
-memory), and the distance is taken on each parameter's device at each held-out evaluation. Sharded
-parameters (FSDP, DeepSpeed ZeRO-3) are not whole on any process: there the measure is not taken, and the
-run's tag says so.
+built, before any step or checkpoint load. Unlike a held-out score it sits at no floor: any update moves
+it, and it is exactly 0 only when no update changed a parameter. theta_0 is kept on the CPU in the
+parameters' own dtype; the distance is taken on each parameter's device at each held-out evaluation.
+Sharded parameters (FSDP, ZeRO-3) are whole on no process: there it is not taken, and a run tag says so.
 """
 
 from __future__ import annotations
