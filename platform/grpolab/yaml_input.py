@@ -7,6 +7,8 @@ the file and, where YAML knows it, the line.
 
 from __future__ import annotations
 
+import copy
+import functools
 from pathlib import Path
 
 import yaml
@@ -63,21 +65,27 @@ _YAML_KINDS = {"list": "a list", "int": "an integer", "float": "a number", "str"
 
 
 def read_yaml_mapping(path: str | Path, what: str, hint: str = "") -> dict:
-    """The top-level mapping of a YAML file; ``what`` names it in messages ("experiment file")."""
+    """The top-level mapping of a YAML file; ``what`` names it in messages ("experiment file").
+    A fresh copy each call; the same text is parsed once per process (a study command reads its
+    study file once per rung, seed and report)."""
     path = Path(path)
-    text = read_text_file(path, what)
+    return copy.deepcopy(_parsed_mapping(str(path), what, hint, read_text_file(path, what)))
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_mapping(path: str, what: str, hint: str, text: str) -> dict:
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except ConfigError as exc:
-        raise ConfigError(f"{what} {str(path)!r}: {exc}") from None
+        raise ConfigError(f"{what} {path!r}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{what} {str(path)!r} is not valid YAML{where}: {problem}") from None
+        raise ConfigError(f"{what} {path!r} is not valid YAML{where}: {problem}") from None
     if data is None or data == {}:
-        raise ConfigError(f"{what} {str(path)!r} is empty{'; ' + hint if hint else ''}")
+        raise ConfigError(f"{what} {path!r} is empty{'; ' + hint if hint else ''}")
     if not isinstance(data, dict):
-        raise ConfigError(f"{what} {str(path)!r}: expected a mapping of keys at the top level, "
+        raise ConfigError(f"{what} {path!r}: expected a mapping of keys at the top level, "
                           f"got {_YAML_KINDS.get(type(data).__name__, type(data).__name__)} {data!r:.60}")
     return data

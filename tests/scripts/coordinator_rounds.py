@@ -2,7 +2,8 @@
 
 For each round it waits at a file barrier (so every coordinator starts that round at the same
 moment), points MLflow at the round's fresh store and runs the real CLI entry point on the
-round's fresh study storage. Imports are paid once per process, not once per round.
+round's fresh study storage. Imports are paid once per process, not once per round, and the
+process's collector is the command line's (``startup.own_process``), as in a `grpolab` process.
 On PostgreSQL rounds every coordinator has its own state folder (as on separate machines), so the
 state-folder file lock cannot serialise them: the PostgreSQL advisory locks are what is tested.
 Prints ``CODES [exit codes]`` as its last line.
@@ -16,6 +17,7 @@ import traceback
 from pathlib import Path
 
 from grpolab.cli import main
+from grpolab.startup import own_process
 
 
 def barrier(folder: Path, name: str, parties: int) -> None:
@@ -42,4 +44,5 @@ def run(spec: dict) -> list[int]:
 
 
 if __name__ == "__main__":
+    own_process()
     print("CODES " + json.dumps(run(json.loads(sys.argv[1]))), flush=True)

@@ -1,9 +1,11 @@
-"""The launcher owns a multi-process row's rendezvous port (studies/ranks.py): two rows started at
-the same moment each get their own port and both form their process group.
+"""The launcher owns a multi-process row's rendezvous port (studies/ranks.py): rows started at the
+same moment each get their own port and all form their process group.
 
 Tested at the layer ranks.py exposes for it (start_processes: the rank launch and rendezvous of
-a row, without the training), with real gloo process groups on CPU: ten full rows of two ranks
-each would train twenty models for what these ranks check in one all_reduce."""
+a row, without the training), with real gloo process groups on CPU: full rows of two ranks each
+would train a model per rank for what these ranks check in one all_reduce. Five rows start at
+once, twice: 20 launches that meet another at the same moment (ten pairs a round), from 20 rank
+processes (each pays torch's import)."""
 
 import errno
 import socket
@@ -28,9 +30,12 @@ dist.destroy_process_group()
 """
 
 
-def start_row(prefix: Path, both_ready: threading.Barrier, held: dict) -> int:
+ROWS = "abcde"
+
+
+def start_row(prefix: Path, all_ready: threading.Barrier, held: dict) -> int:
     """One row's launch: its two ranks rendezvous and all_reduce; returns the row's port."""
-    both_ready.wait()
+    all_ready.wait()
     procs = ranks.start_processes(2, [sys.executable, "-c", RANK, str(prefix)])
     with socket.socket() as probe:   # the port is held from before the ranks start until they are done
         try:
@@ -42,13 +47,13 @@ def start_row(prefix: Path, both_ready: threading.Barrier, held: dict) -> int:
     return procs.port
 
 
-@pytest.mark.parametrize("round_", range(10))
-def test_two_rows_started_at_once_each_get_their_own_port(tmp_path, round_):
-    both_ready, held = threading.Barrier(2), {}
-    with ThreadPoolExecutor(2) as pool:
-        ports = list(pool.map(lambda name: start_row(tmp_path / name, both_ready, held), ["a", "b"]))
-    assert ports[0] != ports[1]
-    assert held == {"a": errno.EADDRINUSE, "b": errno.EADDRINUSE}
-    for name, port in zip("ab", ports):
+@pytest.mark.parametrize("round_", range(2))
+def test_rows_started_at_once_each_get_their_own_port(tmp_path, round_):
+    all_ready, held = threading.Barrier(len(ROWS)), {}
+    with ThreadPoolExecutor(len(ROWS)) as pool:
+        ports = list(pool.map(lambda name: start_row(tmp_path / name, all_ready, held), ROWS))
+    assert len(set(ports)) == len(ROWS), ports
+    assert held == {name: errno.EADDRINUSE for name in ROWS}
+    for name, port in zip(ROWS, ports):
         for rank in (0, 1):
             assert (tmp_path / f"{name}-rank{rank}").read_text() == f"{port} 3 2"   # 1 + 2 over a group of 2

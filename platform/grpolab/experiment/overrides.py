@@ -1,10 +1,16 @@
 """``key.path=value`` overrides: how the command line, study rungs and search points change an
 experiment's mapping before it is validated. Values are read as YAML with the safe loader, and a
-YAML tag is refused, so an override can only ever be plain data."""
+YAML tag is refused, so an override can only ever be plain data.
+
+What grpolab writes and reads back itself (an override string, a mapping's copy) goes through
+libyaml's C emitter and parser: a study's rungs x seeds repeat them hundreds of times per command.
+A value a person typed is read by PyYAML's own parser, whose messages the errors quote (libyaml's
+differ, and it accepts a tab PyYAML refuses); each distinct text is parsed once per process."""
 
 from __future__ import annotations
 
-import math
+import copy
+import functools
 
 import yaml
 
@@ -14,7 +20,11 @@ from grpolab.errors import ConfigError
 def override_string(key: str, value) -> str:
     """``key=value`` as the command line writes it, the value in YAML flow style on one line
     (no folding of long values, no document-end marker), so ``parse_override`` reads ``value`` back."""
-    return f"{key}={yaml.safe_dump(value, default_flow_style=True, width=math.inf).strip().removesuffix(chr(10) + '...')}"
+    text = yaml.dump(value, Dumper=yaml.CSafeDumper, default_flow_style=True, width=_NO_FOLDING)
+    return f"{key}={text.strip().removesuffix(chr(10) + '...')}"
+
+
+_NO_FOLDING = 2**31 - 1   # libyaml's widest line: a value of any length stays on one
 
 
 def as_overrides(values: dict) -> list[str]:
@@ -35,7 +45,12 @@ PLAIN_VALUES = "a plain value: a number, text, true/false, null, [a, list] or {a
 def override_value(text: str, value: str):
     """The YAML value of one ``key=value`` override, read with the safe loader only; a YAML tag
     (``!!python/object``, ``!!str``, ``!custom``) is refused before anything is constructed, so
-    an override can only ever be plain data."""
+    an override can only ever be plain data. A fresh copy each call: the caller may change it."""
+    return copy.deepcopy(_parsed_value(text, value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed_value(text: str, value: str):
     try:
         if any(isinstance(token, yaml.TagToken) for token in yaml.scan(value, Loader=yaml.SafeLoader)):
             raise ConfigError(f"override {text!r}: YAML tags (!...) are not accepted; give {PLAIN_VALUES}")
@@ -46,7 +61,7 @@ def override_value(text: str, value: str):
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    data = yaml.safe_load(yaml.safe_dump(data)) or {}
+    data = yaml.load(yaml.dump(data, Dumper=yaml.CSafeDumper), Loader=yaml.CSafeLoader) or {}   # a plain-data copy
     for text in overrides:
         path, value = parse_override(text)
         node = data
