@@ -31,7 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "platform"))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "platform"), os.environ.get("PYTHONPATH")]))
 
-from grpolab.startup import IMPORT_THRESHOLDS  # noqa: E402  (needs the path above)
+from grpolab.startup import (IMPORT_THRESHOLDS, REFREEZE_AFTER_MODULES, freeze_what_lives,  # noqa: E402
+                             imported_since_freeze)   # (needs the path above)
 
 # Test files sit in one folder per floor (tests/method, tests/studies, ...), their helper modules here
 # (pytest puts this folder on sys.path for this conftest). A test file may import another one's helpers
@@ -52,28 +53,23 @@ def pytest_collection_finish(session):
     collector's reach. Every `Trainer.train()` (accelerate's free_memory) and TRL's own per-test cleanup fixture
     run a full `gc.collect()`, which otherwise walks all of it each time: ~0.3 s a call, twice per conformance
     test. Objects the tests create are still collected; the frozen ones are module state that lives to the end."""
-    gc.collect()
-    gc.freeze()
-    _frozen_modules[0] = len(sys.modules)
-
-
-_frozen_modules = [0]
+    freeze_what_lives()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Freeze again after a test that imported more (the first training test loads TRL's trainer, datasets,
-    MLflow's store: ~1.5*10^5 objects that live to the end): a full collection walked them each time, ~0.09 s,
-    once per `train()`. Collected first, once the test's own objects are released, so no garbage is frozen;
-    a module count is the cheap sign that long-lived state grew."""
+    """Freeze once more, after the first test that imported more: the first training test loads TRL's
+    trainer, datasets and MLflow's store, ~1.5*10^5 objects that each later full collection walked
+    (0.09 s a `train()`; test_contract's 40 methods: 4.4 CPU-s of collection before, 0.4 after). Once
+    the test's own objects are released, so nothing of it is frozen; once only, so what a later module's
+    fixtures hold when it ends (a model in a reference cycle) is never frozen past it."""
     yield
-    if len(sys.modules) - _frozen_modules[0] >= FREEZE_AFTER_IMPORTS:
-        gc.collect()
-        gc.freeze()
-        _frozen_modules[0] = len(sys.modules)
+    if not _refrozen and imported_since_freeze() >= REFREEZE_AFTER_MODULES:
+        freeze_what_lives()
+        _refrozen.append(item.nodeid)
 
 
-FREEZE_AFTER_IMPORTS = 20
+_refrozen: list[str] = []
 
 
 @pytest.fixture(scope="session")

@@ -123,13 +123,31 @@ def freeze_training_stack() -> None:
     the command line owns, the first call collects, freezes what is alive (modules and their caches:
     they live to the process's end) and puts Python's thresholds back; every later collection walks
     only the rows' own objects. In any other process (the Python API, a notebook, tests) it does
-    nothing."""
+    nothing: a test process freezes on its own (tests/conftest.py)."""
     if not _owned["process"] or _owned["frozen"]:
         return
-    gc.collect()
-    gc.freeze()
+    freeze_what_lives()
     gc.set_threshold(*_PYTHON_THRESHOLDS)
     _owned["frozen"] = True
+
+
+# A process that goes on importing after its first freeze (a test process: each test file's libraries load when
+# first used) may freeze again once this many modules were added: the sign that long-lived state grew.
+REFREEZE_AFTER_MODULES = 20
+_frozen_modules = [0]
+
+
+def freeze_what_lives() -> None:
+    """Collect, then move every object still alive out of the cyclic collector's reach (``gc.freeze``):
+    no garbage is frozen, and what survives is module state that lives to the process's end."""
+    gc.collect()
+    gc.freeze()
+    _frozen_modules[0] = len(sys.modules)
+
+
+def imported_since_freeze() -> int:
+    """Modules imported since ``freeze_what_lives`` last ran (all of them if it never ran)."""
+    return len(sys.modules) - _frozen_modules[0]
 
 
 def quiet_process() -> None:
