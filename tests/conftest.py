@@ -58,13 +58,16 @@ def pytest_collection_finish(session):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Freeze once more, after the first test that imported more: the first training test loads TRL's
-    trainer, datasets and MLflow's store, ~1.5*10^5 objects that each later full collection walked
-    (0.09 s a `train()`; test_contract's 40 methods: 4.4 CPU-s of collection before, 0.4 after). Once
-    the test's own objects are released, so nothing of it is frozen; once only, so what a later module's
-    fixtures hold when it ends (a model in a reference cycle) is never frozen past it."""
+    """Freeze once more, at the end of the first test module that imported more: the first training test
+    loads TRL's trainer, datasets and MLflow's store, ~1.5*10^5 objects that each later full collection
+    walked (0.09 s a `train()`; test_contract's 40 methods: 4.4 CPU-s of collection before, 0.4 after).
+    Collected first, once the module's own objects are released (its last test's fixtures, module-scoped
+    ones included), so nothing of a test is frozen; not after a failure, whose traceback keeps its frames
+    alive (sys.last_traceback); once only, so what a later module holds is never frozen past it."""
     yield
-    if not _refrozen and imported_since_freeze() >= REFREEZE_AFTER_MODULES:
+    module_ends = nextitem is None or nextitem.module is not item.module
+    if (module_ends and not _refrozen and getattr(sys, "last_traceback", None) is None
+            and imported_since_freeze() >= REFREEZE_AFTER_MODULES):
         freeze_what_lives()
         _refrozen.append(item.nodeid)
 

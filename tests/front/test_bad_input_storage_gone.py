@@ -62,12 +62,16 @@ def _runs(state: Path) -> dict:
         return {run: (status, end) for run, status, end in db.execute("select run_uuid, status, end_time from runs")}
 
 
-def _stopped_for_good(proc, pg_ctl, mode: str = "fast") -> tuple[str, float]:
+def _stopped_for_good(proc, pg_ctl) -> tuple[str, float]:
     """Stop the server (not started again while the command runs) and wait for the command:
     (its stderr, seconds from the stop to its end). The clock starts before ``pg_ctl stop``: the
-    server drops its connections before pg_ctl returns, so the command's patience starts inside that call."""
+    server drops its connections before pg_ctl returns, so the command's patience starts inside that call.
+    Stopped immediately, not fast: the tests hold a row lock so that no claim can be granted before the
+    stop, and a fast stop ends the lock's session in an orderly way, releasing it, so a claim waiting on
+    it could be granted and commit before its own session ends (seen once in 20-odd runs: the row
+    RUNNING); an immediate stop releases nothing, and committed rows survive its recovery."""
     stopped = time.monotonic()
-    pg_ctl("stop", "-m", mode)
+    pg_ctl("stop", "-m", "immediate")
     out, err = proc.communicate(timeout=300)
     assert "Traceback" not in out + err, err[-3000:]
     return err, time.monotonic() - stopped
@@ -180,10 +184,7 @@ def test_a_study_storage_gone_for_good_ends_two_workers_and_their_coordinator_to
             watch, "select 1 from trials where state = 'COMPLETE'")) == 2, proc=proc)
         _until("both workers claim the third row", lambda: len(_query(
             watch, "select 1 from pg_stat_activity where wait_event_type = 'Lock'")) == 2, proc=proc)
-        # immediate, not fast: a fast stop ends the lock's session in an orderly way, releasing its row lock,
-        # and a worker's claim waiting on that lock could be granted and commit before its own session ends
-        # (seen once in 20-odd runs: the third row RUNNING); an immediate stop releases nothing
-        err, seconds = _stopped_for_good(proc, pg_ctl, "immediate")
+        err, seconds = _stopped_for_good(proc, pg_ctl)
     finally:
         if proc.poll() is None:
             proc.kill()

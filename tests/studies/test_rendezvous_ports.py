@@ -4,8 +4,8 @@ same moment each get their own port and all form their process group.
 Tested at the layer ranks.py exposes for it (start_processes: the rank launch and rendezvous of
 a row, without the training), with real gloo process groups on CPU: full rows of two ranks each
 would train a model per rank for what these ranks check in one all_reduce. Five rows start at
-once, twice: 20 launches that meet another at the same moment (ten pairs a round), from 20 rank
-processes (each pays torch's import)."""
+once, twice: 10 row launches, each meeting four others at the same moment (ten pairs a round, 20 in
+all), from 20 rank processes (each pays torch's import)."""
 
 import errno
 import socket

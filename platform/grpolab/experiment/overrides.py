@@ -16,11 +16,15 @@ import yaml
 
 from grpolab.errors import ConfigError
 
+# libyaml's classes; PyYAML built without libyaml has only its own, which write and read the same text
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def override_string(key: str, value) -> str:
     """``key=value`` as the command line writes it, the value in YAML flow style on one line
     (no folding of long values, no document-end marker), so ``parse_override`` reads ``value`` back."""
-    text = yaml.dump(value, Dumper=yaml.CSafeDumper, default_flow_style=True, width=_NO_FOLDING)
+    text = yaml.dump(value, Dumper=_DUMPER, default_flow_style=True, width=_NO_FOLDING)
     return f"{key}={text.strip().removesuffix(chr(10) + '...')}"
 
 
@@ -61,7 +65,7 @@ def _parsed_value(text: str, value: str):
 
 
 def apply_overrides(data: dict, overrides: list[str]) -> dict:
-    data = yaml.load(yaml.dump(data, Dumper=yaml.CSafeDumper), Loader=yaml.CSafeLoader) or {}   # a plain-data copy
+    data = yaml.load(yaml.dump(data, Dumper=_DUMPER), Loader=_LOADER) or {}   # a plain-data copy
     for text in overrides:
         path, value = parse_override(text)
         node = data

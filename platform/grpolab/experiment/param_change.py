@@ -36,7 +36,8 @@ class ParamChange:
         self.start_norm = math.sqrt(sum(float(p.double().pow(2).sum()) for p in self.start.values()))
 
     def of(self, model) -> float:
-        """||theta - theta_0|| / ||theta_0|| of ``model``'s trainable parameters now (differences in
+        """||theta - theta_0|| / ||theta_0|| of ``model``'s trainable parameters now (theta_0 in each
+        parameter's dtype now, so a cast alone, e.g. DeepSpeed's to bf16, is no movement; differences in
         float32, summed in float64); NaN when theta_0 is all zeros (no scale to be relative to)."""
         if self.start_norm == 0.0:
             return math.nan
@@ -45,6 +46,6 @@ class ParamChange:
             raise RuntimeError(f"{KEY}: the model no longer has {len(self.start) - len(now)} of the trainable "
                                f"parameters it started with, e.g. {sorted(set(self.start) - set(now))[:3]}")
         with torch.no_grad():
-            total = sum(float((p.detach().float() - self.start[name].to(p.device).float())
+            total = sum(float((p.detach().float() - self.start[name].to(p.device, p.dtype).float())
                               .pow(2).sum(dtype=torch.float64)) for name, p in now.items())
         return math.sqrt(total) / self.start_norm

@@ -188,7 +188,7 @@ class _Run:
     tables: tuple = (None, None)  # (rollouts, evaluations) completions tables, rank 0 (tracking/completions.py)
     device_seconds: float = 0.0   # processes x wall seconds of training (a resumed run's earlier part included)
     benchmarks: RunBenchmarks = None   # eval.benchmarks, scored beside the held-out set
-    param_change: param_change.ParamChange | None = None   # rank 0, unless the parameters are sharded
+    start_weights: param_change.ParamChange | None = None   # theta_0, rank 0, unless the parameters are sharded
     curves: dict = field(default_factory=dict)   # the run's training curves (TrackingCallback.curves)
 
     def evaluate(self, step: int, final: bool = False) -> None:
@@ -227,7 +227,7 @@ class _Run:
 
     def _log_param_change(self, step: int) -> None:
         """policy/param_change at this evaluation: a training curve (it is no held-out score)."""
-        moved = self.param_change.of(self.model) if self.param_change is not None else math.nan
+        moved = self.start_weights.of(self.model) if self.start_weights is not None else math.nan
         if math.isfinite(moved):
             self.curves.setdefault(param_change.KEY, []).append((step, moved))
             if self.recorder:
@@ -358,7 +358,7 @@ def _build_trainer(run: _Run, dataset, train, callbacks):
         if run.recorder:
             run.recorder.set_tags({param_change.TAG: "not measured: the parameters are sharded (FSDP or ZeRO-3)"})
     elif _rank() == 0:   # theta_0 before any step or checkpoint load (the trainer loads one in train())
-        run.param_change = param_change.ParamChange(run.model)
+        run.start_weights = param_change.ParamChange(run.model)
     run.eval_sampler = vllm_eval.eval_sampler(cfg, trainer, run.tokenizer)
     trainer.remove_callback(PrinterCallback)  # it prints every raw log dict; grpolab prints a summary
     return trainer, callback
