@@ -31,8 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "platform"))
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "platform"), os.environ.get("PYTHONPATH")]))
 
-from grpolab.startup import (IMPORT_THRESHOLDS, REFREEZE_AFTER_MODULES, freeze_what_lives,  # noqa: E402
-                             imported_since_freeze)   # (needs the path above)
+from grpolab.startup import IMPORT_THRESHOLDS, freeze_what_lives, imported_since_freeze  # noqa: E402  (the path above)
 
 # Test files sit in one folder per floor (tests/method, tests/studies, ...), their helper modules here
 # (pytest puts this folder on sys.path for this conftest). A test file may import another one's helpers
@@ -73,6 +72,8 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 _refrozen: list[str] = []
+# modules imported since the last freeze that make a test process freeze again: the sign its long-lived state grew
+REFREEZE_AFTER_MODULES = 20
 
 
 @pytest.fixture(scope="session")

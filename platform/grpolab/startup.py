@@ -48,7 +48,7 @@ def start_up(state: str | os.PathLike | None) -> Path:
 # (2 idle cores, warm start cached, 3 runs each): 7.6 s wall before (median), 5.1 s after.
 _PYTHON_THRESHOLDS = gc.get_threshold()
 IMPORT_THRESHOLDS = (50_000, 10, 10)
-_owned = {"process": False, "frozen": False}
+_owned = {"process": False, "frozen": False, "modules_at_freeze": 0}
 
 
 def own_process() -> None:
@@ -131,23 +131,17 @@ def freeze_training_stack() -> None:
     _owned["frozen"] = True
 
 
-# A process that goes on importing after its first freeze (a test process: each test file's libraries load when
-# first used) may freeze again once this many modules were added: the sign that long-lived state grew.
-REFREEZE_AFTER_MODULES = 20
-_frozen_modules = [0]
-
-
 def freeze_what_lives() -> None:
     """Collect, then move every object still alive out of the cyclic collector's reach (``gc.freeze``):
     no garbage is frozen, and what survives is module state that lives to the process's end."""
     gc.collect()
     gc.freeze()
-    _frozen_modules[0] = len(sys.modules)
+    _owned["modules_at_freeze"] = len(sys.modules)
 
 
 def imported_since_freeze() -> int:
     """Modules imported since ``freeze_what_lives`` last ran (all of them if it never ran)."""
-    return len(sys.modules) - _frozen_modules[0]
+    return len(sys.modules) - _owned["modules_at_freeze"]
 
 
 def quiet_process() -> None:

@@ -19,6 +19,7 @@ from grpolab.errors import ConfigError
 # libyaml's classes; PyYAML built without libyaml has only its own, which write and read the same text
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_NO_FOLDING = 2**31 - 1   # libyaml's widest line: a value of any length stays on one
 
 
 def override_string(key: str, value) -> str:
@@ -26,9 +27,6 @@ def override_string(key: str, value) -> str:
     (no folding of long values, no document-end marker), so ``parse_override`` reads ``value`` back."""
     text = yaml.dump(value, Dumper=_DUMPER, default_flow_style=True, width=_NO_FOLDING)
     return f"{key}={text.strip().removesuffix(chr(10) + '...')}"
-
-
-_NO_FOLDING = 2**31 - 1   # libyaml's widest line: a value of any length stays on one
 
 
 def as_overrides(values: dict) -> list[str]:

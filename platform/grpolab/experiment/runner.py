@@ -224,7 +224,6 @@ class _Run:
         if self.eval_hook is not None:
             self.eval_hook(step, self.evals[step])  # e.g. Optuna's report / prune
 
-
     def _log_param_change(self, step: int) -> None:
         """policy/param_change at this evaluation: a training curve (it is no held-out score)."""
         moved = self.start_weights.of(self.model) if self.start_weights is not None else math.nan
