@@ -165,6 +165,49 @@ def test_bad_claim_premises_scales_and_thresholds_are_refused(tmp_path, changes,
         load_claim(_claim_file(tmp_path, **changes))
 
 
+@pytest.mark.parametrize("changes, where", [
+    ({}, "treatment"),
+    ({"treatment": {"rung": "cold start", "metric": "final:eval/greedy_accuracy"},
+      "metric": "final:eval/greedy_accuracy", "report": ["run:policy/param_change"]}, "report"),
+    ({"treatment": {"rung": "cold start", "metric": "final:eval/greedy_accuracy"},
+      "metric": "final:eval/greedy_accuracy", "mechanism": {"metric": "tail:policy/param_change", "at_least": 0.0,
+                                                            "rows": "treatment"}}, "mechanism"),
+])
+def test_a_claim_reading_a_curve_its_rows_turn_off_is_refused_at_load(tmp_path, changes, where):
+    """policy/param_change is logged only with eval.param_change (on by default): a claim that reads
+    it, as a side, a reported metric or a floor, from rows that turn it off could only read "not
+    measured", so loading it fails naming the claim's field, the setting and its rows."""
+    study = yaml.safe_load((CLAIMS_DIR.parent / "zero_variance.yaml").read_text())
+    study["base"]["eval"]["param_change"] = False
+    (tmp_path / "zero_variance.yaml").write_text(yaml.safe_dump(study))
+    claim = yaml.safe_load((CLAIMS_DIR / "zero_variance_no_learning.yaml").read_text()) | changes
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "claims" / "c.yaml").write_text(yaml.safe_dump(claim))
+    with pytest.raises(ConfigError, match=rf"c\.yaml: {where}: \S+:policy/param_change reads a curve logged only with "
+                                          r"eval\.param_change: true, which the rows it reads \(zero_variance_v2-r0\) "
+                                          r"turn off"):
+        load_claim(tmp_path / "claims" / "c.yaml")
+    study["base"]["eval"]["param_change"] = True     # on (its default): the same claim loads
+    (tmp_path / "zero_variance.yaml").write_text(yaml.safe_dump(study))
+    assert load_claim(tmp_path / "claims" / "c.yaml").name == "c"
+
+
+def test_a_study_objective_or_floor_its_rows_never_log_is_refused_at_load(tmp_path):
+    from grpolab.studies.definition import load_study
+    study = yaml.safe_load((CLAIMS_DIR.parent / "zero_variance.yaml").read_text())
+    study["base"]["eval"]["param_change"] = False
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**study, "objectives": [{"metric": "tail:policy/param_change"}]}))
+    with pytest.raises(ConfigError, match=r"metric: tail:policy/param_change reads a curve logged only with "
+                                          r"eval\.param_change: true"):
+        load_study(path)
+    rung = {"name": "faster", "changes": {"train.learning_rate": 0.002},
+            "mechanism": {"metric": "tail:policy/param_change", "at_least": 0.0}}
+    path.write_text(yaml.safe_dump({**study, "rungs": [*study["rungs"], rung]}))
+    with pytest.raises(ConfigError, match=r"rungs\[1\] \(faster\)\.mechanism: tail:policy/param_change reads"):
+        load_study(path)
+
+
 def test_shipped_premises_read_the_control_unless_the_control_is_a_fixed_value():
     """Every shipped claim with a premise gates it on the control rows; the only treatment-side one
     is a one-arm claim against a fixed value, where no change was applied to the rows it reads."""

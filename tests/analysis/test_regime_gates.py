@@ -355,8 +355,9 @@ def test_a_salvage_gate_on_rows_that_never_log_salvage_is_refused_at_load(tmp_pa
     assert load_study(REPO / "studies" / "dapo_table1.yaml").rung_experiment(0, 100)["eval"]["salvage"] is True
     off = tmp_path / "ladder.yaml"
     off.write_text(text.replace("salvage: true}", "salvage: false}"))
-    with pytest.raises(ConfigError, match=r"rungs\[1\] \(\+ Overlong Filtering\)\.regime: the gate salvage_rate_run reads a "
-                                          r"curve logged only with eval\.salvage: true.*set eval\.salvage: true in base\.eval"):
+    with pytest.raises(ConfigError, match=r"rungs\[1\] \(\+ Overlong Filtering\)\.regime: the gate salvage_rate_run: "
+                                          r"run:length/truncated_salvageable reads a curve logged only with eval\.salvage: "
+                                          r"true.*set eval\.salvage: true in the study's base"):
         load_study(off)
 
 

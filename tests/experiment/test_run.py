@@ -174,8 +174,11 @@ def test_local_model_directory_and_local_dataset(shared_state, tiny_model_dir, t
     cfg = build_config({"name": "local", "method": "dr_grpo", "task": {"name": "local_dataset", "path": str(rows)},
                         "model": {"path": str(tiny_model_dir)},
                         "train": {"steps": 2, "group_size": 4, "prompts_per_rollout": 4},
-                        "eval": {"every": 0, "prompts": 6, "k": 2}})
+                        "eval": {"every": 0, "prompts": 6, "k": 2, "param_change": False}})
     result = run_experiment(cfg, shared_state)
     run = client(shared_state).get_run(result.run_id)
     assert run.info.status == "FINISHED" and result.warm_start == {"source": "path"}
     assert run.data.params["model.path"] == str(tiny_model_dir) and run.data.params["task.name"] == "local_dataset"
+    # eval.param_change false (theta_0 not kept in host memory): the curve is absent and the tag says why
+    assert "policy/param_change" not in run.data.metrics and "policy/param_change" not in result.train_curves
+    assert run.data.tags["grpolab.param_change"] == "not measured: eval.param_change is false"

@@ -15,8 +15,8 @@ from pathlib import Path
 from grpolab.analysis import DIRECTIONS
 from grpolab.errors import ConfigError
 from grpolab.studies.definition import Mechanism, StudyConfig, load_study, parse_mechanism
-from grpolab.studies.objectives import check_window_metric, parse_threshold
-from grpolab.studies.regime import Regime, check_logged, parse_regime
+from grpolab.studies.objectives import check_logged, check_window_metric, parse_threshold
+from grpolab.studies.regime import Regime, check_gates_logged, parse_regime
 from grpolab.studies.registration import parse_deviations
 from grpolab.yaml_input import check_input_file, read_yaml_mapping
 
@@ -148,6 +148,7 @@ def load_claim(path: str | Path) -> Claim:
     if mechanism is not None and mechanism.rows == "control" and claim.control.rung is None:
         raise ConfigError(f"{path.name}: mechanism.rows: control is a fixed value here; use rows: treatment")
     _check_premise_rows(claim, study, path.name)
+    _check_curves_logged(claim, study, path.name)
     check_requirements(claim, study)
     return claim
 
@@ -167,7 +168,21 @@ def _check_premise_rows(claim: Claim, study: StudyConfig, where: str) -> None:
         raise ConfigError(f"{where}: premise.rows: control is a fixed value here; use rows: treatment")
     side = claim.control if premise.rows == "control" else claim.treatment
     rung = [r.name for r in study.rungs].index(side.rung)
-    check_logged(premise, f"{where}: premise", study.rung_experiment(rung, study.seeds[0]))
+    check_gates_logged(premise, f"{where}: premise", study.rung_experiment(rung, study.seeds[0]))
+
+
+def _check_curves_logged(claim: Claim, study: StudyConfig, where: str) -> None:
+    """Refuse a metric the claim reads (its sides', its mechanism's, those it reports) from rows
+    whose experiment turns that curve's setting off (``objectives.check_logged``)."""
+    names = [r.name for r in study.rungs]
+    rows = {name: study.rung_experiment(names.index(side.rung), study.seeds[0])
+            for name, side in (("treatment", claim.treatment), ("control", claim.control)) if side.rung is not None}
+    for name, experiment in rows.items():
+        check_logged(claim.metric_of(getattr(claim, name)), f"{where}: {name}", experiment)
+        for metric in claim.report:
+            check_logged(metric, f"{where}: report", experiment)
+    if claim.mechanism is not None and claim.mechanism.rows in rows:
+        check_logged(claim.mechanism.metric, f"{where}: mechanism", rows[claim.mechanism.rows])
 
 
 def _scale_and_threshold(data: dict, where: str, study: StudyConfig) -> tuple[str, str | None]:

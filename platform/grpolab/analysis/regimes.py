@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 from grpolab.analysis.verdicts import NOT_RUN, REGIME_ABSENT, REGIME_UNMEASURED, Verdict, replaced
+from grpolab.experiment.config import CURVE_SETTINGS
 from grpolab.studies.objectives import window_value
 from grpolab.studies.regime import MEASURES, Gate, Regime
 
@@ -87,8 +88,8 @@ def measure_gate(gate: Gate, histories: list) -> GateResult:
         logged = (any(key in e for h in histories for e in h.evals.values()) if agg in ("final", "start", "auc")
                   else any(h.train_curves.get(key) for h in histories))
         if not logged:
-            how = MEASURES[gate.measure].how
-            return GateResult(gate, math.nan, f"{key} not logged" + (f"; {how}" if how else ""))
+            how = f"; {'.'.join(CURVE_SETTINGS[key])}: true logs it" if key in CURVE_SETTINGS else ""
+            return GateResult(gate, math.nan, f"{key} not logged{how}")
     values = [v for v in (run_measure(gate.measure, h) for h in histories) if math.isfinite(v)]
     if not values:
         return GateResult(gate, math.nan, "no control row has a finite value")

@@ -96,6 +96,9 @@ class EvalCfg:
     salvage: bool = False              # also continue each truncated held-out sample to twice the cap and log
                                        # the fraction that ends correct, length/truncated_salvageable (the regime
                                        # gate salvage_rate: truncation is noise); costs one more generation call
+    param_change: bool = True          # log policy/param_change at each evaluation: keeps theta_0 of the trainable
+                                       # parameters in host memory (their bytes: 14 GB for a 7B full fine-tune
+                                       # in bf16, on rank 0); false: not kept, not logged, the run tag says so
 
     @property
     def final_prompt_count(self) -> int:
@@ -142,6 +145,21 @@ class RunConfig:
     @property
     def reuses_rollouts(self) -> bool:
         return self.train.minibatches > 1 or self.train.num_iterations > 1
+
+
+# training curves a run logs only under a setting: curve key -> (section, setting). A study refuses a
+# claim, floor or gate that reads one from rows whose experiment turns the setting off.
+CURVE_SETTINGS = {"length/truncated_salvageable": ("eval", "salvage"), "policy/param_change": ("eval", "param_change")}
+
+
+def curve_turned_off(experiment: dict, key: str) -> str | None:
+    """The setting (``eval.salvage``) under which ``experiment`` (a raw experiment mapping) would log
+    training curve ``key`` but is off there; None when the curve is logged or needs no setting."""
+    if key not in CURVE_SETTINGS:
+        return None
+    section, name = CURVE_SETTINGS[key]
+    default = getattr(_SECTIONS[section](), name)
+    return None if (experiment.get(section) or {}).get(name, default) else f"{section}.{name}"
 
 
 _SECTIONS = {"model": ModelCfg, "warm_start": WarmStartCfg, "train": TrainCfg, "eval": EvalCfg, "tracking": TrackingCfg,

@@ -6,7 +6,8 @@ over the trainable parameters (a LoRA run: its adapter's), theta_0 as they were 
 built, before any step or checkpoint load. Unlike a held-out score it sits at no floor: any update moves
 it, and it is exactly 0 only when no update changed a parameter. theta_0 is kept on the CPU in the
 parameters' own dtype; the distance is taken on each parameter's device at each held-out evaluation.
-Sharded parameters (FSDP, ZeRO-3) are whole on no process: there it is not taken, and a run tag says so.
+Sharded parameters (FSDP, ZeRO-3) are whole on no process: there it is not taken, and a run tag says so;
+nor with eval.param_change false (theta_0 costs the trainable parameters' bytes in host memory).
 """
 
 from __future__ import annotations
@@ -17,6 +18,13 @@ import torch
 
 KEY = "policy/param_change"
 TAG = "grpolab.param_change"
+
+
+def not_measured(wanted: bool, trainer) -> str:
+    """Why the run does not take policy/param_change ('' when it does): the run tag's text."""
+    if not wanted:
+        return "not measured: eval.param_change is false"
+    return "not measured: the parameters are sharded (FSDP or ZeRO-3)" if sharded(trainer) else ""
 
 
 def sharded(trainer) -> bool:

@@ -353,9 +353,10 @@ def _build_trainer(run: _Run, dataset, train, callbacks):
         raise RuntimeError("the method needs a reference model but TRL did not build one")
     callback.trainer = saver.trainer = trainer
     callback.table, trainer.rollout_rows_kept = run.tables[0], cfg.tracking.samples   # rows built per rollout: those kept
-    if param_change.sharded(trainer):
+    unmeasured = param_change.not_measured(cfg.eval.param_change, trainer)
+    if unmeasured:
         if run.recorder:
-            run.recorder.set_tags({param_change.TAG: "not measured: the parameters are sharded (FSDP or ZeRO-3)"})
+            run.recorder.set_tags({param_change.TAG: unmeasured})
     elif _rank() == 0:   # theta_0 before any step or checkpoint load (the trainer loads one in train())
         run.start_weights = param_change.ParamChange(run.model)
     run.eval_sampler = vllm_eval.eval_sampler(cfg, trainer, run.tokenizer)

@@ -21,7 +21,7 @@ from grpolab.studies.kinds.ladder import ladder_notes  # noqa: F401  (re-exporte
 from grpolab.studies.kinds.search import SearchStudy  # noqa: F401  (imported to register the kind)
 from grpolab.studies.launch_options import parse_launcher
 from grpolab.studies.registration import parse_deviations
-from grpolab.studies.objectives import check_metric
+from grpolab.studies.objectives import check_logged, check_metric
 from grpolab.studies.study_config import (  # noqa: F401  (re-exported: a study's parts by their old address)
     SEEDS_ON_DEMAND_KEYS, SEEDS_ON_DEMAND_OPTIONAL, Mechanism, Objective, Rung, SeedsOnDemand, StudyConfig,
     parse_mechanism, quiet_build)
@@ -121,7 +121,11 @@ def load_study(path: str | Path) -> StudyConfig:
                   deviations=parse_deviations(data.get("deviations"), path.name), plan=parse_plan(data.get("plan")),
                   launcher=parse_launcher(data.get("launcher"), path),
                   devices=check_devices(data["devices"], "devices") if data.get("devices") is not None else ())
-    return kind.parse(data, common, path)
+    study = kind.parse(data, common, path)
+    for experiment in kind.row_experiments(study):   # an objective its rows would never log
+        for objective in study.objectives:
+            check_logged(objective.metric, "metric", experiment)
+    return study
 
 
 PLAN_KEYS = {"expected_completion_tokens": "the mean completion length, in tokens, the estimate assumes",

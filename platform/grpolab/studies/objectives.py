@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from grpolab.errors import ConfigError
+from grpolab.experiment.config import curve_turned_off
 from grpolab.tracking.held_out import EVAL_KEYS, canonical_metric, is_eval_key
 from grpolab.tracking.metric_catalog import range_of
 
@@ -117,6 +118,17 @@ def check_metric(metric: str) -> None:
     elif agg in ("final", "auc") and not is_eval_key(key):
         raise ConfigError(f"metric {metric!r}: {agg} needs a held-out key; valid: {', '.join(EVAL_KEYS)}, or a named "
                           "benchmark's eval/<benchmark>/<avg|pass|maj|sd>@<k> or eval/<benchmark>/mean_length")
+
+
+def check_logged(metric: str, where: str, rows_experiment: dict) -> None:
+    """Refuse a metric (``tail:policy/param_change``) whose curve the rows it reads would never log,
+    because their experiment turns its setting off (experiment.config.CURVE_SETTINGS): it could only
+    ever read "not measured"."""
+    setting = curve_turned_off(rows_experiment, metric.partition(":")[2])
+    if setting is not None:
+        raise ConfigError(f"{where}: {metric} reads a curve logged only with {setting}: true, which the rows it "
+                          f"reads ({rows_experiment.get('name', '?')}) turn off; set {setting}: true in the "
+                          f"study's base (or read another metric)")
 
 
 CURVE_WINDOWS = ("head", "run")   # beside tail:, the training-curve windows a floor or gate reads (never an objective)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from grpolab.errors import ConfigError
+from grpolab.studies.objectives import check_logged
 
 ABSENT = "regime absent: not a test of the claim"
 
@@ -18,21 +19,20 @@ class Measure:
     kind: str                 # window | ratio | drop | gain
     windows: tuple[str, ...]  # the windows it reads (one for window; numerator, denominator otherwise)
     what: str                 # what it says about the regime, in a few words
-    how: str = ""             # what logs its curve, where a run does not by default
     beside: str = ""          # a measure reported beside the gate's, never gated (what the gate leaves out)
 
 
 MEASURES: dict[str, Measure] = {
     "truncated_fraction": Measure("window", ("tail:length/truncated_fraction",), "completions truncated"),
     "salvage_rate": Measure("window", ("tail:length/truncated_salvageable",),
-                            "truncated completions correct when continued to twice the cap", "eval.salvage: true logs it"),
+                            "truncated completions correct when continued to twice the cap"),
     # Overlong filtering masks whatever truncation a step holds, so its premise is read over the whole run:
     # the policy may learn truncation away by the tail, after the filter has acted on every step before
     "truncated_fraction_run": Measure("window", ("run:length/truncated_fraction",),
                                       "completions truncated, mean over the whole run"),
     "salvage_rate_run": Measure("window", ("run:length/truncated_salvageable",),
                                 "truncated completions correct when continued to twice the cap, mean over the "
-                                "run's evaluations", "eval.salvage: true logs it"),
+                                "run's evaluations"),
     "entropy_drop": Measure("drop", ("tail:entropy", "head:entropy"), "relative head-to-tail entropy drop"),
     "correct_in_soft_zone": Measure("window", ("tail:length/soft_penalized_correct_fraction",),
                                     "correct completions inside the soft-punishment zone"),
@@ -73,20 +73,12 @@ class Regime:
         return [w for g in self.gates for w in MEASURES[g.measure].windows]
 
 
-# measures whose curve a run logs only under a setting: (the experiment key, what it must be)
-LOGGED_ONLY_WITH = {"salvage_rate": ("eval", "salvage"), "salvage_rate_run": ("eval", "salvage")}
-
-
-def check_logged(regime: Regime | None, where: str, rows_experiment: dict) -> None:
-    """Refuse a gate whose curve the rows it reads would never log (``LOGGED_ONLY_WITH``): such a
-    rung could only ever read ``regime not measured``."""
+def check_gates_logged(regime: Regime | None, where: str, rows_experiment: dict) -> None:
+    """Refuse a gate whose curve the rows it reads would never log (``objectives.check_logged``): such
+    a rung could only ever read ``regime not measured``."""
     for g in regime.gates if regime else ():
-        if g.measure in LOGGED_ONLY_WITH:
-            section, key = LOGGED_ONLY_WITH[g.measure]
-            if not (rows_experiment.get(section) or {}).get(key):
-                raise ConfigError(f"{where}: the gate {g.measure} reads a curve logged only with {section}.{key}: true, "
-                                  f"which the rows it reads ({rows_experiment.get('name', '?')}) do not set; "
-                                  f"set {section}.{key}: true in base.{section} (or drop the gate)")
+        for window in MEASURES[g.measure].windows:
+            check_logged(window, f"{where}: the gate {g.measure}", rows_experiment)
 
 
 def parse_regime(raw, where: str, sides: tuple[str, ...]) -> Regime | None:

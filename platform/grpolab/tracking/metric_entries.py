@@ -146,8 +146,8 @@ ROLLOUT_AND_RUN = (
            "theta_0 as they were before the first step: how far training has moved the policy; exactly 0 only "
            "when no update changed a parameter, so \"nothing is learned\" is checked on it (a held-out score "
            "can sit at its floor while the policy moves); not taken where the parameters are sharded (FSDP, "
-           "ZeRO-3: tag grpolab.param_change)",
-           when="each held-out evaluation, step 0 included"),
+           "ZeRO-3) nor with eval.param_change false (theta_0 is kept in host memory): tag grpolab.param_change",
+           when="eval.param_change (on by default), at each held-out evaluation, step 0 included"),
     Metric("learning_rate", RUN, "optimizer step", NON_NEGATIVE,
            "learning rate at the optimizer step",
            trl="learning_rate", when="every optimizer step"),

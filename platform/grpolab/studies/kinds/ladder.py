@@ -10,8 +10,8 @@ from grpolab.method.requirements import inert
 from grpolab.method.spec import MethodSpec
 from grpolab.studies.kinds import register
 from grpolab.studies.kinds.common import COMMON_KEYS, StudyCommon
-from grpolab.studies.objectives import check_window_metric
-from grpolab.studies.regime import check_logged, parse_regime
+from grpolab.studies.objectives import check_logged, check_window_metric
+from grpolab.studies.regime import check_gates_logged, parse_regime
 from grpolab.studies.study_config import Rung, StudyConfig, parse_mechanism, quiet_build, validate_experiment
 from grpolab.tracking.naming import flat_keys, ladder_run_name
 
@@ -28,8 +28,13 @@ class LadderStudy(StudyCommon):
     def parse(self, data: dict, common: dict, path) -> StudyConfig:
         study = StudyConfig(**common, rungs=_rungs(data.get("rungs")), published_source=data.get("published_source", ""))
         _check_rungs_differ(study)
-        for i, rung in enumerate(study.rungs[1:], 1):   # a ladder's regime reads the previous rung's rows
-            check_logged(rung.regime, f"rungs[{i}] ({rung.name}).regime", study.rung_experiment(i - 1, study.seeds[0]))
+        experiments = [study.rung_experiment(i, study.seeds[0]) for i in range(len(study.rungs))]
+        for i, rung in enumerate(study.rungs):   # a ladder's regime reads the previous rung's rows
+            if i:
+                check_gates_logged(rung.regime, f"rungs[{i}] ({rung.name}).regime", experiments[i - 1])
+            if rung.mechanism is not None:
+                check_logged(rung.mechanism.metric, f"rungs[{i}] ({rung.name}).mechanism",
+                             experiments[i - 1 if rung.mechanism.rows == "previous" and i else i])
         return study
 
     def check(self, cfg, echo) -> None:
