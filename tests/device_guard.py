@@ -4,6 +4,14 @@ On a CPU machine every tensor lands on the CPU, so ``torch.arange(n) + x`` works
 ``x`` would have had on a GPU. ``FactoryGuard`` is a ``TorchFunctionMode`` that records each tensor
 factory called directly from grpolab's own source without a ``device=`` argument: such a tensor is
 on the CPU even when its operands are on CUDA. A tensor meant for the CPU says ``device="cpu"``.
+
+It also follows those host tensors: one grpolab makes with ``device="cpu"`` (or ``.cpu()``, or
+``.to("cpu")``, or with the ``.device`` of a host tensor), and what is computed from host tensors
+alone, stays a host tensor until it is moved to another tensor's device (``.to(device=x.device)``;
+every tensor not followed counts as on the accelerator, as a model's are). An operation that
+meets a host tensor of one or more dimensions beside any other tensor is recorded, as CUDA would
+raise there (a 0-dim host tensor is a scalar CUDA accepts; a host index, a copy into a tensor and
+a move are allowed, as on CUDA).
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import contextlib
 import functools
 import os
 import sys
+import weakref
 from pathlib import Path
 
 import torch
@@ -23,6 +32,9 @@ FACTORIES = frozenset({torch.arange, torch.zeros, torch.ones, torch.full, torch.
                        torch.linspace, torch.logspace, torch.eye, torch.tril_indices, torch.triu_indices,
                        torch.bartlett_window, torch.blackman_window, torch.hamming_window, torch.hann_window,
                        torch.kaiser_window, torch.sparse_coo_tensor})
+
+
+_TORCH = os.path.join(os.path.dirname(os.path.realpath(torch.__file__)), "")   # torch's own frames (overrides)
 
 
 @functools.lru_cache(maxsize=4096)   # once per source file: a factory call costs a dict lookup, not a realpath
@@ -37,33 +49,137 @@ def package_root() -> str:
     return normalised(os.path.dirname(grpolab.__file__))
 
 
+# operations where a host tensor beside a device tensor is fine on CUDA too: a move, a copy into a
+# tensor, a host index (x[idx]), and what only reads metadata
+MIXING_ALLOWED = frozenset({torch.Tensor.to, torch.Tensor.copy_, torch.Tensor.__getitem__, torch.Tensor.__setitem__,
+                            torch.Tensor.type_as, torch.Tensor.new_tensor, torch.Tensor.new_zeros,
+                            torch.Tensor.new_ones, torch.Tensor.new_full, torch.Tensor.new_empty})
+HOST_MAKERS = frozenset({torch.Tensor.cpu})
+
+
+class HostDevice(str):
+    """What ``.device`` of a host tensor reads under the guard: "cpu" as a string, so that a factory
+    or ``.to`` given it (``device=turn_index.device``) is seen to name the host too."""
+    type = "cpu"
+    index = None
+
+
+def _is_host(device) -> bool:
+    """A device named as the CPU: in the source ("cpu"), or read off a host tensor (``HostDevice``).
+    A torch.device is read off any other tensor: the accelerator, on a GPU."""
+    return isinstance(device, str) and device.split(":")[0] == "cpu"
+
+
+def _tensors(args, kwargs) -> list:
+    out = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(t for t in a if isinstance(t, torch.Tensor))
+    return out
+
+
 class FactoryGuard(TorchFunctionMode):
     """Records ``path:line torch.<factory>`` for each factory called from a frame under ``root``
-    with no ``device=`` (or ``device=None``). Costs one set lookup per torch call otherwise."""
+    with no ``device=`` (or ``device=None``), and each operation that mixes a host tensor grpolab
+    made with another tensor (module docstring). Costs a few dict lookups per torch call."""
 
     def __init__(self, root: str | None = None):
         super().__init__()
         self.root = os.path.join(normalised(root) if root else package_root(), "")   # grpolab/, not grpolab_x/
         self.unguarded: list[str] = []
+        self.host: dict[int, tuple] = {}   # id -> (weakref, where it was made): host tensors, alive
+
+    def _caller(self, through_torch: bool = False) -> str | None:
+        """``grpolab/path.py:line`` of the frame calling torch when it is grpolab's, or None; with
+        ``through_torch``, of the innermost grpolab frame above torch's own (torch.nn.functional's
+        operations are grpolab's when grpolab called them; a factory inside nn.Linear is not)."""
+        frame = sys._getframe(2)
+        while frame is not None:
+            filename = normalised(frame.f_code.co_filename)
+            if filename.startswith(self.root):
+                return f"{Path(self.root).name}/{Path(filename).relative_to(self.root).as_posix()}:{frame.f_lineno}"
+            if frame.f_code.co_name != "__torch_function__" and not (through_torch and filename.startswith(_TORCH)):
+                return None   # called from outside grpolab (TRL, transformers, a test)
+            frame = frame.f_back
+        return None
+
+    def _host_origin(self, t) -> str | None:
+        entry = self.host.get(id(t))
+        if entry is None:
+            return None
+        if entry[0]() is not t:   # a dead tensor's id, reused
+            del self.host[id(t)]
+            return None
+        return entry[1]
+
+    def _mark(self, out, origin: str) -> None:
+        for t in (out if isinstance(out, (list, tuple)) else (out,)):
+            if isinstance(t, torch.Tensor):
+                self.host[id(t)] = (weakref.ref(t, functools.partial(self._forget, id(t))), origin)
+
+    def _forget(self, key: int, ref) -> None:
+        """A host tensor died: its entry goes (unless its id already holds a newer one)."""
+        if self.host.get(key, (None,))[0] is ref:
+            del self.host[key]
+
+    def _record(self, line: str) -> None:
+        if line not in self.unguarded:
+            self.unguarded.append(line)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if func in FACTORIES and kwargs.get("device") is None:
-            frame = sys._getframe(1)
-            while frame is not None and frame.f_code.co_name == "__torch_function__":   # another mode above
-                frame = frame.f_back
-            filename = frame and normalised(frame.f_code.co_filename)
-            if filename and filename.startswith(self.root):
-                where = f"{Path(filename).relative_to(self.root).as_posix()}:{frame.f_lineno}"
-                call = f"{Path(self.root).name}/{where} torch.{func.__name__}(...) names no device"
-                if call not in self.unguarded:
-                    self.unguarded.append(call)
-        return func(*args, **kwargs)
+        if func in FACTORIES:
+            device = kwargs.get("device")
+            if device is None or _is_host(device):
+                caller = self._caller()
+                if caller and device is None:
+                    self._record(f"{caller} torch.{func.__name__}(...) names no device")
+                out = func(*args, **kwargs)
+                if caller:
+                    self._mark(out, f"{caller} ({func.__name__}, device=\"cpu\")")
+                return out
+            return func(*args, **kwargs)
+        if func in HOST_MAKERS or (func is torch.Tensor.to and any(_is_host(d) for d in (*args[1:], kwargs.get("device")))):
+            out = func(*args, **kwargs)
+            caller = self._caller()
+            if caller:
+                if out is args[0]:
+                    out = out.view_as(out)   # on a GPU a new host tensor, while the device one stays
+                self._mark(out, f"{caller} (moved to the host)")
+            return out
+        if not self.host:
+            return func(*args, **kwargs)
+        if getattr(func, "__self__", None) is torch.Tensor.device:   # reading .device
+            return HostDevice("cpu") if self._host_origin(args[0]) is not None else func(*args, **kwargs)
+        tensors = _tensors(args, kwargs)
+        origins = [self._host_origin(t) for t in tensors]
+        hosts = [o for o, t in zip(origins, tensors) if o is not None]
+        out = func(*args, **kwargs)
+        if not hosts or func is torch.Tensor.to:
+            moved = any(isinstance(d, torch.device) for d in (*args[1:], kwargs.get("device"))) \
+                or any(isinstance(a, torch.Tensor) for a in args[1:])
+            if hosts and not moved:
+                self._mark(out, hosts[0])   # .to(dtype) keeps a host tensor where it is
+            elif hosts and out is args[0]:
+                out = out.view_as(out)      # moved: on a GPU a new tensor, while the host one stays
+            return out
+        others = [t for o, t in zip(origins, tensors) if o is None]
+        wide = [o for o, t in zip(origins, tensors) if o is not None and t.dim() > 0]
+        if others and wide and func not in MIXING_ALLOWED:
+            name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
+            name = name.replace("_VariableFunctionsClass.", "torch.")
+            self._record(f"{self._caller(through_torch=True) or 'outside grpolab'} {name} mixes a host tensor (made at {wide[0]}) "
+                         "with another tensor; on a GPU it raises: move it with .to(device=<operand>.device)")
+        elif not others:
+            self._mark(out, hosts[0])   # computed from host tensors only: still on the host
+        return out
 
     def message(self) -> str:
-        return ("tensor factories in grpolab without device= (on a GPU these tensors stay on the CPU; "
-                "pass the operands' device, or device=\"cpu\" for a CPU tensor on purpose):\n  "
-                + "\n  ".join(self.unguarded))
+        return ("tensor factories in grpolab without device=, or host tensors mixed with others (on a GPU these "
+                "tensors stay on the CPU; pass the operands' device, or device=\"cpu\" for a CPU tensor on "
+                "purpose and move it before it meets a device tensor):\n  " + "\n  ".join(self.unguarded))
 
 
 def outside_the_guard(fn):

@@ -6,7 +6,8 @@ function that builds a CPU tensor and mixes it with its inputs fails here on a C
 would on a GPU; one that returns a CPU tensor fails the device check on its outputs. Functions
 whose control flow reads values (``.item()``, ``bool(t)``, ``.tolist()``, data-dependent shapes)
 cannot run on meta: ``ON_THE_CPU`` names each with the reason, and those run on CPU inputs under
-the factory guard (device_guard.py) instead, as every method's training step does (test_contract.py).
+the device guard (device_guard.py) instead, which also follows the host tensors they make, as
+every method's training step does (test_contract.py).
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ FUNCTIONS = {
     "entropy_mask": lambda x: [entropy_mask(x["values"], x["mask"], 0.2)],
 }
 
-# (registry, name) -> why it cannot run on meta; it runs on the CPU under the factory guard
+# (registry, name) -> why it cannot run on meta; it runs on the CPU under the device guard
 ON_THE_CPU = {
     ("advantage", "value_tracker"): "checks r in [0, 1] (bool of a tensor); its tracker keeps host floats (tolist)",
     ("advantage", "decoupled"): "refuses NaN rewards through torch.isnan(r).any() (bool of a tensor)",

@@ -1,6 +1,7 @@
 """The device guard itself (device_guard.py): it flags every tensor factory grpolab could call
-without a device, whatever path the package is imported by, it is the mode outside_the_guard
-sets aside, and grpolab builds no tensor through the legacy constructors it cannot see."""
+without a device, whatever path the package is imported by, and a host tensor grpolab made that
+meets another tensor before it is moved; it is the mode outside_the_guard sets aside, and grpolab
+builds no tensor through the legacy constructors it cannot see."""
 
 import os
 import re
@@ -41,6 +42,38 @@ def test_a_deviceless_factory_in_grpolabs_source_is_flagged():
 def test_every_factory_is_watched(call):
     name = call.split("(")[0].removeprefix("torch.")
     assert _flagged(call, os.path.join(package_root(), "f.py")) == [f"grpolab/f.py:1 torch.{name}(...) names no device"]
+
+
+def _mixed(code: str) -> list[str]:
+    """What the guard records for ``code`` run as grpolab's source, with ``x`` a device tensor (made
+    outside it, as a model's output is)."""
+    with FactoryGuard() as guard:
+        exec(compile(code, os.path.join(package_root(), "m.py"), "exec"), {"torch": torch, "x": torch.ones(3)})
+    return guard.unguarded
+
+
+@pytest.mark.parametrize("code, flagged", [
+    # a host tensor made on purpose meets a device tensor: CUDA raises there
+    ("h = torch.ones(3, device='cpu')\nx - h", "grpolab/m.py:2 TensorBase.sub mixes a host tensor (made at grpolab/m.py:1"),
+    ("h = torch.ones(3, device='cpu').to(x.dtype)\nx - h", "grpolab/m.py:2 TensorBase.sub"),   # .to(dtype) moves nothing
+    ("h = torch.ones(3, device='cpu') * 2\ntorch.cat([x, h])", "grpolab/m.py:2 torch.cat mixes"),      # host math stays host
+    ("h = x.cpu()\nx + h", "grpolab/m.py:2 TensorBase.add mixes a host tensor (made at grpolab/m.py:1 (moved to the host))"),
+    ("h = x.to('cpu')\nx + h", "grpolab/m.py:2 TensorBase.add"),
+    # a tensor made on a host tensor's device is on the host too
+    ("h = torch.ones(3, device='cpu')\nz = torch.zeros(3, device=h.device)\nx + z",
+     "grpolab/m.py:3 TensorBase.add mixes a host tensor (made at grpolab/m.py:2"),
+    ("h = torch.ones(3, device='cpu')\nx + torch.ones(3, device=x.device).to(h.device)", "grpolab/m.py:2 TensorBase.add"),
+    # moved with the operands' device, a scalar, an index, a copy into: fine on CUDA too
+    ("h = torch.ones(3, device='cpu')\nx - h.to(device=x.device, dtype=x.dtype)", None),
+    ("h = torch.ones(3, device='cpu')\nx - h.to(x)", None),
+    ("x * torch.tensor(2.0, device='cpu')", None),
+    ("x[torch.tensor([0, 2], device='cpu')]", None),
+    ("x.copy_(torch.zeros(3, device='cpu'))", None),
+    ("h = torch.ones(3, device='cpu')\nh.sum().item() + float(h[0])", None),
+])
+def test_host_tensors_are_followed_until_they_are_moved(code, flagged):
+    found = _mixed(code)
+    assert (found == []) if flagged is None else (len(found) == 1 and found[0].startswith(flagged)), found
 
 
 def test_the_root_and_the_frames_file_compare_with_symlinks_resolved(tmp_path):

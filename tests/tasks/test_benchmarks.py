@@ -70,10 +70,11 @@ def test_benchmark_scores_by_hand():
     assert set(spread) == {"avg_at_2", "pass_at_1", "pass_at_2", "maj_at_2", "sd_at_2"}
 
 
-def _cfg(benchmarks, **eval_keys):
+def _cfg(benchmarks, warm=False, **eval_keys):
     return build_config({"name": "bench", "task": {"name": "addition", "digits": 2}, "model": {"preset": "tiny"},
-                         "warm_start": {"enabled": False},
-                         "train": {"steps": 2, "group_size": 4, "prompts_per_rollout": 2, "n_train_prompts": 64},
+                         "warm_start": {"enabled": warm},
+                         "train": {"steps": 2, "group_size": 8 if warm else 4, "prompts_per_rollout": 2,
+                                   "n_train_prompts": 64},
                          "eval": {"every": 0, "prompts": 4, "k": 1, "final_prompts": 8, **eval_keys,
                                   "benchmarks": benchmarks}})
 
@@ -128,11 +129,29 @@ def test_benchmark_overlapping_train_prompts_is_refused(tmp_path):
 
 @pytest.fixture(scope="module")
 def two_benchmark_run(shared_state):
-    """A 2-step toy run with two named benchmarks (n = 8 each), and its config."""
+    """A 2-step toy run with two named benchmarks (n = 8 each), and its config. It starts from the
+    session's warm start (the one test_run.py's runs share: same task, preset, group size and cap),
+    so its scores sit between 0 and 1 and every equality below compares real numbers."""
     from grpolab.experiment.runner import run_experiment
     cfg = _cfg([{"name": "small", "size": 4, "n": 8}, {"name": "hot", "size": 3, "n": 8, "temperature": 1.5,
-                                                       "top_p": 0.9, "seed": 7}])
+                                                       "top_p": 0.9, "seed": 7}], warm=True)
     return cfg, run_experiment(cfg, shared_state)
+
+
+def _recomputed(rows: list[dict], n: int) -> dict:
+    """avg@n, pass@k (1 - C(n-c, k) / C(n, k) per prompt, with math.comb) and maj@n of one
+    benchmark's samples at one step, from its completions table."""
+    by_prompt = {}
+    for r in rows:
+        by_prompt.setdefault(r["index"], []).append(r)
+    correct = [sum(r["correct"] for r in samples) for samples in by_prompt.values()]
+    out = {f"avg_at_{n}": sum(correct) / (n * len(correct))}
+    for k in (1, 2, 4, 8):
+        out[f"pass_at_{k}"] = sum(1 - math.comb(n - c, k) / math.comb(n, k) for c in correct) / len(correct)
+    votes = [max(samples, key=lambda r: (sum(o["extracted"] == r["extracted"] for o in samples), -r["sample"]))
+             for samples in by_prompt.values()]
+    out[f"maj_at_{n}"] = sum(v["correct"] and bool(v["extracted"]) for v in votes) / len(votes)
+    return out
 
 
 def test_toy_run_logs_two_named_benchmarks(shared_state, two_benchmark_run):
@@ -156,7 +175,11 @@ def test_toy_run_logs_two_named_benchmarks(shared_state, two_benchmark_run):
         rows = [r for r in table if r["benchmark"] == name]
         assert sorted({r["step"] for r in rows}) == [0, 2] and len(rows) == 2 * size * 8
         final = [r for r in rows if r["step"] == 2]
-        assert sum(r["correct"] for r in final) / len(final) == pytest.approx(result.final_eval[f"eval/{name}/avg_at_8"])
+        for score, value in _recomputed(final, 8).items():   # the logged scores, recomputed from the samples
+            assert result.final_eval[f"eval/{name}/{score}"] == pytest.approx(value), (name, score)
+    # real numbers: each benchmark has a prompt answered right at least once, and pass@8 above avg@8
+    for name in ("small", "hot"):
+        assert 0 < result.final_eval[f"eval/{name}/avg_at_8"] < result.final_eval[f"eval/{name}/pass_at_8"], name
 
 
 def test_final_evaluation_logs_its_value_on_the_curves_prompts(shared_state, two_benchmark_run):
@@ -216,8 +239,9 @@ def test_grpolab_eval_rescores_a_saved_model_as_a_direct_evaluation(shared_state
     examples = task.splits(cfg.seed, 0, 4)[1]
     bench = Benchmark("small", size=4, n=16, max_tokens=cfg.eval.max_completion_length)
     direct, _ = score_benchmark(bench, task, examples, transformers_sampler(model, tokenizer), cfg.seed)
-    assert rescored["eval/small/avg_at_16"] == direct["eval/small/avg_at_16"]
-    assert rescored["eval/small/maj_at_16"] == direct["eval/small/maj_at_16"]
+    assert {k: rescored[k] for k in direct} == direct and 0 < direct["eval/small/avg_at_16"] < 1
+    other, _ = score_benchmark(bench, task, examples, transformers_sampler(model, tokenizer), cfg.seed + 1)
+    assert other != direct   # the seed matters, so the equality above says the same seed was used
     # every complete checkpoint and the final model: one nested run each, at its step
     from grpolab.analysis.rescore import rescore
     from grpolab.experiment.checkpoint_files import complete_checkpoints
@@ -251,7 +275,10 @@ def test_dropin_evaluation_logs_benchmark_scores_under_trls_eval_prefix(tiny_mod
 
     def reward(completions, answer, **kwargs):
         return [float(c.strip() == a) for c, a in zip(completions, answer)]
-    trainer = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=[reward], args=args, train_dataset=data(train),
+
+    def even_length(completions, **kwargs):   # a correctness source this random model meets about half the time
+        return [float(len(c) % 2 == 0) for c in completions]
+    trainer = GrpoLabTrainer(model=str(tiny_model_dir), reward_funcs=[reward, even_length], args=args, train_dataset=data(train),
                              eval_dataset=data(held), method="grpo", correctness="answer", answer_extractor="none")
     trainer.train()
     evals = [h for h in trainer.state.log_history if "eval_avg_at_8" in h]
@@ -265,6 +292,14 @@ def test_dropin_evaluation_logs_benchmark_scores_under_trls_eval_prefix(tiny_mod
     # with the reward function as the correctness source the scores agree (reward 1 = the answer)
     trainer.correctness.kind, trainer.correctness.key = "reward", 0
     assert trainer.benchmark_scores(data(held)) == direct
+    # scores strictly between 0 and 1 (a random model answers no sum right): TRL's evaluation reports
+    # exactly the direct scores, each of them, and they are the samples' pass@k, not a constant
+    trainer.correctness.kind, trainer.correctness.key = "reward", 1
+    halves = trainer.benchmark_scores(data(held))
+    assert 0 < halves["avg_at_8"] < halves["pass_at_2"] <= halves["pass_at_8"] <= 1
+    assert {f"eval_{k}": v for k, v in halves.items()} == {k: v for k, v in trainer.evaluate().items()
+                                                          if k.removeprefix("eval_") in halves}
+    trainer.correctness.kind, trainer.correctness.key = "reward", 0
     # without an answer extractor whole completions would vote: no maj@n, said once
     trainer.benchmark.answer_extract = None
     with pytest.warns(UserWarning, match="no answer_extractor= given, so evaluation reports no maj@n"):
