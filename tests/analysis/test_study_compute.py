@@ -48,7 +48,9 @@ def test_table_shows_each_rungs_measured_cpu_hours(ladder):
     assert header.split(",")[-1] == "CPU-hours"
     hours = [float(line.split(",")[-1]) for line in lines]
     assert hours == pytest.approx([tagged[0], tagged[1]]) and min(hours) > 0
-    assert "CPU-hours" in study_table(str(path), state, None, "markdown")
+    markdown = study_table(str(path), state, None, "markdown")
+    assert re.search(r"\|\s+CPU-hours\s+\|", markdown)   # the column, and its note saying what it counts
+    assert "- GPU-hours (CPU-hours where the runs trained on CPUs): processes x wall seconds of training" in markdown
 
 
 def test_plan_prints_the_measured_total_beside_its_estimate(ladder, capsys):
