@@ -49,25 +49,41 @@ def package_root() -> str:
     return normalised(os.path.dirname(grpolab.__file__))
 
 
-# operations where a host tensor beside a device tensor is fine on CUDA too: a move, a copy into a
-# tensor, a host index (x[idx]), and what only reads metadata
-MIXING_ALLOWED = frozenset({torch.Tensor.to, torch.Tensor.copy_, torch.Tensor.__getitem__, torch.Tensor.__setitem__,
-                            torch.Tensor.type_as, torch.Tensor.new_tensor, torch.Tensor.new_zeros,
-                            torch.Tensor.new_ones, torch.Tensor.new_full, torch.Tensor.new_empty})
+# operations where a host tensor beside a device tensor is fine on CUDA too: a copy into a tensor
+# (slice assignment is one); indexing has its own rule (_index_mixes)
+MIXING_ALLOWED = frozenset({torch.Tensor.copy_})
+INDEXING = frozenset({torch.Tensor.__getitem__, torch.Tensor.__setitem__})
+# made on the device of the tensor they are called on (or given): host exactly when that one is
+ON_ITS_DEVICE = frozenset({torch.Tensor.new_tensor, torch.Tensor.new_zeros, torch.Tensor.new_ones,
+                           torch.Tensor.new_full, torch.Tensor.new_empty})
 HOST_MAKERS = frozenset({torch.Tensor.cpu})
 
 
 class HostDevice(str):
     """What ``.device`` of a host tensor reads under the guard: "cpu" as a string, so that a factory
-    or ``.to`` given it (``device=turn_index.device``) is seen to name the host too."""
+    or ``.to`` given it (``device=turn_index.device``) is seen to name the host too; equal to
+    torch.device("cpu"), as a host tensor's device is on a GPU machine."""
     type = "cpu"
     index = None
+
+    def __eq__(self, other):
+        return str.__eq__(self, other) if isinstance(other, str) else (
+            isinstance(other, torch.device) and other.type == "cpu")
+
+    __hash__ = str.__hash__
 
 
 def _is_host(device) -> bool:
     """A device named as the CPU: in the source ("cpu"), or read off a host tensor (``HostDevice``).
-    A torch.device is read off any other tensor: the accelerator, on a GPU."""
+    A torch.device is read off any other tensor: the accelerator, on a GPU (grpolab writes no
+    torch.device("cpu"): tests/house/test_device_guard.py)."""
     return isinstance(device, str) and device.split(":")[0] == "cpu"
+
+
+def _names_a_device(value) -> bool:
+    """A ``.to`` argument that moves: a device other than the host (a torch.device, "cuda", 0)."""
+    return isinstance(value, (torch.device, int)) and not isinstance(value, bool) or (
+        isinstance(value, str) and not _is_host(value) and value.split(":")[0] in ("cuda", "meta", "xpu", "mps"))
 
 
 def _tensors(args, kwargs) -> list:
@@ -153,28 +169,60 @@ class FactoryGuard(TorchFunctionMode):
             return func(*args, **kwargs)
         if getattr(func, "__self__", None) is torch.Tensor.device:   # reading .device
             return HostDevice("cpu") if self._host_origin(args[0]) is not None else func(*args, **kwargs)
+        if func in (torch.Tensor.to, torch.Tensor.type_as) or func in ON_ITS_DEVICE:
+            return self._placed(func, args, kwargs)
         tensors = _tensors(args, kwargs)
         origins = [self._host_origin(t) for t in tensors]
-        hosts = [o for o, t in zip(origins, tensors) if o is not None]
+        hosts = [o for o in origins if o is not None]
         out = func(*args, **kwargs)
-        if not hosts or func is torch.Tensor.to:
-            moved = any(isinstance(d, torch.device) for d in (*args[1:], kwargs.get("device"))) \
-                or any(isinstance(a, torch.Tensor) for a in args[1:])
-            if hosts and not moved:
-                self._mark(out, hosts[0])   # .to(dtype) keeps a host tensor where it is
-            elif hosts and out is args[0]:
-                out = out.view_as(out)      # moved: on a GPU a new tensor, while the host one stays
+        if not hosts:
             return out
         others = [t for o, t in zip(origins, tensors) if o is None]
         wide = [o for o, t in zip(origins, tensors) if o is not None and t.dim() > 0]
-        if others and wide and func not in MIXING_ALLOWED:
+        mixes = self._index_mixes(func, args) if func in INDEXING else (others and wide and func not in MIXING_ALLOWED)
+        if mixes:
             name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
             name = name.replace("_VariableFunctionsClass.", "torch.")
-            self._record(f"{self._caller(through_torch=True) or 'outside grpolab'} {name} mixes a host tensor (made at {wide[0]}) "
-                         "with another tensor; on a GPU it raises: move it with .to(device=<operand>.device)")
+            self._record(f"{self._caller(through_torch=True) or 'outside grpolab'} {name} mixes a host tensor (made at "
+                         f"{mixes if isinstance(mixes, str) else wide[0]}) with another tensor; on a GPU it raises: "
+                         "move it with .to(device=<operand>.device)")
         elif not others:
             self._mark(out, hosts[0])   # computed from host tensors only: still on the host
         return out
+
+    def _placed(self, func, args, kwargs):
+        """``.to``, ``type_as`` and ``new_*``: the result is on the device they name or are given:
+        a host tensor's (followed), another device (not followed), or, for ``.to(dtype)``, where
+        the tensor was."""
+        out = func(*args, **kwargs)
+        given = [a for a in (*args[1:], kwargs.get("device"), kwargs.get("other")) if isinstance(a, torch.Tensor)]
+        source = args[0] if func in ON_ITS_DEVICE else (given[0] if given else None)
+        if source is not None:
+            origin = self._host_origin(source)
+        elif any(_names_a_device(a) for a in (*args[1:], kwargs.get("device"))):
+            origin = None
+        else:   # .to(dtype): the tensor stays where it is
+            origin = self._host_origin(args[0])
+        if out is args[0] and (origin is None) != (self._host_origin(out) is None):
+            out = out.view_as(out)   # moved: on a GPU a new tensor, while the one it came from stays
+        if origin is not None:
+            self._mark(out, origin)
+        return out
+
+    def _index_mixes(self, func, args) -> str | None:
+        """Where indexing raises on CUDA (the origin of the host tensor at fault), else None: a host
+        tensor indexed by a device index, or a host value of 1+ dims put through a tensor index
+        into a device tensor. A host index into a device tensor is fine, and so is a slice
+        assignment (a copy)."""
+        target, index = args[0], args[1]
+        indices = [t for t in (index if isinstance(index, tuple) else (index,)) if isinstance(t, torch.Tensor)]
+        target_host = self._host_origin(target)
+        if target_host is not None and any(self._host_origin(i) is None for i in indices):
+            return target_host
+        if func is torch.Tensor.__setitem__ and target_host is None and indices and isinstance(args[2], torch.Tensor) \
+                and args[2].dim() > 0:
+            return self._host_origin(args[2])
+        return None
 
     def message(self) -> str:
         return ("tensor factories in grpolab without device=, or host tensors mixed with others (on a GPU these "

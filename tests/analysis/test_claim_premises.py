@@ -206,6 +206,16 @@ def test_a_study_objective_or_floor_its_rows_never_log_is_refused_at_load(tmp_pa
     path.write_text(yaml.safe_dump({**study, "rungs": [*study["rungs"], rung]}))
     with pytest.raises(ConfigError, match=r"rungs\[1\] \(faster\)\.mechanism: tail:policy/param_change reads"):
         load_study(path)
+    search = yaml.safe_load((CLAIMS_DIR.parent / "search_clip_lr.yaml").read_text())
+    search["objectives"] = [{"metric": "tail:policy/param_change", "direction": "maximize"}]
+    search["pruner"] = {}
+    path.write_text(yaml.safe_dump(search))
+    assert load_study(path).kind == "search"   # eval.param_change on by default: the objective is logged
+    search["space"]["eval.param_change"] = {"type": "categorical", "choices": [True, False]}
+    path.write_text(yaml.safe_dump(search))
+    with pytest.raises(ConfigError, match=r"metric \(space: eval\.param_change = False\): tail:policy/param_change "
+                                          r"reads a curve logged only with eval\.param_change: true"):
+        load_study(path)
 
 
 def test_shipped_premises_read_the_control_unless_the_control_is_a_fixed_value():

@@ -82,7 +82,8 @@ def test_a_gate_whose_curve_was_never_logged_says_not_measured_and_names_it(monk
     frame, _ = _ladder(CLEAR_RISE, {0: truncated, 1: truncated}, monkeypatch)
     row = frame.iloc[1]
     assert row.label == REGIME_UNMEASURED
-    assert "salvage_rate >= 0.3: not measured (length/truncated_salvageable not logged; eval.salvage: true logs it)" in row.regime
+    assert "salvage_rate >= 0.3: not measured (length/truncated_salvageable not logged; logged with eval.salvage, at an " \
+        "evaluation that truncated)" in row.regime
     assert "truncated_fraction = 0.3 (>= 0.02: met)" in row.regime
 
 
@@ -357,7 +358,7 @@ def test_a_salvage_gate_on_rows_that_never_log_salvage_is_refused_at_load(tmp_pa
     off.write_text(text.replace("salvage: true}", "salvage: false}"))
     with pytest.raises(ConfigError, match=r"rungs\[1\] \(\+ Overlong Filtering\)\.regime: the gate salvage_rate_run: "
                                           r"run:length/truncated_salvageable reads a curve logged only with eval\.salvage: "
-                                          r"true.*set eval\.salvage: true in the study's base"):
+                                          r"true.*set eval\.salvage: true where they turn it off \(the study's base"):
         load_study(off)
 
 

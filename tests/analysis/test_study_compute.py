@@ -50,7 +50,8 @@ def test_table_shows_each_rungs_measured_cpu_hours(ladder):
     assert hours == pytest.approx([tagged[0], tagged[1]]) and min(hours) > 0
     markdown = study_table(str(path), state, None, "markdown")
     assert re.search(r"\|\s+CPU-hours\s+\|", markdown)   # the column, and its note saying what it counts
-    assert "- GPU-hours (CPU-hours where the runs trained on CPUs): processes x wall seconds of training" in markdown
+    assert "- GPU-hours (CPU-hours where the runs trained on CPUs, GPU+CPU-hours where both): processes x wall " \
+        "seconds of training" in markdown
 
 
 def test_plan_prints_the_measured_total_beside_its_estimate(ladder, capsys):

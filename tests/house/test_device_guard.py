@@ -16,7 +16,9 @@ from device_guard import FactoryGuard, outside_the_guard, package_root
 # Legacy constructors and host-memory views: always on the CPU, and not reached by a
 # TorchFunctionMode. A line that needs one says why with this marker.
 LEGACY = re.compile(r"torch\.(Tensor|LongTensor|FloatTensor|IntTensor|BoolTensor|DoubleTensor|HalfTensor|ByteTensor)\("
-                    r"|torch\.from_numpy\b|torch\.frombuffer\b")
+                    r"|torch\.from_numpy\b|torch\.frombuffer\b"
+                    # a torch.device naming the CPU reads to the guard as the accelerator's (device_guard._is_host)
+                    r"|torch\.device\(\s*[\"']cpu")
 REASON = "# host tensor on purpose:"
 
 
@@ -63,7 +65,25 @@ def _mixed(code: str) -> list[str]:
     ("h = torch.ones(3, device='cpu')\nz = torch.zeros(3, device=h.device)\nx + z",
      "grpolab/m.py:3 TensorBase.add mixes a host tensor (made at grpolab/m.py:2"),
     ("h = torch.ones(3, device='cpu')\nx + torch.ones(3, device=x.device).to(h.device)", "grpolab/m.py:2 TensorBase.add"),
+    # moved to a host tensor's device, or made on it
+    ("h = torch.ones(3, device='cpu')\nx + x.to(h)", "grpolab/m.py:2 TensorBase.add"),
+    ("h = torch.ones(3, device='cpu')\nx + x.type_as(h)", "grpolab/m.py:2 TensorBase.add"),
+    ("h = torch.ones(3, device='cpu')\nx + h.new_tensor([1.0, 2.0, 3.0])", "grpolab/m.py:2 TensorBase.add"),
+    # in place either way, a 0-dim device tensor (CUDA refuses a wide host operand beside it), a host mask
+    ("h = torch.ones(3, device='cpu')\nx.add_(h)", "grpolab/m.py:2 TensorBase.add_"),
+    ("h = torch.ones(3, device='cpu')\nh.add_(x)", "grpolab/m.py:2 TensorBase.add_"),
+    ("h = torch.ones(3, device='cpu')\nh + x.sum()", "grpolab/m.py:2 TensorBase.add"),
+    ("h = torch.ones(3, device='cpu') > 0\ntorch.where(h, x, x)", "grpolab/m.py:2 torch.where"),
+    # indexing: a host tensor by a device index, a wide host value through a device tensor's index
+    ("h = torch.ones(3, device='cpu')\nh[x.long()]", "grpolab/m.py:2 TensorBase.__getitem__"),
+    ("h = torch.ones(3, device='cpu')\nh[x.long()] = 1.0", "grpolab/m.py:2 TensorBase.__setitem__"),
+    ("h = torch.ones(2, device='cpu')\nx[torch.tensor([0, 1], device='cpu')] = h", "grpolab/m.py:2 TensorBase.__setitem__"),
     # moved with the operands' device, a scalar, an index, a copy into: fine on CUDA too
+    ("h = torch.ones(3, device='cpu')\nx[0:3] = h", None),
+    ("h = torch.ones(3, device='cpu')\nx[torch.tensor([0, 1], device='cpu')] = torch.tensor(2.0, device='cpu')", None),
+    ("torch.where(x > 0, torch.tensor(1.0, device='cpu'), x)", None),
+    ("h = torch.ones(3, device='cpu')\nx + h.to(x.device, non_blocking=True)", None),
+    ("h = torch.ones(3, device='cpu')\nassert h.device == torch.device('cpu') and h.device.type == 'cpu'", None),
     ("h = torch.ones(3, device='cpu')\nx - h.to(device=x.device, dtype=x.dtype)", None),
     ("h = torch.ones(3, device='cpu')\nx - h.to(x)", None),
     ("x * torch.tensor(2.0, device='cpu')", None),

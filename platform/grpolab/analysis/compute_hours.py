@@ -18,6 +18,10 @@ import pandas as pd
 
 from grpolab.analysis.ablation import load_results
 
+HOURS_NOTE = ("GPU-hours (CPU-hours where the runs trained on CPUs, GPU+CPU-hours where both): processes x wall "
+              "seconds of training / 3600, summed over a row's runs from their MLflow records: time held, not the "
+              "operating system's CPU time")
+
 HOURS_TAG, KIND_TAG, HOURS_CURVE = "grpolab.accelerator_hours", "grpolab.accelerator", "time/accelerator_hours"
 DEFAULT_JOURNAL = "optuna.journal"   # studies.storage.default_storage's file, named here without importing optuna
 

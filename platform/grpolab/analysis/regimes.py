@@ -21,6 +21,7 @@ from grpolab.analysis.verdicts import NOT_RUN, REGIME_ABSENT, REGIME_UNMEASURED,
 from grpolab.experiment.config import CURVE_SETTINGS
 from grpolab.studies.objectives import window_value
 from grpolab.studies.regime import MEASURES, Gate, Regime
+from grpolab.tracking.metric_catalog import lookup
 
 MET, FAILED, UNMEASURED = "met", "failed", "not measured"
 PRESENT, ABSENT = "present", "absent"
@@ -88,7 +89,8 @@ def measure_gate(gate: Gate, histories: list) -> GateResult:
         logged = (any(key in e for h in histories for e in h.evals.values()) if agg in ("final", "start", "auc")
                   else any(h.train_curves.get(key) for h in histories))
         if not logged:
-            how = f"; {'.'.join(CURVE_SETTINGS[key])}: true logs it" if key in CURVE_SETTINGS else ""
+            # when the curve is logged, as its metric record says (a setting, and only at some evaluations)
+            how = f"; logged with {lookup(key).when}" if key in CURVE_SETTINGS and lookup(key) else ""
             return GateResult(gate, math.nan, f"{key} not logged{how}")
     values = [v for v in (run_measure(gate.measure, h) for h in histories) if math.isfinite(v)]
     if not values:

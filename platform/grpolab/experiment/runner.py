@@ -188,7 +188,7 @@ class _Run:
     tables: tuple = (None, None)  # (rollouts, evaluations) completions tables, rank 0 (tracking/completions.py)
     device_seconds: float = 0.0   # processes x wall seconds of training (a resumed run's earlier part included)
     benchmarks: RunBenchmarks = None   # eval.benchmarks, scored beside the held-out set
-    start_weights: param_change.ParamChange | None = None   # theta_0, rank 0, unless the parameters are sharded
+    start_weights: param_change.ParamChange | None = None   # theta_0, rank 0, with eval.param_change, unless sharded
     curves: dict = field(default_factory=dict)   # the run's training curves (TrackingCallback.curves)
 
     def evaluate(self, step: int, final: bool = False) -> None:

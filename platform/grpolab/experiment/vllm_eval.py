@@ -82,7 +82,8 @@ class SavedModelVllm:
     def push(self, model) -> None:
         """The saved weights into the server, named and streamed as TRL's ``sync_weights`` does."""
         import torch
-        device = torch.device("cuda", _device_index()) if torch.cuda.is_available() else torch.device("cpu")
+        host = torch.device("cpu")   # host tensor on purpose: without CUDA the weights stream from the CPU
+        device = torch.device("cuda", _device_index()) if torch.cuda.is_available() else host
         params = list(model.named_parameters())
         metadata = [(name, str(p.dtype).removeprefix("torch."), list(p.shape)) for name, p in params]
         self.client.update_named_params(metadata, ((name, p.data.to(device)) for name, p in params))

@@ -10,6 +10,7 @@ import html
 from pathlib import Path
 from typing import NamedTuple
 
+from grpolab.analysis.compute_hours import HOURS_NOTE
 from grpolab.studies.definition import StudyConfig, load_study
 from grpolab.studies.registration import Deviation, ladder_fields, ladder_key, status
 
@@ -60,8 +61,7 @@ def column_notes(cfg: StudyConfig, level: float, plan: tuple[int, ...]) -> tuple
              "censored: threshold metrics never reached count at the budget (a lower bound) and make a rung's "
              "label inconclusive",
              "precondition: a floor showing the change can act at all",
-             "GPU-hours (CPU-hours where the runs trained on CPUs): processes x wall seconds of training / 3600, "
-             "summed over the rung's runs from their MLflow records: time held, not the operating system's CPU time",
+             HOURS_NOTE,
              "regime: the gates on the premise the rung's mechanism needs, measured on the previous rung's rows "
              "(failed: 'regime absent: not a test of the claim')",
              "*fragile*: a deciding bound within 2 x the evaluation noise sd sqrt(2 p (1 - p) / (prompts x samples "

@@ -14,7 +14,7 @@ from typing import NamedTuple
 import pandas as pd
 
 from grpolab.analysis.ablation import SequentialLooks, ladder_rows, ladder_table, load_results, search_table
-from grpolab.analysis.compute_hours import add_hours_column, add_run_hours
+from grpolab.analysis.compute_hours import HOURS_NOTE, add_hours_column, add_run_hours
 from grpolab.analysis.rescored import is_rescored, parse_rescored, rescored_rows
 from grpolab.analysis.rescored_search import PickedTrials, rescored_trials
 from grpolab.analysis.scaling import scaling_frame
@@ -157,7 +157,7 @@ def study_table(path: str, state: Path, storage_url: str | None, fmt: str = "mar
         frame, caption, level = ladder_view(path, state, storage_url, index)
     else:
         frame = add_run_hours(search_table(study, cfg), state)   # each trial's measured GPU-hours
-        caption = f"{cfg.name}: {len(frame)} trials, objectives {[o.metric for o in cfg.objectives]}"
+        caption = f"{cfg.name}: {len(frame)} trials, objectives {[o.metric for o in cfg.objectives]}; {HOURS_NOTE}"
     if is_rescored(metric) and fmt != "csv":   # the caption says it; the csv carries it in its first column
         frame = frame.drop(columns="metric")
     body = render(frame, fmt, caption)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from grpolab.errors import ConfigError, did_you_mean
 from grpolab.experiment.benchmark_runs import check_named_scores
+from grpolab.experiment.config import CURVE_SETTINGS
 from grpolab.experiment.overrides import apply_overrides, as_overrides
 from grpolab.studies.devices import check_devices
 from grpolab.studies.kinds import kind_named
@@ -122,10 +123,22 @@ def load_study(path: str | Path) -> StudyConfig:
                   launcher=parse_launcher(data.get("launcher"), path),
                   devices=check_devices(data["devices"], "devices") if data.get("devices") is not None else ())
     study = kind.parse(data, common, path)
-    for experiment in kind.row_experiments(study):   # an objective its rows would never log
-        for objective in study.objectives:
-            check_logged(objective.metric, "metric", experiment)
+    for where, experiment in [("metric", e) for e in kind.row_experiments(study)] + _searched_curve_settings(study):
+        for objective in study.objectives:   # an objective its rows would never log
+            check_logged(objective.metric, where, experiment)
     return study
+
+
+def _searched_curve_settings(study) -> list[tuple[str, dict]]:
+    """(where, the base with one choice applied) for each choice of a searched setting that a curve
+    is logged only under (eval.salvage, eval.param_change): a trial drawing it off could not be scored."""
+    out = []
+    for section, name in CURVE_SETTINGS.values():
+        searched = (study.space or {}).get(f"{section}.{name}")
+        for choice in searched.get("choices") or [] if isinstance(searched, dict) else ():
+            out.append((f"metric (space: {section}.{name} = {choice!r})",
+                        {**study.base, section: {**(study.base.get(section) or {}), name: choice}}))
+    return out
 
 
 PLAN_KEYS = {"expected_completion_tokens": "the mean completion length, in tokens, the estimate assumes",

@@ -127,8 +127,8 @@ def check_logged(metric: str, where: str, rows_experiment: dict) -> None:
     setting = curve_turned_off(rows_experiment, metric.partition(":")[2])
     if setting is not None:
         raise ConfigError(f"{where}: {metric} reads a curve logged only with {setting}: true, which the rows it "
-                          f"reads ({rows_experiment.get('name', '?')}) turn off; set {setting}: true in the "
-                          f"study's base (or read another metric)")
+                          f"reads ({rows_experiment.get('name', '?')}) turn off; set {setting}: true where they turn "
+                          f"it off (the study's base, a rung's changes or the search space), or read another metric")
 
 
 CURVE_WINDOWS = ("head", "run")   # beside tail:, the training-curve windows a floor or gate reads (never an objective)

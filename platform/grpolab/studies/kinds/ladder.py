@@ -34,7 +34,7 @@ class LadderStudy(StudyCommon):
                 check_gates_logged(rung.regime, f"rungs[{i}] ({rung.name}).regime", experiments[i - 1])
             if rung.mechanism is not None:
                 check_logged(rung.mechanism.metric, f"rungs[{i}] ({rung.name}).mechanism",
-                             experiments[i - 1 if rung.mechanism.rows == "previous" and i else i])
+                             experiments[i - 1 if rung.mechanism.rows == "previous" else i])
         return study
 
     def check(self, cfg, echo) -> None:
