@@ -57,6 +57,7 @@ INDEXING = frozenset({torch.Tensor.__getitem__, torch.Tensor.__setitem__})
 ON_ITS_DEVICE = frozenset({torch.Tensor.new_tensor, torch.Tensor.new_zeros, torch.Tensor.new_ones,
                            torch.Tensor.new_full, torch.Tensor.new_empty})
 HOST_MAKERS = frozenset({torch.Tensor.cpu})
+JOINS = frozenset({torch.cat, torch.concat, torch.concatenate, torch.stack, torch.hstack, torch.vstack, torch.dstack})
 
 
 class HostDevice(str):
@@ -121,6 +122,15 @@ class FactoryGuard(TorchFunctionMode):
             frame = frame.f_back
         return None
 
+    def follow(self, t: torch.Tensor, origin: str) -> None:
+        """Follow ``t`` as a host tensor made at ``origin``: a test's stand-in for a host input."""
+        self._mark(t, origin)
+
+    def host_origin(self, t) -> str | None:
+        """Where grpolab made ``t`` as a host tensor, or None for a tensor the guard takes as the
+        accelerator's."""
+        return self._host_origin(t)
+
     def _host_origin(self, t) -> str | None:
         entry = self.host.get(id(t))
         if entry is None:
@@ -178,7 +188,8 @@ class FactoryGuard(TorchFunctionMode):
         if not hosts:
             return out
         others = [t for o, t in zip(origins, tensors) if o is None]
-        wide = [o for o, t in zip(origins, tensors) if o is not None and t.dim() > 0]
+        # CUDA takes a 0-dim host tensor as a scalar operand, but not as a part to join
+        wide = [o for o, t in zip(origins, tensors) if o is not None and (t.dim() > 0 or func in JOINS)]
         mixes = self._index_mixes(func, args) if func in INDEXING else (others and wide and func not in MIXING_ALLOWED)
         if mixes:
             name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
@@ -186,8 +197,8 @@ class FactoryGuard(TorchFunctionMode):
             self._record(f"{self._caller(through_torch=True) or 'outside grpolab'} {name} mixes a host tensor (made at "
                          f"{mixes if isinstance(mixes, str) else wide[0]}) with another tensor; on a GPU it raises: "
                          "move it with .to(device=<operand>.device)")
-        elif not others:
-            self._mark(out, hosts[0])   # computed from host tensors only: still on the host
+        elif not others and not (kwargs.get("device") is not None and not _is_host(kwargs["device"])):
+            self._mark(out, hosts[0])   # computed from host tensors only (zeros_like(h)): still on the host
         return out
 
     def _placed(self, func, args, kwargs):
@@ -196,7 +207,7 @@ class FactoryGuard(TorchFunctionMode):
         the tensor was."""
         out = func(*args, **kwargs)
         given = [a for a in (*args[1:], kwargs.get("device"), kwargs.get("other")) if isinstance(a, torch.Tensor)]
-        source = args[0] if func in ON_ITS_DEVICE else (given[0] if given else None)
+        source = args[0] if func in ON_ITS_DEVICE and kwargs.get("device") is None else (given[0] if given else None)
         if source is not None:
             origin = self._host_origin(source)
         elif any(_names_a_device(a) for a in (*args[1:], kwargs.get("device"))):

@@ -50,7 +50,10 @@ def batch(device: str) -> dict:
             "A": rand(N, 1) - 0.5, "values": rand(N, T),
             "group_ids": (torch.arange(N, device="cpu") // G).to(device),
             "host_correct": torch.rand(N, generator=gen, device="cpu") > 0.5,
-            "host_lengths": mask.sum(1), "host_r": torch.rand(N, generator=gen, device="cpu")}
+            "host_lengths": mask.sum(1), "host_r": torch.rand(N, generator=gen, device="cpu"),
+            # GiGPO's turn index, built on the CPU by envs/trainer_rollout.py
+            "host_turns": torch.tensor([[0, 0, -1, 1, 1] if i % 2 else [0, 0, -1, -1, -1] for i in range(N)],
+                                       device="cpu")}
 
 
 def _advantage(name: str, x: dict):
@@ -112,9 +115,8 @@ def _episodes(step_omega: float):
     two turns, as EpisodeRollout supplies them: host lists and a CPU turn index (None without a step term)."""
     def run(x):
         keys = [["s", f"t{i % 3}"][: 1 + i % 2] for i in range(N)]
-        turns = torch.tensor([[0, 0, -1, 1, 1] if i % 2 else [0, 0, -1, -1, -1] for i in range(N)], device="cpu")
         episodes = gigpo.Episodes([[0.1 * i, 1.0][: 1 + i % 2] for i in range(N)], gigpo.anchor_groups(keys, G),
-                                  turns if step_omega > 0 else None)
+                                  x["host_turns"] if step_omega > 0 else None)
         spec = build_spec({"advantage": "group_std", "episode_norm": "step", "step_omega": step_omega})
         return [gigpo.episode_advantages(spec, x["r"], episodes, G)]
     return run
@@ -187,9 +189,14 @@ def test_runs_on_meta_inputs_and_returns_meta_tensors(registry, name, stats_stay
 @pytest.mark.parametrize("registry,name", sorted(ON_THE_CPU), ids=["/".join(c) for c in sorted(ON_THE_CPU)])
 def test_what_cannot_run_on_meta_names_its_devices(registry, name):
     x = batch("cpu")
-    with factories_name_their_device():
+    with factories_name_their_device() as guard:   # the inputs stand for the accelerator's, host_* for the host's
+        for key in [k for k in x if k.startswith("host_")]:
+            guard.follow(x[key], f"the test's {key}")
         out = _tensors(_call(registry, name, x))
+        on_the_host = [guard.host_origin(t) for t in out if guard.host_origin(t) is not None]
     assert out and all(torch.isfinite(t.float()).all() for t in out)
+    if registry not in HOST_SIDE:   # what it returns is on its inputs' device: moved back if made on the host
+        assert not on_the_host, f"{registry}/{name} returns a host tensor made at {on_the_host[0]}"
 
 
 def test_the_factory_guard_names_the_line_and_the_factory_of_a_deviceless_call():

@@ -78,7 +78,9 @@ def _mixed(code: str) -> list[str]:
     ("h = torch.ones(3, device='cpu')\nh[x.long()]", "grpolab/m.py:2 TensorBase.__getitem__"),
     ("h = torch.ones(3, device='cpu')\nh[x.long()] = 1.0", "grpolab/m.py:2 TensorBase.__setitem__"),
     ("h = torch.ones(2, device='cpu')\nx[torch.tensor([0, 1], device='cpu')] = h", "grpolab/m.py:2 TensorBase.__setitem__"),
+    ("torch.stack([x.sum(), torch.tensor(1.0, device='cpu')])", "grpolab/m.py:1 torch.stack mixes"),   # no scalar joins
     # moved with the operands' device, a scalar, an index, a copy into: fine on CUDA too
+    ("h = torch.ones(3, device='cpu')\nx + torch.zeros_like(h, device=x.device) + h.new_zeros(3, device=x.device)", None),
     ("h = torch.ones(3, device='cpu')\nx[0:3] = h", None),
     ("h = torch.ones(3, device='cpu')\nx[torch.tensor([0, 1], device='cpu')] = torch.tensor(2.0, device='cpu')", None),
     ("torch.where(x > 0, torch.tensor(1.0, device='cpu'), x)", None),
