@@ -57,19 +57,27 @@ INDEXING = frozenset({torch.Tensor.__getitem__, torch.Tensor.__setitem__})
 ON_ITS_DEVICE = frozenset({torch.Tensor.new_tensor, torch.Tensor.new_zeros, torch.Tensor.new_ones,
                            torch.Tensor.new_full, torch.Tensor.new_empty})
 HOST_MAKERS = frozenset({torch.Tensor.cpu})
-JOINS = frozenset({torch.cat, torch.concat, torch.concatenate, torch.stack, torch.hstack, torch.vstack, torch.dstack})
+# operations that take no 0-dim host tensor beside device ones (CUDA's scalar rule is for elementwise
+# operands): joins, and indices given as tensors
+NO_HOST_SCALAR = frozenset({torch.cat, torch.concat, torch.concatenate, torch.stack, torch.hstack, torch.vstack,
+                            torch.dstack, torch.index_select, torch.Tensor.index_select, torch.gather,
+                            torch.Tensor.gather, torch.take, torch.Tensor.take, torch.Tensor.index_fill_,
+                            torch.Tensor.index_add_, torch.Tensor.index_copy_, torch.Tensor.index_put_,
+                            torch.Tensor.scatter_, torch.Tensor.scatter_add_, torch.scatter, torch.Tensor.scatter})
 
 
 class HostDevice(str):
     """What ``.device`` of a host tensor reads under the guard: "cpu" as a string, so that a factory
-    or ``.to`` given it (``device=turn_index.device``) is seen to name the host too; equal to
-    torch.device("cpu"), as a host tensor's device is on a GPU machine."""
+    or ``.to`` given it (``device=turn_index.device``) is seen to name the host too. It equals the
+    string "cpu" and no torch.device, which the guard reads as the accelerator's (``_is_host``)."""
     type = "cpu"
     index = None
 
     def __eq__(self, other):
-        return str.__eq__(self, other) if isinstance(other, str) else (
-            isinstance(other, torch.device) and other.type == "cpu")
+        return isinstance(other, str) and str.__eq__(self, other)
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
 
     __hash__ = str.__hash__
 
@@ -77,7 +85,7 @@ class HostDevice(str):
 def _is_host(device) -> bool:
     """A device named as the CPU: in the source ("cpu"), or read off a host tensor (``HostDevice``).
     A torch.device is read off any other tensor: the accelerator, on a GPU (grpolab writes no
-    torch.device("cpu"): tests/house/test_device_guard.py)."""
+    torch.device("cpu") without its marked reason: tests/house/test_device_guard.py)."""
     return isinstance(device, str) and device.split(":")[0] == "cpu"
 
 
@@ -175,6 +183,10 @@ class FactoryGuard(TorchFunctionMode):
                     out = out.view_as(out)   # on a GPU a new host tensor, while the device one stays
                 self._mark(out, f"{caller} (moved to the host)")
             return out
+        if _is_host(kwargs.get("device")) and (caller := self._caller()):   # zeros_like(x, device="cpu")
+            out = func(*args, **kwargs)
+            self._mark(out, f"{caller} (device=\"cpu\")")
+            return out
         if not self.host:
             return func(*args, **kwargs)
         if getattr(func, "__self__", None) is torch.Tensor.device:   # reading .device
@@ -188,8 +200,8 @@ class FactoryGuard(TorchFunctionMode):
         if not hosts:
             return out
         others = [t for o, t in zip(origins, tensors) if o is None]
-        # CUDA takes a 0-dim host tensor as a scalar operand, but not as a part to join
-        wide = [o for o, t in zip(origins, tensors) if o is not None and (t.dim() > 0 or func in JOINS)]
+        # CUDA takes a 0-dim host tensor as a scalar operand, but not as a part to join nor as an index
+        wide = [o for o, t in zip(origins, tensors) if o is not None and (t.dim() > 0 or func in NO_HOST_SCALAR)]
         mixes = self._index_mixes(func, args) if func in INDEXING else (others and wide and func not in MIXING_ALLOWED)
         if mixes:
             name = getattr(func, "__qualname__", getattr(func, "__name__", repr(func)))
@@ -226,13 +238,19 @@ class FactoryGuard(TorchFunctionMode):
         into a device tensor. A host index into a device tensor is fine, and so is a slice
         assignment (a copy)."""
         target, index = args[0], args[1]
-        indices = [t for t in (index if isinstance(index, tuple) else (index,)) if isinstance(t, torch.Tensor)]
+        indices = [t for t in (index if isinstance(index, (tuple, list)) else (index,)) if isinstance(t, torch.Tensor)
+                   and not (t.dim() == 0 and not t.is_floating_point() and t.dtype != torch.bool)]  # 0-dim int: .item()
         target_host = self._host_origin(target)
         if target_host is not None and any(self._host_origin(i) is None for i in indices):
             return target_host
-        if func is torch.Tensor.__setitem__ and target_host is None and indices and isinstance(args[2], torch.Tensor) \
-                and args[2].dim() > 0:
-            return self._host_origin(args[2])
+        value = args[2] if func is torch.Tensor.__setitem__ else None
+        if not isinstance(value, torch.Tensor) or not indices:
+            return None
+        value_host = self._host_origin(value)
+        if target_host is None and value_host is not None and value.dim() > 0:
+            return value_host      # a wide host value into a device tensor through a tensor index
+        if target_host is not None and value_host is None and value.dim() > 0:
+            return target_host     # a wide device value into a host tensor
         return None
 
     def message(self) -> str:

@@ -82,8 +82,7 @@ def test_a_gate_whose_curve_was_never_logged_says_not_measured_and_names_it(monk
     frame, _ = _ladder(CLEAR_RISE, {0: truncated, 1: truncated}, monkeypatch)
     row = frame.iloc[1]
     assert row.label == REGIME_UNMEASURED
-    assert "salvage_rate >= 0.3: not measured (length/truncated_salvageable not logged; logged with eval.salvage, at an " \
-        "evaluation that truncated)" in row.regime
+    assert "salvage_rate >= 0.3: not measured (length/truncated_salvageable not logged; logged with eval.salvage, at an evaluation that truncated)" in row.regime
     assert "truncated_fraction = 0.3 (>= 0.02: met)" in row.regime
 
 

@@ -79,13 +79,21 @@ def _mixed(code: str) -> list[str]:
     ("h = torch.ones(3, device='cpu')\nh[x.long()] = 1.0", "grpolab/m.py:2 TensorBase.__setitem__"),
     ("h = torch.ones(2, device='cpu')\nx[torch.tensor([0, 1], device='cpu')] = h", "grpolab/m.py:2 TensorBase.__setitem__"),
     ("torch.stack([x.sum(), torch.tensor(1.0, device='cpu')])", "grpolab/m.py:1 torch.stack mixes"),   # no scalar joins
+    ("torch.index_select(x, 0, torch.tensor(0, device='cpu'))", "grpolab/m.py:1 torch.index_select mixes"),
+    # made on the host by name, from a device tensor
+    ("z = x.new_zeros(3, device='cpu')\nx + z", "grpolab/m.py:2 TensorBase.add mixes a host tensor (made at grpolab/m.py:1"),
+    ("h = torch.ones(3, device='cpu')\nz = torch.zeros_like(x, device=h.device)\nx + z", "grpolab/m.py:3 TensorBase.add"),
+    # a list index, and a wide device value into a host tensor
+    ("h = torch.ones(3, device='cpu')\nh[[x.long()]]", "grpolab/m.py:2 TensorBase.__getitem__"),
+    ("h = torch.ones(3, device='cpu')\nh[torch.tensor([0, 1], device='cpu')] = x[:2]", "grpolab/m.py:2 TensorBase.__setitem__"),
     # moved with the operands' device, a scalar, an index, a copy into: fine on CUDA too
     ("h = torch.ones(3, device='cpu')\nx + torch.zeros_like(h, device=x.device) + h.new_zeros(3, device=x.device)", None),
     ("h = torch.ones(3, device='cpu')\nx[0:3] = h", None),
     ("h = torch.ones(3, device='cpu')\nx[torch.tensor([0, 1], device='cpu')] = torch.tensor(2.0, device='cpu')", None),
     ("torch.where(x > 0, torch.tensor(1.0, device='cpu'), x)", None),
     ("h = torch.ones(3, device='cpu')\nx + h.to(x.device, non_blocking=True)", None),
-    ("h = torch.ones(3, device='cpu')\nassert h.device == torch.device('cpu') and h.device.type == 'cpu'", None),
+    ("h = torch.ones(3, device='cpu')\nassert h.device == 'cpu' and h.device.type == 'cpu' and h.device != x.device", None),
+    ("h = torch.ones(3, device='cpu')\nx[x.sum().long() % 3] + h[x.sum().long() % 3]", None),   # 0-dim int: .item()
     ("h = torch.ones(3, device='cpu')\nx - h.to(device=x.device, dtype=x.dtype)", None),
     ("h = torch.ones(3, device='cpu')\nx - h.to(x)", None),
     ("x * torch.tensor(2.0, device='cpu')", None),

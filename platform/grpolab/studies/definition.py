@@ -135,7 +135,7 @@ def _searched_curve_settings(study) -> list[tuple[str, dict]]:
     out = []
     for section, name in CURVE_SETTINGS.values():
         searched = (study.space or {}).get(f"{section}.{name}")
-        for choice in searched.get("choices") or [] if isinstance(searched, dict) else ():
+        for choice in ((searched.get("choices") or []) if isinstance(searched, dict) else ()):
             out.append((f"metric (space: {section}.{name} = {choice!r})",
                         {**study.base, section: {**(study.base.get(section) or {}), name: choice}}))
     return out

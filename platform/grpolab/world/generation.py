@@ -141,8 +141,9 @@ def _kept_rng(model):
     forked (the rule of tasks.benchmarks.rng_devices); an engine with its own generator (vLLM) is
     not covered."""
     params = getattr(model, "parameters", None)
-    device = next(params()).device if callable(params) else torch.device("cpu")   # host tensor on purpose: no model, no CUDA to fork
-    cuda = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    device = next(params()).device if callable(params) else None   # no model (an engine): no CUDA generator to fork
+    cuda = [device.index if device.index is not None else torch.cuda.current_device()] \
+        if device is not None and device.type == "cuda" else []
     return torch.random.fork_rng(devices=cuda)
 
 
