@@ -137,9 +137,6 @@ class FactoryGuard(TorchFunctionMode):
     def host_origin(self, t) -> str | None:
         """Where grpolab made ``t`` as a host tensor, or None for a tensor the guard takes as the
         accelerator's."""
-        return self._host_origin(t)
-
-    def _host_origin(self, t) -> str | None:
         entry = self.host.get(id(t))
         if entry is None:
             return None
@@ -190,11 +187,11 @@ class FactoryGuard(TorchFunctionMode):
         if not self.host:
             return func(*args, **kwargs)
         if getattr(func, "__self__", None) is torch.Tensor.device:   # reading .device
-            return HostDevice("cpu") if self._host_origin(args[0]) is not None else func(*args, **kwargs)
+            return HostDevice("cpu") if self.host_origin(args[0]) is not None else func(*args, **kwargs)
         if func in (torch.Tensor.to, torch.Tensor.type_as) or func in ON_ITS_DEVICE:
             return self._placed(func, args, kwargs)
         tensors = _tensors(args, kwargs)
-        origins = [self._host_origin(t) for t in tensors]
+        origins = [self.host_origin(t) for t in tensors]
         hosts = [o for o in origins if o is not None]
         out = func(*args, **kwargs)
         if not hosts:
@@ -221,12 +218,12 @@ class FactoryGuard(TorchFunctionMode):
         given = [a for a in (*args[1:], kwargs.get("device"), kwargs.get("other")) if isinstance(a, torch.Tensor)]
         source = args[0] if func in ON_ITS_DEVICE and kwargs.get("device") is None else (given[0] if given else None)
         if source is not None:
-            origin = self._host_origin(source)
+            origin = self.host_origin(source)
         elif any(_names_a_device(a) for a in (*args[1:], kwargs.get("device"))):
             origin = None
         else:   # .to(dtype): the tensor stays where it is
-            origin = self._host_origin(args[0])
-        if out is args[0] and (origin is None) != (self._host_origin(out) is None):
+            origin = self.host_origin(args[0])
+        if out is args[0] and (origin is None) != (self.host_origin(out) is None):
             out = out.view_as(out)   # moved: on a GPU a new tensor, while the one it came from stays
         if origin is not None:
             self._mark(out, origin)
@@ -240,13 +237,13 @@ class FactoryGuard(TorchFunctionMode):
         target, index = args[0], args[1]
         indices = [t for t in (index if isinstance(index, (tuple, list)) else (index,)) if isinstance(t, torch.Tensor)
                    and not (t.dim() == 0 and not t.is_floating_point() and t.dtype != torch.bool)]  # 0-dim int: .item()
-        target_host = self._host_origin(target)
-        if target_host is not None and any(self._host_origin(i) is None for i in indices):
+        target_host = self.host_origin(target)
+        if target_host is not None and any(self.host_origin(i) is None for i in indices):
             return target_host
         value = args[2] if func is torch.Tensor.__setitem__ else None
         if not isinstance(value, torch.Tensor) or not indices:
             return None
-        value_host = self._host_origin(value)
+        value_host = self.host_origin(value)
         if target_host is None and value_host is not None and value.dim() > 0:
             return value_host      # a wide host value into a device tensor through a tensor index
         if target_host is not None and value_host is None and value.dim() > 0:

@@ -175,10 +175,11 @@ def _check_curves_logged(claim: Claim, study: StudyConfig, where: str) -> None:
     """Refuse a metric the claim reads (its sides', its mechanism's, those it reports) from rows
     whose experiment turns that curve's setting off (``objectives.check_logged``)."""
     names = [r.name for r in study.rungs]
+    sides = {"treatment": claim.treatment, "control": claim.control}
     rows = {name: study.rung_experiment(names.index(side.rung), study.seeds[0])
-            for name, side in (("treatment", claim.treatment), ("control", claim.control)) if side.rung is not None}
+            for name, side in sides.items() if side.rung is not None}
     for name, experiment in rows.items():
-        check_logged(claim.metric_of(getattr(claim, name)), f"{where}: {name}", experiment)
+        check_logged(claim.metric_of(sides[name]), f"{where}: {name}", experiment)
         for metric in claim.report:
             check_logged(metric, f"{where}: report", experiment)
     if claim.mechanism is not None and claim.mechanism.rows in rows:
